@@ -1,0 +1,42 @@
+//! lowlat's HTTP/1.1 codec: pure functions and small state machines over byte slices.
+//!
+//! Nothing here does I/O or owns a socket; the server and the load generator drive it over their
+//! own buffers. Parsing borrows from the caller's buffer and never allocates; "not enough bytes
+//! yet" is [`Status::Partial`], not an error. Every way a request can be refused is one variant of
+//! the small `Copy` enum [`ParseError`], mapped to its status code in exactly one `match`.
+//!
+//! # Layout
+//! - [`request`]: the request head (RFC 9112 §3–§6): method, target, version, and the framing
+//!   decision — which refuses the request-smuggling shapes of RFC 9112 §6.3.
+//! - [`response`]: encoding a response head into an output buffer; status reason phrases.
+//! - [`body`]: body framing — [`body::ChunkedDecoder`] for `Transfer-Encoding: chunked`.
+//! - [`client`]: the other side — parsing response heads, for the load generator.
+//! - [`date`]: the `Date` header value, formatted at most once per second.
+//! - [`limits`]: the default size limits, each a named constant.
+//! - [`error`]: [`ParseError`] and its status mapping.
+
+pub mod body;
+pub mod client;
+pub mod date;
+pub mod error;
+pub mod limits;
+pub mod request;
+pub mod response;
+
+pub use error::ParseError;
+
+/// The outcome of feeding bytes to a parser that may need more of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status<T> {
+    /// A whole item was parsed.
+    Complete(T),
+    /// The input ends before the item does; call again with more bytes.
+    Partial,
+}
+
+/// The HTTP version of a message. HTTP/0.9 and 2+ never get this far (505 or 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+}
