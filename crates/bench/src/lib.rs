@@ -1,1 +1,3 @@
-//! placeholder
+//! lowlat-bench (being built).
+
+pub mod cli;

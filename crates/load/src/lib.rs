@@ -1,1 +1,3 @@
-//! placeholder
+//! lowlat-load (being built).
+
+pub mod cli;

@@ -1,1 +1,3 @@
-//! placeholder
+//! lowlat-server (being built).
+
+pub mod cli;
