@@ -1,11 +1,242 @@
-//! Command-line arguments of `lowlat serve`.
+//! The `lowlat serve` command line: flags, their parsing (sizes like `16k`, durations like
+//! `75s`), assembling the service, signal handling, and the one-line errors.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::config::{self, ServerConfig};
+use crate::{Server, ServerError, Service};
 
 /// Arguments of `lowlat serve`.
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {}
+#[allow(clippy::struct_excessive_bools)] // independent on/off flags
+pub struct ServeArgs {
+    /// Address to listen on, IPv4 or IPv6 (repeatable)
+    #[arg(short, long = "listen", value_name = "ADDR:PORT", default_value = config::DEFAULT_LISTEN)]
+    pub listen: Vec<SocketAddr>,
+    /// Worker threads, one event loop each [default: number of CPUs]
+    #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Option<u16>,
+    /// Pin worker i to the i-th CPU this process may use
+    #[arg(long)]
+    pub pin: bool,
+    /// Listen backlog (capped by net.core.somaxconn)
+    #[arg(long, default_value_t = config::DEFAULT_BACKLOG, value_parser = clap::value_parser!(u32).range(1..))]
+    pub backlog: u32,
+    /// Open connections per worker; more wait in the backlog
+    #[arg(long, value_name = "N", default_value_t = config::DEFAULT_MAX_CONNS_PER_WORKER, value_parser = parse_count)]
+    pub max_conns: usize,
+    /// Longest request-target, else 414
+    #[arg(long, value_name = "SIZE", default_value = "8k", value_parser = parse_size)]
+    pub max_uri: u64,
+    /// Largest request head, else 431
+    #[arg(long, value_name = "SIZE", default_value = "16k", value_parser = parse_size)]
+    pub max_head: u64,
+    /// Most header fields per request (at most 100), else 431
+    #[arg(long, value_name = "N", default_value_t = lowlat_http::limits::MAX_HEADERS, value_parser = parse_max_headers)]
+    pub max_headers: usize,
+    /// Largest request body, else 413
+    #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = parse_size)]
+    pub max_body: u64,
+    /// Close idle keep-alive connections after this long
+    #[arg(long, value_name = "DURATION", default_value = "75s", value_parser = parse_duration)]
+    pub keepalive_timeout: Duration,
+    /// Time allowed for a whole request head, from its first byte (408 after)
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// Longest pause while reading a request body (408 after)
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+    /// Longest pause while the client does not read our response
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub write_timeout: Duration,
+    /// On SIGINT/SIGTERM, how long requests in flight may take to finish
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+}
+
+impl ServeArgs {
+    /// The server configuration these flags describe.
+    ///
+    /// # Errors
+    /// When a size does not fit this machine's address space.
+    pub fn to_config(&self) -> Result<ServerConfig, String> {
+        let size =
+            |v: u64, flag: &str| usize::try_from(v).map_err(|_| format!("{flag} {v} is too large"));
+        let mut cfg = ServerConfig {
+            listen: self.listen.clone(),
+            pin: self.pin,
+            backlog: self.backlog,
+            max_conns_per_worker: self.max_conns,
+            max_body_bytes: self.max_body,
+            keepalive_timeout: self.keepalive_timeout,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            write_timeout: self.write_timeout,
+            grace: self.grace,
+            ..ServerConfig::default()
+        };
+        if let Some(workers) = self.workers {
+            cfg.workers = usize::from(workers);
+        }
+        cfg.head.max_uri_bytes = size(self.max_uri, "--max-uri")?;
+        cfg.head.max_head_bytes = size(self.max_head, "--max-head")?;
+        cfg.head.max_headers = self.max_headers;
+        if cfg.head.max_uri_bytes >= cfg.head.max_head_bytes {
+            return Err("--max-uri must be smaller than --max-head".into());
+        }
+        Ok(cfg)
+    }
+}
 
 /// Runs `lowlat serve`; returns the process exit code.
 #[must_use]
-pub fn run(_args: ServeArgs) -> std::process::ExitCode {
-    std::process::ExitCode::from(1)
+pub fn run(args: ServeArgs) -> ExitCode {
+    match serve(&args, crate::builtin_service()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lowlat serve: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Binds, starts, and serves until SIGINT/SIGTERM, then shuts down gracefully. A second signal
+/// exits at once.
+///
+/// # Errors
+/// Bind failures, bad configuration, a worker that failed.
+pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
+    let cfg = args.to_config().map_err(ServerError::Config)?;
+    let workers = cfg.workers;
+    let server = Server::bind(cfg, service)?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(ServerError::Signals)?;
+    let running = server.start()?;
+    let addrs: Vec<String> = running
+        .local_addrs()
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
+    eprintln!(
+        "lowlat serve: listening on {} ({workers} worker{})",
+        addrs.join(" "),
+        if workers == 1 { "" } else { "s" }
+    );
+    let handle = running.shutdown_handle();
+    std::thread::Builder::new()
+        .name("lowlat-signals".into())
+        .spawn(move || {
+            let mut count = 0;
+            for _ in signals.forever() {
+                count += 1;
+                if count == 1 {
+                    handle.shutdown();
+                } else {
+                    std::process::exit(1);
+                }
+            }
+        })
+        .map_err(ServerError::Signals)?;
+    running.wait()
+}
+
+/// Parses a size: `512`, `16k`, `16K`, `16KiB`, `1m`, `1MiB`, `1g` (binary multiples).
+///
+/// # Errors
+/// A message for clap when the text is not a size.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (e.g. 512, 16k, 1m)"))?;
+    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("{text:?} has an unknown unit (use k, m or g)")),
+    };
+    n.checked_mul(multiplier)
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("{text:?} must be between 1 byte and 16 EiB"))
+}
+
+/// Parses a duration: `250ms`, `10s`, `2m`, `1h`; a bare number is seconds.
+///
+/// # Errors
+/// A message for clap when the text is not a duration, or is zero.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 10s, 2m, 1h)"))?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{text:?} has an unknown unit (use ms, s, m or h)")),
+    };
+    if !(seconds > 0.0 && seconds < 1e9) {
+        return Err(format!("{text:?} must be positive"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn parse_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{text:?} is not a positive number")),
+    }
+}
+
+fn parse_max_headers(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=lowlat_http::limits::MAX_HEADERS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a number from 1 to {}",
+            lowlat_http::limits::MAX_HEADERS
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("16k"), Ok(16 * 1024));
+        assert_eq!(parse_size("16KiB"), Ok(16 * 1024));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        for bad in ["", "k", "1x", "-1", "0", "99999999999999g"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "s", "0", "0s", "1d", "-1s", "nan"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

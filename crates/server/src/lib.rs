@@ -1,3 +1,250 @@
-//! lowlat-server (being built).
+//! lowlat's HTTP/1.1 server: a thread-per-core engine and the handlers mounted on it.
+//!
+//! Each worker thread owns an event loop, its listening sockets (`SO_REUSEPORT`), its connections
+//! and their buffers; a request never crosses threads. The codec (`lowlat-http`) parses and
+//! encodes; this crate moves bytes, enforces limits and timeouts, and routes.
+//!
+//! # Layout
+//! - [`config`]: every setting and its default.
+//! - `listener`: binding the per-worker `SO_REUSEPORT` sockets.
+//! - `worker`: one thread's event loop: accept, drive connections, sweep deadlines, shut down.
+//! - `conn`: one connection's read → answer every request → one write cycle, bodies, closing.
+//! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
+//! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
+//! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
+//! - [`builtin`]: `/plaintext` and `/json`.
+//! - [`cli`]: the `lowlat serve` command line.
 
+pub mod builtin;
 pub mod cli;
+pub mod config;
+mod conn;
+pub mod handler;
+mod listener;
+mod pool;
+pub mod router;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+pub use config::ServerConfig;
+pub use handler::{FileBody, Handler, Req, Response};
+pub use router::Router;
+
+/// Builds the router of one worker (called once on each worker thread, so handlers may keep
+/// per-worker state without locks).
+pub type Service = Arc<dyn Fn(&WorkerInfo) -> Router + Send + Sync>;
+
+/// What a worker's router is built for.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerInfo {
+    /// The worker's index, from 0.
+    pub index: usize,
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start worker: {0}")]
+    Worker(std::io::Error),
+    #[error("a worker failed: {0}")]
+    WorkerFailed(String),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// A server whose sockets are bound; [`Server::start`] starts its workers.
+pub struct Server {
+    cfg: Arc<ServerConfig>,
+    listeners: Vec<Vec<std::net::TcpListener>>,
+    addrs: Vec<SocketAddr>,
+    service: Service,
+}
+
+impl Server {
+    /// Binds every listen address for every worker.
+    ///
+    /// # Errors
+    /// [`ServerError::Bind`] when an address cannot be bound; [`ServerError::Config`] for zero
+    /// workers or no address.
+    pub fn bind(cfg: ServerConfig, service: Service) -> Result<Self, ServerError> {
+        if cfg.workers == 0 {
+            return Err(ServerError::Config("--workers must be at least 1".into()));
+        }
+        if cfg.listen.is_empty() {
+            return Err(ServerError::Config("no address to listen on".into()));
+        }
+        let (listeners, addrs) = listener::bind_all(&cfg.listen, cfg.workers, cfg.backlog)
+            .map_err(|(addr, source)| ServerError::Bind { addr, source })?;
+        Ok(Self {
+            cfg: Arc::new(cfg),
+            listeners,
+            addrs,
+            service,
+        })
+    }
+
+    /// The addresses actually bound (port 0 resolved).
+    #[must_use]
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Starts the workers.
+    ///
+    /// # Errors
+    /// When a worker thread or its event loop cannot be created.
+    pub fn start(self) -> Result<Running, ServerError> {
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let cpus = allowed_cpus();
+        let mut wakers = Vec::new();
+        let mut threads = Vec::new();
+        for (index, listeners) in self.listeners.into_iter().enumerate() {
+            let poll = mio::Poll::new().map_err(ServerError::Worker)?;
+            let waker = Arc::new(
+                mio::Waker::new(poll.registry(), worker::WAKER).map_err(ServerError::Worker)?,
+            );
+            wakers.push(waker);
+            let worker = worker::Worker {
+                index,
+                cfg: Arc::clone(&self.cfg),
+                poll,
+                listeners: listeners
+                    .into_iter()
+                    .map(mio::net::TcpListener::from_std)
+                    .collect(),
+                shutdown: Arc::clone(&shutdown),
+            };
+            let service = Arc::clone(&self.service);
+            let pin = self
+                .cfg
+                .pin
+                .then(|| cpus.get(index % cpus.len().max(1)).copied())
+                .flatten();
+            let thread = std::thread::Builder::new()
+                .name(format!("lowlat-worker-{index}"))
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        pin_to_cpu(cpu);
+                    }
+                    let router = service(&WorkerInfo { index });
+                    worker.run(router)
+                })
+                .map_err(ServerError::Worker)?;
+            threads.push(thread);
+        }
+        Ok(Running {
+            addrs: self.addrs,
+            shutdown: ShutdownHandle {
+                flag: shutdown,
+                wakers,
+            },
+            threads,
+        })
+    }
+}
+
+/// Asks a running server to shut down gracefully. Cheap to clone; usable from any thread.
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    flag: Arc<AtomicBool>,
+    wakers: Vec<Arc<mio::Waker>>,
+}
+
+impl ShutdownHandle {
+    /// Stops accepting, lets requests in flight finish (up to the grace period), closes idle
+    /// connections; the workers then exit.
+    pub fn shutdown(&self) {
+        self.flag.store(true, Ordering::Release);
+        for waker in &self.wakers {
+            let _ = waker.wake();
+        }
+    }
+}
+
+/// A started server.
+pub struct Running {
+    addrs: Vec<SocketAddr>,
+    shutdown: ShutdownHandle,
+    threads: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// The addresses the server listens on.
+    #[must_use]
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// A handle that starts a graceful shutdown.
+    #[must_use]
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Waits until every worker has exited.
+    ///
+    /// # Errors
+    /// When a worker's event loop failed.
+    pub fn wait(self) -> Result<(), ServerError> {
+        let mut failure = None;
+        for thread in self.threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failure = Some(e.to_string()),
+                Err(_) => failure = Some("a worker panicked".into()),
+            }
+        }
+        failure.map_or(Ok(()), |f| Err(ServerError::WorkerFailed(f)))
+    }
+}
+
+/// The default service: built-in endpoints only.
+#[must_use]
+pub fn builtin_service() -> Service {
+    Arc::new(|_info: &WorkerInfo| {
+        let mut router = Router::new();
+        builtin::mount(&mut router).expect("built-in routes do not conflict");
+        router
+    })
+}
+
+/// The CPUs this process may run on (honours `taskset`).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `cpu_set_t` is a plain bit array for which all-zero is valid; `sched_getaffinity`
+    // writes at most `size_of::<cpu_set_t>()` bytes into it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size passed is the size of `set`.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut set) };
+    if rc != 0 {
+        return vec![0];
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE, so within the set.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+/// Pins the calling thread to one CPU; failure is ignored (pinning is an optimisation).
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: as in `allowed_cpus`, all-zero is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `CPU_SET` writes one bit of `set`; the caller took `cpu` from the allowed set,
+    // which is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is this thread; the size is the size of `set`.
+    let _ = unsafe {
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set)
+    };
+}

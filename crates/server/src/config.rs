@@ -1,0 +1,83 @@
+//! Everything `lowlat serve` can be told, with its defaults: one struct, built by the CLI or by
+//! tests, read-only once the server starts.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use lowlat_http::request::HeadLimits;
+
+/// Default address: loopback, so a fresh `lowlat serve` is not exposed to the network.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Listen backlog; the kernel caps it at `net.core.somaxconn`.
+pub const DEFAULT_BACKLOG: u32 = 4096;
+/// Open connections per worker; at the limit, new ones wait in the listen backlog.
+pub const DEFAULT_MAX_CONNS_PER_WORKER: usize = 65_536;
+/// How long an idle keep-alive connection is kept (nginx: `keepalive_timeout 75s`).
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(75);
+/// How long the whole request head may take from its first byte (nginx's
+/// `client_header_timeout` is 60s between reads; a total deadline stops slowloris).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest pause between two reads of a request body (nginx: `client_body_timeout 60s`).
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest pause between two writes that make progress (nginx: `send_timeout 60s`).
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long shutdown waits for requests in flight.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// The server's configuration.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Addresses to listen on; every worker gets its own `SO_REUSEPORT` socket for each.
+    pub listen: Vec<SocketAddr>,
+    /// Worker threads, each with its own event loop.
+    pub workers: usize,
+    /// Pin worker `i` to the `i`-th CPU this process may run on.
+    pub pin: bool,
+    pub backlog: u32,
+    pub max_conns_per_worker: usize,
+    /// Limits on the request head.
+    pub head: HeadLimits,
+    /// Largest request body (bytes, after chunked decoding).
+    pub max_body_bytes: u64,
+    pub keepalive_timeout: Duration,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub write_timeout: Duration,
+    /// How long a graceful shutdown waits for requests in flight.
+    pub grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: vec![DEFAULT_LISTEN.parse().expect("valid default address")],
+            workers: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            pin: false,
+            backlog: DEFAULT_BACKLOG,
+            max_conns_per_worker: DEFAULT_MAX_CONNS_PER_WORKER,
+            head: HeadLimits::default(),
+            max_body_bytes: lowlat_http::limits::MAX_BODY_BYTES,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            grace: DEFAULT_GRACE,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The shortest of the timeouts: the sweep for expired connections runs a few times per it.
+    #[must_use]
+    pub fn shortest_timeout(&self) -> Duration {
+        [
+            self.keepalive_timeout,
+            self.header_timeout,
+            self.body_timeout,
+            self.write_timeout,
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(DEFAULT_HEADER_TIMEOUT)
+    }
+}

@@ -1,0 +1,617 @@
+//! One client connection: its buffers, its position in the request/response cycle, its deadline.
+//!
+//! The cycle is a loop in [`Conn::drive`]: flush what is pending, answer every complete request
+//! in the read buffer (pipelining: all their responses go into one output buffer, so a batch
+//! leaves in one `write`), then read more. Under edge-triggered epoll a read that returns less
+//! than the space offered means the socket is drained (the kernel copies all it has), so the
+//! loop stops there instead of paying one more `read` for `EAGAIN` — tokio makes the same
+//! inference. Reading also stops while output is blocked, so a client that pipelines without
+//! reading its answers gets back-pressure, not an ever-growing buffer.
+//!
+//! Invariants: a connection holds a pooled buffer only while it has bytes in it (an idle
+//! keep-alive connection holds none); after a [`ParseError`] nothing more is read as a request
+//! and the connection is closed once the error response is out.
+
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use lowlat_http::body::{BodyFraming, ChunkedDecoder};
+use lowlat_http::request::{header_slots, parse_request};
+use lowlat_http::{ParseError, Status, Version};
+use mio::net::TcpStream;
+
+use crate::handler::{FileBody, Response};
+use crate::worker::WorkerCtx;
+
+/// Stop answering pipelined requests once this much output is waiting; the rest are answered
+/// after it is written. Bounds the output buffer of a client that pipelines thousands.
+const OUTPUT_HIGH_WATER: usize = 256 * 1024;
+
+/// Most bytes `sendfile` sends for one connection before the worker turns to the others, so a
+/// fast reader of a big file cannot monopolise the loop.
+const SENDFILE_TURN_BYTES: u64 = 512 * 1024;
+
+/// How long a closing connection reads and discards what the client still sends, so the close
+/// does not become a reset that destroys the response in flight (nginx: `lingering_time`).
+const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Extra raw bytes allowed beyond the decoded body limit for chunked framing (sizes, CRLFs).
+const CHUNK_FRAMING_ALLOWANCE: usize = 64 * 1024;
+
+/// What the connection is waiting for; decides which timeout applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Between requests (keep-alive timeout).
+    Idle,
+    /// Inside a request head (header timeout, from its first byte).
+    Head,
+    /// Inside a request body (body timeout, between reads).
+    Body,
+    /// For the client to read what we wrote (write timeout, between writes).
+    Write,
+    /// For the client to close after our close (linger timeout).
+    Linger,
+}
+
+/// What `drive` should do next after a read.
+enum ReadOutcome {
+    Data,
+    Drained,
+    Closed,
+}
+
+/// State kept only while a chunked body is being received.
+struct ChunkState {
+    decoder: ChunkedDecoder,
+    /// Decoded body so far.
+    data: Vec<u8>,
+    /// Raw bytes after the head already fed to the decoder.
+    scanned: usize,
+}
+
+/// One client connection.
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
+    /// Read buffer, fully initialised; `rlen` bytes of it hold data. Empty (no capacity) while
+    /// the connection has no unanswered bytes.
+    rbuf: Vec<u8>,
+    rlen: usize,
+    /// Output waiting to be written; `wpos` bytes of it already were.
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// A file region to send after `wbuf`.
+    file: Option<Box<FileBody>>,
+    chunk: Option<Box<ChunkState>>,
+    /// The socket may have more to read (the last read filled the buffer, or an event said so).
+    read_ready: bool,
+    /// Bytes arrived since the last parse attempt, or a pause (file, high water) ended.
+    unparsed: bool,
+    /// A request's body is being received.
+    body_pending: bool,
+    /// `100 Continue` was sent for the request being received.
+    continue_sent: bool,
+    /// The socket's send buffer is full; wait for a writable event.
+    write_blocked: bool,
+    /// Close once the output is written.
+    closing: bool,
+    /// Read and discard after closing our side, until the client closes.
+    lingering: bool,
+    /// The connection is finished; the worker removes it.
+    pub(crate) closed: bool,
+    /// When the current request head started arriving.
+    head_started: Instant,
+    pub(crate) wait: Wait,
+    pub(crate) deadline: Instant,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: TcpStream, now: Instant, keepalive: Duration) -> Self {
+        Self {
+            stream,
+            rbuf: Vec::new(),
+            rlen: 0,
+            wbuf: Vec::new(),
+            wpos: 0,
+            file: None,
+            chunk: None,
+            read_ready: false,
+            unparsed: false,
+            body_pending: false,
+            continue_sent: false,
+            write_blocked: false,
+            closing: false,
+            lingering: false,
+            closed: false,
+            head_started: now,
+            wait: Wait::Idle,
+            deadline: now + keepalive,
+        }
+    }
+
+    /// Whether the connection sits between requests with nothing buffered.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.rlen == 0 && self.wbuf.len() == self.wpos && self.file.is_none() && !self.closing
+    }
+
+    /// Handles a readiness event.
+    pub(crate) fn on_event(&mut self, ctx: &mut WorkerCtx<'_>, readable: bool, writable: bool) {
+        if readable {
+            self.read_ready = true;
+        }
+        if writable {
+            self.write_blocked = false;
+        }
+        self.drive(ctx);
+    }
+
+    /// Makes all the progress possible without blocking, then arms the right deadline.
+    pub(crate) fn drive(&mut self, ctx: &mut WorkerCtx<'_>) {
+        loop {
+            if self.closed {
+                return;
+            }
+            if !self.flush(ctx) {
+                break;
+            }
+            if self.closing {
+                self.finish_close(ctx);
+                if self.closed || !self.read_ready {
+                    break;
+                }
+                // Lingering: discard what the client still sends.
+                match self.read(ctx) {
+                    ReadOutcome::Data => continue,
+                    ReadOutcome::Drained | ReadOutcome::Closed => break,
+                }
+            }
+            if self.unparsed && self.rlen > 0 {
+                self.process(ctx);
+                if !self.wbuf.is_empty() || self.file.is_some() || self.closing {
+                    continue;
+                }
+            }
+            if !self.read_ready {
+                break;
+            }
+            match self.read(ctx) {
+                ReadOutcome::Data | ReadOutcome::Drained => {}
+                ReadOutcome::Closed => return,
+            }
+        }
+        if self.closed {
+            return;
+        }
+        self.release_idle_buffers(ctx);
+        self.arm_deadline(ctx);
+    }
+
+    /// One `read(2)` into the spare room of the read buffer.
+    fn read(&mut self, ctx: &mut WorkerCtx<'_>) -> ReadOutcome {
+        if self.rbuf.is_empty() {
+            self.rbuf = ctx.pool.take_read();
+        }
+        if self.rlen == self.rbuf.len() && !self.grow_read_buffer(ctx) {
+            return ReadOutcome::Closed;
+        }
+        let spare = self.rbuf.len() - self.rlen;
+        loop {
+            return match self.stream.read(&mut self.rbuf[self.rlen..]) {
+                Ok(0) => {
+                    self.close_now(ctx);
+                    ReadOutcome::Closed
+                }
+                Ok(n) => {
+                    if self.lingering {
+                        // Discarded: only the client's close matters now.
+                        self.read_ready = n == spare;
+                        return if self.read_ready {
+                            ReadOutcome::Data
+                        } else {
+                            ReadOutcome::Drained
+                        };
+                    }
+                    if self.rlen == 0 {
+                        self.head_started = ctx.now;
+                    }
+                    self.rlen += n;
+                    self.unparsed = true;
+                    if n < spare {
+                        self.read_ready = false;
+                        ReadOutcome::Drained
+                    } else {
+                        ReadOutcome::Data
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.read_ready = false;
+                    ReadOutcome::Drained
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.close_now(ctx);
+                    ReadOutcome::Closed
+                }
+            };
+        }
+    }
+
+    /// Makes room in a full read buffer, up to what the request being read may need. Past that
+    /// the parser has already refused the request, so this only fails for an over-long chunked
+    /// body, which gets its 413 here.
+    fn grow_read_buffer(&mut self, ctx: &mut WorkerCtx<'_>) -> bool {
+        let cfg = ctx.cfg;
+        let max_body = usize::try_from(cfg.max_body_bytes).unwrap_or(usize::MAX);
+        let limit = if self.body_pending {
+            cfg.head
+                .max_head_bytes
+                .saturating_add(max_body.saturating_mul(2))
+                .saturating_add(CHUNK_FRAMING_ALLOWANCE)
+        } else {
+            cfg.head.max_head_bytes + 1
+        };
+        if self.rbuf.len() >= limit {
+            self.fail(ctx, ParseError::BodyTooLarge);
+            self.drive_close(ctx);
+            return false;
+        }
+        let new_len = self.rbuf.len().saturating_mul(2).min(limit);
+        self.rbuf.resize(new_len, 0);
+        true
+    }
+
+    /// Answers every complete request at the start of the read buffer.
+    fn process(&mut self, ctx: &mut WorkerCtx<'_>) {
+        self.unparsed = false;
+        let mut pos = 0;
+        while pos < self.rlen
+            && !self.closing
+            && self.file.is_none()
+            && self.wbuf.len() < OUTPUT_HIGH_WATER
+        {
+            let buf = &self.rbuf[pos..self.rlen];
+            let mut slots = header_slots();
+            let req = match parse_request(buf, &mut slots, &ctx.cfg.head) {
+                Ok(Status::Complete(req)) => req,
+                Ok(Status::Partial) => break,
+                Err(e) => {
+                    Self::write_error(&mut self.wbuf, ctx, e);
+                    self.closing = true;
+                    self.lingering = true;
+                    pos = self.rlen;
+                    break;
+                }
+            };
+            // Delimit the body; if it is not all here yet, wait for it.
+            let (body, consumed): (&[u8], usize) = match req.framing {
+                BodyFraming::None => (&[], req.head_len),
+                BodyFraming::Length(n) => {
+                    if n > ctx.cfg.max_body_bytes {
+                        Self::write_error(&mut self.wbuf, ctx, ParseError::BodyTooLarge);
+                        self.closing = true;
+                        self.lingering = true;
+                        pos = self.rlen;
+                        break;
+                    }
+                    // n <= max_body_bytes, which fits in memory by construction.
+                    let total = req.head_len + usize::try_from(n).unwrap_or(usize::MAX);
+                    if buf.len() < total {
+                        self.await_body(ctx, req.expect_continue);
+                        if pos > 0 || total > self.rbuf.len() {
+                            // Make room for the whole body at once.
+                            let need = total.max(self.rbuf.len());
+                            self.rbuf.copy_within(pos..self.rlen, 0);
+                            self.rlen -= pos;
+                            self.rbuf.resize(need, 0);
+                            return;
+                        }
+                        break;
+                    }
+                    (&buf[req.head_len..total], total)
+                }
+                BodyFraming::Chunked => {
+                    let state = self.chunk.get_or_insert_with(|| {
+                        Box::new(ChunkState {
+                            decoder: ChunkedDecoder::new(ctx.cfg.max_body_bytes),
+                            data: Vec::new(),
+                            scanned: 0,
+                        })
+                    });
+                    let ChunkState {
+                        decoder,
+                        data,
+                        scanned,
+                    } = &mut **state;
+                    match decoder.decode(&buf[req.head_len + *scanned..], |d| {
+                        data.extend_from_slice(d);
+                    }) {
+                        Err(e) => {
+                            Self::write_error(&mut self.wbuf, ctx, e);
+                            self.closing = true;
+                            self.lingering = true;
+                            pos = self.rlen;
+                            break;
+                        }
+                        Ok(progress) => {
+                            *scanned += progress.consumed;
+                            if !progress.done {
+                                self.await_body(ctx, req.expect_continue);
+                                break;
+                            }
+                            (&data[..], req.head_len + *scanned)
+                        }
+                    }
+                }
+            };
+            self.body_pending = false;
+            self.continue_sent = false;
+
+            if self.wbuf.capacity() == 0 {
+                self.wbuf = ctx.pool.take_write();
+            }
+            let keep_alive = req.keep_alive && !ctx.shutting_down;
+            let mut res = Response::new(
+                &mut self.wbuf,
+                ctx.scratch,
+                ctx.date.get(),
+                req.is_head(),
+                keep_alive,
+                req.version,
+            );
+            ctx.router.dispatch(&req, body, ctx.worker, &mut res);
+            let (sent, close, file) = res.finish();
+            if !sent {
+                Self::write_status(&mut self.wbuf, ctx, 500, req.version, true);
+            }
+            pos += consumed;
+            self.chunk = None;
+            if close || !keep_alive || !sent {
+                self.closing = true;
+                // Unread bytes (pipelined after a close) would turn our close into a reset.
+                self.lingering = pos < self.rlen;
+                pos = self.rlen;
+            }
+            if let Some(file) = file {
+                self.file = Some(Box::new(file));
+            }
+        }
+        if pos > 0 {
+            self.rbuf.copy_within(pos..self.rlen, 0);
+            self.rlen -= pos;
+            if self.rlen > 0 {
+                // What is left is the start of the next request.
+                self.head_started = ctx.now;
+                // Stopped early (file, high water): the rest is parsed after the flush.
+                self.unparsed = self.file.is_some() || self.wbuf.len() >= OUTPUT_HIGH_WATER;
+            }
+        }
+    }
+
+    /// A request's body is incomplete: note it, and ask for it if the client waits to be asked.
+    fn await_body(&mut self, ctx: &mut WorkerCtx<'_>, expect_continue: bool) {
+        self.body_pending = true;
+        if expect_continue && !self.continue_sent {
+            self.continue_sent = true;
+            if self.wbuf.capacity() == 0 {
+                self.wbuf = ctx.pool.take_write();
+            }
+            self.wbuf
+                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+    }
+
+    /// Writes the response for a refused request (the connection closes after it).
+    fn write_error(wbuf: &mut Vec<u8>, ctx: &mut WorkerCtx<'_>, e: ParseError) {
+        Self::write_status(wbuf, ctx, e.status(), Version::Http11, true);
+    }
+
+    fn write_status(
+        wbuf: &mut Vec<u8>,
+        ctx: &mut WorkerCtx<'_>,
+        status: u16,
+        version: Version,
+        close: bool,
+    ) {
+        if wbuf.capacity() == 0 {
+            *wbuf = ctx.pool.take_write();
+        }
+        let mut res = Response::new(wbuf, ctx.scratch, ctx.date.get(), false, !close, version);
+        res.send_status(status);
+        let _ = res.finish();
+    }
+
+    /// Writes an error response outside of `process` (timeouts, over-long bodies).
+    pub(crate) fn fail(&mut self, ctx: &mut WorkerCtx<'_>, e: ParseError) {
+        if !self.closing {
+            // Whatever was half-received is abandoned.
+            self.rlen = 0;
+            self.body_pending = false;
+            self.chunk = None;
+            Self::write_error(&mut self.wbuf, ctx, e);
+            self.closing = true;
+        }
+    }
+
+    /// After [`Conn::fail`] from a timer: try to get the error out once, then close.
+    pub(crate) fn drive_close(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let _ = self.flush(ctx);
+        self.close_now(ctx);
+    }
+
+    /// Writes pending output and file data. Returns true when everything is written.
+    fn flush(&mut self, ctx: &mut WorkerCtx<'_>) -> bool {
+        if self.write_blocked {
+            return false;
+        }
+        while self.wpos < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => {
+                    self.close_now(ctx);
+                    return false;
+                }
+                Ok(n) => {
+                    self.wpos += n;
+                    if self.wpos < self.wbuf.len() {
+                        // A short write means the send buffer is full: wait for writable.
+                        self.write_blocked = true;
+                        return false;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.write_blocked = true;
+                    return false;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close_now(ctx);
+                    return false;
+                }
+            }
+        }
+        if self.wpos > 0 {
+            self.wbuf.clear();
+            self.wpos = 0;
+        }
+        if self.file.is_some() {
+            return self.send_file(ctx);
+        }
+        true
+    }
+
+    /// Sends the pending file region with `sendfile(2)`, a turn's worth at a time.
+    fn send_file(&mut self, ctx: &mut WorkerCtx<'_>) -> bool {
+        let Some(file) = self.file.as_mut() else {
+            return true;
+        };
+        let mut sent_this_turn = 0u64;
+        while file.len > 0 {
+            if sent_this_turn >= SENDFILE_TURN_BYTES {
+                ctx.deferred.push(ctx.token);
+                return false;
+            }
+            let chunk = file.len.min(SENDFILE_TURN_BYTES);
+            let Ok(mut offset) = libc::off_t::try_from(file.offset) else {
+                self.close_now(ctx);
+                return false;
+            };
+            // SAFETY: both descriptors are open for the duration of the call (the stream and the
+            // `Rc<File>` are owned here), `offset` is a valid `off_t` we own, and `sendfile` does
+            // not retain any pointer after returning.
+            let n = unsafe {
+                libc::sendfile(
+                    self.stream.as_raw_fd(),
+                    file.file.as_raw_fd(),
+                    &raw mut offset,
+                    usize::try_from(chunk).unwrap_or(usize::MAX),
+                )
+            };
+            match n {
+                n if n > 0 => {
+                    let n = n.unsigned_abs() as u64;
+                    file.offset += n;
+                    file.len -= n;
+                    sent_this_turn += n;
+                }
+                0 => {
+                    // The file is shorter than the Content-Length we announced: closing is the
+                    // only way to not send a body of the wrong length.
+                    self.close_now(ctx);
+                    return false;
+                }
+                _ => {
+                    let err = io::Error::last_os_error();
+                    match err.kind() {
+                        io::ErrorKind::WouldBlock => {
+                            self.write_blocked = true;
+                            return false;
+                        }
+                        io::ErrorKind::Interrupted => {}
+                        _ => {
+                            self.close_now(ctx);
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+        self.file = None;
+        // Requests pipelined behind the file can be answered now.
+        self.unparsed = self.rlen > 0;
+        true
+    }
+
+    /// All output is written and the connection is to close: close now, or half-close and linger
+    /// when the client may still be sending (so it reads our answer instead of a reset).
+    fn finish_close(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if !self.lingering {
+            self.close_now(ctx);
+            return;
+        }
+        if self.wait != Wait::Linger {
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+            self.wait = Wait::Linger;
+            self.deadline = ctx.now + LINGER_TIMEOUT;
+            self.rlen = 0;
+        }
+    }
+
+    /// Closes the socket; the worker removes the connection.
+    pub(crate) fn close_now(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let _ = ctx.registry.deregister(&mut self.stream);
+        self.give_back(ctx);
+    }
+
+    fn give_back(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if !self.rbuf.is_empty() {
+            ctx.pool.give_read(std::mem::take(&mut self.rbuf));
+        }
+        if self.wbuf.capacity() > 0 {
+            ctx.pool.give_write(std::mem::take(&mut self.wbuf));
+        }
+        self.rlen = 0;
+        self.wpos = 0;
+    }
+
+    /// Idle keep-alive connections hold no buffers.
+    fn release_idle_buffers(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if self.rlen == 0 && !self.rbuf.is_empty() && !self.body_pending {
+            ctx.pool.give_read(std::mem::take(&mut self.rbuf));
+        }
+        if self.wbuf.is_empty() && self.wbuf.capacity() > 0 {
+            ctx.pool.give_write(std::mem::take(&mut self.wbuf));
+        }
+    }
+
+    /// Sets the deadline for what the connection now waits for.
+    fn arm_deadline(&mut self, ctx: &WorkerCtx<'_>) {
+        let cfg = ctx.cfg;
+        let (wait, deadline) = if self.closing && self.lingering && self.wait == Wait::Linger {
+            return;
+        } else if self.write_blocked {
+            (Wait::Write, ctx.now + cfg.write_timeout)
+        } else if self.body_pending {
+            (Wait::Body, ctx.now + cfg.body_timeout)
+        } else if self.rlen > 0 {
+            (Wait::Head, self.head_started + cfg.header_timeout)
+        } else {
+            (Wait::Idle, ctx.now + cfg.keepalive_timeout)
+        };
+        self.wait = wait;
+        self.deadline = deadline;
+    }
+
+    /// The deadline passed: answer 408 where a request was under way, and close.
+    pub(crate) fn expire(&mut self, ctx: &mut WorkerCtx<'_>) {
+        match self.wait {
+            Wait::Head | Wait::Body => {
+                self.fail(ctx, ParseError::Timeout);
+                self.drive_close(ctx);
+            }
+            Wait::Idle | Wait::Write | Wait::Linger => self.close_now(ctx),
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! What a handler sees and how it answers: [`Req`] (the parsed head, the body, route parameters,
+//! the worker's identity) and [`Response`] (which encodes straight into the connection's output
+//! buffer, so pipelined responses pile up in one buffer and leave in one write).
+//!
+//! Handlers are built per worker (see [`crate::Service`]) and called with `&mut self`: per-worker
+//! state such as a file cache needs no lock. Anything shared across workers is the handler's own
+//! business (atomics, `Arc`).
+
+use std::fs::File;
+use std::rc::Rc;
+
+use lowlat_http::request::{Method, Request};
+use lowlat_http::response::{ConnectionHeader, ResponseHead};
+use lowlat_http::Version;
+
+/// A request as handed to a handler.
+pub struct Req<'a, 'h, 'b> {
+    /// The parsed head.
+    pub head: &'a Request<'h, 'b>,
+    /// The whole body (decoded if it was chunked); empty when there was none.
+    pub body: &'a [u8],
+    /// Route parameters, by name, in route order.
+    pub params: &'a [(&'a str, &'a str)],
+    /// Index of the worker thread serving it.
+    pub worker: usize,
+}
+
+impl<'b> Req<'_, '_, 'b> {
+    /// The request method.
+    #[must_use]
+    pub fn method(&self) -> Method {
+        self.head.method
+    }
+
+    /// The path of the request-target, still percent-encoded.
+    #[must_use]
+    pub fn path(&self) -> &'b str {
+        self.head.path
+    }
+
+    /// The first header field with this name (ASCII case-insensitive).
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&'b [u8]> {
+        self.head.header(name)
+    }
+
+    /// A route parameter by name.
+    #[must_use]
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+    }
+}
+
+/// A file region to be sent with `sendfile(2)` after the head.
+#[derive(Debug)]
+pub struct FileBody {
+    pub file: Rc<File>,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// The answer being written for one request.
+pub struct Response<'a> {
+    out: &'a mut Vec<u8>,
+    scratch: &'a mut Vec<u8>,
+    date: &'a [u8],
+    head_only: bool,
+    connection: ConnectionHeader,
+    sent: bool,
+    close: bool,
+    file: Option<FileBody>,
+}
+
+impl<'a> Response<'a> {
+    pub(crate) fn new(
+        out: &'a mut Vec<u8>,
+        scratch: &'a mut Vec<u8>,
+        date: &'a [u8],
+        head_only: bool,
+        keep_alive: bool,
+        version: Version,
+    ) -> Self {
+        let connection = match (keep_alive, version) {
+            (false, _) => ConnectionHeader::Close,
+            (true, Version::Http11) => ConnectionHeader::None,
+            (true, Version::Http10) => ConnectionHeader::KeepAlive,
+        };
+        Self {
+            out,
+            scratch,
+            date,
+            head_only,
+            connection,
+            sent: false,
+            close: false,
+            file: None,
+        }
+    }
+
+    /// Whether only the head will be sent (the request was `HEAD`).
+    #[must_use]
+    pub fn head_only(&self) -> bool {
+        self.head_only
+    }
+
+    /// Closes the connection after this response (adds `Connection: close`).
+    pub fn close_connection(&mut self) {
+        self.close = true;
+        self.connection = ConnectionHeader::Close;
+    }
+
+    /// Sends a complete response with a body from memory. The body is omitted for `HEAD`.
+    pub fn send(&mut self, status: u16, content_type: &[u8], body: &[u8]) {
+        self.send_with(status, Some(content_type), b"", body);
+    }
+
+    /// Like [`Response::send`], with extra header lines (each ending in CRLF) and an optional type.
+    pub fn send_with(
+        &mut self,
+        status: u16,
+        content_type: Option<&[u8]>,
+        extra: &[u8],
+        body: &[u8],
+    ) {
+        if self.sent {
+            return;
+        }
+        self.sent = true;
+        let head = ResponseHead {
+            connection: self.connection,
+            extra,
+            ..ResponseHead::new(status, content_type, body.len() as u64)
+        };
+        head.encode(self.date, self.out);
+        if !self.head_only {
+            self.out.extend_from_slice(body);
+        }
+    }
+
+    /// Sends a head only, with the given `Content-Length` (or none for 304), whatever the method.
+    pub fn send_head(
+        &mut self,
+        status: u16,
+        content_type: Option<&[u8]>,
+        extra: &[u8],
+        length: Option<u64>,
+    ) {
+        if self.sent {
+            return;
+        }
+        self.sent = true;
+        let head = ResponseHead {
+            connection: self.connection,
+            extra,
+            send_length: length.is_some(),
+            ..ResponseHead::new(status, content_type, length.unwrap_or(0))
+        };
+        head.encode(self.date, self.out);
+    }
+
+    /// Renders a body with `render` into a reused scratch buffer, then sends it: for bodies built
+    /// per request (JSON, templates) without an allocation per request.
+    pub fn render<E>(
+        &mut self,
+        status: u16,
+        content_type: &[u8],
+        extra: &[u8],
+        render: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut scratch = std::mem::take(self.scratch);
+        scratch.clear();
+        let rendered = render(&mut scratch);
+        if rendered.is_ok() {
+            self.send_with(status, Some(content_type), extra, &scratch);
+        }
+        *self.scratch = scratch;
+        rendered
+    }
+
+    /// Sends a head, then `file.len` bytes of the file from `file.offset` with `sendfile(2)`. The
+    /// connection sends nothing after it until the region is sent; if the file turns out shorter
+    /// than announced, the connection is closed rather than send a body of the wrong length.
+    pub fn send_file(
+        &mut self,
+        status: u16,
+        content_type: Option<&[u8]>,
+        extra: &[u8],
+        file: FileBody,
+    ) {
+        if self.sent {
+            return;
+        }
+        self.send_head(status, content_type, extra, Some(file.len));
+        if !self.head_only && file.len > 0 {
+            self.file = Some(file);
+        }
+    }
+
+    /// A plain-text error or status page: `<status> <reason>\n`.
+    pub fn send_status(&mut self, status: u16) {
+        self.send_status_with(status, b"");
+    }
+
+    /// [`Response::send_status`] with extra header lines (e.g. `Allow`, `Location`).
+    pub fn send_status_with(&mut self, status: u16, extra: &[u8]) {
+        let mut body = [0u8; 64];
+        let len = status_body(status, &mut body);
+        self.send_with(
+            status,
+            Some(b"text/plain; charset=utf-8"),
+            extra,
+            &body[..len],
+        );
+    }
+
+    /// Whether a response was written.
+    #[must_use]
+    pub fn is_sent(&self) -> bool {
+        self.sent
+    }
+
+    pub(crate) fn finish(self) -> (bool, bool, Option<FileBody>) {
+        (self.sent, self.close, self.file)
+    }
+}
+
+/// Writes `"404 Not Found\n"` into `buf`, returns its length.
+fn status_body(status: u16, buf: &mut [u8; 64]) -> usize {
+    let reason = lowlat_http::response::reason(status).as_bytes();
+    let mut code = itoa::Buffer::new();
+    let code = code.format(status).as_bytes();
+    let mut len = 0;
+    for part in [code, b" ", reason, b"\n"] {
+        let n = part.len().min(buf.len() - len);
+        buf[len..len + n].copy_from_slice(&part[..n]);
+        len += n;
+    }
+    len
+}
+
+/// Something that answers requests. Built per worker, so `&mut self` needs no lock.
+pub trait Handler {
+    /// Answers `req` through `res`. A handler that returns without answering gets a 500.
+    fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>);
+}
+
+impl<F> Handler for F
+where
+    F: FnMut(&Req<'_, '_, '_>, &mut Response<'_>),
+{
+    fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
+        self(req, res);
+    }
+}

@@ -1,0 +1,276 @@
+//! One worker thread: its own epoll instance (through mio), its own `SO_REUSEPORT` listening
+//! sockets, its own connections, buffers, router and date cache. Nothing on the request path is
+//! shared with another worker — no lock, channel or queue — so workers scale with cores.
+//!
+//! The loop: wait for events (at most until the next timer sweep), accept, drive each ready
+//! connection, continue large file sends that yielded their turn, and every so often sweep the
+//! connections for expired deadlines. A connection limit or `EMFILE` pauses accepting (new
+//! connections wait in the backlog) without spinning: accepting resumes when a connection closes
+//! or after a short back-off.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lowlat_http::date::DateCache;
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Registry, Token};
+use slab::Slab;
+
+use crate::config::ServerConfig;
+use crate::conn::{Conn, Wait};
+use crate::pool::BufferPool;
+use crate::router::Router;
+
+/// Token of the waker that announces shutdown.
+pub(crate) const WAKER: Token = Token(usize::MAX - 1);
+/// Tokens below this are listeners (one per listen address); connections start here.
+const FIRST_CONN: usize = 1024;
+/// How long accepting pauses after `EMFILE`/`ENFILE`/`ENOBUFS` before it is tried again.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Events taken from epoll per wait.
+const EVENTS_CAPACITY: usize = 1024;
+
+/// What a connection may use of its worker while it is driven.
+pub(crate) struct WorkerCtx<'a> {
+    pub(crate) cfg: &'a ServerConfig,
+    pub(crate) registry: &'a Registry,
+    pub(crate) pool: &'a mut BufferPool,
+    pub(crate) router: &'a mut Router,
+    pub(crate) date: &'a DateCache,
+    /// Reused buffer for rendering bodies.
+    pub(crate) scratch: &'a mut Vec<u8>,
+    /// Connections to drive again after this turn (their file send yielded).
+    pub(crate) deferred: &'a mut Vec<Token>,
+    /// The connection being driven.
+    pub(crate) token: Token,
+    pub(crate) worker: usize,
+    pub(crate) now: Instant,
+    pub(crate) shutting_down: bool,
+}
+
+/// A worker, ready to run on its own thread.
+pub(crate) struct Worker {
+    pub(crate) index: usize,
+    pub(crate) cfg: Arc<ServerConfig>,
+    pub(crate) poll: Poll,
+    pub(crate) listeners: Vec<TcpListener>,
+    pub(crate) shutdown: Arc<AtomicBool>,
+}
+
+impl Worker {
+    /// Runs the event loop until shutdown completes.
+    pub(crate) fn run(mut self, mut router: Router) -> io::Result<()> {
+        let cfg = Arc::clone(&self.cfg);
+        let cfg = &*cfg;
+        for (i, l) in self.listeners.iter_mut().enumerate() {
+            self.poll
+                .registry()
+                .register(l, Token(i), Interest::READABLE)?;
+        }
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        let mut conns: Slab<Conn> = Slab::new();
+        let mut pool = BufferPool::default();
+        let mut date = DateCache::new();
+        let mut scratch = Vec::new();
+        let mut deferred = Vec::new();
+        let mut deferred_now = Vec::new();
+        let sweep_every =
+            (cfg.shortest_timeout() / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut next_sweep = Instant::now() + sweep_every;
+        let mut accept_paused = false;
+        let mut accept_retry_at: Option<Instant> = None;
+        let mut shutting_down = false;
+        let mut grace_deadline = None;
+
+        loop {
+            let now = Instant::now();
+            let timeout = if deferred.is_empty() {
+                next_sweep.saturating_duration_since(now)
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            let now = Instant::now();
+            date.refresh();
+
+            if !shutting_down && self.shutdown.load(Ordering::Acquire) {
+                shutting_down = true;
+                grace_deadline = Some(now + cfg.grace);
+                for l in &mut self.listeners {
+                    let _ = self.poll.registry().deregister(l);
+                }
+                self.listeners.clear();
+                next_sweep = now; // close idle connections right away
+            }
+
+            for event in &events {
+                let token = event.token();
+                if token == WAKER {
+                    continue;
+                }
+                if token.0 < FIRST_CONN {
+                    if !shutting_down && !accept_paused {
+                        let listener = &self.listeners[token.0];
+                        let paused =
+                            accept_all(listener, &mut conns, self.poll.registry(), cfg, now);
+                        if let Some(paused) = paused {
+                            accept_paused = true;
+                            accept_retry_at = paused.then_some(now + ACCEPT_BACKOFF);
+                        }
+                    }
+                    continue;
+                }
+                let key = token.0 - FIRST_CONN;
+                let Some(conn) = conns.get_mut(key) else {
+                    continue;
+                };
+                let mut ctx = WorkerCtx {
+                    cfg,
+                    registry: self.poll.registry(),
+                    pool: &mut pool,
+                    router: &mut router,
+                    date: &date,
+                    scratch: &mut scratch,
+                    deferred: &mut deferred,
+                    token,
+                    worker: self.index,
+                    now,
+                    shutting_down,
+                };
+                let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                conn.on_event(
+                    &mut ctx,
+                    readable,
+                    event.is_writable() || event.is_write_closed(),
+                );
+                if conn.closed {
+                    conns.remove(key);
+                }
+            }
+
+            // File sends that yielded their turn continue now.
+            std::mem::swap(&mut deferred, &mut deferred_now);
+            for token in deferred_now.drain(..) {
+                let key = token.0 - FIRST_CONN;
+                let Some(conn) = conns.get_mut(key) else {
+                    continue;
+                };
+                let mut ctx = WorkerCtx {
+                    cfg,
+                    registry: self.poll.registry(),
+                    pool: &mut pool,
+                    router: &mut router,
+                    date: &date,
+                    scratch: &mut scratch,
+                    deferred: &mut deferred,
+                    token,
+                    worker: self.index,
+                    now,
+                    shutting_down,
+                };
+                conn.drive(&mut ctx);
+                if conn.closed {
+                    conns.remove(key);
+                }
+            }
+
+            if now >= next_sweep {
+                next_sweep = now + sweep_every;
+                let mut ctx = WorkerCtx {
+                    cfg,
+                    registry: self.poll.registry(),
+                    pool: &mut pool,
+                    router: &mut router,
+                    date: &date,
+                    scratch: &mut scratch,
+                    deferred: &mut deferred,
+                    token: Token(0),
+                    worker: self.index,
+                    now,
+                    shutting_down,
+                };
+                conns.retain(|key, conn| {
+                    ctx.token = Token(key + FIRST_CONN);
+                    if now >= conn.deadline
+                        || (shutting_down && conn.wait == Wait::Idle && conn.is_idle())
+                    {
+                        conn.expire(&mut ctx);
+                    }
+                    !conn.closed
+                });
+            }
+
+            if shutting_down {
+                if conns.is_empty() || grace_deadline.is_some_and(|d| now >= d) {
+                    return Ok(());
+                }
+                continue;
+            }
+
+            // Resume accepting once below the limit, or after the EMFILE back-off.
+            if accept_paused
+                && conns.len() < cfg.max_conns_per_worker
+                && accept_retry_at.is_none_or(|t| now >= t)
+            {
+                accept_paused = false;
+                accept_retry_at = None;
+                for listener in &self.listeners {
+                    if let Some(paused) =
+                        accept_all(listener, &mut conns, self.poll.registry(), cfg, now)
+                    {
+                        accept_paused = true;
+                        accept_retry_at = paused.then_some(now + ACCEPT_BACKOFF);
+                        break;
+                    }
+                }
+            }
+            if accept_retry_at.is_some() {
+                next_sweep = next_sweep.min(accept_retry_at.unwrap_or(next_sweep));
+            }
+        }
+    }
+}
+
+/// Accepts until the backlog is empty. Returns `Some(false)` when the connection limit stopped
+/// it, `Some(true)` when the process ran out of descriptors or memory (back off), `None` when
+/// the backlog was drained.
+fn accept_all(
+    listener: &TcpListener,
+    conns: &mut Slab<Conn>,
+    registry: &Registry,
+    cfg: &ServerConfig,
+    now: Instant,
+) -> Option<bool> {
+    loop {
+        if conns.len() >= cfg.max_conns_per_worker {
+            return Some(false);
+        }
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                let entry = conns.vacant_entry();
+                let token = Token(entry.key() + FIRST_CONN);
+                if registry
+                    .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                    .is_ok()
+                {
+                    entry.insert(Conn::new(stream, now, cfg.keepalive_timeout));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+            Err(e) => match e.raw_os_error() {
+                // The client gave up before we accepted it, or a signal: take the next one.
+                Some(libc::ECONNABORTED | libc::EINTR | libc::EPROTO | libc::EPERM) => {}
+                // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) or anything
+                // unexpected: back off instead of spinning on an error that will repeat.
+                _ => return Some(true),
+            },
+        }
+    }
+}
