@@ -5,8 +5,11 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use crate::config::{self, ServerConfig};
-use crate::{Server, ServerError, Service};
+use crate::router::{RouteError, Router};
+use crate::{Server, ServerError, Service, WorkerInfo};
 
 /// Arguments of `lowlat serve`.
 #[derive(Debug, clap::Args)]
@@ -54,6 +57,10 @@ pub struct ServeArgs {
     /// On SIGINT/SIGTERM, how long requests in flight may take to finish
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
+    #[command(flatten)]
+    pub files: crate::files::FilesArgs,
+    #[command(flatten)]
+    pub app: crate::app::AppArgs,
 }
 
 impl ServeArgs {
@@ -93,13 +100,44 @@ impl ServeArgs {
 /// Runs `lowlat serve`; returns the process exit code.
 #[must_use]
 pub fn run(args: ServeArgs) -> ExitCode {
-    match serve(&args, crate::builtin_service()) {
+    let service = match service(&args) {
+        Ok(service) => service,
+        Err(e) => {
+            eprintln!("lowlat serve: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match serve(&args, service) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lowlat serve: {e}");
             ExitCode::from(1)
         }
     }
+}
+
+/// The service `lowlat serve` runs: the built-in endpoints, the dynamic app (unless turned off),
+/// and static files for every path no route claims.
+///
+/// # Errors
+/// A one-line reason when the static or app flags are unusable.
+pub fn service(args: &ServeArgs) -> Result<Service, String> {
+    let files = crate::files::FilesConfig::from_args(&args.files)?;
+    let app = crate::app::AppShared::from_args(&args.app)?;
+    // Check once, here, that the routes fit together, so the per-worker builds cannot fail.
+    let build = move |info: &WorkerInfo| -> Result<Router, RouteError> {
+        let mut router = Router::new();
+        crate::builtin::mount(&mut router)?;
+        if let Some(app) = &app {
+            crate::app::mount(&mut router, app, info)?;
+        }
+        crate::files::mount(&mut router, &files);
+        Ok(router)
+    };
+    build(&WorkerInfo { index: 0 }).map_err(|e| e.to_string())?;
+    Ok(Arc::new(move |info: &WorkerInfo| {
+        build(info).unwrap_or_else(|_| Router::new())
+    }))
 }
 
 /// Binds, starts, and serves until SIGINT/SIGTERM, then shuts down gracefully. A second signal

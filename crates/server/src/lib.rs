@@ -13,12 +13,16 @@
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
 //! - [`builtin`]: `/plaintext` and `/json`.
+//! - [`files`]: static files under a document root (or the embedded default site).
+//! - [`app`]: the dynamic app, 1000 prefix-routed responders as JSON or HTML.
 //! - [`cli`]: the `lowlat serve` command line.
 
+pub mod app;
 pub mod builtin;
 pub mod cli;
 pub mod config;
 mod conn;
+pub mod files;
 pub mod handler;
 mod listener;
 mod pool;
