@@ -1,0 +1,168 @@
+//! `lowlat serve` as a real process: startup line, signals and graceful shutdown, running out of
+//! file descriptors, and one-line errors for bad input.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lowlat");
+
+/// A `lowlat serve` child process and the address it printed.
+struct ServeProcess {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl ServeProcess {
+    /// Starts `sh -c "<prefix> exec lowlat serve <args>"` on an ephemeral port.
+    fn start(shell_prefix: &str, args: &str) -> Self {
+        let script = format!("{shell_prefix} exec {BIN} serve --listen 127.0.0.1:0 {args}");
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lowlat");
+        let stderr = child.stderr.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stderr).read_line(&mut line).unwrap();
+        let addr = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .parse()
+            .unwrap();
+        Self { child, addr }
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the exit status, at most `limit`.
+    fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// CPU seconds used so far (utime + stime).
+    fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after_comm.split(' ').collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        ticks / 100.0
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn get_plaintext(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /plaintext HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// SIGTERM with a request in flight: the request is answered, then the process exits 0.
+#[test]
+fn sigterm_finishes_request_in_flight_and_exits_zero() {
+    let mut server = ServeProcess::start("", "--workers 2");
+    assert!(get_plaintext(server.addr).ends_with("Hello, World!"));
+    let mut busy = TcpStream::connect(server.addr).unwrap();
+    busy.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    busy.write_all(b"GET /plaintext HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    server.signal("TERM");
+    std::thread::sleep(Duration::from_millis(100));
+    busy.write_all(b"\r\n").unwrap();
+    let mut reply = String::new();
+    busy.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    assert!(reply.contains("Connection: close"));
+    assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
+}
+
+/// SIGINT on an idle server exits 0 promptly.
+#[test]
+fn sigint_exits_zero() {
+    let mut server = ServeProcess::start("", "--workers 1");
+    server.signal("INT");
+    assert_eq!(server.wait(Duration::from_secs(3)), Some(0));
+}
+
+/// Out of file descriptors: the server neither spins nor dies, and serves again once
+/// descriptors free up.
+#[test]
+fn emfile_does_not_spin_or_kill() {
+    let server = ServeProcess::start("ulimit -n 32;", "--workers 1");
+    // Far more connections than descriptors; the extra ones wait in the backlog.
+    let conns: Vec<TcpStream> = (0..80)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = server.cpu_seconds();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = server.cpu_seconds() - before;
+    assert!(
+        used < 0.3,
+        "the server burned {used:.2}s of CPU in 1s while out of descriptors"
+    );
+    drop(conns);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(get_plaintext(server.addr).ends_with("Hello, World!"));
+}
+
+/// Bad input gets one line and a non-zero exit; never a panic.
+#[test]
+fn bad_input_one_line_errors() {
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Usage errors: exit 2 from the argument parser.
+    for args in [
+        &["serve", "--workers", "0"][..],
+        &["serve", "--listen", "nonsense"],
+        &["serve", "--max-body", "12q"],
+        &["serve", "--keepalive-timeout", "0s"],
+        &["serve", "--max-headers", "1000"],
+    ] {
+        let (code, err) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // A port in use by another socket: exit 1, one line.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (code, err) = run(&["serve", "--listen", &format!("127.0.0.1:{port}")]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.starts_with("lowlat serve: cannot bind"), "{err}");
+}
