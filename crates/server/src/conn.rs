@@ -97,6 +97,11 @@ pub(crate) struct Conn {
     closing: bool,
     /// Read and discard after closing our side, until the client closes.
     lingering: bool,
+    /// The client closed its side: answer what it sent, then close.
+    eof: bool,
+    /// epoll reported the client's FIN (`EPOLLRDHUP`): a short read no longer means "drained",
+    /// since the end of stream is still to be read and no further edge will announce it.
+    fin_seen: bool,
     /// The connection is finished; the worker removes it.
     pub(crate) closed: bool,
     /// When the current request head started arriving.
@@ -122,6 +127,8 @@ impl Conn {
             write_blocked: false,
             closing: false,
             lingering: false,
+            eof: false,
+            fin_seen: false,
             closed: false,
             head_started: now,
             wait: Wait::Idle,
@@ -135,9 +142,18 @@ impl Conn {
     }
 
     /// Handles a readiness event.
-    pub(crate) fn on_event(&mut self, ctx: &mut WorkerCtx<'_>, readable: bool, writable: bool) {
-        if readable {
+    pub(crate) fn on_event(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        readable: bool,
+        read_closed: bool,
+        writable: bool,
+    ) {
+        if readable || read_closed {
             self.read_ready = true;
+        }
+        if read_closed {
+            self.fin_seen = true;
         }
         if writable {
             self.write_blocked = false;
@@ -171,6 +187,13 @@ impl Conn {
                     continue;
                 }
             }
+            if self.eof && !self.unparsed && !self.closing {
+                // Everything the client sent before its FIN is answered; what is left is an
+                // incomplete request that can never complete.
+                self.closing = true;
+                self.lingering = false;
+                continue;
+            }
             if !self.read_ready {
                 break;
             }
@@ -198,13 +221,22 @@ impl Conn {
         loop {
             return match self.stream.read(&mut self.rbuf[self.rlen..]) {
                 Ok(0) => {
-                    self.close_now(ctx);
-                    ReadOutcome::Closed
+                    self.read_ready = false;
+                    if self.lingering
+                        || self.rlen == 0 && self.wpos == self.wbuf.len() && self.file.is_none()
+                    {
+                        self.close_now(ctx);
+                        return ReadOutcome::Closed;
+                    }
+                    // A half-close after pipelined requests: they are still answered.
+                    self.eof = true;
+                    self.unparsed = self.rlen > 0;
+                    ReadOutcome::Drained
                 }
                 Ok(n) => {
                     if self.lingering {
                         // Discarded: only the client's close matters now.
-                        self.read_ready = n == spare;
+                        self.read_ready = n == spare || self.fin_seen;
                         return if self.read_ready {
                             ReadOutcome::Data
                         } else {
@@ -216,7 +248,7 @@ impl Conn {
                     }
                     self.rlen += n;
                     self.unparsed = true;
-                    if n < spare {
+                    if n < spare && !self.fin_seen {
                         self.read_ready = false;
                         ReadOutcome::Drained
                     } else {

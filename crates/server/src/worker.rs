@@ -143,10 +143,10 @@ impl Worker {
                     now,
                     shutting_down,
                 };
-                let readable = event.is_readable() || event.is_read_closed() || event.is_error();
                 conn.on_event(
                     &mut ctx,
-                    readable,
+                    event.is_readable() || event.is_error(),
+                    event.is_read_closed(),
                     event.is_writable() || event.is_write_closed(),
                 );
                 if conn.closed {

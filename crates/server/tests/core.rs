@@ -606,3 +606,22 @@ fn graceful_shutdown_with_request_in_flight() {
     running.wait().expect("workers exit cleanly");
     assert!(TcpStream::connect(addr).is_err(), "no longer accepting");
 }
+
+/// A client that sends a pipelined batch and half-closes still gets every answer, then EOF.
+#[test]
+fn half_close_after_pipelined_batch() {
+    let server = TestServer::builtin(1);
+    for n in [1usize, 3, 50] {
+        let mut r = Reader::new(server.connect());
+        let batch: Vec<u8> = (0..n).flat_map(|_| get("/plaintext")).collect();
+        r.send(&batch);
+        r.stream.shutdown(std::net::Shutdown::Write).unwrap();
+        for _ in 0..n {
+            assert_eq!(
+                r.reply().expect("answered after FIN").body,
+                b"Hello, World!"
+            );
+        }
+        assert!(r.closed());
+    }
+}
