@@ -23,13 +23,16 @@ pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpLi
     Ok(socket.into())
 }
 
+/// Listening sockets per worker, and the addresses bound.
+pub(crate) type Bound = (Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>);
+
 /// Binds `workers` sockets for each address. Port 0 is resolved by the first bind, and the other
 /// workers bind the port it got, so all of them share one port.
 pub(crate) fn bind_all(
     addrs: &[SocketAddr],
     workers: usize,
     backlog: u32,
-) -> Result<(Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>), (SocketAddr, io::Error)> {
+) -> Result<Bound, (SocketAddr, io::Error)> {
     let mut per_worker: Vec<Vec<std::net::TcpListener>> =
         (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::with_capacity(addrs.len());
