@@ -1,0 +1,226 @@
+//! From a request path to a safe path under the document root: percent-decoding, validation and
+//! normalisation, done once, before anything touches the file system.
+//!
+//! The output is `/` followed by segments joined with `/`, plus a trailing `/` when the request
+//! had one. Every segment is valid UTF-8 (so overlong encodings such as `%c0%ae` are refused),
+//! contains no NUL, control byte, `/` or `\`, and is neither `.` nor `..`: a client that follows
+//! RFC 3986 §5.2.4 has removed dot-segments already, so one that sends them is refused (400)
+//! rather than resolved — nothing here can climb out of the root. Segments starting with a dot
+//! (dotfiles, dot-directories) are 404 unless allowed. Empty segments (`//`) are merged, as
+//! nginx's `merge_slashes` does, so aliases share one cache entry.
+//!
+//! This module does not look at the file system: symlinks are the resolver's business.
+
+/// Longest request path accepted (bytes, still encoded): far above any real file tree's depth,
+/// far below `PATH_MAX` (4096) once joined to a root.
+pub const MAX_PATH_BYTES: usize = 2048;
+
+/// Longest path segment, decoded: `NAME_MAX` on Linux file systems.
+pub const MAX_SEGMENT_BYTES: usize = 255;
+
+/// Why a request path is refused; mapped to a status in [`PathError::status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathError {
+    /// Malformed or hostile: bad escape, NUL, backslash, encoded slash, dot-segment, bad UTF-8,
+    /// not starting with `/` (asterisk-form), too long.
+    BadRequest,
+    /// Well-formed but names something never served (a dotfile, an over-long segment).
+    NotFound,
+}
+
+impl PathError {
+    /// The response status for this refusal.
+    #[must_use]
+    pub const fn status(self) -> u16 {
+        match self {
+            Self::BadRequest => 400,
+            Self::NotFound => 404,
+        }
+    }
+}
+
+/// Decodes and normalises `raw` (a request path, still percent-encoded) into `out`.
+///
+/// # Errors
+/// [`PathError`] when the path must not be served.
+pub fn normalize(raw: &str, allow_dotfiles: bool, out: &mut Vec<u8>) -> Result<(), PathError> {
+    out.clear();
+    let raw = raw.as_bytes();
+    if raw.first() != Some(&b'/') || raw.len() > MAX_PATH_BYTES {
+        return Err(PathError::BadRequest);
+    }
+    let mut not_found = false;
+    for segment in raw.split(|&b| b == b'/') {
+        if segment.is_empty() {
+            continue;
+        }
+        let start = out.len();
+        out.push(b'/');
+        let mut i = 0;
+        while i < segment.len() {
+            let byte = match segment[i] {
+                b'%' => {
+                    let hi = segment.get(i + 1).and_then(|&b| hex(b));
+                    let lo = segment.get(i + 2).and_then(|&b| hex(b));
+                    let (Some(hi), Some(lo)) = (hi, lo) else {
+                        return Err(PathError::BadRequest);
+                    };
+                    i += 3;
+                    (hi << 4) | lo
+                }
+                b => {
+                    i += 1;
+                    b
+                }
+            };
+            // An encoded `/` would join two segments behind the normaliser's back; `\` is a
+            // separator to some file systems and tools; control bytes have no place in a name.
+            if byte == b'/' || byte == b'\\' || byte < 0x20 || byte == 0x7f {
+                return Err(PathError::BadRequest);
+            }
+            out.push(byte);
+        }
+        let name = &out[start + 1..];
+        if name == b"." || name == b".." {
+            return Err(PathError::BadRequest);
+        }
+        if name.len() > MAX_SEGMENT_BYTES || (name[0] == b'.' && !allow_dotfiles) {
+            // Keep checking the rest: a later `..` or bad escape is a 400, which wins.
+            not_found = true;
+        }
+    }
+    if out.is_empty() || raw.last() == Some(&b'/') {
+        out.push(b'/');
+    }
+    // Rejects overlong forms (`%c0%ae`), surrogates and stray continuation bytes.
+    if std::str::from_utf8(out).is_err() {
+        return Err(PathError::BadRequest);
+    }
+    if not_found {
+        return Err(PathError::NotFound);
+    }
+    Ok(())
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Appends `bytes` percent-encoded for use in a URL path: unreserved characters and a few safe
+/// sub-delimiters stay, everything else (including `%`, `?`, `#`, spaces and non-ASCII) becomes
+/// `%XX`. With `keep_slash`, `/` stays (whole paths); without, it is encoded (one name).
+pub fn encode_path(bytes: &[u8], keep_slash: bool, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in bytes {
+        let keep = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'(' | b')' | b'*' | b'+'
+            )
+            || matches!(b, b',' | b';' | b'=' | b':' | b'@')
+            || (keep_slash && b == b'/');
+        if keep {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(raw: &str) -> Result<String, PathError> {
+        let mut out = Vec::new();
+        normalize(raw, false, &mut out).map(|()| String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn accepted_paths() {
+        for (raw, want) in [
+            ("/", "/"),
+            ("/100.html", "/100.html"),
+            ("/a/b/", "/a/b/"),
+            ("//a///b", "/a/b"),
+            ("/a%20b", "/a b"),
+            ("/caf%C3%A9", "/café"),
+            ("/%25", "/%"),
+            ("/a..b", "/a..b"),
+            ("/a.", "/a."),
+        ] {
+            assert_eq!(norm(raw).as_deref(), Ok(want), "{raw}");
+        }
+    }
+
+    #[test]
+    fn refused_paths() {
+        use PathError::{BadRequest as B, NotFound as N};
+        for (raw, want) in [
+            ("*", B),
+            ("", B),
+            ("http://x/", B),
+            ("/..", B),
+            ("/../etc/passwd", B),
+            ("/a/../../b", B),
+            ("/.", B),
+            ("/%2e%2e/x", B),
+            ("/%2E%2e/x", B),
+            ("/.%2e/x", B),
+            ("/a%2fb", B),
+            ("/a%2Fb", B),
+            ("/a%5cb", B),
+            ("/a\\b", B),
+            ("/a%00b", B),
+            ("/a%0ab", B),
+            ("/a%7fb", B),
+            ("/%c0%ae%c0%ae/x", B),
+            ("/%e0%80%ae", B),
+            ("/%ed%a0%80", B),
+            ("/%ff", B),
+            ("/%", B),
+            ("/%4", B),
+            ("/%zz", B),
+            ("/.git/config", N),
+            ("/a/.env", N),
+            ("/.hidden/", N),
+            ("/...x", N),
+            ("/.x/../..", B),
+        ] {
+            assert_eq!(norm(raw), Err(want), "{raw}");
+        }
+        let long = format!("/{}", "a".repeat(MAX_PATH_BYTES));
+        assert_eq!(norm(&long), Err(B));
+        let long_segment = format!("/{}", "a".repeat(MAX_SEGMENT_BYTES + 1));
+        assert_eq!(norm(&long_segment), Err(N));
+    }
+
+    #[test]
+    fn dotfiles_when_allowed() {
+        let mut out = Vec::new();
+        assert_eq!(normalize("/.well-known/x", true, &mut out), Ok(()));
+        assert_eq!(out, b"/.well-known/x");
+        assert_eq!(
+            normalize("/../x", true, &mut out),
+            Err(PathError::BadRequest)
+        );
+    }
+
+    #[test]
+    fn encoding_round_trips() {
+        let mut out = Vec::new();
+        encode_path("/a b/<x>&\"é%?#".as_bytes(), true, &mut out);
+        assert_eq!(out, b"/a%20b/%3Cx%3E%26%22%C3%A9%25%3F%23");
+        let mut back = Vec::new();
+        normalize(std::str::from_utf8(&out).unwrap(), false, &mut back).unwrap();
+        assert_eq!(back, "/a b/<x>&\"é%?#".as_bytes());
+        out.clear();
+        encode_path(b"a/b", false, &mut out);
+        assert_eq!(out, b"a%2Fb");
+    }
+}
