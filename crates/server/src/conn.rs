@@ -93,6 +93,9 @@ pub(crate) struct Conn {
     continue_sent: bool,
     /// The socket's send buffer is full; wait for a writable event.
     write_blocked: bool,
+    /// Bytes went out since the deadline was last armed (the write timeout counts from the last
+    /// progress, not from the last event: a client that sends but never reads gets no extension).
+    wrote: bool,
     /// Close once the output is written.
     closing: bool,
     /// Read and discard after closing our side, until the client closes.
@@ -125,6 +128,7 @@ impl Conn {
             body_pending: false,
             continue_sent: false,
             write_blocked: false,
+            wrote: false,
             closing: false,
             lingering: false,
             eof: false,
@@ -483,6 +487,7 @@ impl Conn {
                 }
                 Ok(n) => {
                     self.wpos += n;
+                    self.wrote = true;
                     if self.wpos < self.wbuf.len() {
                         // A short write means the send buffer is full: wait for writable.
                         self.write_blocked = true;
@@ -543,6 +548,7 @@ impl Conn {
                     file.offset += n;
                     file.len -= n;
                     sent_this_turn += n;
+                    self.wrote = true;
                 }
                 0 => {
                     // The file is shorter than the Content-Length we announced: closing is the
@@ -621,9 +627,16 @@ impl Conn {
     /// Sets the deadline for what the connection now waits for.
     fn arm_deadline(&mut self, ctx: &WorkerCtx<'_>) {
         let cfg = ctx.cfg;
+        if !self.write_blocked {
+            self.wrote = false;
+        }
         let (wait, deadline) = if self.closing && self.lingering && self.wait == Wait::Linger {
             return;
         } else if self.write_blocked {
+            let progressed = std::mem::take(&mut self.wrote);
+            if self.wait == Wait::Write && !progressed {
+                return;
+            }
             (Wait::Write, ctx.now + cfg.write_timeout)
         } else if self.body_pending {
             (Wait::Body, ctx.now + cfg.body_timeout)
