@@ -1,0 +1,321 @@
+//! Content negotiation between the app's two representations, HTML and JSON, from the `Accept`
+//! header fields (RFC 9110 §12.5.1), over the raw bytes and without allocating.
+//!
+//! Each representation gets the quality of the most specific media range that matches it
+//! (`text/html` beats `text/*` beats `*/*`); the higher quality wins. On a tie JSON wins only
+//! when `application/json` was named outright — the seed app's rule, "JSON when the Accept header
+//! contains application/json" — so a browser's `text/html,...,*/*;q=0.8` gets HTML and
+//! `application/json, text/html` gets JSON. No `Accept` at all means HTML. When both qualities
+//! are 0 the client accepts neither, and the answer is 406.
+//!
+//! Lenient where the RFC allows: an element that does not parse is skipped, not fatal.
+
+/// What to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    Html,
+    Json,
+    /// Neither representation is acceptable: 406.
+    NotAcceptable,
+}
+
+/// The representations on offer.
+const HTML: (&[u8], &[u8]) = (b"text", b"html");
+const JSON: (&[u8], &[u8]) = (b"application", b"json");
+
+/// How one representation fares against the Accept fields seen so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct Best {
+    /// 0 = no range matched; 1 = `*/*`; 2 = `type/*`; 3 = `type/subtype`; 4 = the same with
+    /// parameters (RFC 9110: "more specific media ranges ... override less specific ones").
+    specificity: u8,
+    /// Quality in thousandths (a qvalue has at most three decimals).
+    quality: u16,
+}
+
+impl Best {
+    fn offer(&mut self, specificity: u8, quality: u16) {
+        if specificity > self.specificity
+            || (specificity == self.specificity && quality > self.quality)
+        {
+            *self = Self {
+                specificity,
+                quality,
+            };
+        }
+    }
+}
+
+/// Chooses between HTML and JSON given every `Accept` field value of the request.
+pub fn choose<'a>(accept_fields: impl IntoIterator<Item = &'a [u8]>) -> Choice {
+    let mut html = Best::default();
+    let mut json = Best::default();
+    let mut any = false;
+    for field in accept_fields {
+        for element in split_unquoted(field, b',') {
+            let Some(range) = MediaRange::parse(element) else {
+                continue;
+            };
+            any = true;
+            if let Some(s) = range.matches(HTML) {
+                html.offer(s, range.quality);
+            }
+            if let Some(s) = range.matches(JSON) {
+                json.offer(s, range.quality);
+            }
+        }
+    }
+    if !any {
+        return Choice::Html;
+    }
+    let (h, j) = (html.quality, json.quality);
+    if h == 0 && j == 0 {
+        Choice::NotAcceptable
+    } else if j > h || (j == h && json.specificity >= 3) {
+        Choice::Json
+    } else {
+        Choice::Html
+    }
+}
+
+/// One parsed media range: `type/subtype;params;q=...`.
+#[derive(Debug)]
+struct MediaRange<'a> {
+    kind: &'a [u8],
+    subtype: &'a [u8],
+    /// Parameters before `q` (they belong to the range). Only `charset=utf-8`, which the app's
+    /// bodies have, can match; any other makes the range name some other variant.
+    params: Params,
+    quality: u16,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Params {
+    None,
+    Utf8Charset,
+    Other,
+}
+
+impl<'a> MediaRange<'a> {
+    fn parse(element: &'a [u8]) -> Option<Self> {
+        let mut parts = split_unquoted(element, b';');
+        let range = trim(parts.next()?);
+        let slash = range.iter().position(|&b| b == b'/')?;
+        let (kind, subtype) = (&range[..slash], &range[slash + 1..]);
+        if !is_token(kind) || !is_token(subtype) || (kind == b"*" && subtype != b"*") {
+            return None;
+        }
+        let mut params = Params::None;
+        let mut quality = 1000;
+        for param in parts {
+            let param = trim(param);
+            if param.is_empty() {
+                continue; // `text/html;` or `a;;b`
+            }
+            let eq = param.iter().position(|&b| b == b'=')?;
+            let name = trim(&param[..eq]);
+            let value = trim(&param[eq + 1..]);
+            if name.eq_ignore_ascii_case(b"q") {
+                quality = parse_qvalue(value)?;
+                // What follows q is accept-ext, not the range's (RFC 9110 §12.5.1).
+                break;
+            }
+            let value = value
+                .strip_prefix(b"\"")
+                .and_then(|v| v.strip_suffix(b"\""))
+                .unwrap_or(value);
+            params = if params != Params::Other
+                && name.eq_ignore_ascii_case(b"charset")
+                && (value.eq_ignore_ascii_case(b"utf-8") || value.eq_ignore_ascii_case(b"utf8"))
+            {
+                Params::Utf8Charset
+            } else {
+                Params::Other
+            };
+        }
+        Some(Self {
+            kind,
+            subtype,
+            params,
+            quality,
+        })
+    }
+
+    /// How specifically this range matches `(type, subtype)`, if it does.
+    fn matches(&self, (kind, subtype): (&[u8], &[u8])) -> Option<u8> {
+        if self.params == Params::Other {
+            return None;
+        }
+        if self.kind == b"*" {
+            return Some(1);
+        }
+        if !self.kind.eq_ignore_ascii_case(kind) {
+            return None;
+        }
+        if self.subtype == b"*" {
+            return Some(2);
+        }
+        if !self.subtype.eq_ignore_ascii_case(subtype) {
+            return None;
+        }
+        Some(if self.params == Params::None { 3 } else { 4 })
+    }
+}
+
+/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, in thousandths.
+fn parse_qvalue(value: &[u8]) -> Option<u16> {
+    let (&first, rest) = value.split_first()?;
+    let decimals = match rest {
+        [] => &[][..],
+        [b'.', decimals @ ..] if decimals.len() <= 3 => decimals,
+        _ => return None,
+    };
+    let mut thousandths: u16 = 0;
+    let mut scale = 100;
+    for &d in decimals {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        thousandths += u16::from(d - b'0') * scale;
+        scale /= 10;
+    }
+    match first {
+        b'0' => Some(thousandths),
+        b'1' if thousandths == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+/// RFC 9110 `token` characters, non-empty.
+fn is_token(s: &[u8]) -> bool {
+    !s.is_empty()
+        && s.iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    s.trim_ascii()
+}
+
+/// Splits on `sep` outside double quotes (a quoted parameter value may hold `,` or `;`).
+fn split_unquoted(s: &[u8], sep: u8) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(s);
+    std::iter::from_fn(move || {
+        let s = rest?;
+        let mut quoted = false;
+        let mut escaped = false;
+        for (i, &b) in s.iter().enumerate() {
+            if escaped {
+                escaped = false;
+            } else if quoted && b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                quoted = !quoted;
+            } else if b == sep && !quoted {
+                rest = Some(&s[i + 1..]);
+                return Some(&s[..i]);
+            }
+        }
+        rest = None;
+        Some(s)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Choice::{Html, Json, NotAcceptable};
+
+    #[test]
+    fn choices() {
+        let cases: &[(&[&str], Choice)] = &[
+            (&[], Html),
+            (&[""], Html),
+            (&["application/json"], Json),
+            (&["APPLICATION/JSON"], Json),
+            (&["Application/Json; Q=1"], Json),
+            (&["text/html"], Html),
+            (&["application/json;"], Json),
+            (&["*/*"], Html),
+            (&["application/*"], Json),
+            (&["text/*"], Html),
+            (&["application/json, text/html"], Json),
+            (&["text/html, application/json"], Json),
+            (&["text/html;q=0.9, application/json;q=0.8"], Html),
+            (&["text/html;q=0.8, application/json;q=0.9"], Json),
+            (&["application/json;q=0.5, */*"], Html),
+            (&["application/json, */*;q=0.1"], Json),
+            (&["text/html, */*"], Html),
+            (&["application/json;q=0, */*"], Html),
+            (&["text/html;q=0, */*"], Json),
+            (&["text/html;q=0, application/json;q=0"], NotAcceptable),
+            (&["image/png"], NotAcceptable),
+            (&["text/plain"], NotAcceptable),
+            (&["*/*;q=0"], NotAcceptable),
+            // More specific ranges override less specific ones, whatever their order.
+            (&["*/*;q=0.9, application/*;q=0.1"], Html),
+            (&["application/*;q=0.1, application/json;q=1"], Json),
+            (&["text/*;q=0.2, */*;q=0.5"], Json),
+            // TechEmpower's Accept for plaintext: HTML at 0.9 beats */* at 0.7.
+            (
+                &["text/plain,text/html;q=0.9,application/xhtml+xml;q=0.9,application/xml;q=0.8,*/*;q=0.7"],
+                Html,
+            ),
+            // A browser's.
+            (
+                &["text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,*/*;q=0.8"],
+                Html,
+            ),
+            // Fields are combined as one list.
+            (&["text/html;q=0.5", "application/json"], Json),
+            (&["image/png", "application/json;q=0.1"], Json),
+            // Parameters: charset=utf-8 matches (and is more specific), others name other variants.
+            (&["application/json;charset=utf-8"], Json),
+            (&["application/json;charset=\"UTF-8\";q=0.9, text/html;q=0.5"], Json),
+            (&["application/json;version=2, text/html;q=0.1"], Html),
+            (&["application/json;charset=latin1"], NotAcceptable),
+            (&["application/json; q=0.9; ext=1, text/html;q=0.1"], Json),
+            // Quoted commas and semicolons do not split.
+            (&["application/json;x=\"a,b;c\", text/html;q=0.1"], Html),
+            // Malformed elements are skipped.
+            (&["garbage, application/json"], Json),
+            (&["application/json;q=2, text/html;q=0.1"], Html),
+            (&["application/json;q=0.1234, text/html;q=0.1"], Html),
+            (&["application/json;q=, text/html;q=0.1"], Html),
+            (&["*/json"], Html),
+            (&["application/, /json"], Html),
+            (&[" , ,"], Html),
+            // Whitespace around everything.
+            (&["  application/json ;  q=0.8 ,  text/html ; q=0.7 "], Json),
+        ];
+        for &(fields, want) in cases {
+            let got = choose(fields.iter().map(|f| f.as_bytes()));
+            assert_eq!(got, want, "{fields:?}");
+        }
+    }
+
+    #[test]
+    fn qvalues() {
+        let cases: &[(&str, Option<u16>)] = &[
+            ("0", Some(0)),
+            ("1", Some(1000)),
+            ("1.", Some(1000)),
+            ("1.000", Some(1000)),
+            ("0.5", Some(500)),
+            ("0.05", Some(50)),
+            ("0.001", Some(1)),
+            ("0.", Some(0)),
+            ("1.001", None),
+            ("1.0000", None),
+            ("0.1234", None),
+            ("2", None),
+            (".5", None),
+            ("", None),
+            ("0.a", None),
+            ("-0", None),
+        ];
+        for &(text, want) in cases {
+            assert_eq!(parse_qvalue(text.as_bytes()), want, "{text:?}");
+        }
+    }
+}
