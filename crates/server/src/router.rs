@@ -2,9 +2,24 @@
 //! prefix routes (`/static/` and everything under it), method matching with `405` + `Allow`, and a
 //! fallback for paths no route claims (the static file tree).
 //!
-//! Lookup is `matchit`'s radix tree over the still-encoded path: O(length of the path), no
-//! allocation (it borrows parameters from the path). Each worker owns its own router, because
-//! handlers are built per worker.
+//! Lookup is `matchit`'s radix tree over the still-encoded path: O(length of the path), and the
+//! parameters borrow from the path (parameter values stay percent-encoded; handlers decode them).
+//! Precedence is by specificity, not registration order: an exact segment beats a parameter,
+//! which beats a prefix's catch-all (`/app/_stats` over `/app/{prefix}` over `/app/{*rest}`), and
+//! a lookup that dead-ends in a static branch backtracks to the parameter it passed.
+//!
+//! Allocation: none per lookup, with one exception inside `matchit` — when a path walks past a
+//! node that has both a parameter child and a static child sharing the path's next byte, it
+//! remembers the parameter in a `Vec` in case it must backtrack. With lowlat's routes that is
+//! only `/app/_…` paths (next to `/app/_stats`); `/plaintext`, `/json`, `/app/` and `/app/{word}`
+//! never take it.
+//!
+//! Trailing slashes are significant: `/plaintext/` is not `/plaintext`. When a path misses but
+//! the same path with its trailing slash added or removed is routed, the answer is `308
+//! Permanent Redirect` there (the query kept), as for `/app` → `/app/`; 308, unlike 301, keeps the
+//! method and body. Every other miss goes to the fallback.
+//!
+//! Each worker owns its own router, because handlers are built per worker.
 
 use std::collections::HashMap;
 
@@ -39,6 +54,11 @@ pub struct Router {
     routes: Vec<Route>,
     handlers: Vec<Box<dyn Handler>>,
     fallback: Option<Box<dyn Handler>>,
+    /// Reused for the other form of a path that missed (trailing slash added), so the miss path
+    /// allocates nothing once warm either.
+    other_path: String,
+    /// Reused for the `Location` line of a trailing-slash redirect.
+    location: Vec<u8>,
 }
 
 impl Router {
@@ -161,55 +181,325 @@ impl Router {
             patterns: _,
             handlers,
             fallback,
+            other_path,
+            location,
         } = self;
-        match tree.at(head.path) {
-            Ok(matched) => {
-                let route = &routes[*matched.value];
-                let wanted = head.method;
-                let found = route
-                    .methods
-                    .iter()
-                    .find(|&&(m, _)| m == wanted)
-                    .or_else(|| {
-                        (wanted == Method::Head)
-                            .then(|| route.methods.iter().find(|&&(m, _)| m == Method::Get))
-                            .flatten()
-                    });
-                let Some(&(_, handler)) = found else {
-                    if wanted == Method::Options {
-                        res.send_head(204, None, &route.allow, None);
-                    } else {
-                        res.send_status_with(405, &route.allow);
+        let matched = match tree.at(head.path) {
+            Ok(matched) => matched,
+            Err(_) => {
+                if let Some(other) = other_form(head.path, other_path) {
+                    if tree.at(other).is_ok() {
+                        location.clear();
+                        location.extend_from_slice(b"Location: ");
+                        location.extend_from_slice(other.as_bytes());
+                        if let Some(query) = head.query {
+                            location.push(b'?');
+                            location.extend_from_slice(query.as_bytes());
+                        }
+                        location.extend_from_slice(b"\r\n");
+                        res.send_status_with(308, location);
+                        return;
                     }
-                    return;
-                };
-                let mut params = [("", ""); MAX_PARAMS];
-                let mut count = 0;
-                for (k, v) in matched.params.iter().take(MAX_PARAMS) {
-                    params[count] = (k, v);
-                    count += 1;
                 }
                 let req = Req {
                     head,
                     body,
-                    params: &params[..count],
+                    params: &[],
                     worker,
                 };
-                handlers[handler].handle(&req, res);
-            }
-            Err(_) => {
-                if let Some(fallback) = fallback {
-                    let req = Req {
-                        head,
-                        body,
-                        params: &[],
-                        worker,
-                    };
-                    fallback.handle(&req, res);
-                } else {
-                    res.send_status(404);
+                match fallback {
+                    Some(fallback) => fallback.handle(&req, res),
+                    None => res.send_status(404),
                 }
+                return;
             }
+        };
+        let route = &routes[*matched.value];
+        let wanted = head.method;
+        let found = route
+            .methods
+            .iter()
+            .find(|&&(m, _)| m == wanted)
+            .or_else(|| {
+                (wanted == Method::Head)
+                    .then(|| route.methods.iter().find(|&&(m, _)| m == Method::Get))
+                    .flatten()
+            });
+        let Some(&(_, handler)) = found else {
+            if wanted == Method::Options {
+                res.send_head(204, None, &route.allow, None);
+            } else {
+                res.send_status_with(405, &route.allow);
+            }
+            return;
+        };
+        let mut params = [("", ""); MAX_PARAMS];
+        let mut count = 0;
+        for (k, v) in matched.params.iter().take(MAX_PARAMS) {
+            params[count] = (k, v);
+            count += 1;
+        }
+        let req = Req {
+            head,
+            body,
+            params: &params[..count],
+            worker,
+        };
+        handlers[handler].handle(&req, res);
+    }
+}
+
+/// `path` with its trailing slash removed, or added (into `buf`): the form a trailing-slash
+/// redirect points to. `None` for `/` and for targets that are not paths (`*`).
+fn other_form<'a>(path: &'a str, buf: &'a mut String) -> Option<&'a str> {
+    if !path.starts_with('/') || path == "/" {
+        return None;
+    }
+    if let Some(trimmed) = path.strip_suffix('/') {
+        return Some(trimmed);
+    }
+    buf.clear();
+    buf.push_str(path);
+    buf.push('/');
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lowlat_http::request::{header_slots, parse_request, HeadLimits};
+    use lowlat_http::{Status, Version};
+
+    /// A handler that answers with its name and the parameters it was given.
+    fn named(name: &'static str) -> impl Handler {
+        move |req: &Req<'_, '_, '_>, res: &mut Response<'_>| {
+            let mut body = name.to_owned();
+            for (k, v) in req.params {
+                body.push_str(&format!(" {k}={v}"));
+            }
+            res.send(200, b"text/plain", body.as_bytes());
+        }
+    }
+
+    /// The routes the cases below run against: lowlat's own shapes and a few more.
+    fn router() -> Router {
+        let mut r = Router::new();
+        r.get("/plaintext", named("plaintext")).unwrap();
+        r.get("/json", named("json")).unwrap();
+        r.get("/app/", named("random")).unwrap();
+        r.get("/app/_stats", named("stats")).unwrap();
+        r.get("/app/{prefix}", named("word")).unwrap();
+        r.prefix("/static", &[Method::Get], named("static"))
+            .unwrap();
+        r.get("/users/{id}/posts/{post}", named("post")).unwrap();
+        r.route("/echo", &[Method::Post, Method::Put], named("echo"))
+            .unwrap();
+        r.route("/echo", &[Method::Delete], named("echo-delete"))
+            .unwrap();
+        r.get("/dir/", named("dir")).unwrap();
+        r.fallback(named("fallback"));
+        r
+    }
+
+    /// One dispatch: (status, the `Allow` or `Location` value, body).
+    fn call(router: &mut Router, method: &str, target: &str) -> (u16, String, String) {
+        let request = format!("{method} {target} HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut slots = header_slots();
+        let Ok(Status::Complete(head)) =
+            parse_request(request.as_bytes(), &mut slots, &HeadLimits::default())
+        else {
+            panic!("unparsable test request {request:?}");
+        };
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        let date = b"Thu, 01 Jan 1970 00:00:00 GMT";
+        let mut res = Response::new(
+            &mut out,
+            &mut scratch,
+            date,
+            head.is_head(),
+            true,
+            Version::Http11,
+        );
+        router.dispatch(&head, b"", 0, &mut res);
+        assert!(res.is_sent(), "{method} {target}: no answer");
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut parsed = httparse::Response::new(&mut headers);
+        let Ok(httparse::Status::Complete(len)) = parsed.parse(&out) else {
+            panic!("unparsable answer {:?}", String::from_utf8_lossy(&out));
+        };
+        let pick = parsed
+            .headers
+            .iter()
+            .find(|h| {
+                h.name.eq_ignore_ascii_case("allow") || h.name.eq_ignore_ascii_case("location")
+            })
+            .map(|h| String::from_utf8_lossy(h.value).into_owned())
+            .unwrap_or_default();
+        let body = String::from_utf8_lossy(&out[len..]).into_owned();
+        (parsed.code.unwrap_or(0), pick, body)
+    }
+
+    #[test]
+    fn routes() {
+        // (method, target, status, Allow or Location, body)
+        let cases: &[(&str, &str, u16, &str, &str)] = &[
+            // Exact routes.
+            ("GET", "/plaintext", 200, "", "plaintext"),
+            ("GET", "/json?x=1", 200, "", "json"),
+            ("GET", "/", 200, "", "fallback"),
+            ("GET", "/nowhere", 200, "", "fallback"),
+            ("GET", "/plaintextx", 200, "", "fallback"),
+            ("GET", "/PLAINTEXT", 200, "", "fallback"),
+            // Exact beats parameter beats catch-all, whatever the registration order.
+            ("GET", "/app/", 200, "", "random"),
+            ("GET", "/app/_stats", 200, "", "stats"),
+            ("GET", "/app/apple", 200, "", "word prefix=apple"),
+            ("GET", "/app/_statsx", 200, "", "word prefix=_statsx"),
+            ("GET", "/app/_stat", 200, "", "word prefix=_stat"),
+            ("GET", "/app/a/b", 200, "", "fallback"),
+            // Parameters stay percent-encoded; several parameters keep their order.
+            ("GET", "/app/caf%C3%A9", 200, "", "word prefix=caf%C3%A9"),
+            ("GET", "/users/7/posts/42", 200, "", "post id=7 post=42"),
+            ("GET", "/users/7/posts", 200, "", "fallback"),
+            ("GET", "/users//posts/42", 200, "", "fallback"),
+            // A prefix claims itself, its slash form and everything under it; `rest` is the tail.
+            ("GET", "/static", 200, "", "static"),
+            ("GET", "/static/", 200, "", "static"),
+            (
+                "GET",
+                "/static/css/site.css",
+                200,
+                "",
+                "static rest=css/site.css",
+            ),
+            ("GET", "/static//x", 200, "", "static rest=/x"),
+            ("GET", "/staticx", 200, "", "fallback"),
+            // Trailing slashes: a miss whose other form is routed is redirected, query kept.
+            (
+                "GET",
+                "/plaintext/",
+                308,
+                "/plaintext",
+                "308 Permanent Redirect\n",
+            ),
+            (
+                "GET",
+                "/plaintext/?a=1&b",
+                308,
+                "/plaintext?a=1&b",
+                "308 Permanent Redirect\n",
+            ),
+            ("GET", "/app", 308, "/app/", "308 Permanent Redirect\n"),
+            (
+                "GET",
+                "/app/apple/",
+                308,
+                "/app/apple",
+                "308 Permanent Redirect\n",
+            ),
+            (
+                "GET",
+                "/app/_stats/",
+                308,
+                "/app/_stats",
+                "308 Permanent Redirect\n",
+            ),
+            ("GET", "/dir", 308, "/dir/", "308 Permanent Redirect\n"),
+            ("GET", "/dir/", 200, "", "dir"),
+            ("POST", "/echo/", 308, "/echo", "308 Permanent Redirect\n"),
+            ("GET", "/nowhere/", 200, "", "fallback"),
+            ("GET", "/json//", 200, "", "fallback"),
+            // Methods: HEAD falls back to GET, others get 405 with Allow, OPTIONS 204 with Allow.
+            ("HEAD", "/plaintext", 200, "", ""),
+            (
+                "POST",
+                "/plaintext",
+                405,
+                "GET, HEAD",
+                "405 Method Not Allowed\n",
+            ),
+            (
+                "DELETE",
+                "/app/apple",
+                405,
+                "GET, HEAD",
+                "405 Method Not Allowed\n",
+            ),
+            ("OPTIONS", "/plaintext", 204, "GET, HEAD", ""),
+            ("POST", "/echo", 200, "", "echo"),
+            ("PUT", "/echo", 200, "", "echo"),
+            ("DELETE", "/echo", 200, "", "echo-delete"),
+            (
+                "GET",
+                "/echo",
+                405,
+                "POST, PUT, DELETE",
+                "405 Method Not Allowed\n",
+            ),
+            ("HEAD", "/echo", 405, "POST, PUT, DELETE", ""),
+            ("OPTIONS", "/echo", 204, "POST, PUT, DELETE", ""),
+            (
+                "PATCH",
+                "/static/x",
+                405,
+                "GET, HEAD",
+                "405 Method Not Allowed\n",
+            ),
+            // The fallback takes every method.
+            ("POST", "/nowhere", 200, "", "fallback"),
+        ];
+        let mut r = router();
+        for &(method, target, status, header, body) in cases {
+            let got = call(&mut r, method, target);
+            assert_eq!(
+                got,
+                (status, header.to_owned(), body.to_owned()),
+                "{method} {target}"
+            );
+        }
+    }
+
+    #[test]
+    fn without_fallback_misses_are_404() {
+        let mut r = Router::new();
+        r.get("/a", named("a")).unwrap();
+        assert_eq!(call(&mut r, "GET", "/b").0, 404);
+        assert_eq!(call(&mut r, "GET", "/a/").0, 308);
+        assert_eq!(call(&mut r, "OPTIONS", "*").0, 404);
+    }
+
+    #[test]
+    fn registration_errors() {
+        let mut r = Router::new();
+        r.get("/a/{x}", named("x")).unwrap();
+        // (pattern, methods): each must be refused.
+        let cases: &[(&str, &[Method])] = &[
+            ("/a/{y}", &[Method::Get]),       // same shape, other name
+            ("/a/{x}", &[Method::Get]),       // method routed twice
+            ("/b/{unclosed", &[Method::Get]), // invalid pattern
+            ("/{a}/{b}/{c}/{d}/{e}/{f}/{g}/{h}/{i}", &[Method::Get]), // too many parameters
+        ];
+        for &(pattern, methods) in cases {
+            assert!(r.route(pattern, methods, named("e")).is_err(), "{pattern}");
+        }
+        // Other methods on a pattern already routed are fine.
+        r.route("/a/{x}", &[Method::Post], named("p")).unwrap();
+        assert_eq!(call(&mut r, "POST", "/a/1").2, "p x=1");
+        assert_eq!(call(&mut r, "GET", "/a/1").2, "x x=1");
+    }
+
+    #[test]
+    fn other_forms() {
+        let mut buf = String::new();
+        let cases: &[(&str, Option<&str>)] = &[
+            ("/a", Some("/a/")),
+            ("/a/", Some("/a")),
+            ("/a/b/", Some("/a/b")),
+            ("/", None),
+            ("*", None),
+        ];
+        for &(path, want) in cases {
+            assert_eq!(other_form(path, &mut buf), want, "{path}");
         }
     }
 }
