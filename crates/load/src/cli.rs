@@ -1,12 +1,192 @@
-//! Command-line arguments of `lowlat load`.
+//! `lowlat load` on the command line: wrk's flags (`-t -c -d -H --latency --timeout`) plus the
+//! ones wrk lacks, parsed with clap into a [`LoadConfig`]; then the run, the report (text or
+//! `--json`), the optional HdrHistogram log, and the exit code: 0 on success, 1 when the run
+//! could not start or every request failed (one line `lowlat load: ...` on stderr), 2 for usage
+//! errors (clap's own).
+
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::config::{parse_count, parse_duration, LoadConfig, Target};
+use crate::progress::ProgressLine;
 
 /// Arguments of `lowlat load`.
 #[derive(Debug, clap::Args)]
-pub struct LoadArgs {}
+#[command(
+    about = "Generate HTTP/1.1 load: wrk's flags, wrk2's constant rate, pipelining",
+    after_help = "Examples:\n  lowlat load -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n  \
+                  lowlat load -t1 -c256 --pipeline 16 -d10s http://127.0.0.1:8080/plaintext\n  \
+                  lowlat load -R 5000 -c50 -d60s --hdr-log run.hlog http://127.0.0.1:8080/\n  \
+                  lowlat load -n 100k -c64 http://127.0.0.1:8080/a@3 http://127.0.0.1:8080/b@1"
+)]
+pub struct LoadArgs {
+    /// URLs to load; `URL@W` gives a weight (default 1).
+    #[arg(required = true, value_name = "URL")]
+    pub urls: Vec<String>,
+    /// Threads, each with its own event loop.
+    #[arg(short, long, default_value_t = 2)]
+    pub threads: usize,
+    /// Connections to keep open, in total.
+    #[arg(short, long, default_value_t = 10)]
+    pub connections: usize,
+    /// Duration of the measurement (10s, 2m, 1h) [default: 10s unless -n].
+    #[arg(short, long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Stop after exactly N requests (1000, 10k, 2M).
+    #[arg(short = 'n', long, value_parser = parse_count)]
+    pub requests: Option<u64>,
+    /// Add a request header ("Name: value"); repeatable.
+    #[arg(short = 'H', long = "header", value_name = "HEADER", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+    /// Print the full latency percentile spectrum.
+    #[arg(long)]
+    pub latency: bool,
+    /// Count a request as failed after this long without its response.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub timeout: Duration,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub pipeline: u32,
+    /// Constant throughput in requests/s over all connections (wrk2's -R); latency is measured
+    /// from each request's scheduled send time.
+    #[arg(short = 'R', long, value_parser = parse_rate)]
+    pub rate: Option<f64>,
+    /// Request method.
+    #[arg(short, long, default_value = "GET")]
+    pub method: String,
+    /// Request body.
+    #[arg(long, conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// Request body, read from a file.
+    #[arg(long, value_name = "FILE")]
+    pub body_file: Option<std::path::PathBuf>,
+    /// Send HTTP/1.0 requests.
+    #[arg(long = "http1.0")]
+    pub http10: bool,
+    /// A new connection for every request (like ab without -k).
+    #[arg(long, conflicts_with = "pipeline")]
+    pub no_keepalive: bool,
+    /// Apply the load this long before measuring (10s, 500ms).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub warmup: Option<Duration>,
+    /// Print the report as JSON (schema: crates/load/schema/report.schema.json).
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the latency histogram as an HdrHistogram interval log.
+    #[arg(long, value_name = "FILE")]
+    pub hdr_log: Option<std::path::PathBuf>,
+    /// Pin the loader threads to these CPUs (thread i to the i-th, cycling).
+    #[arg(long, value_name = "CPU[,CPU..]", value_delimiter = ',')]
+    pub pin: Vec<usize>,
+    /// No live progress line (it is drawn only on a terminal anyway).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| format!("header {s:?} is not \"Name: value\""))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("header {s:?} has no name"));
+    }
+    Ok((name.to_owned(), value.trim().to_owned()))
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let n = parse_count(s)?;
+    if n == 0 {
+        return Err("rate must be at least 1 request/s".into());
+    }
+    Ok(n as f64)
+}
 
 /// Runs `lowlat load`; returns the process exit code.
 #[must_use]
-pub fn run(_args: LoadArgs) -> std::process::ExitCode {
-    eprintln!("lowlat load: not available yet");
-    std::process::ExitCode::from(1)
+pub fn run(args: LoadArgs) -> ExitCode {
+    match run_inner(args) {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("lowlat load: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
+    let cfg = to_config(&args)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // A second Ctrl-C exits at once; the first stops the run and prints what it measured.
+    let _ = signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGINT,
+        130,
+        Arc::clone(&stop),
+    );
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
+    if !args.json {
+        print!("{}", crate::text::banner(&cfg));
+    }
+    let mut line = ProgressLine::new(!args.quiet);
+    let started = SystemTime::now();
+    let result = crate::run_with_progress(&cfg, &stop, |p| line.update(p));
+    line.finish();
+    let report = result.map_err(|e| e.to_string())?;
+    if args.json {
+        let v = crate::json::to_json(&report, &cfg);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", crate::text::render(&report, args.latency));
+    }
+    if let Some(path) = &args.hdr_log {
+        let mut f = std::fs::File::create(path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        crate::hdrlog::write_log(&mut f, &report, started)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if report.all_failed() {
+        return Err(format!(
+            "no response received ({} requests failed)",
+            report.errors.total()
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
+    let targets = args
+        .urls
+        .iter()
+        .map(|u| Target::parse(u))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let body = match (&args.body, &args.body_file) {
+        (Some(b), _) => Some(b.clone().into_bytes()),
+        (None, Some(p)) => {
+            Some(std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?)
+        }
+        (None, None) => None,
+    };
+    Ok(LoadConfig {
+        targets,
+        threads: args.threads,
+        connections: args.connections,
+        duration: args.duration,
+        requests: args.requests,
+        pipeline: args.pipeline,
+        rate: args.rate,
+        method: args.method.clone(),
+        headers: args.headers.clone(),
+        body,
+        timeout: args.timeout,
+        keep_alive: !args.no_keepalive,
+        http10: args.http10,
+        warmup: args.warmup.unwrap_or(Duration::ZERO),
+        pin_cpus: args.pin.clone(),
+    })
 }

@@ -1,3 +1,82 @@
-//! lowlat-load (being built).
+//! `lowlat load`: an HTTP/1.1 load generator that costs less per response than the servers it
+//! tests, with wrk's flags, wrk2's constant-rate latency (coordinated omission corrected),
+//! pipelining without scripts, and HdrHistogram output.
+//!
+//! It is a library first: the CLI ([`cli`]) and the benchmark harness both call [`run`].
+//!
+//! ```no_run
+//! use std::sync::atomic::AtomicBool;
+//! use std::time::Duration;
+//! use lowlat_load::{LoadConfig, Target};
+//!
+//! let cfg = LoadConfig {
+//!     targets: vec![Target::new("http://127.0.0.1:8080/plaintext")],
+//!     threads: 1,
+//!     connections: 256,
+//!     pipeline: 16,
+//!     duration: Some(Duration::from_secs(10)),
+//!     pin_cpus: vec![1],
+//!     ..LoadConfig::default()
+//! };
+//! let report = lowlat_load::run(&cfg, &AtomicBool::new(false))?;
+//! println!("{:.0} req/s, {:?} µs CPU/response, p99 {} µs",
+//!     report.requests_per_sec(), report.cpu_us_per_response(),
+//!     report.latency.value_at_quantile(0.99));
+//! # Ok::<(), lowlat_load::LoadError>(())
+//! ```
+//!
+//! # API
+//! - [`LoadConfig`] (pub fields, `Default`) and [`Target`] (`URL`, weight) say what to do.
+//! - [`run`]`(&LoadConfig, &AtomicBool) -> Result<Report, LoadError>` runs it; setting the flag
+//!   stops the run early and still returns what was measured. [`run_with_progress`] also calls
+//!   a closure with a [`Progress`] snapshot about every 100 ms.
+//! - [`Report`]: requests and responses, elapsed (measured) time, req/s, bytes read, the merged
+//!   latency histogram (`hdrhistogram::Histogram<u64>` in **microseconds**), [`StatusCounts`],
+//!   [`ErrorCounts`] by kind, and the loader threads' CPU time (`getrusage(RUSAGE_THREAD)`,
+//!   summed) with [`Report::cpu_us_per_response`].
+//! - [`LoadError`]: why a run could not start or finish. Failed requests are not errors of the
+//!   run; they are counted in [`ErrorCounts`].
+//!
+//! # Semantics
+//! - Every request ends as one response or one error. A failure that ends a connection (reset,
+//!   timeout, protocol error) ends every request in flight on it; a failed connect counts one.
+//!   Requests still in flight when the server closes after a `Connection: close` response were
+//!   never processed: they are sent again on a new connection, not counted as errors.
+//! - `requests: Some(n)` stops after exactly `n` requests have ended (n responses from a healthy
+//!   server); `duration` stops at the deadline, abandoning requests in flight.
+//! - Latency runs from a request's send to the end of its own response; with pipelining each
+//!   request of a batch has its own response time; with `rate`, from its *scheduled* send time.
+//! - The warm-up runs the same load unmeasured: requests sent (scheduled) before it ends are not
+//!   counted, and CPU time is taken from its end.
+//!
+//! # Layout
+//! - [`config`]: [`LoadConfig`], [`Target`], humane durations and counts.
+//! - `plan`: validation, URL parsing, name resolution, request bytes built once per run, the
+//!   split of connections and request budgets over threads.
+//! - `engine`: [`run`] — threads, progress, stop flag, merging.
+//! - `worker`: one thread's mio event loop and connection state machine (the hot path).
+//! - [`report`]: per-thread counters, [`Report`] and [`LatencySummary`].
+//! - [`text`], [`json`], [`hdrlog`]: wrk-like text, JSON (schema in `schema/report.schema.json`),
+//!   HdrHistogram interval log.
+//! - `progress`: the live line on a terminal.
+//! - [`cli`]: `lowlat load` flags and exit codes.
+//! - `sys`: the few system calls std lacks (thread CPU time, affinity, timerfd); all `unsafe`.
+//! - [`error`]: the [`LoadError`] type.
 
 pub mod cli;
+pub mod config;
+mod engine;
+pub mod error;
+pub mod hdrlog;
+pub mod json;
+mod plan;
+mod progress;
+pub mod report;
+mod sys;
+pub mod text;
+mod worker;
+
+pub use config::{LoadConfig, Target};
+pub use engine::{run, run_with_progress, Progress, PROGRESS_EVERY};
+pub use error::LoadError;
+pub use report::{ErrorCounts, LatencySummary, Report, StatusCounts};

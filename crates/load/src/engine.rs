@@ -1,0 +1,138 @@
+//! Running a [`LoadConfig`]: plan it, check the targets answer, start one [`Worker`] thread per
+//! `threads` (pinned when asked), report progress while they run, and merge their figures.
+//!
+//! The calling thread only watches: every [`PROGRESS_EVERY`] it reads the workers' published
+//! counters (one relaxed load each; the workers store them once per loop turn on their own cache
+//! line), calls the progress callback, and passes the caller's stop flag on to the workers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::config::LoadConfig;
+use crate::error::LoadError;
+use crate::plan::Plan;
+use crate::report::{Report, ThreadStats};
+use crate::sys;
+use crate::worker::{LiveCounters, Worker};
+
+/// How often the progress callback runs and the stop flag is looked at.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+/// A snapshot of a run in progress, for a live display.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Time since the load started (warm-up included).
+    pub elapsed: Duration,
+    /// Still in the warm-up: the counters are not the measured ones yet.
+    pub warming_up: bool,
+    /// Responses so far (since the warm-up ended, once it has).
+    pub responses: u64,
+    /// Failed requests so far (likewise).
+    pub errors: u64,
+    /// Planned length of the whole run (warm-up included), when it has one.
+    pub planned: Option<Duration>,
+    /// Planned request count, when counted.
+    pub requests: Option<u64>,
+}
+
+/// Runs the load described by `cfg` until its duration or request count is reached, or until
+/// `stop` becomes true (the figures measured so far are then returned, with
+/// [`Report::interrupted`] set).
+///
+/// # Errors
+/// [`LoadError`] when the configuration is invalid, a host does not resolve or refuses the
+/// connection made before the run, or a thread cannot be set up.
+pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
+    run_with_progress(cfg, stop, |_| {})
+}
+
+/// [`run`], calling `on_progress` about every [`PROGRESS_EVERY`] from the calling thread.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with_progress(
+    cfg: &LoadConfig,
+    stop: &AtomicBool,
+    mut on_progress: impl FnMut(&Progress),
+) -> Result<Report, LoadError> {
+    let plan = Plan::new(cfg)?;
+    plan.check_reachable()?;
+    let live: Vec<LiveCounters> = (0..plan.threads.len())
+        .map(|_| LiveCounters::default())
+        .collect();
+    // The workers' own stop flag: the caller's, or a failure to start one of them.
+    let halt = AtomicBool::new(false);
+    let planned = plan.duration.map(|d| d + plan.warmup);
+    let start = Instant::now();
+    let results: Vec<Result<ThreadStats, LoadError>> = thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(plan.threads.len());
+        let mut spawn_error = None;
+        for i in 0..plan.threads.len() {
+            let (plan, halt, live) = (&plan, &halt, &live[i]);
+            let cpu = (!plan.pin_cpus.is_empty()).then(|| plan.pin_cpus[i % plan.pin_cpus.len()]);
+            let spawned = thread::Builder::new()
+                .name(format!("lowlat-load-{i}"))
+                .spawn_scoped(scope, move || {
+                    if let Some(cpu) = cpu {
+                        sys::pin_current_thread(cpu).map_err(|source| LoadError::System {
+                            what: format!("cannot pin a loader thread to CPU {cpu}"),
+                            source,
+                        })?;
+                    }
+                    let worker = Worker::new(plan, i, start, halt, live).map_err(|source| {
+                        LoadError::System {
+                            what: "cannot set up an event loop".into(),
+                            source,
+                        }
+                    })?;
+                    worker.run().map_err(|source| LoadError::System {
+                        what: "event loop failed".into(),
+                        source,
+                    })
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(source) => {
+                    spawn_error = Some(LoadError::System {
+                        what: "cannot start a loader thread".into(),
+                        source,
+                    });
+                    halt.store(true, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+        while !handles.iter().all(thread::ScopedJoinHandle::is_finished) {
+            thread::sleep(PROGRESS_EVERY);
+            if stop.load(Ordering::Relaxed) {
+                halt.store(true, Ordering::Relaxed);
+            }
+            let warming_up = !live.iter().all(|l| l.measuring.load(Ordering::Relaxed));
+            on_progress(&Progress {
+                elapsed: start.elapsed(),
+                warming_up,
+                responses: live
+                    .iter()
+                    .map(|l| l.responses.load(Ordering::Relaxed))
+                    .sum(),
+                errors: live.iter().map(|l| l.errors.load(Ordering::Relaxed)).sum(),
+                planned,
+                requests: cfg.requests,
+            });
+        }
+        let mut results: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Err(LoadError::ThreadPanicked)))
+            .collect();
+        if let Some(e) = spawn_error {
+            results.push(Err(e));
+        }
+        results
+    });
+    let mut threads = Vec::with_capacity(results.len());
+    for r in results {
+        threads.push(r?);
+    }
+    Ok(Report::merge(threads, stop.load(Ordering::Relaxed)))
+}

@@ -1,0 +1,327 @@
+//! What a run measured: the per-thread [`ThreadStats`] each loader thread keeps to itself, and the
+//! [`Report`] they are merged into at the end (oha's `result_data`, wrk's per-thread counters).
+//!
+//! Latency is an HdrHistogram of **microseconds** (1 µs to 1 h, 3 significant digits). Each
+//! request's latency runs from its send to the end of its own response: in closed-loop mode the
+//! send is the moment the loop decided to send it (the read that freed its slot, or the connect);
+//! with `--pipeline` every request of a batch shares the batch's send time and ends at its own
+//! response; in rate mode (`-R`) the send is the request's *scheduled* time, so a stalled server
+//! is charged for every request it delayed (coordinated omission corrected, as in wrk2).
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Highest latency the histogram holds (µs); larger values are recorded as this.
+pub const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+/// An empty latency histogram: 1 µs to [`MAX_LATENCY_US`], 3 significant digits.
+#[must_use]
+pub fn new_latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
+        .expect("constant bounds: low >= 1, high >= 2 * low, sigfig <= 5")
+}
+
+/// Failed requests, by what failed. A failure that ends a connection ends every request in flight
+/// on it, and each counts once; a failed connect counts one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ErrorCounts {
+    /// The connection could not be opened (refused, unreachable, not established in time).
+    pub connect: u64,
+    /// Reading failed (reset), or the server closed with requests unanswered.
+    pub read: u64,
+    /// Writing a request failed (reset, broken pipe).
+    pub write: u64,
+    /// No response within the timeout.
+    pub timeout: u64,
+    /// A response that is not valid HTTP/1.x, or bytes nobody asked for.
+    pub protocol: u64,
+}
+
+impl ErrorCounts {
+    /// All failures.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.connect + self.read + self.write + self.timeout + self.protocol
+    }
+
+    fn add(&mut self, o: &Self) {
+        self.connect += o.connect;
+        self.read += o.read;
+        self.write += o.write;
+        self.timeout += o.timeout;
+        self.protocol += o.protocol;
+    }
+}
+
+/// Responses by status class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StatusCounts {
+    /// Final `1xx` responses cannot happen (interim ones are skipped); kept for completeness.
+    #[serde(rename = "1xx")]
+    pub informational: u64,
+    #[serde(rename = "2xx")]
+    pub success: u64,
+    #[serde(rename = "3xx")]
+    pub redirection: u64,
+    #[serde(rename = "4xx")]
+    pub client_error: u64,
+    #[serde(rename = "5xx")]
+    pub server_error: u64,
+}
+
+impl StatusCounts {
+    /// Counts one response of status `status` (100..=599).
+    pub(crate) fn count(&mut self, status: u16) {
+        match status / 100 {
+            1 => self.informational += 1,
+            2 => self.success += 1,
+            3 => self.redirection += 1,
+            4 => self.client_error += 1,
+            _ => self.server_error += 1,
+        }
+    }
+
+    /// Responses that are not `2xx` or `3xx` (wrk's "Non-2xx or 3xx responses").
+    #[must_use]
+    pub fn not_ok(&self) -> u64 {
+        self.informational + self.client_error + self.server_error
+    }
+
+    fn add(&mut self, o: &Self) {
+        self.informational += o.informational;
+        self.success += o.success;
+        self.redirection += o.redirection;
+        self.client_error += o.client_error;
+        self.server_error += o.server_error;
+    }
+}
+
+/// One loader thread's figures, kept to itself and merged at the end.
+#[derive(Debug, Clone)]
+pub(crate) struct ThreadStats {
+    pub latency: Histogram<u64>,
+    pub requests: u64,
+    pub responses: u64,
+    pub bytes_read: u64,
+    pub status: StatusCounts,
+    pub errors: ErrorCounts,
+    pub cpu_user: Duration,
+    pub cpu_system: Duration,
+    /// From the start of measuring to the thread's end.
+    pub elapsed: Duration,
+}
+
+impl ThreadStats {
+    pub fn new() -> Self {
+        Self {
+            latency: new_latency_histogram(),
+            requests: 0,
+            responses: 0,
+            bytes_read: 0,
+            status: StatusCounts::default(),
+            errors: ErrorCounts::default(),
+            cpu_user: Duration::ZERO,
+            cpu_system: Duration::ZERO,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Forgets everything (at the end of the warm-up).
+    pub fn reset(&mut self) {
+        self.latency.reset();
+        self.requests = 0;
+        self.responses = 0;
+        self.bytes_read = 0;
+        self.status = StatusCounts::default();
+        self.errors = ErrorCounts::default();
+    }
+}
+
+/// Everything a run measured, merged over its threads.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Requests sent while measuring.
+    pub requests: u64,
+    /// Complete responses received while measuring (any status).
+    pub responses: u64,
+    /// Measured time: from the end of the warm-up to the end of the last thread.
+    pub elapsed: Duration,
+    /// Bytes read from the sockets while measuring (heads and bodies).
+    pub bytes_read: u64,
+    /// Latency of every response, in microseconds (see the module docs for where it starts).
+    pub latency: Histogram<u64>,
+    pub status: StatusCounts,
+    pub errors: ErrorCounts,
+    /// CPU time of the loader threads while measuring, user part, summed over threads.
+    pub cpu_user: Duration,
+    /// CPU time of the loader threads while measuring, system part, summed over threads.
+    pub cpu_system: Duration,
+    /// The run was stopped early (Ctrl-C, or the caller's stop flag).
+    pub interrupted: bool,
+}
+
+/// The usual latency figures, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LatencySummary {
+    pub min: u64,
+    pub mean: f64,
+    pub stdev: f64,
+    pub max: u64,
+    pub p50: u64,
+    pub p75: u64,
+    pub p90: u64,
+    pub p99: u64,
+    #[serde(rename = "p99_9")]
+    pub p99_9: u64,
+    #[serde(rename = "p99_99")]
+    pub p99_99: u64,
+    /// Share of samples within one standard deviation of the mean (wrk's `+/- Stdev`), 0..=1.
+    pub within_stdev: f64,
+}
+
+impl Report {
+    pub(crate) fn merge(threads: Vec<ThreadStats>, interrupted: bool) -> Self {
+        let mut r = Self {
+            requests: 0,
+            responses: 0,
+            elapsed: Duration::ZERO,
+            bytes_read: 0,
+            latency: new_latency_histogram(),
+            status: StatusCounts::default(),
+            errors: ErrorCounts::default(),
+            cpu_user: Duration::ZERO,
+            cpu_system: Duration::ZERO,
+            interrupted,
+        };
+        for t in threads {
+            r.requests += t.requests;
+            r.responses += t.responses;
+            r.bytes_read += t.bytes_read;
+            // Same bounds on both sides: adding cannot fail.
+            let _ = r.latency.add(&t.latency);
+            r.status.add(&t.status);
+            r.errors.add(&t.errors);
+            r.cpu_user += t.cpu_user;
+            r.cpu_system += t.cpu_system;
+            r.elapsed = r.elapsed.max(t.elapsed);
+        }
+        r
+    }
+
+    /// Responses per second of measured time.
+    #[must_use]
+    pub fn requests_per_sec(&self) -> f64 {
+        per_sec(self.responses as f64, self.elapsed)
+    }
+
+    /// Bytes read per second of measured time.
+    #[must_use]
+    pub fn bytes_per_sec(&self) -> f64 {
+        per_sec(self.bytes_read as f64, self.elapsed)
+    }
+
+    /// CPU time of the loader threads (user + system) while measuring.
+    #[must_use]
+    pub fn cpu_time(&self) -> Duration {
+        self.cpu_user + self.cpu_system
+    }
+
+    /// Loader CPU microseconds per response: what the load generator itself costs.
+    #[must_use]
+    pub fn cpu_us_per_response(&self) -> Option<f64> {
+        (self.responses > 0).then(|| self.cpu_time().as_secs_f64() * 1e6 / self.responses as f64)
+    }
+
+    /// Whether every request failed (the process exits non-zero then).
+    #[must_use]
+    pub fn all_failed(&self) -> bool {
+        self.responses == 0
+    }
+
+    /// Mean, deviation, maximum and the usual percentiles of [`Report::latency`].
+    #[must_use]
+    pub fn latency_summary(&self) -> LatencySummary {
+        let h = &self.latency;
+        if h.is_empty() {
+            return LatencySummary {
+                min: 0,
+                mean: 0.0,
+                stdev: 0.0,
+                max: 0,
+                p50: 0,
+                p75: 0,
+                p90: 0,
+                p99: 0,
+                p99_9: 0,
+                p99_99: 0,
+                within_stdev: 0.0,
+            };
+        }
+        let (mean, stdev) = (h.mean(), h.stdev());
+        let lo = (mean - stdev).max(0.0) as u64;
+        let hi = (mean + stdev) as u64;
+        let within = h.count_between(lo, hi) as f64 / h.len() as f64;
+        LatencySummary {
+            min: h.min(),
+            mean,
+            stdev,
+            max: h.max(),
+            p50: h.value_at_quantile(0.5),
+            p75: h.value_at_quantile(0.75),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p99_9: h.value_at_quantile(0.999),
+            p99_99: h.value_at_quantile(0.9999),
+            within_stdev: within.min(1.0),
+        }
+    }
+}
+
+fn per_sec(n: f64, d: Duration) -> f64 {
+    let s = d.as_secs_f64();
+    if s > 0.0 {
+        n / s
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_threads() {
+        let mut a = ThreadStats::new();
+        a.responses = 3;
+        a.requests = 3;
+        a.latency.saturating_record(100);
+        a.latency.saturating_record(200);
+        a.latency.saturating_record(300);
+        a.status.count(200);
+        a.status.count(404);
+        a.status.count(503);
+        a.errors.timeout = 1;
+        a.cpu_user = Duration::from_millis(2);
+        a.elapsed = Duration::from_secs(1);
+        let mut b = ThreadStats::new();
+        b.responses = 1;
+        b.latency.saturating_record(MAX_LATENCY_US * 10);
+        b.status.count(302);
+        b.cpu_system = Duration::from_millis(2);
+        b.elapsed = Duration::from_secs(2);
+        let r = Report::merge(vec![a, b], false);
+        assert_eq!(r.responses, 4);
+        assert_eq!(r.latency.len(), 4);
+        assert_eq!(r.status.not_ok(), 2);
+        assert_eq!(r.errors.total(), 1);
+        assert_eq!(r.elapsed, Duration::from_secs(2));
+        assert!((r.requests_per_sec() - 2.0).abs() < 1e-9);
+        assert!((r.cpu_us_per_response().unwrap() - 1000.0).abs() < 1e-6);
+        let s = r.latency_summary();
+        assert_eq!(s.min, 100);
+        assert!(s.max >= MAX_LATENCY_US);
+    }
+}

@@ -1,0 +1,782 @@
+//! One loader thread: a mio (epoll, edge-triggered) event loop driving its share of the
+//! connections, and the thread's own [`ThreadStats`]. Nothing here is shared with other threads
+//! but the stop flag and the live counters the progress line reads.
+//!
+//! The hot path, per readable connection: `read` into the thread's one 64 KiB buffer; take one
+//! timestamp for everything that read completed; walk the responses in place with
+//! [`ResponseReader`] (bodies counted, never copied); then one `write` of as many pre-built
+//! requests as responses came back (closed loop) or as are due (rate mode). A read shorter than
+//! the buffer means the socket is drained (edge-triggered: new data raises a new event), so the
+//! extra read that would only return `EAGAIN` is skipped, unless the event also reported the
+//! peer's close. No allocation happens per request: send times live in a per-connection ring
+//! sized to the pipeline depth, and only a head split across two reads is copied aside.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lowlat_http::client::{Response, ResponseReader, Step};
+use mio::net::TcpStream;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+use crate::plan::{ConnSpec, Group, Plan};
+use crate::report::ThreadStats;
+use crate::sys;
+
+/// Read buffer per thread. 64 KiB holds 16 pipelined responses of up to 4 KiB each in one read.
+const READ_BUF: usize = 64 * 1024;
+
+/// Events taken per `epoll_wait`.
+const EVENTS: usize = 1024;
+
+/// Token of the rate-mode timer; connections use their index.
+const TIMER: Token = Token(usize::MAX);
+
+/// Wait before reconnecting after a failed connect, so that a dead server costs ~100 attempts per
+/// second per connection instead of a busy loop.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Longest sleep in `poll`, so that the stop flag is seen within this.
+const MAX_POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// Counters one thread publishes for the progress line, on their own cache line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct LiveCounters {
+    pub responses: AtomicU64,
+    pub errors: AtomicU64,
+    /// Set once the warm-up is over and the counters restarted from zero.
+    pub measuring: AtomicBool,
+}
+
+/// What a connection is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnState {
+    /// No socket; (re)connect when `wake` passes.
+    Idle,
+    /// Non-blocking connect in progress.
+    Connecting,
+    Open,
+    /// Nothing more to do (request budget spent).
+    Done,
+}
+
+/// Why a connection failed; which error counter it charges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    Connect,
+    Read,
+    Write,
+    Timeout,
+    Protocol,
+}
+
+struct Conn {
+    spec: ConnSpec,
+    stream: Option<TcpStream>,
+    /// Bumped at every new socket, so that events of a closed socket are recognised as stale.
+    generation: u32,
+    state: ConnState,
+    /// Send (or, in rate mode, scheduled) times of the requests in flight, oldest first. Requests
+    /// owed but not yet written are included: they are in flight as far as latency goes.
+    sent: VecDeque<Instant>,
+    /// Requests counted in `sent` whose bytes are not written yet.
+    owed: usize,
+    /// Bytes of the batch buffer still to write after a short write.
+    partial: Option<(usize, usize)>,
+    reader: ResponseReader,
+    /// An incomplete head held between two reads.
+    carry: Vec<u8>,
+    /// Position in the host's weighted request cycle.
+    cursor: usize,
+    /// Since when the connection has waited: connect start, or last progress with requests in
+    /// flight. The timeout runs from here.
+    waiting_since: Instant,
+    /// Rate mode: requests scheduled so far on this connection.
+    scheduled: u64,
+    /// Rate mode: the send time a timer is armed for, if any.
+    timer: Option<Instant>,
+    /// When an idle connection may reconnect.
+    wake: Option<Instant>,
+}
+
+/// The loop and everything it owns.
+pub(crate) struct Worker<'a> {
+    plan: &'a Plan,
+    groups: &'a [Group],
+    stop: &'a AtomicBool,
+    live: &'a LiveCounters,
+    poll: Poll,
+    conns: Vec<Conn>,
+    buf: Box<[u8]>,
+    stats: ThreadStats,
+    /// Requests this thread may still start while measuring; `None`: unlimited.
+    budget: Option<u64>,
+    start: Instant,
+    measure_start: Instant,
+    measuring: bool,
+    deadline: Option<Instant>,
+    depth: usize,
+    /// Rate-mode timers and reconnect back-offs: (when, connection, generation).
+    timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    timerfd: Option<sys::TimerFd>,
+    timerfd_armed: Option<Instant>,
+    sweep_every: Duration,
+    next_sweep: Instant,
+    cpu_at_start: (Duration, Duration),
+}
+
+impl<'a> Worker<'a> {
+    pub fn new(
+        plan: &'a Plan,
+        index: usize,
+        start: Instant,
+        stop: &'a AtomicBool,
+        live: &'a LiveCounters,
+    ) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let depth = plan.pipeline as usize;
+        let conns = plan.threads[index]
+            .iter()
+            .map(|&spec| Conn {
+                spec,
+                stream: None,
+                generation: 0,
+                state: ConnState::Idle,
+                sent: VecDeque::with_capacity(depth),
+                owed: 0,
+                partial: None,
+                reader: ResponseReader::new(),
+                carry: Vec::new(),
+                cursor: 0,
+                waiting_since: start,
+                scheduled: 0,
+                timer: None,
+                wake: None,
+            })
+            .collect::<Vec<_>>();
+        let timerfd = if plan.conn_interval.is_some() {
+            let t = sys::TimerFd::new()?;
+            poll.registry().register(
+                &mut SourceFd(&std::os::fd::AsRawFd::as_raw_fd(&t)),
+                TIMER,
+                Interest::READABLE,
+            )?;
+            Some(t)
+        } else {
+            None
+        };
+        let measure_start = start + plan.warmup;
+        let sweep_every =
+            (plan.timeout / 20).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        Ok(Self {
+            plan,
+            groups: &plan.groups,
+            stop,
+            live,
+            poll,
+            timers: BinaryHeap::with_capacity(conns.len() + 1),
+            conns,
+            buf: vec![0; READ_BUF].into_boxed_slice(),
+            stats: ThreadStats::new(),
+            budget: plan.budgets[index],
+            start,
+            measure_start,
+            measuring: plan.warmup.is_zero(),
+            deadline: plan.duration.map(|d| measure_start + d),
+            depth,
+            timerfd,
+            timerfd_armed: None,
+            sweep_every,
+            next_sweep: start + sweep_every,
+            cpu_at_start: (Duration::ZERO, Duration::ZERO),
+        })
+    }
+
+    /// Runs until the deadline, the request count, or the stop flag; returns the thread's figures.
+    pub fn run(mut self) -> io::Result<ThreadStats> {
+        let mut events = Events::with_capacity(EVENTS.min(self.conns.len() + 1));
+        self.cpu_at_start = sys::thread_cpu_time();
+        if self.measuring {
+            self.live.measuring.store(true, Ordering::Relaxed);
+        }
+        let mut now = Instant::now();
+        for i in 0..self.conns.len() {
+            self.connect(i, now);
+        }
+        loop {
+            if !self.measuring && now >= self.measure_start {
+                self.begin_measuring();
+            }
+            if self.stop.load(Ordering::Relaxed)
+                || self.deadline.is_some_and(|d| now >= d)
+                || self.finished()
+            {
+                break;
+            }
+            let wait = self.next_wait(now);
+            match self.poll.poll(&mut events, Some(wait)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            now = Instant::now();
+            for ev in &events {
+                if ev.token() == TIMER {
+                    continue; // Handled by `run_timers` below.
+                }
+                let idx = ev.token().0;
+                // An event of a socket closed earlier in this batch lands on its replacement
+                // (same token), which is then still connecting or idle: harmless, since a
+                // connect is confirmed with `peer_addr` and a spurious read gets `EAGAIN`.
+                let Some(conn) = self.conns.get(idx) else {
+                    continue;
+                };
+                match conn.state {
+                    ConnState::Connecting => {
+                        if ev.is_writable() || ev.is_error() || ev.is_read_closed() {
+                            self.finish_connect(idx, now);
+                        }
+                    }
+                    ConnState::Open => {
+                        if ev.is_writable() && conn.partial.is_some() {
+                            self.flush(idx, now);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            let peer_closed = ev.is_read_closed() || ev.is_error();
+                            self.on_readable(idx, peer_closed, now);
+                        }
+                    }
+                    ConnState::Idle | ConnState::Done => {}
+                }
+            }
+            self.run_timers(now);
+            if now >= self.next_sweep {
+                self.sweep(now);
+                self.next_sweep = now + self.sweep_every;
+            }
+            self.live
+                .responses
+                .store(self.stats.responses, Ordering::Relaxed);
+            self.live
+                .errors
+                .store(self.stats.errors.total(), Ordering::Relaxed);
+        }
+        let end = Instant::now();
+        let (u, s) = sys::thread_cpu_time();
+        self.stats.cpu_user = u.saturating_sub(self.cpu_at_start.0);
+        self.stats.cpu_system = s.saturating_sub(self.cpu_at_start.1);
+        self.stats.elapsed = if self.measuring {
+            end.saturating_duration_since(self.measure_start)
+        } else {
+            Duration::ZERO
+        };
+        Ok(self.stats)
+    }
+
+    fn begin_measuring(&mut self) {
+        self.stats.reset();
+        self.measuring = true;
+        self.cpu_at_start = sys::thread_cpu_time();
+        self.live.measuring.store(true, Ordering::Relaxed);
+    }
+
+    /// With a request count: the budget is spent and nothing is in flight.
+    fn finished(&self) -> bool {
+        self.budget == Some(0) && self.conns.iter().all(|c| c.sent.is_empty())
+    }
+
+    /// How long `poll` may sleep.
+    fn next_wait(&mut self, now: Instant) -> Duration {
+        let mut until = self.next_sweep;
+        if let Some(d) = self.deadline {
+            until = until.min(d);
+        }
+        if !self.measuring {
+            until = until.min(self.measure_start);
+        }
+        if let Some(Reverse((t, _, _))) = self.timers.peek() {
+            match &self.timerfd {
+                // Rate mode: the timerfd wakes the loop on time; poll's timeout is coarse.
+                Some(fd) => {
+                    if self.timerfd_armed != Some(*t) {
+                        if fd.arm(t.saturating_duration_since(now)).is_ok() {
+                            self.timerfd_armed = Some(*t);
+                        } else {
+                            until = until.min(*t);
+                        }
+                    }
+                }
+                None => until = until.min(*t),
+            }
+        }
+        until.saturating_duration_since(now).min(MAX_POLL_WAIT)
+    }
+
+    /// Opens a socket for connection `idx` (non-blocking connect).
+    fn connect(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        if self.budget == Some(0) && self.measuring {
+            conn.state = ConnState::Done;
+            return;
+        }
+        conn.generation = conn.generation.wrapping_add(1);
+        conn.reader = ResponseReader::new();
+        conn.carry.clear();
+        conn.partial = None;
+        conn.owed = 0;
+        conn.wake = None;
+        conn.waiting_since = now;
+        let addr = self.groups[conn.spec.group].addr;
+        let result = TcpStream::connect(addr).and_then(|mut s| {
+            s.set_nodelay(true)?;
+            self.poll.registry().register(
+                &mut s,
+                Token(idx),
+                Interest::READABLE | Interest::WRITABLE,
+            )?;
+            Ok(s)
+        });
+        match result {
+            Ok(s) => {
+                conn.stream = Some(s);
+                conn.state = ConnState::Connecting;
+            }
+            Err(_) => {
+                conn.state = ConnState::Idle;
+                self.connect_failed(idx, now);
+            }
+        }
+    }
+
+    /// A connect failed: count it (it uses up one request of a counted run) and retry later.
+    fn connect_failed(&mut self, idx: usize, now: Instant) {
+        if self.measuring {
+            self.stats.errors.connect += 1;
+            if let Some(b) = &mut self.budget {
+                *b = b.saturating_sub(1);
+            }
+        }
+        self.close(idx);
+        let conn = &mut self.conns[idx];
+        let wake = now + CONNECT_BACKOFF;
+        conn.wake = Some(wake);
+        self.timers.push(Reverse((wake, idx, conn.generation)));
+    }
+
+    fn finish_connect(&mut self, idx: usize, now: Instant) {
+        let Some(stream) = &self.conns[idx].stream else {
+            return;
+        };
+        let connected = match stream.take_error() {
+            Ok(None) => match stream.peer_addr() {
+                Ok(_) => Some(true),
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => None,
+                Err(_) => Some(false),
+            },
+            _ => Some(false),
+        };
+        match connected {
+            None => {}
+            Some(false) => self.connect_failed(idx, now),
+            Some(true) => {
+                let conn = &mut self.conns[idx];
+                conn.state = ConnState::Open;
+                conn.waiting_since = now;
+                if self.plan.conn_interval.is_some() {
+                    self.send_due(idx, now);
+                } else {
+                    self.send_more(idx, self.depth, now);
+                }
+            }
+        }
+    }
+
+    /// Closed loop: queue up to `k` more requests (within the budget and the depth) and write.
+    fn send_more(&mut self, idx: usize, k: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let room = self.depth - conn.sent.len();
+        let mut k = k.min(room);
+        if self.measuring {
+            if let Some(b) = &mut self.budget {
+                k = k.min(usize::try_from(*b).unwrap_or(usize::MAX));
+                *b -= k as u64;
+            }
+        }
+        if k == 0 {
+            return;
+        }
+        if conn.sent.is_empty() {
+            conn.waiting_since = now;
+        }
+        for _ in 0..k {
+            conn.sent.push_back(now);
+        }
+        conn.owed += k;
+        self.flush(idx, now);
+    }
+
+    /// Rate mode: queue every request whose scheduled time has come (within the depth), write
+    /// them, and arm a timer for the next one.
+    fn send_due(&mut self, idx: usize, now: Instant) {
+        let Some(interval) = self.plan.conn_interval else {
+            return;
+        };
+        let conn = &mut self.conns[idx];
+        if conn.state != ConnState::Open {
+            return;
+        }
+        let phase = Duration::from_secs_f64(
+            interval.as_secs_f64() * conn.spec.global as f64 / self.plan.connections as f64,
+        );
+        let due = |k: u64| self.start + phase + interval.mul_f64(k as f64);
+        let mut queued = 0;
+        while conn.sent.len() < self.depth {
+            let t = due(conn.scheduled);
+            if t > now {
+                break;
+            }
+            if self.measuring && t >= self.measure_start {
+                match &mut self.budget {
+                    Some(0) => break,
+                    Some(b) => *b -= 1,
+                    None => {}
+                }
+            }
+            if conn.sent.is_empty() {
+                conn.waiting_since = now;
+            }
+            conn.sent.push_back(t);
+            conn.scheduled += 1;
+            queued += 1;
+        }
+        conn.owed += queued;
+        if conn.sent.len() < self.depth && self.budget != Some(0) {
+            let next = due(conn.scheduled);
+            if conn.timer.is_none_or(|t| t > next) {
+                conn.timer = Some(next);
+                self.timers.push(Reverse((next, idx, conn.generation)));
+            }
+        }
+        if queued > 0 {
+            self.flush(idx, now);
+        }
+    }
+
+    /// Writes what is owed: first the rest of a short write, then the owed requests, one write.
+    fn flush(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let Some(stream) = &mut conn.stream else {
+            return;
+        };
+        let batch = &self.groups[conn.spec.group].requests;
+        loop {
+            let (start, end) = match conn.partial {
+                Some(range) => range,
+                None if conn.owed > 0 => {
+                    // At most `depth` requests: what the batch was laid out for.
+                    let k = conn.owed.min(self.depth);
+                    let range = batch.range(conn.cursor, k);
+                    conn.cursor = batch.window(conn.cursor, k).1;
+                    conn.owed -= k;
+                    if self.measuring {
+                        self.stats.requests += k as u64;
+                    }
+                    range
+                }
+                None => return,
+            };
+            match stream.write(batch.slice(start, end)) {
+                Ok(n) if start + n == end => conn.partial = None,
+                Ok(n) => {
+                    conn.partial = Some((start + n, end));
+                    return; // The socket buffer is full: wait for a writable event.
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    conn.partial = Some((start, end));
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    conn.partial = Some((start, end))
+                }
+                Err(_) => {
+                    self.fail(idx, Failure::Write, now);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads until drained, completing responses; then sends what they made room for.
+    fn on_readable(&mut self, idx: usize, peer_closed: bool, mut now: Instant) {
+        let mut completed = 0;
+        loop {
+            let conn = &mut self.conns[idx];
+            let Some(stream) = &mut conn.stream else {
+                return;
+            };
+            let n = match stream.read(&mut self.buf) {
+                Ok(0) => {
+                    self.on_eof(idx, now);
+                    return;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.fail(idx, Failure::Read, now);
+                    return;
+                }
+            };
+            // One timestamp for every response this read completed.
+            now = Instant::now();
+            if self.measuring {
+                self.stats.bytes_read += n as u64;
+            }
+            match self.consume(idx, n, now) {
+                Ok(Consumed::More(k)) => completed += k,
+                Ok(Consumed::Closed) => return,
+                Err(f) => {
+                    self.fail(idx, f, now);
+                    return;
+                }
+            }
+            // Short read: drained. Edge-triggered epoll reports any later data as a new event.
+            if n < self.buf.len() && !peer_closed {
+                break;
+            }
+        }
+        if self.conns[idx].state != ConnState::Open {
+            return;
+        }
+        if completed > 0 {
+            self.conns[idx].waiting_since = now;
+        }
+        if self.plan.conn_interval.is_some() {
+            self.send_due(idx, now);
+        } else if completed > 0 {
+            self.send_more(idx, completed, now);
+        }
+    }
+
+    /// Walks the responses in `self.buf[..n]` (after any held head bytes).
+    fn consume(&mut self, idx: usize, n: usize, now: Instant) -> Result<Consumed, Failure> {
+        let conn = &mut self.conns[idx];
+        let head_method = self.groups[conn.spec.group].requests.head;
+        let mut carry = std::mem::take(&mut conn.carry);
+        let from_carry = !carry.is_empty();
+        if from_carry {
+            carry.extend_from_slice(&self.buf[..n]);
+        }
+        let (i, completed, close) = {
+            let data: &[u8] = if from_carry { &carry } else { &self.buf[..n] };
+            let mut i = 0;
+            let mut completed = 0;
+            let mut close = false;
+            while i < data.len() {
+                if conn.sent.is_empty() && conn.reader.wants_head() {
+                    return Err(Failure::Protocol); // Bytes nobody asked for.
+                }
+                match conn.reader.read(&data[i..], head_method) {
+                    Err(_) => return Err(Failure::Protocol),
+                    Ok(Step::NeedMore { consumed }) => {
+                        i += consumed;
+                        break;
+                    }
+                    Ok(Step::Complete { consumed, response }) => {
+                        i += consumed;
+                        completed += 1;
+                        let sent = conn.sent.pop_front().unwrap_or(now);
+                        record(
+                            &mut self.stats,
+                            self.measuring,
+                            self.measure_start,
+                            sent,
+                            now,
+                            response,
+                        );
+                        if !response.keep_alive || !self.plan.keep_alive {
+                            close = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            (i, completed, close)
+        };
+        let len = if from_carry { carry.len() } else { n };
+        if !close && i < len {
+            // An incomplete head: keep its bytes for the next read.
+            if from_carry {
+                carry.drain(..i);
+            } else {
+                carry.extend_from_slice(&self.buf[i..n]);
+            }
+        } else {
+            carry.clear();
+        }
+        conn.carry = carry;
+        if close {
+            self.closed_by_server(idx, now);
+            return Ok(Consumed::Closed);
+        }
+        Ok(Consumed::More(completed))
+    }
+
+    /// The server ended the connection after a response (`Connection: close`, or a
+    /// close-delimited body): requests still in flight were never processed, so they go back to
+    /// the budget, and the connection is reopened.
+    fn closed_by_server(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let unanswered = conn.sent.len() as u64;
+        if self.measuring {
+            if let Some(b) = &mut self.budget {
+                // Only requests sent while measuring were taken from the budget; the few sent
+                // during the warm-up and unanswered are not worth telling apart.
+                *b += unanswered;
+            }
+        }
+        conn.sent.clear();
+        self.close(idx);
+        self.connect(idx, now);
+    }
+
+    fn on_eof(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let held = if conn.reader.wants_head() {
+            conn.carry.len()
+        } else {
+            0
+        };
+        match conn.reader.eof(held) {
+            Ok(Some(response)) => {
+                let sent = conn.sent.pop_front().unwrap_or(now);
+                record(
+                    &mut self.stats,
+                    self.measuring,
+                    self.measure_start,
+                    sent,
+                    now,
+                    response,
+                );
+                self.closed_by_server(idx, now);
+            }
+            Ok(None) if conn.sent.is_empty() => {
+                // An idle connection closed (keep-alive timeout): just reopen it.
+                self.close(idx);
+                self.connect(idx, now);
+            }
+            Ok(None) | Err(_) => self.fail(idx, Failure::Read, now),
+        }
+    }
+
+    /// A connection failed: every request in flight on it fails with `kind`; reopen it.
+    fn fail(&mut self, idx: usize, kind: Failure, now: Instant) {
+        if kind == Failure::Connect {
+            self.connect_failed(idx, now);
+            return;
+        }
+        let conn = &mut self.conns[idx];
+        let lost = (conn.sent.len() as u64).max(u64::from(kind == Failure::Protocol));
+        if self.measuring {
+            let e = &mut self.stats.errors;
+            match kind {
+                Failure::Read => e.read += lost,
+                Failure::Write => e.write += lost,
+                Failure::Timeout => e.timeout += lost,
+                Failure::Protocol => e.protocol += lost,
+                Failure::Connect => {}
+            }
+        }
+        conn.sent.clear();
+        self.close(idx);
+        self.connect(idx, now);
+    }
+
+    /// Drops the socket (closing it removes it from epoll).
+    fn close(&mut self, idx: usize) {
+        let conn = &mut self.conns[idx];
+        if let Some(mut s) = conn.stream.take() {
+            let _ = self.poll.registry().deregister(&mut s);
+        }
+        conn.state = ConnState::Idle;
+        conn.timer = None;
+        conn.partial = None;
+        conn.owed = 0;
+    }
+
+    /// Fires due timers: rate-mode sends and reconnects after a back-off.
+    fn run_timers(&mut self, now: Instant) {
+        while let Some(&Reverse((t, idx, generation))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let conn = &mut self.conns[idx];
+            if conn.generation != generation {
+                continue;
+            }
+            match conn.state {
+                ConnState::Idle if conn.wake == Some(t) => self.connect(idx, now),
+                ConnState::Open if conn.timer == Some(t) => {
+                    conn.timer = None;
+                    self.send_due(idx, now);
+                }
+                _ => {}
+            }
+        }
+        if self.timers.is_empty() {
+            self.timerfd_armed = None;
+        }
+    }
+
+    /// Times out connections that waited too long for a connect or a response.
+    fn sweep(&mut self, now: Instant) {
+        let timeout = self.plan.timeout;
+        for idx in 0..self.conns.len() {
+            let conn = &self.conns[idx];
+            let waiting = match conn.state {
+                ConnState::Connecting => true,
+                ConnState::Open => !conn.sent.is_empty(),
+                ConnState::Idle | ConnState::Done => false,
+            };
+            if waiting && now.saturating_duration_since(conn.waiting_since) > timeout {
+                let kind = if conn.state == ConnState::Connecting {
+                    Failure::Connect
+                } else {
+                    Failure::Timeout
+                };
+                self.fail(idx, kind, now);
+            }
+        }
+    }
+}
+
+/// What a read did to its connection.
+enum Consumed {
+    /// Still open; this many responses completed.
+    More(usize),
+    /// The server closed it after a response; it is being reopened.
+    Closed,
+}
+
+/// Counts one response. Requests sent (or scheduled) during the warm-up are not measured.
+fn record(
+    stats: &mut ThreadStats,
+    measuring: bool,
+    measure_start: Instant,
+    sent: Instant,
+    now: Instant,
+    response: Response,
+) {
+    if !measuring || sent < measure_start {
+        return;
+    }
+    stats.responses += 1;
+    stats.status.count(response.status);
+    let us = u64::try_from(now.saturating_duration_since(sent).as_micros()).unwrap_or(u64::MAX);
+    stats.latency.saturating_record(us);
+}
