@@ -11,7 +11,8 @@ use crate::report::Report;
 #[must_use]
 pub fn banner(cfg: &LoadConfig) -> String {
     let what = match (cfg.duration, cfg.requests) {
-        (Some(d), _) => format!("{} test", duration(d.as_secs_f64())),
+        (Some(d), Some(n)) => format!("{n} requests (at most {})", duration(d.as_secs_f64())),
+        (Some(d), None) => format!("{} test", duration(d.as_secs_f64())),
         (None, Some(n)) => format!("{n} requests"),
         (None, None) => format!(
             "{} test",
