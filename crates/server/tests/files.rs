@@ -330,7 +330,7 @@ fn dotfiles() {
 }
 
 /// Unreadable files are 403 (when not running as root, which reads everything); FIFOs and
-/// other special files are 404 and never block the worker.
+/// other special files are 404 and never block the worker; an mtime past year 9999 is served.
 #[test]
 fn unreadable_and_special_files() {
     let site = Site::new();
@@ -342,7 +342,19 @@ fn unreadable_and_special_files() {
         .arg(&fifo)
         .status()
         .is_ok_and(|s| s.success());
+    // An mtime past year 9999 (`touch -d` allows it) cannot be written as an HTTP-date.
+    site.write("future.txt", b"later");
+    fs::File::options()
+        .write(true)
+        .open(site.path("future.txt"))
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + Duration::from_secs(300_000_000_000))
+        .unwrap();
     let s = start(Some(&site.root()), &[]);
+    let r = get(&s, "/future.txt");
+    assert_eq!(r.body, b"later");
+    // (File systems clamp it, ext4 to 2446; the date is whatever they kept, never a crash.)
+    assert!(httpdate::parse_http_date(r.header("last-modified").unwrap()).is_ok());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         assert_eq!(get(&s, "/locked.txt").status, 403);

@@ -8,7 +8,6 @@
 use std::fmt::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::{Duration, UNIX_EPOCH};
 
 use super::path::encode_path;
 
@@ -75,7 +74,7 @@ pub fn render(
             text.push('/');
         }
         out.extend_from_slice(text.as_bytes());
-        let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(*mtime));
+        let date = super::entry::http_date(*mtime);
         let size = if *is_dir {
             "-".to_owned()
         } else {

@@ -23,6 +23,16 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use super::encoding::Coding;
 use super::FilesConfig;
 
+/// 9999-12-31T23:59:59Z: the last instant an IMF-fixdate can show (`httpdate` panics past it,
+/// and `touch -d` can set any mtime).
+pub const LAST_HTTP_DATE_SECS: u64 = 253_402_300_799;
+
+/// An IMF-fixdate for seconds since the epoch, clamped to what the format can show.
+#[must_use]
+pub fn http_date(secs: u64) -> String {
+    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs.min(LAST_HTTP_DATE_SECS)))
+}
+
 /// How many times a small file is re-read when it changes while being read.
 const SNAPSHOT_TRIES: usize = 3;
 
@@ -329,7 +339,8 @@ impl Variant {
         mtime_secs: u64,
         id: Option<FileId>,
     ) -> Self {
-        let last_modified = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime_secs));
+        let mtime_secs = mtime_secs.min(LAST_HTTP_DATE_SECS);
+        let last_modified = http_date(mtime_secs);
         let mut common = String::new();
         common.push_str("Last-Modified: ");
         common.push_str(&last_modified);
@@ -471,6 +482,12 @@ fn error_status(e: &io::Error) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dates_far_in_the_future_do_not_panic() {
+        assert_eq!(http_date(u64::MAX), "Fri, 31 Dec 9999 23:59:59 GMT");
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+    }
 
     #[test]
     fn sibling_names() {
