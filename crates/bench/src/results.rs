@@ -1,0 +1,408 @@
+//! The results of a sweep: one [`Row`] per target × scenario × level × round, the machine,
+//! the environment check and the spec, written as JSON and CSV while the sweep runs.
+//!
+//! The JSON file is valid after every row: rows go at the end of the document, and each new
+//! row overwrites only the closing tail (`], "status": ...}`), so a killed run keeps its
+//! finished rows and `lowlat bench report` can draw them. A file cut mid-write is recovered
+//! row by row (each row is one line). The CSV gets one flushed line per row.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::doctor::Check;
+use crate::error::BenchError;
+use crate::machine::Machine;
+use crate::sampler::Sample;
+
+/// Identifies the file format; bumped when a field changes meaning.
+pub const FORMAT: &str = "lowlat-bench-results/1";
+
+/// What bounded a measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BoundBy {
+    /// The loader's cores were saturated: req/s understates the server.
+    ClientBound,
+    /// The server's cores were saturated.
+    ServerBound,
+    /// Neither (few connections, latency-bound, or a server waiting on something else).
+    Neither,
+}
+
+impl BoundBy {
+    /// Cores at or above this busy share count as saturated (as `compare.py` decides).
+    pub const SATURATED_PCT: f64 = 97.0;
+
+    /// Decides from the busy shares of the loader's and the server's cores.
+    #[must_use]
+    pub fn decide(loader_pct: f64, server_pct: f64) -> Self {
+        if loader_pct >= Self::SATURATED_PCT {
+            Self::ClientBound
+        } else if server_pct >= Self::SATURATED_PCT {
+            Self::ServerBound
+        } else {
+            Self::Neither
+        }
+    }
+
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ClientBound => "client-bound",
+            Self::ServerBound => "server-bound",
+            Self::Neither => "neither",
+        }
+    }
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Row {
+    pub target: String,
+    pub scenario: String,
+    pub connections: u32,
+    /// 0-based round at this level.
+    pub round: u32,
+    pub pipeline: u32,
+    pub keepalive: bool,
+    /// Measured seconds.
+    pub seconds: f64,
+    pub requests: u64,
+    pub rps: f64,
+    /// Response bytes per second / 10^6.
+    pub mb_s: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    pub mean_us: f64,
+    /// Failed requests plus 1xx/4xx/5xx responses.
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// Responses by status class, 1xx … 5xx.
+    pub status_classes: [u64; 5],
+    /// Server process tree CPU, % of one core.
+    pub server_cpu_pct: f64,
+    /// Busy time of the server's cores per response, µs (kernel work included).
+    pub server_us_per_req: Option<f64>,
+    /// Server process tree CPU per response, µs.
+    pub server_proc_us_per_req: Option<f64>,
+    pub server_cores: Vec<usize>,
+    pub server_cores_pct: f64,
+    pub loader_cores: Vec<usize>,
+    pub loader_cores_pct: f64,
+    pub rss_peak_kb: u64,
+    pub rss_mean_kb: u64,
+    /// Loader CPU, % of one core.
+    pub client_cpu_pct: f64,
+    /// CPU used by other processes on the machine, % of one core.
+    pub foreign_cpu_pct: f64,
+    pub foreign_top: Vec<String>,
+    pub bound_by: BoundBy,
+    /// Measurements made for this row (more than one when a neighbour disturbed it).
+    pub attempts: u32,
+    /// The 100 ms time series.
+    pub samples: Vec<Sample>,
+}
+
+/// Everything but the rows: written once at the start.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Header {
+    pub format: String,
+    pub lowlat_version: String,
+    /// UTC, ISO 8601.
+    pub started: String,
+    pub spec_name: String,
+    pub spec_description: String,
+    pub spec_file: String,
+    pub spec_text: String,
+    pub baseline: String,
+    /// Target names in spec order (so reports keep it).
+    pub targets: Vec<String>,
+    pub scenarios: Vec<String>,
+    pub machine: Machine,
+    pub doctor: Vec<Check>,
+    pub duration_s: f64,
+    pub rounds: u32,
+}
+
+/// A whole results file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Results {
+    #[serde(flatten)]
+    pub header: Header,
+    pub rows: Vec<Row>,
+    /// Checks made once targets ran (their open-file limits).
+    #[serde(default)]
+    pub target_checks: Vec<Check>,
+    /// "running", "complete", "interrupted", or "failed: ...".
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub finished: String,
+}
+
+/// Writes results.json and results.csv as rows arrive.
+pub struct Writer {
+    json: File,
+    json_path: PathBuf,
+    csv: File,
+    /// Byte offset where the rows array currently ends (where the tail starts).
+    rows_end: u64,
+    rows: usize,
+    target_checks: Vec<Check>,
+}
+
+const CSV_COLUMNS: &str = "target,scenario,connections,round,pipeline,keepalive,seconds,requests,rps,mb_s,p50_us,p90_us,p99_us,p999_us,max_us,mean_us,errors,server_cpu_pct,server_us_per_req,server_proc_us_per_req,server_cores_pct,loader_cores_pct,rss_peak_kb,rss_mean_kb,client_cpu_pct,foreign_cpu_pct,bound_by,attempts";
+
+impl Writer {
+    /// Creates `dir/results.json` and `dir/results.csv`.
+    ///
+    /// # Errors
+    /// [`BenchError::Io`] when a file cannot be written.
+    pub fn create(dir: &Path, header: &Header) -> Result<Self, BenchError> {
+        let json_path = dir.join("results.json");
+        let csv_path = dir.join("results.csv");
+        let mut json = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&json_path)
+            .map_err(|e| BenchError::io(&json_path, e))?;
+        let mut csv = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&csv_path)
+            .map_err(|e| BenchError::io(&csv_path, e))?;
+        let head = serde_json::to_string_pretty(header).map_err(|e| BenchError::Results {
+            path: json_path.clone(),
+            message: e.to_string(),
+        })?;
+        // `{ ...fields }` → `{ ...fields, "rows": [` and the tail after it.
+        let head = head
+            .trim_end()
+            .strip_suffix('}')
+            .unwrap_or(&head)
+            .trim_end();
+        let start = format!("{head},\n  \"rows\": [");
+        json.write_all(start.as_bytes())
+            .map_err(|e| BenchError::io(&json_path, e))?;
+        writeln!(csv, "{CSV_COLUMNS}").map_err(|e| BenchError::io(&csv_path, e))?;
+        let mut w = Self {
+            json,
+            json_path,
+            csv,
+            rows_end: start.len() as u64,
+            rows: 0,
+            target_checks: Vec::new(),
+        };
+        w.write_tail("running", "")?;
+        Ok(w)
+    }
+
+    /// Where the JSON goes.
+    #[must_use]
+    pub fn json_path(&self) -> &Path {
+        &self.json_path
+    }
+
+    fn write_tail(&mut self, status: &str, finished: &str) -> Result<(), BenchError> {
+        let checks = serde_json::to_string(&self.target_checks).unwrap_or_else(|_| "[]".into());
+        let tail = format!(
+            "\n  ],\n  \"target_checks\": {checks},\n  \"status\": {},\n  \"finished\": {}\n}}\n",
+            serde_json::Value::from(status),
+            serde_json::Value::from(finished)
+        );
+        let io = |e| BenchError::io(&self.json_path, e);
+        self.json.seek(SeekFrom::Start(self.rows_end)).map_err(io)?;
+        self.json.write_all(tail.as_bytes()).map_err(io)?;
+        let end = self.rows_end + tail.len() as u64;
+        self.json.set_len(end).map_err(io)?;
+        self.json.flush().map_err(io)
+    }
+
+    /// Appends one row to both files.
+    ///
+    /// # Errors
+    /// [`BenchError::Io`] when a file cannot be written.
+    pub fn add(&mut self, row: &Row) -> Result<(), BenchError> {
+        let line = serde_json::to_string(row).map_err(|e| BenchError::Results {
+            path: self.json_path.clone(),
+            message: e.to_string(),
+        })?;
+        let sep = if self.rows == 0 { "\n    " } else { ",\n    " };
+        let io = |e| BenchError::io(&self.json_path, e);
+        self.json.seek(SeekFrom::Start(self.rows_end)).map_err(io)?;
+        self.json.write_all(sep.as_bytes()).map_err(io)?;
+        self.json.write_all(line.as_bytes()).map_err(io)?;
+        self.rows_end += (sep.len() + line.len()) as u64;
+        self.rows += 1;
+        self.write_tail("running", "")?;
+        writeln!(self.csv, "{}", csv_line(row))
+            .and_then(|()| self.csv.flush())
+            .map_err(|e| BenchError::io(self.json_path.with_extension("csv"), e))
+    }
+
+    /// Records a check made once a target ran.
+    ///
+    /// # Errors
+    /// [`BenchError::Io`] when the file cannot be written.
+    pub fn add_target_check(&mut self, check: Check) -> Result<(), BenchError> {
+        self.target_checks.push(check);
+        self.write_tail("running", "")
+    }
+
+    /// Closes the document with its final status.
+    ///
+    /// # Errors
+    /// [`BenchError::Io`] when the file cannot be written.
+    pub fn finish(&mut self, status: &str) -> Result<(), BenchError> {
+        self.write_tail(status, &now_utc())
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |v| format!("{v:.3}"))
+}
+
+fn csv_line(r: &Row) -> String {
+    format!(
+        "{},{},{},{},{},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{},{:.1},{},{},{:.1},{:.1},{},{},{:.1},{:.1},{},{}",
+        csv_field(&r.target),
+        csv_field(&r.scenario),
+        r.connections,
+        r.round,
+        r.pipeline,
+        r.keepalive,
+        r.seconds,
+        r.requests,
+        r.rps,
+        r.mb_s,
+        r.p50_us,
+        r.p90_us,
+        r.p99_us,
+        r.p999_us,
+        r.max_us,
+        r.mean_us,
+        r.errors,
+        r.server_cpu_pct,
+        opt(r.server_us_per_req),
+        opt(r.server_proc_us_per_req),
+        r.server_cores_pct,
+        r.loader_cores_pct,
+        r.rss_peak_kb,
+        r.rss_mean_kb,
+        r.client_cpu_pct,
+        r.foreign_cpu_pct,
+        r.bound_by.as_str(),
+        r.attempts
+    )
+}
+
+/// Reads a results file; a file cut off mid-write keeps every complete row.
+///
+/// # Errors
+/// [`BenchError::Results`] when the file is not a lowlat bench results file.
+pub fn read(path: &Path) -> Result<Results, BenchError> {
+    let text = std::fs::read_to_string(path).map_err(|e| BenchError::io(path, e))?;
+    let bad = |message: String| BenchError::Results {
+        path: path.to_path_buf(),
+        message,
+    };
+    let doc = match serde_json::from_str::<Results>(&text) {
+        Ok(doc) => doc,
+        Err(first) => recover(&text)
+            .ok_or_else(|| bad(format!("not a lowlat bench results file ({first})")))?,
+    };
+    if doc.header.format != FORMAT {
+        return Err(bad(format!(
+            "format {:?}; this lowlat reads {FORMAT:?}",
+            doc.header.format
+        )));
+    }
+    Ok(doc)
+}
+
+fn recover(text: &str) -> Option<Results> {
+    let at = text.find("\"rows\": [")?;
+    let header: Header = serde_json::from_str(&format!(
+        "{}}}",
+        text[..at].trim_end().trim_end_matches(',')
+    ))
+    .ok()?;
+    let rows = text[at..]
+        .lines()
+        .skip(1)
+        .map_while(|l| serde_json::from_str::<Row>(l.trim().trim_end_matches(',')).ok())
+        .collect();
+    Some(Results {
+        header,
+        rows,
+        target_checks: Vec::new(),
+        status: "cut off (recovered)".into(),
+        finished: String::new(),
+    })
+}
+
+/// Now, UTC, as `2024-05-01T12:00:00Z`.
+#[must_use]
+pub fn now_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn bound_by() {
+        assert_eq!(BoundBy::decide(99.0, 99.0), BoundBy::ClientBound);
+        assert_eq!(BoundBy::decide(50.0, 98.0), BoundBy::ServerBound);
+        assert_eq!(BoundBy::decide(50.0, 50.0), BoundBy::Neither);
+    }
+}

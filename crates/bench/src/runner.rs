@@ -1,0 +1,490 @@
+//! The sweep: for each target, start it, wait until it is ready, and for each scenario it
+//! serves run a warm-up and then every level × round, measuring with the sampler while the
+//! load driver runs; write each row as soon as it is measured; stop the target. A progress bar
+//! with an ETA covers the whole sweep.
+//!
+//! Targets are started one at a time and always stopped ([`RunningTarget`] stops on drop), on
+//! success, on error and on Ctrl-C (the `stop` flag ends the current measurement early; its
+//! partial row is discarded).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::doctor::{self, Needs};
+use crate::error::BenchError;
+use crate::load::{LoadDriver, LoadOutcome, LoadPlan};
+use crate::machine::Machine;
+use crate::procfs;
+use crate::results::{self, BoundBy, Header, Row, Writer};
+use crate::sampler::{Measured, Sampler, Watch};
+use crate::spec::{Scenario, Spec, Target};
+use crate::target::RunningTarget;
+
+/// How a sweep is run (beyond the spec).
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Where results.json, results.csv and the targets' logs go.
+    pub out_dir: PathBuf,
+    /// Draw the progress bar (on stderr, when it is a terminal).
+    pub progress: bool,
+    /// Run even when the environment check fails.
+    pub force: bool,
+}
+
+/// Warm-up connections: enough to touch every worker's code paths, few enough not to need the
+/// tuning the higher levels need.
+const WARMUP_CONNECTIONS: u32 = 64;
+
+/// Runs the whole sweep; returns the path of results.json.
+///
+/// # Errors
+/// The first thing that stopped the sweep; rows measured before it are kept in the files.
+pub fn run(
+    spec: &Spec,
+    driver: &dyn LoadDriver,
+    opts: &RunOptions,
+    stop: &AtomicBool,
+) -> Result<PathBuf, BenchError> {
+    let out = &opts.out_dir;
+    std::fs::create_dir_all(out).map_err(|e| BenchError::io(out, e))?;
+    let out = out.canonicalize().map_err(|e| BenchError::io(out, e))?;
+    let max_conns = spec
+        .scenarios
+        .iter()
+        .flat_map(|s| s.levels.iter().copied())
+        .max()
+        .unwrap_or(1);
+    // Started targets inherit this limit, so raise it before anything starts.
+    let _ = crate::sys::raise_nofile(u64::from(max_conns) + 1024);
+
+    let machine = Machine::detect();
+    let checks = doctor::run(&Needs::of(spec), &machine);
+    let pb = progress_bar(spec, opts.progress);
+    if doctor::has_failures(&checks) {
+        let failed: Vec<&str> = checks
+            .iter()
+            .filter(|c| c.status == doctor::Status::Fail)
+            .map(|c| c.name.as_str())
+            .collect();
+        if !opts.force {
+            pb.finish_and_clear();
+            eprint!("{}", doctor::render(&checks));
+            return Err(BenchError::Doctor(failed.join(", ")));
+        }
+        pb.println(format!(
+            "environment check failed ({}); running anyway (--force)",
+            failed.join(", ")
+        ));
+    }
+    let header = Header {
+        format: results::FORMAT.into(),
+        lowlat_version: env!("CARGO_PKG_VERSION").into(),
+        started: results::now_utc(),
+        spec_name: spec.name.clone(),
+        spec_description: spec.description.clone(),
+        spec_file: spec.file.display().to_string(),
+        spec_text: spec.text.clone(),
+        baseline: spec.run.baseline.clone(),
+        targets: spec.targets.iter().map(|t| t.name.clone()).collect(),
+        scenarios: spec.scenarios.iter().map(|s| s.name.clone()).collect(),
+        machine: machine.clone(),
+        doctor: checks,
+        duration_s: spec.run.duration.as_secs_f64(),
+        rounds: spec.run.rounds,
+    };
+    let mut writer = Writer::create(&out, &header)?;
+    let outcome = sweep(
+        spec,
+        driver,
+        &out,
+        &machine,
+        &mut writer,
+        &pb,
+        stop,
+        max_conns,
+    );
+    pb.finish_and_clear();
+    match outcome {
+        Ok(()) => {
+            writer.finish("complete")?;
+            Ok(writer.json_path().to_path_buf())
+        }
+        Err(e) => {
+            let status = if matches!(e, BenchError::Interrupted { .. }) {
+                "interrupted".to_string()
+            } else {
+                format!("failed: {e}")
+            };
+            let _ = writer.finish(&status);
+            Err(e)
+        }
+    }
+}
+
+fn progress_bar(spec: &Spec, show: bool) -> ProgressBar {
+    let total: u64 = spec
+        .scenarios
+        .iter()
+        .map(|s| (s.targets.len() * s.levels.len()) as u64 * u64::from(spec.run.rounds))
+        .sum();
+    let pb = ProgressBar::with_draw_target(
+        Some(total),
+        if show {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        },
+    );
+    if let Ok(style) = ProgressStyle::with_template(
+        "{elapsed_precise} [{wide_bar}] {pos}/{len} ETA {eta_precise}  {msg}",
+    ) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename these
+fn sweep(
+    spec: &Spec,
+    driver: &dyn LoadDriver,
+    out: &Path,
+    machine: &Machine,
+    writer: &mut Writer,
+    pb: &ProgressBar,
+    stop: &AtomicBool,
+    max_conns: u32,
+) -> Result<(), BenchError> {
+    let spec_dir = spec
+        .spec_dir
+        .canonicalize()
+        .map_err(|e| BenchError::io(&spec.spec_dir, e))?;
+    for target in &spec.targets {
+        let scenarios: Vec<&Scenario> = spec
+            .scenarios
+            .iter()
+            .filter(|s| s.targets.contains(&target.name))
+            .collect();
+        if scenarios.is_empty() {
+            continue;
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Err(BenchError::Interrupted {
+                out: out.to_path_buf(),
+            });
+        }
+        let run_dir = out.join("run").join(&target.name);
+        std::fs::create_dir_all(&run_dir).map_err(|e| BenchError::io(&run_dir, e))?;
+        let mut vars: BTreeMap<String, String> = spec.vars.clone();
+        vars.insert("spec_dir".into(), spec_dir.display().to_string());
+        vars.insert("run_dir".into(), run_dir.display().to_string());
+        vars.insert("out_dir".into(), out.display().to_string());
+        vars.insert("target".into(), target.name.clone());
+        pb.set_message(format!("starting {}", target.name));
+        let mut running = RunningTarget::start(target, &vars, &run_dir)?;
+        running.wait_ready(&target.ready, target.ready_timeout, stop, out)?;
+        writer.add_target_check(doctor::target_nofile(
+            &target.name,
+            procfs::nofile_of(running.pid),
+            u64::from(max_conns) + 256,
+        ))?;
+        let cores = Cores::of(target, &running, spec, machine);
+        for scenario in scenarios {
+            run_scenario(
+                spec,
+                driver,
+                target,
+                &mut running,
+                scenario,
+                &cores,
+                writer,
+                pb,
+                stop,
+                out,
+            )?;
+        }
+        running.stop();
+    }
+    Ok(())
+}
+
+/// Which cores count as the server's and the loader's.
+struct Cores {
+    server: Vec<usize>,
+    loader: Vec<usize>,
+    /// The server's share is judged on its pinned cores; unpinned, on its process CPU.
+    server_pinned: bool,
+    loader_pinned: bool,
+}
+
+impl Cores {
+    fn of(target: &Target, running: &RunningTarget, spec: &Spec, machine: &Machine) -> Self {
+        let all: Vec<usize> = (0..machine.cpus).collect();
+        let loader = if spec.loader.cpus.is_empty() {
+            all.clone()
+        } else {
+            spec.loader.cpus.clone()
+        };
+        let server = if !target.cpus.is_empty() {
+            target.cpus.clone()
+        } else {
+            let allowed = procfs::cpus_allowed(running.pid).unwrap_or_else(|| all.clone());
+            let rest: Vec<usize> = allowed
+                .iter()
+                .copied()
+                .filter(|c| !spec.loader.cpus.contains(c))
+                .collect();
+            if rest.is_empty() {
+                allowed
+            } else {
+                rest
+            }
+        };
+        Self {
+            server,
+            loader,
+            server_pinned: !target.cpus.is_empty(),
+            loader_pinned: !spec.loader.cpus.is_empty(),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename these
+fn run_scenario(
+    spec: &Spec,
+    driver: &dyn LoadDriver,
+    target: &Target,
+    running: &mut RunningTarget,
+    scenario: &Scenario,
+    cores: &Cores,
+    writer: &mut Writer,
+    pb: &ProgressBar,
+    stop: &AtomicBool,
+    out: &Path,
+) -> Result<(), BenchError> {
+    let url = format!("{}{}", running.url.trim_end_matches('/'), scenario.path);
+    let plan_for = |connections: u32, duration: Duration| LoadPlan {
+        url: url.clone(),
+        threads: spec.loader.threads as usize,
+        connections: connections as usize,
+        duration,
+        pipeline: scenario.pipeline,
+        method: scenario.method.clone(),
+        headers: scenario.headers.clone(),
+        body: scenario.body.as_ref().map(|b| b.as_bytes().to_vec()),
+        timeout: spec.loader.timeout,
+        keepalive: scenario.keepalive,
+        pin_cpus: spec.loader.cpus.clone(),
+    };
+    let load_err = |connections: u32, message: String| BenchError::Load {
+        target: target.name.clone(),
+        scenario: scenario.name.clone(),
+        connections,
+        message,
+    };
+    let interrupted = || BenchError::Interrupted {
+        out: out.to_path_buf(),
+    };
+
+    if !spec.run.warmup.is_zero() {
+        let level = scenario
+            .levels
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(1)
+            .min(WARMUP_CONNECTIONS);
+        pb.set_message(format!("{} {}: warm-up", target.name, scenario.name));
+        driver
+            .run(&plan_for(level, spec.run.warmup), stop)
+            .map_err(|m| load_err(level, m))?;
+        running.check_alive()?;
+        pause(spec.run.pause, stop);
+    }
+    for &level in &scenario.levels {
+        for round in 0..spec.run.rounds {
+            if stop.load(Ordering::Relaxed) {
+                return Err(interrupted());
+            }
+            pb.set_message(format!(
+                "{} {} c={level} round {}",
+                target.name,
+                scenario.name,
+                round + 1
+            ));
+            let mut attempts = 0;
+            let row = loop {
+                attempts += 1;
+                let (outcome, measured, foreign) = measure_once(
+                    driver,
+                    &plan_for(level, spec.run.duration),
+                    running,
+                    cores,
+                    stop,
+                )
+                .map_err(|m| load_err(level, m))?;
+                if stop.load(Ordering::Relaxed) {
+                    return Err(interrupted());
+                }
+                running.check_alive()?;
+                let row = make_row(
+                    target, scenario, level, round, attempts, spec, cores, &outcome, measured,
+                    foreign,
+                );
+                if row.foreign_cpu_pct > spec.run.foreign_max_pct && attempts <= spec.run.retries {
+                    pb.println(format!(
+                        "  {} {} c={level}: other processes used {:.0}% of a CPU ({}); measuring again",
+                        target.name,
+                        scenario.name,
+                        row.foreign_cpu_pct,
+                        row.foreign_top.join(", ")
+                    ));
+                    pause(spec.run.pause.max(Duration::from_secs(1)), stop);
+                    continue;
+                }
+                break row;
+            };
+            pb.println(format!(
+                "  {:<12} {:<14} c={:<5} req/s={:<10.0} p99={:.2}ms server µs/req={} cpu={:.0}% rss={}kB errors={} {}",
+                row.target,
+                row.scenario,
+                row.connections,
+                row.rps,
+                row.p99_us as f64 / 1000.0,
+                row.server_us_per_req.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+                row.server_cpu_pct,
+                row.rss_peak_kb,
+                row.errors,
+                row.bound_by.as_str()
+            ));
+            writer.add(&row)?;
+            pb.inc(1);
+            pause(spec.run.pause, stop);
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps, waking early when asked to stop.
+fn pause(d: Duration, stop: &AtomicBool) {
+    let end = Instant::now() + d;
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20).min(end - Instant::now()));
+    }
+}
+
+/// CPU used by other processes during a measurement: (% of one CPU, top users).
+type Foreign = (f64, Vec<String>);
+
+fn measure_once(
+    driver: &dyn LoadDriver,
+    plan: &LoadPlan,
+    running: &RunningTarget,
+    cores: &Cores,
+    stop: &AtomicBool,
+) -> Result<(LoadOutcome, Measured, Foreign), String> {
+    let a0 = procfs::all_user_ticks();
+    let cpu0 = crate::sys::self_cpu_us();
+    let sampler = Sampler::start(Watch {
+        root: running.pid,
+        rss_exclude: running.rss_exclude.clone(),
+        server_cpus: cores.server.clone(),
+        loader_cpus: cores.loader.clone(),
+    });
+    let t0 = Instant::now();
+    let outcome = driver.run(plan, stop);
+    let wall = t0.elapsed();
+    let measured = sampler.finish();
+    let cpu1 = crate::sys::self_cpu_us();
+    let a1 = procfs::all_user_ticks();
+    let mut outcome = outcome?;
+    if outcome.client_cpu.is_zero() {
+        outcome.client_cpu = Duration::from_micros(cpu1.saturating_sub(cpu0));
+    }
+    let mut exclude = measured.pids.clone();
+    exclude.push(std::process::id());
+    let (ticks, top) = procfs::foreign_ticks(&a0, &a1, &exclude);
+    let hz = crate::sys::clock_ticks() as f64;
+    let pct = 100.0 * ticks as f64 / hz / wall.as_secs_f64().max(1e-3);
+    let top = top
+        .into_iter()
+        .map(|(t, c)| {
+            format!(
+                "{c} {:.0}%",
+                100.0 * t as f64 / hz / wall.as_secs_f64().max(1e-3)
+            )
+        })
+        .collect();
+    Ok((outcome, measured, (pct, top)))
+}
+
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename these
+fn make_row(
+    target: &Target,
+    scenario: &Scenario,
+    level: u32,
+    round: u32,
+    attempts: u32,
+    spec: &Spec,
+    cores: &Cores,
+    o: &LoadOutcome,
+    m: Measured,
+    foreign: Foreign,
+) -> Row {
+    let secs = o.elapsed.as_secs_f64().max(1e-9);
+    let wall = m.wall.as_secs_f64().max(1e-9);
+    let per_req =
+        |d: Duration| (o.responses > 0).then(|| d.as_secs_f64() * 1e6 / o.responses as f64);
+    let server_cpu_pct = 100.0 * m.tree_cpu.as_secs_f64() / wall;
+    let client_cpu_pct = 100.0 * o.client_cpu.as_secs_f64() / secs;
+    let loader_sat = if cores.loader_pinned {
+        m.loader_cores_pct
+    } else {
+        client_cpu_pct / f64::from(spec.loader.threads)
+    };
+    let server_sat = if cores.server_pinned {
+        m.server_cores_pct
+    } else {
+        server_cpu_pct / cores.server.len().max(1) as f64
+    };
+    let h = &o.latency_us;
+    Row {
+        target: target.name.clone(),
+        scenario: scenario.name.clone(),
+        connections: level,
+        round,
+        pipeline: scenario.pipeline,
+        keepalive: scenario.keepalive,
+        seconds: secs,
+        requests: o.responses,
+        rps: o.rps(),
+        mb_s: o.bytes as f64 / secs / 1e6,
+        p50_us: h.value_at_quantile(0.50),
+        p90_us: h.value_at_quantile(0.90),
+        p99_us: h.value_at_quantile(0.99),
+        p999_us: h.value_at_quantile(0.999),
+        max_us: h.max(),
+        mean_us: h.mean(),
+        errors: o.error_total(),
+        errors_by_kind: o.errors.clone(),
+        status_classes: o.status_classes,
+        server_cpu_pct,
+        server_us_per_req: per_req(m.server_cores_busy),
+        server_proc_us_per_req: per_req(m.tree_cpu),
+        server_cores: cores.server.clone(),
+        server_cores_pct: m.server_cores_pct,
+        loader_cores: cores.loader.clone(),
+        loader_cores_pct: m.loader_cores_pct,
+        rss_peak_kb: m.rss_peak_kb,
+        rss_mean_kb: m.rss_mean_kb,
+        client_cpu_pct,
+        foreign_cpu_pct: foreign.0,
+        foreign_top: foreign.1,
+        bound_by: BoundBy::decide(loader_sat, server_sat),
+        attempts,
+        samples: m.samples,
+    }
+}

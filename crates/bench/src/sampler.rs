@@ -1,0 +1,197 @@
+//! The 100 ms sampler: while a measurement runs, a thread reads the target's process tree
+//! (CPU ticks, resident memory) and every core's busy time, and keeps a time series. CPU of a
+//! process that exits mid-run is kept (its ticks were counted up to its last sample).
+//!
+//! The thread runs on the loader's CPUs when those are pinned, so that sampling never costs
+//! the server's cores anything.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::procfs::{self, CoreTimes};
+
+/// Sampling period.
+pub const INTERVAL: Duration = Duration::from_millis(100);
+
+/// One point of the time series.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Seconds since the measurement started.
+    pub t: f64,
+    /// Server process tree CPU over the last interval, in % of one core.
+    pub cpu_pct: f64,
+    /// Server resident memory, in KiB.
+    pub rss_kb: u64,
+    /// Busy share of the server's cores, %.
+    pub server_cores_pct: f64,
+    /// Busy share of the loader's cores, %.
+    pub loader_cores_pct: f64,
+}
+
+/// What the sampler measured over a whole measurement.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    pub samples: Vec<Sample>,
+    pub wall: Duration,
+    /// CPU time of the server's process tree.
+    pub tree_cpu: Duration,
+    /// Busy time of the server's cores (kernel softirq work included), summed over them.
+    pub server_cores_busy: Duration,
+    pub server_cores_pct: f64,
+    pub loader_cores_pct: f64,
+    pub rss_peak_kb: u64,
+    pub rss_mean_kb: u64,
+    /// Processes seen in the server's tree (excluded from "foreign" CPU).
+    pub pids: Vec<u32>,
+}
+
+/// A running sampler; [`Sampler::finish`] stops it and returns the measurement.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<Measured>>,
+}
+
+/// What to sample.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    pub root: u32,
+    pub rss_exclude: Vec<String>,
+    pub server_cpus: Vec<usize>,
+    pub loader_cpus: Vec<usize>,
+}
+
+impl Sampler {
+    /// Starts sampling now.
+    #[must_use]
+    pub fn start(watch: Watch) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name("lowlat-sampler".into())
+            .spawn(move || sample_loop(&watch, &flag))
+            .ok();
+        Self { stop, handle }
+    }
+
+    /// Takes a last sample and returns the whole measurement.
+    #[must_use]
+    pub fn finish(mut self) -> Measured {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+struct TreeState {
+    /// Last seen ticks per pid; a pid's growth is added to `total` at each sample.
+    last: HashMap<u32, u64>,
+    total: u64,
+    seen: Vec<u32>,
+}
+
+impl TreeState {
+    fn read(&mut self, w: &Watch, page_kb: u64) -> (u64, u64) {
+        let mut grew = 0;
+        let mut rss = 0;
+        for pid in procfs::proc_tree(w.root) {
+            let Some(s) = procfs::proc_sample(pid) else {
+                continue;
+            };
+            let prev = self.last.insert(pid, s.ticks);
+            // A pid first seen mid-run counts from zero (a new worker); one seen at the first
+            // sample is the baseline.
+            grew += s
+                .ticks
+                .saturating_sub(prev.unwrap_or(if self.seen.is_empty() { s.ticks } else { 0 }));
+            if !w.rss_exclude.iter().any(|x| x == &s.comm) {
+                rss += s.rss_pages * page_kb;
+            }
+            if !self.seen.contains(&pid) {
+                self.seen.push(pid);
+            }
+        }
+        self.total += grew;
+        (grew, rss)
+    }
+}
+
+fn sample_loop(w: &Watch, stop: &AtomicBool) -> Measured {
+    if !w.loader_cpus.is_empty() {
+        let _ = crate::sys::pin_current_thread(&w.loader_cpus);
+    }
+    let hz = crate::sys::clock_ticks();
+    let page_kb = crate::sys::page_size() / 1024;
+    let mut tree = TreeState {
+        last: HashMap::new(),
+        total: 0,
+        seen: Vec::new(),
+    };
+    let start = Instant::now();
+    let c_start = procfs::core_times();
+    tree.read(w, page_kb);
+    tree.seen.push(w.root);
+    let mut c_prev: Vec<CoreTimes> = c_start.clone();
+    let mut t_prev = start;
+    let mut samples = Vec::new();
+    let mut next = start + INTERVAL;
+    loop {
+        let finishing = stop.load(Ordering::Relaxed);
+        if !finishing {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep((next - now).min(Duration::from_millis(20)));
+                continue;
+            }
+            next += INTERVAL;
+        }
+        let now = Instant::now();
+        let c_now = procfs::core_times();
+        let (grew, rss) = tree.read(w, page_kb);
+        let dt = now.duration_since(t_prev).as_secs_f64();
+        if dt > 0.005 {
+            samples.push(Sample {
+                t: now.duration_since(start).as_secs_f64(),
+                cpu_pct: 100.0 * grew as f64 / hz as f64 / dt,
+                rss_kb: rss,
+                server_cores_pct: procfs::busy_pct(&c_prev, &c_now, &w.server_cpus),
+                loader_cores_pct: procfs::busy_pct(&c_prev, &c_now, &w.loader_cpus),
+            });
+        }
+        c_prev = c_now;
+        t_prev = now;
+        if finishing {
+            break;
+        }
+    }
+    let wall = start.elapsed();
+    let busy = procfs::busy_jiffies(&c_start, &c_prev, &w.server_cpus);
+    let rss: Vec<u64> = samples.iter().map(|s| s.rss_kb).collect();
+    Measured {
+        wall,
+        tree_cpu: Duration::from_secs_f64(tree.total as f64 / hz as f64),
+        server_cores_busy: Duration::from_secs_f64(busy as f64 / hz as f64),
+        server_cores_pct: procfs::busy_pct(&c_start, &c_prev, &w.server_cpus),
+        loader_cores_pct: procfs::busy_pct(&c_start, &c_prev, &w.loader_cpus),
+        rss_peak_kb: rss.iter().copied().max().unwrap_or(0),
+        rss_mean_kb: if rss.is_empty() {
+            0
+        } else {
+            rss.iter().sum::<u64>() / rss.len() as u64
+        },
+        pids: tree.seen,
+        samples,
+    }
+}
