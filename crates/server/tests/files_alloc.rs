@@ -1,0 +1,170 @@
+//! A cache hit allocates nothing: a counting global allocator watches the whole process while a
+//! warmed-up keep-alive client sends thousands of requests for a cached file — plain, 304, 206,
+//! and pipelined — to `lowlat serve --root`.
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: defers every operation to `System`, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    serve: lowlat_server::cli::ServeArgs,
+}
+
+/// Sends `request` and reads exactly `expect` bytes back into a fixed buffer.
+fn exchange(stream: &mut std::net::TcpStream, request: &[u8], expect: usize, buf: &mut [u8]) {
+    stream.write_all(request).unwrap();
+    let mut got = 0;
+    while got < expect {
+        let n = stream.read(&mut buf[got..]).unwrap();
+        assert!(n > 0, "closed");
+        got += n;
+    }
+    assert_eq!(got, expect);
+}
+
+/// Reads one whole response (head and Content-Length body) and returns it as text.
+fn one_reply(stream: &mut std::net::TcpStream, request: &[u8], buf: &mut [u8]) -> String {
+    stream.write_all(request).unwrap();
+    let mut got = 0;
+    loop {
+        let n = stream.read(&mut buf[got..]).unwrap();
+        assert!(n > 0, "closed");
+        got += n;
+        let text = String::from_utf8_lossy(&buf[..got]).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len: usize = text[..end]
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .map_or(0, |v| v.parse().unwrap());
+            let status_304 = text.starts_with("HTTP/1.1 304");
+            let want = end + 4 + if status_304 { 0 } else { len };
+            if got >= want {
+                assert_eq!(got, want);
+                return text;
+            }
+        }
+    }
+}
+
+/// Cached hits (200, 304, 206, pipelined) allocate nothing once warm.
+#[test]
+fn no_allocation_per_cached_hit() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("100.html"),
+        [b"X".repeat(99), b"\n".to_vec()].concat(),
+    )
+    .unwrap();
+    // Revalidation (a few stats once per entry per second) is kept out of the measurement.
+    let cli = Cli::try_parse_from([
+        "lowlat",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--root",
+        dir.path().to_str().unwrap(),
+        "--cache-valid",
+        "1h",
+    ])
+    .unwrap();
+    let service = lowlat_server::cli::service(&cli.serve).unwrap();
+    let mut cfg = cli.serve.to_config().unwrap();
+    cfg.grace = Duration::from_secs(1);
+    let server = support::TestServer::start(cfg, service);
+    let mut stream = server.connect();
+    let mut buf = vec![0u8; 1 << 20];
+
+    let first = one_reply(&mut stream, &support::get("/100.html"), &mut buf);
+    let etag = first
+        .lines()
+        .find_map(|l| l.strip_prefix("ETag: "))
+        .unwrap()
+        .to_owned();
+    let requests: Vec<Vec<u8>> = [
+        "GET /100.html HTTP/1.1\r\nHost: t\r\n\r\n".to_owned(),
+        format!("GET /100.html HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"),
+        "GET /100.html HTTP/1.1\r\nHost: t\r\nRange: bytes=10-19\r\n\r\n".to_owned(),
+        "HEAD /100.html HTTP/1.1\r\nHost: t\r\n\r\n".to_owned(),
+    ]
+    .into_iter()
+    .map(String::into_bytes)
+    .collect();
+    let mut sizes = Vec::new();
+    for (i, r) in requests.iter().enumerate() {
+        let text = if i == 3 {
+            // HEAD: the head only, whatever Content-Length says.
+            stream.write_all(r).unwrap();
+            let n = stream.read(&mut buf).unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        } else {
+            one_reply(&mut stream, r, &mut buf)
+        };
+        let want = [
+            "HTTP/1.1 200",
+            "HTTP/1.1 304",
+            "HTTP/1.1 206",
+            "HTTP/1.1 200",
+        ][i];
+        assert!(text.starts_with(want), "{text}");
+        sizes.push(text.len());
+    }
+    let pipelined: Vec<u8> = (0..64).flat_map(|i| requests[i % 4].clone()).collect();
+    let pipelined_len: usize = (0..64).map(|i| sizes[i % 4]).sum();
+
+    for _ in 0..200 {
+        for (r, &len) in requests.iter().zip(&sizes) {
+            exchange(&mut stream, r, len, &mut buf);
+        }
+        exchange(&mut stream, &pipelined, pipelined_len, &mut buf);
+    }
+
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    for _ in 0..2000 {
+        for (r, &len) in requests.iter().zip(&sizes) {
+            exchange(&mut stream, r, len, &mut buf);
+        }
+    }
+    for _ in 0..200 {
+        exchange(&mut stream, &pipelined, pipelined_len, &mut buf);
+    }
+    let after = ALLOCATIONS.load(Ordering::SeqCst);
+    // 20,800 requests; the Date cache formats once per second (one allocation each).
+    let allocations = after - before;
+    assert!(
+        allocations <= 10,
+        "{allocations} allocations for 20,800 requests"
+    );
+}
