@@ -2,7 +2,8 @@
 //! images — the charts are inline SVG), so it can be committed, mailed or opened offline.
 //!
 //! A few lines of script, run on load, count the charts that laid out with a non-zero size
-//! and write the count into `data-charts-rendered` on the page, which the browser test reads.
+//! and write the count into `data-charts-rendered` on the page and the console, which the
+//! browser test reads.
 
 use std::fmt::Write as _;
 
@@ -36,8 +37,8 @@ pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.85em}.warn{color:#a6
 .note{color:#555;font-size:.9em}";
 
 const SCRIPT: &str = "window.addEventListener('load',function(){var n=0;\
-document.querySelectorAll('figure.chart svg').forEach(function(s){var r=s.getBoundingClientRect();if(r.width>0&&r.height>0){n++;}});\
-document.body.setAttribute('data-charts-rendered',String(n));});";
+document.querySelectorAll('figure.chart svg').forEach(function(s){var r=s.getBoundingClientRect();if(r.width>0){if(r.height>0){n++;}}});\
+document.body.setAttribute('data-charts-rendered',String(n));console.info('lowlat-report: '+n+' charts rendered');});";
 
 fn fmt_opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{v:.prec$}"))
@@ -64,7 +65,7 @@ fn median_us(ps: &[Point]) -> Option<f64> {
 }
 
 fn checks_table(s: &mut String, checks: &[Check]) {
-    s.push_str("<table><tr><th class=l>check</th><th class=l>value</th><th class=l>needs</th><th class=l>status</th><th class=l>fix</th></tr>");
+    s.push_str("<table><tr><th class=\"l\">check</th><th class=\"l\">value</th><th class=\"l\">needs</th><th class=\"l\">status</th><th class=\"l\">fix</th></tr>");
     for c in checks {
         let (class, word) = match c.status {
             Status::Ok => ("ok", "ok"),
@@ -74,7 +75,7 @@ fn checks_table(s: &mut String, checks: &[Check]) {
         };
         let _ = write!(
             s,
-            "<tr><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td><td class=\"l {class}\">{word}</td><td class=l>{}</td></tr>",
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l {class}\">{word}</td><td class=\"l\">{}</td></tr>",
             esc(&c.name),
             esc(&c.value),
             esc(&c.need),
@@ -96,7 +97,7 @@ pub fn page(
     let mut s = String::with_capacity(1 << 20);
     let _ = write!(
         s,
-        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width,initial-scale=1\">\
+        "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\"><head><meta charset=\"utf-8\"/><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"/>\
 <title>lowlat bench: {name}</title><style>{STYLE}</style></head><body>\n<h1>lowlat bench: {name}</h1>\n",
         name = esc(&h.spec_name)
     );
@@ -105,7 +106,7 @@ pub fn page(
     }
     let _ = writeln!(
         s,
-        "<p class=note>Started {} · finished {} · status <b>{}</b> · {} rows · {} s per measurement × {} round(s) · lowlat {}</p>",
+        "<p class=\"note\">Started {} · finished {} · status <b>{}</b> · {} rows · {} s per measurement × {} round(s) · lowlat {}</p>",
         esc(&h.started),
         esc(if res.finished.is_empty() { "–" } else { &res.finished }),
         esc(&res.status),
@@ -118,8 +119,8 @@ pub fn page(
     let m = &h.machine;
     let _ = write!(
         s,
-        "<h2 id=machine>Machine</h2><table><tr><th class=l>CPU</th><td class=l>{} × {}</td></tr><tr><th class=l>SMT siblings</th><td class=l>{}</td></tr>\
-<tr><th class=l>governor</th><td class=l>{}</td></tr><tr><th class=l>kernel</th><td class=l>{}</td></tr><tr><th class=l>memory</th><td class=l>{} MiB</td></tr></table>\n",
+        "<h2 id=\"machine\">Machine</h2><table><tr><th class=\"l\">CPU</th><td class=\"l\">{} × {}</td></tr><tr><th class=\"l\">SMT siblings</th><td class=\"l\">{}</td></tr>\
+<tr><th class=\"l\">governor</th><td class=\"l\">{}</td></tr><tr><th class=\"l\">kernel</th><td class=\"l\">{}</td></tr><tr><th class=\"l\">memory</th><td class=\"l\">{} MiB</td></tr></table>\n",
         m.cpus,
         esc(&m.cpu_model),
         esc(&m.smt_groups.join(" ")),
@@ -131,13 +132,13 @@ pub fn page(
     // Summary: one line per scenario × target, then every level in a fold-out.
     let _ = write!(
         s,
-        "<h2 id=summary>Summary</h2><p class=note>Ratios compare each target with the baseline, <b>{}</b>: \
+        "<h2 id=\"summary\">Summary</h2><p class=\"note\">Ratios compare each target with the baseline, <b>{}</b>: \
 req/s ÷ baseline above 1 is faster; µs/req ÷ baseline below 1 is cheaper. Server µs/req is the busy time of the \
 server's cores (kernel work included) per request: it still ranks servers when the load generator is the bottleneck \
 (\"client-bound\": req/s then understates the server).</p>\n",
         esc(baseline)
     );
-    s.push_str("<table class=summary><tr><th class=l>scenario</th><th class=l>target</th><th>peak req/s</th><th>at conns</th><th>req/s ÷ baseline</th><th>median server µs/req</th><th>µs/req ÷ baseline</th><th>p99 ms at peak</th><th>max RSS MiB</th><th>errors</th><th class=l>bound by (at peak)</th></tr>\n");
+    s.push_str("<table class=\"summary\"><tr><th class=\"l\">scenario</th><th class=\"l\">target</th><th>peak req/s</th><th>at conns</th><th>req/s ÷ baseline</th><th>median server µs/req</th><th>µs/req ÷ baseline</th><th>p99 ms at peak</th><th>max RSS MiB</th><th>errors</th><th class=\"l\">bound by (at peak)</th></tr>\n");
     for (scenario, per_target) in summary {
         let base = per_target
             .iter()
@@ -150,7 +151,7 @@ server's cores (kernel work included) per request: it still ranks servers when t
             let us = median_us(ps);
             let _ = writeln!(
                 s,
-                "<tr><td class=l>{}</td><td class=l>{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{}</td><td class=l>{}</td></tr>",
+                "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{}</td><td class=\"l\">{}</td></tr>",
                 esc(scenario),
                 esc(t),
                 pk.rps_mean,
@@ -176,7 +177,7 @@ server's cores (kernel work included) per request: it still ranks servers when t
             }
             let _ = writeln!(
                 s,
-                "<figure class=chart id=\"{}\" data-series=\"{}\">{}<figcaption>{}</figcaption></figure>",
+                "<figure class=\"chart\" id=\"{}\" data-series=\"{}\">{}<figcaption>{}</figcaption></figure>",
                 esc(&chart.id),
                 esc(&chart.series.iter().map(|x| x.name.as_str()).collect::<Vec<_>>().join("|")),
                 strip_xml_decl(svg),
@@ -187,13 +188,13 @@ server's cores (kernel work included) per request: it still ranks servers when t
             .iter()
             .find(|(t, _)| t == baseline)
             .map(|(_, p)| p);
-        let _ = write!(s, "<details><summary>Every level of {}</summary><table><tr><th class=l>target</th><th>conns</th><th>rounds</th><th>req/s mean</th><th>min</th><th>max</th><th>req/s ÷ baseline</th><th>server µs/req</th><th>µs/req ÷ baseline</th><th>p50 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>errors</th><th class=l>bound by</th></tr>\n", esc(scenario));
+        let _ = write!(s, "<details><summary>Every level of {}</summary><table><tr><th class=\"l\">target</th><th>conns</th><th>rounds</th><th>req/s mean</th><th>min</th><th>max</th><th>req/s ÷ baseline</th><th>server µs/req</th><th>µs/req ÷ baseline</th><th>p50 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>errors</th><th class=\"l\">bound by</th></tr>\n", esc(scenario));
         for (t, ps) in per_target {
             for p in ps {
                 let b = base.and_then(|b| b.iter().find(|x| x.connections == p.connections));
                 let _ = writeln!(
                     s,
-                    "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.0}</td><td>{:.1}</td><td>{}</td><td class=l>{}</td></tr>",
+                    "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.0}</td><td>{:.1}</td><td>{}</td><td class=\"l\">{}</td></tr>",
                     esc(t),
                     p.connections,
                     p.rounds,
@@ -215,14 +216,14 @@ server's cores (kernel work included) per request: it still ranks servers when t
         s.push_str("</table></details>\n");
     }
 
-    s.push_str("<h2 id=environment>Environment check</h2>");
+    s.push_str("<h2 id=\"environment\">Environment check</h2>");
     checks_table(&mut s, &h.doctor);
     if !res.target_checks.is_empty() {
         checks_table(&mut s, &res.target_checks);
     }
     let _ = write!(
         s,
-        "<h2 id=spec>Spec</h2><p class=note>{}</p><pre>{}</pre>\n",
+        "<h2 id=\"spec\">Spec</h2><p class=\"note\">{}</p><pre>{}</pre>\n",
         esc(&h.spec_file),
         esc(&h.spec_text)
     );

@@ -1,0 +1,64 @@
+//! Helpers shared by lowlat-bench's integration tests: required tools (a missing one fails the
+//! test with the command that installs it), free ports, scratch directories, the `lowlat serve`
+//! example program, and finding processes by a marker in their command line.
+
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The path of `tool` on PATH; fails the test when it is missing.
+pub fn need(tool: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path).chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")]) {
+        let p = dir.join(tool);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("{tool} is not installed: run scripts/test-deps.sh");
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A fresh scratch directory.
+pub fn scratch(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!("lowlat-bench-test-{}-{name}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create scratch dir");
+    d
+}
+
+/// The `lowlat-serve` example (built by `cargo test` beside the test binaries).
+pub fn lowlat_serve() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let p = exe.parent().and_then(Path::parent).map(|d| d.join("examples").join("lowlat-serve")).expect("target dir");
+    assert!(p.is_file(), "{} missing: run `cargo test -p lowlat-bench` (it builds the examples), or `cargo build -p lowlat-bench --examples` first", p.display());
+    p
+}
+
+/// Processes whose command line contains `marker`.
+pub fn procs_with(marker: &str) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    lowlat_bench::procfs::all_pids()
+        .into_iter()
+        .filter(|&p| p != me)
+        .filter_map(|p| {
+            let raw = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+            cmd.contains(marker).then_some((p, cmd))
+        })
+        .collect()
+}
+
+/// Writes a spec file into `dir`.
+pub fn write_spec(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write spec");
+    p
+}
