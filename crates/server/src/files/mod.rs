@@ -25,6 +25,12 @@
 //! - Paths are UTF-8: names that are not cannot be requested (their encoding would be refused as
 //!   overlong or invalid UTF-8, which is what keeps `%c0%ae` out).
 //! - `Range` is honoured on GET only (RFC 9110 §14.2); HEAD gets the full-length head.
+//! - `Vary: Accept-Encoding` goes on every 200, 206 and 304 of a file that has a precompressed
+//!   sibling (whichever representation is sent), and on none of a file without one, whose
+//!   response does not vary (RFC 9110 §12.5.5). Siblings appearing or vanishing are noticed at
+//!   revalidation, like any change.
+//! - `--cache-bytes` is per worker; one entry costs its body, its encoded header lines and about
+//!   300 bytes of bookkeeping.
 //!
 //! # Layout
 //! - [`path`]: percent-decoding and normalisation of the request path.
