@@ -166,3 +166,16 @@ fn bad_input_one_line_errors() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.starts_with("lowlat serve: cannot bind"), "{err}");
 }
+
+/// A port another lowlat already serves is refused, not silently shared through SO_REUSEPORT.
+#[test]
+fn second_server_on_same_port_refused() {
+    let first = ServeProcess::start("", "--workers 1");
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", &first.addr.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("lowlat serve: cannot bind"), "{err}");
+}

@@ -37,6 +37,9 @@ pub(crate) fn bind_all(
         (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::with_capacity(addrs.len());
     for &addr in addrs {
+        if addr.port() != 0 {
+            refuse_if_taken(addr).map_err(|e| (addr, e))?;
+        }
         let first = bind(addr, backlog).map_err(|e| (addr, e))?;
         let actual = first.local_addr().map_err(|e| (addr, e))?;
         per_worker[0].push(first);
@@ -46,4 +49,17 @@ pub(crate) fn bind_all(
         bound.push(actual);
     }
     Ok((per_worker, bound))
+}
+
+/// `SO_REUSEPORT` would let us bind a port that another server of the same user already listens
+/// on — and silently split its traffic. A plain bind first (closed at once) fails with
+/// `EADDRINUSE` if anyone holds the port.
+fn refuse_if_taken(addr: SocketAddr) -> io::Result<()> {
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.set_reuse_address(true)?;
+    probe.bind(&addr.into())?;
+    Ok(())
 }

@@ -72,7 +72,7 @@ fn pipelined_batch_spanning_reads_and_writes() {
     // Read everything back in 7-byte reads, then parse.
     let mut all = Vec::new();
     let mut piece = [0u8; 7];
-    let mut reader = Reader::new(stream.try_clone().unwrap());
+    let reader = Reader::new(stream.try_clone().unwrap());
     let expected = 128;
     let mut seen = 0;
     while seen < expected {
