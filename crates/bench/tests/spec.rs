@@ -67,11 +67,20 @@ fn valid_spec_with_every_field() {
     assert_eq!(s.run.duration, Duration::from_millis(1500));
     assert_eq!(s.run.rounds, 2);
     assert_eq!(s.run.pause, Duration::from_millis(250));
-    assert_eq!(s.run.levels, vec![10, 20, 30], "a range from 0 starts at its first step");
+    assert_eq!(
+        s.run.levels,
+        vec![10, 20, 30],
+        "a range from 0 starts at its first step"
+    );
     assert_eq!(s.run.baseline, "b");
-    assert_eq!((s.loader.threads, s.loader.cpus.clone(), s.loader.timeout), (2, vec![1], Duration::from_secs(3)));
+    assert_eq!(
+        (s.loader.threads, s.loader.cpus.clone(), s.loader.timeout),
+        (2, vec![1], Duration::from_secs(3))
+    );
     let a = &s.targets[0];
-    assert!(matches!(&a.launch, Launch::Command { argv, templates, .. } if argv[2] == "${port}" && templates.contains_key("a.conf")));
+    assert!(
+        matches!(&a.launch, Launch::Command { argv, templates, .. } if argv[2] == "${port}" && templates.contains_key("a.conf"))
+    );
     assert_eq!(a.ready, Readiness::Http("/health".into()));
     assert_eq!(a.ready_timeout, Duration::from_secs(5));
     assert!(matches!(s.targets[1].launch, Launch::Pid(1)));
@@ -79,7 +88,10 @@ fn valid_spec_with_every_field() {
     assert_eq!(s.scenarios[0].levels, vec![1, 16]);
     assert_eq!(s.scenarios[0].targets, vec!["a", "b"]);
     assert_eq!(s.scenarios[0].pipeline, 16);
-    assert_eq!((s.scenarios[1].method.as_str(), s.scenarios[1].keepalive), ("HEAD", false));
+    assert_eq!(
+        (s.scenarios[1].method.as_str(), s.scenarios[1].keepalive),
+        ("HEAD", false)
+    );
     assert_eq!(s.scenarios[1].levels, vec![10, 20, 30]);
 }
 
@@ -95,7 +107,10 @@ fn shipped_specs_parse() {
             n += 1;
         }
     }
-    assert!(n >= 4, "expected the shipped specs and the example, found {n}");
+    assert!(
+        n >= 4,
+        "expected the shipped specs and the example, found {n}"
+    );
 }
 
 /// Replaces `from` (which must occur) in the valid spec.
@@ -114,23 +129,125 @@ fn line_of(text: &str, needle: &str) -> usize {
 fn errors_name_file_line_and_field() {
     // (what, spec text, line holding this text, field, words in the message)
     let cases: Vec<(&str, String, &str, &str, &str)> = vec![
-        ("TOML syntax", with("rounds = 2", "rounds = = 2"), "rounds = = 2", "", "expected"),
-        ("unknown field", with("rounds = 2", "roundz = 2"), "roundz", "run", "unknown field `roundz`"),
-        ("wrong type", with("rounds = 2", "rounds = \"two\""), "rounds = \"two\"", "run.rounds", "invalid type"),
-        ("bad duration", with("duration = \"1.5s\"", "duration = \"1.5 fortnights\""), "1.5 fortnights", "run.duration", "not a duration"),
-        ("duration of wrong shape", with("warmup = \"500ms\"", "warmup = [1]"), "warmup = [1]", "run.warmup", "must be a duration"),
-        ("zero step", with("step = 10", "step = 0"), "step = 0", "run.levels", "step must be at least 1"),
-        ("level too high", with("levels = [1, 16]", "levels = [1, 2000000]"), "levels = [1, 2000000]", "scenario[0].levels", "2000000 connections"),
-        ("missing url", with("url = \"http://127.0.0.1:8081\"\n", ""), "name = \"b\"", "target[1]", "missing field `url`"),
-        ("command and pid", with("pid = 1", "pid = 1\ncommand = \"x\""), "pid = 1", "target[1].pid", "either command or pid"),
-        ("not http", with("http://127.0.0.1:8081", "https://127.0.0.1:8081"), "https://", "target[1].url", "http://"),
-        ("unknown target", with("targets = [\"a\"]", "targets = [\"a\", \"zz\"]"), "\"zz\"", "scenario[1].targets[1]", "no target named \"zz\""),
-        ("unknown baseline", with("baseline = \"b\"", "baseline = \"q\""), "baseline = \"q\"", "run.baseline", "no target named \"q\""),
-        ("pipeline without keep-alive", with("pipeline = 16", "pipeline = 16\nkeepalive = false"), "pipeline = 16", "scenario[0].pipeline", "keepalive"),
-        ("bad cpus", with("cpus = [0]", "cpus = \"zero\""), "cpus = \"zero\"", "target[0].cpus", "CPU numbers"),
-        ("bad header", with("Accept = \"text/plain\"", "\"Bad Header\" = \"x\""), "\"Bad Header\"", "scenario[0].headers.Bad Header", "header names"),
-        ("zero rounds", with("rounds = 2", "rounds = 0"), "rounds = 0", "run.rounds", "at least 1"),
-        ("bad readiness path", with("http = \"/health\"", "http = \"health\""), "http = \"health\"", "target[0].ready.http", "starting with /"),
+        (
+            "TOML syntax",
+            with("rounds = 2", "rounds = = 2"),
+            "rounds = = 2",
+            "",
+            "expected",
+        ),
+        (
+            "unknown field",
+            with("rounds = 2", "roundz = 2"),
+            "roundz",
+            "run",
+            "unknown field `roundz`",
+        ),
+        (
+            "wrong type",
+            with("rounds = 2", "rounds = \"two\""),
+            "rounds = \"two\"",
+            "run.rounds",
+            "invalid type",
+        ),
+        (
+            "bad duration",
+            with("duration = \"1.5s\"", "duration = \"1.5 fortnights\""),
+            "1.5 fortnights",
+            "run.duration",
+            "not a duration",
+        ),
+        (
+            "duration of wrong shape",
+            with("warmup = \"500ms\"", "warmup = [1]"),
+            "warmup = [1]",
+            "run.warmup",
+            "must be a duration",
+        ),
+        (
+            "zero step",
+            with("step = 10", "step = 0"),
+            "step = 0",
+            "run.levels",
+            "step must be at least 1",
+        ),
+        (
+            "level too high",
+            with("levels = [1, 16]", "levels = [1, 2000000]"),
+            "levels = [1, 2000000]",
+            "scenario[0].levels",
+            "2000000 connections",
+        ),
+        (
+            "missing url",
+            with("url = \"http://127.0.0.1:8081\"\n", ""),
+            "name = \"b\"",
+            "target[1]",
+            "missing field `url`",
+        ),
+        (
+            "command and pid",
+            with("pid = 1", "pid = 1\ncommand = \"x\""),
+            "pid = 1",
+            "target[1].pid",
+            "either command or pid",
+        ),
+        (
+            "not http",
+            with("http://127.0.0.1:8081", "https://127.0.0.1:8081"),
+            "https://",
+            "target[1].url",
+            "http://",
+        ),
+        (
+            "unknown target",
+            with("targets = [\"a\"]", "targets = [\"a\", \"zz\"]"),
+            "\"zz\"",
+            "scenario[1].targets[1]",
+            "no target named \"zz\"",
+        ),
+        (
+            "unknown baseline",
+            with("baseline = \"b\"", "baseline = \"q\""),
+            "baseline = \"q\"",
+            "run.baseline",
+            "no target named \"q\"",
+        ),
+        (
+            "pipeline without keep-alive",
+            with("pipeline = 16", "pipeline = 16\nkeepalive = false"),
+            "pipeline = 16",
+            "scenario[0].pipeline",
+            "keepalive",
+        ),
+        (
+            "bad cpus",
+            with("cpus = [0]", "cpus = \"zero\""),
+            "cpus = \"zero\"",
+            "target[0].cpus",
+            "CPU numbers",
+        ),
+        (
+            "bad header",
+            with("Accept = \"text/plain\"", "\"Bad Header\" = \"x\""),
+            "\"Bad Header\"",
+            "scenario[0].headers.Bad Header",
+            "header names",
+        ),
+        (
+            "zero rounds",
+            with("rounds = 2", "rounds = 0"),
+            "rounds = 0",
+            "run.rounds",
+            "at least 1",
+        ),
+        (
+            "bad readiness path",
+            with("http = \"/health\"", "http = \"health\""),
+            "http = \"health\"",
+            "target[0].ready.http",
+            "starting with /",
+        ),
     ];
     for (what, text, at, field, words) in cases {
         let e = spec::parse(Path::new("bench/specs/x.toml"), &text).expect_err(what);
@@ -141,7 +258,10 @@ fn errors_name_file_line_and_field() {
         }
         assert!(e.message.contains(words), "{what}: {e}");
         let shown = e.to_string();
-        assert!(shown.starts_with(&format!("bench/specs/x.toml:{}", line_of(&text, at))), "{what}: {shown}");
+        assert!(
+            shown.starts_with(&format!("bench/specs/x.toml:{}", line_of(&text, at))),
+            "{what}: {shown}"
+        );
     }
 }
 
@@ -149,5 +269,9 @@ fn errors_name_file_line_and_field() {
 #[test]
 fn missing_file() {
     let e = spec::load(Path::new("/nonexistent/spec.toml")).expect_err("missing");
-    assert!(e.to_string().starts_with("/nonexistent/spec.toml: cannot read"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/spec.toml: cannot read"),
+        "{e}"
+    );
 }

@@ -108,22 +108,51 @@ fn sweep_writes_expected_rows() {
     let res = results::read(&s.results).unwrap();
     assert_eq!(res.status, "complete");
     assert_eq!(res.rows.len(), TARGETS.len() * LEVELS.len());
-    assert!(!res.header.doctor.is_empty(), "the environment check is recorded");
-    assert_eq!(res.target_checks.len(), TARGETS.len(), "each target's open-file limit is recorded");
+    assert!(
+        !res.header.doctor.is_empty(),
+        "the environment check is recorded"
+    );
+    assert_eq!(
+        res.target_checks.len(),
+        TARGETS.len(),
+        "each target's open-file limit is recorded"
+    );
     assert!(res.header.machine.cpus >= 1 && !res.header.machine.kernel.is_empty());
     for t in TARGETS {
         for l in LEVELS {
-            let r = res.rows.iter().find(|r| r.target == t && r.connections == l).unwrap_or_else(|| panic!("row {t} c={l} missing"));
-            assert!(r.requests > 100 && r.rps > 100.0, "{t} c={l}: {} requests", r.requests);
+            let r = res
+                .rows
+                .iter()
+                .find(|r| r.target == t && r.connections == l)
+                .unwrap_or_else(|| panic!("row {t} c={l} missing"));
+            assert!(
+                r.requests > 100 && r.rps > 100.0,
+                "{t} c={l}: {} requests",
+                r.requests
+            );
             assert_eq!(r.errors, 0, "{t} c={l}: errors {:?}", r.errors_by_kind);
             assert!(r.p50_us > 0 && r.p99_us >= r.p50_us);
-            assert!(r.samples.len() >= 5, "{t} c={l}: {} samples in 1 s", r.samples.len());
+            assert!(
+                r.samples.len() >= 5,
+                "{t} c={l}: {} samples in 1 s",
+                r.samples.len()
+            );
             assert!(r.rss_peak_kb > 0, "{t}: RSS measured");
-            assert!(r.server_cpu_pct > 1.0, "{t}: server CPU measured ({:.1}%)", r.server_cpu_pct);
+            assert!(
+                r.server_cpu_pct > 1.0,
+                "{t}: server CPU measured ({:.1}%)",
+                r.server_cpu_pct
+            );
             let us = r.server_us_per_req.expect("µs/req");
             assert!(us > 0.0 && us < 100_000.0, "{t}: {us} µs/req");
-            assert_eq!((r.server_cores.clone(), r.loader_cores.clone()), (vec![0], vec![1]));
-            assert!(matches!(r.bound_by, BoundBy::ClientBound | BoundBy::ServerBound | BoundBy::Neither));
+            assert_eq!(
+                (r.server_cores.clone(), r.loader_cores.clone()),
+                (vec![0], vec![1])
+            );
+            assert!(matches!(
+                r.bound_by,
+                BoundBy::ClientBound | BoundBy::ServerBound | BoundBy::Neither
+            ));
         }
     }
     let csv = std::fs::read_to_string(s.dir.join("results.csv")).unwrap();
@@ -134,7 +163,13 @@ fn sweep_writes_expected_rows() {
         assert_eq!(l.split(',').count(), cols, "{l}");
     }
     for t in TARGETS {
-        assert!(lines.iter().filter(|l| l.starts_with(&format!("{t},plaintext,"))).count() == LEVELS.len());
+        assert!(
+            lines
+                .iter()
+                .filter(|l| l.starts_with(&format!("{t},plaintext,")))
+                .count()
+                == LEVELS.len()
+        );
     }
 }
 
@@ -150,13 +185,22 @@ fn charts_parse_and_name_every_series() {
             Some("svg") => {
                 svgs += 1;
                 let text = std::fs::read_to_string(&p).unwrap();
-                let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                let texts: String = doc.descendants().filter_map(|n| n.text()).collect::<Vec<_>>().join("\n");
+                let doc = roxmltree::Document::parse(&text)
+                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                let texts: String = doc
+                    .descendants()
+                    .filter_map(|n| n.text())
+                    .collect::<Vec<_>>()
+                    .join("\n");
                 for t in TARGETS {
                     assert!(texts.contains(t), "{} lacks series {t}", p.display());
                 }
                 if p.to_string_lossy().contains("latency") {
-                    assert!(texts.contains("lowlat p50") && texts.contains("nginx p99"), "{}", p.display());
+                    assert!(
+                        texts.contains("lowlat p50") && texts.contains("nginx p99"),
+                        "{}",
+                        p.display()
+                    );
                 }
             }
             Some("png") => assert_not_blank(&p),
@@ -172,20 +216,43 @@ fn html_report_parses_and_holds_every_chart() {
     let s = swept();
     let html = std::fs::read_to_string(s.dir.join("report.html")).unwrap();
     let body = html.trim_start_matches("<!DOCTYPE html>");
-    let doc = roxmltree::Document::parse(body).unwrap_or_else(|e| panic!("report.html is not well-formed: {e}"));
-    let figures: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("figure")).collect();
+    let doc = roxmltree::Document::parse(body)
+        .unwrap_or_else(|e| panic!("report.html is not well-formed: {e}"));
+    let figures: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("figure"))
+        .collect();
     assert_eq!(figures.len(), CHARTS);
     for f in &figures {
-        assert!(f.descendants().any(|n| n.has_tag_name("svg")), "figure {:?} has no inline svg", f.attribute("id"));
+        assert!(
+            f.descendants().any(|n| n.has_tag_name("svg")),
+            "figure {:?} has no inline svg",
+            f.attribute("id")
+        );
         let series = f.attribute("data-series").unwrap_or("");
         for t in TARGETS {
-            assert!(series.contains(t), "figure {:?} lacks {t}", f.attribute("id"));
+            assert!(
+                series.contains(t),
+                "figure {:?} lacks {t}",
+                f.attribute("id")
+            );
         }
     }
-    for needle in ["Machine", "Summary", "Environment check", "Spec", "req/s ÷ baseline", "ip_local_port_range", "ci-sweep"] {
+    for needle in [
+        "Machine",
+        "Summary",
+        "Environment check",
+        "Spec",
+        "req/s ÷ baseline",
+        "ip_local_port_range",
+        "ci-sweep",
+    ] {
         assert!(html.contains(needle), "report lacks {needle}");
     }
-    assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "the page loads nothing from elsewhere");
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http"),
+        "the page loads nothing from elsewhere"
+    );
 }
 
 fn chromium() -> PathBuf {
@@ -227,25 +294,50 @@ fn report_renders_in_headless_chromium() {
     let url = format!("file://{}", page.display());
     let work = common::scratch("chromium");
 
-    let out = chromium_cmd(&work.join("profile1")).arg("--dump-dom").arg(&url).output().expect("run chromium");
+    let out = chromium_cmd(&work.join("profile1"))
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .expect("run chromium");
     let dom = String::from_utf8_lossy(&out.stdout);
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "chromium failed: {log}");
-    assert!(dom.contains(&format!("data-charts-rendered=\"{CHARTS}\"")), "not every chart laid out; console:\n{log}");
+    assert!(
+        dom.contains(&format!("data-charts-rendered=\"{CHARTS}\"")),
+        "not every chart laid out; console:\n{log}"
+    );
     let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE")).collect();
-    assert!(console.iter().any(|l| l.contains(&format!("lowlat-report: {CHARTS} charts rendered"))), "console not captured:\n{log}");
-    let others: Vec<&&str> = console.iter().filter(|l| !l.contains("lowlat-report:")).collect();
+    assert!(
+        console
+            .iter()
+            .any(|l| l.contains(&format!("lowlat-report: {CHARTS} charts rendered"))),
+        "console not captured:\n{log}"
+    );
+    let others: Vec<&&str> = console
+        .iter()
+        .filter(|l| !l.contains("lowlat-report:"))
+        .collect();
     assert!(others.is_empty(), "console messages: {others:#?}");
 
     let shot = work.join("shot.png");
-    let out = chromium_cmd(&work.join("profile2")).arg(format!("--screenshot={}", shot.display())).arg(&url).output().expect("run chromium");
-    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = chromium_cmd(&work.join("profile2"))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_not_blank(&shot);
 }
 
 /// Fails unless the image has many colours and a fair share of non-white pixels.
 fn assert_not_blank(p: &Path) {
-    let img = image::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).to_rgb8();
+    let img = image::open(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .to_rgb8();
     let mut colours = std::collections::HashSet::new();
     let mut ink = 0usize;
     for px in img.pixels() {
@@ -255,5 +347,11 @@ fn assert_not_blank(p: &Path) {
         }
     }
     let share = ink as f64 / (img.width() * img.height()) as f64;
-    assert!(colours.len() > 8 && share > 0.005, "{} looks blank: {} colours, {:.3}% ink", p.display(), colours.len(), share * 100.0);
+    assert!(
+        colours.len() > 8 && share > 0.005,
+        "{} looks blank: {} colours, {:.3}% ink",
+        p.display(),
+        colours.len(),
+        share * 100.0
+    );
 }

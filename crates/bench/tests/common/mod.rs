@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The path of `tool` on PATH; fails the test when it is missing.
 pub fn need(tool: &str) -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path).chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")]) {
+    for dir in
+        std::env::split_paths(&path).chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+    {
         let p = dir.join(tool);
         if p.is_file() {
             return p;
@@ -28,7 +30,11 @@ pub fn free_port() -> u16 {
 /// A fresh scratch directory.
 pub fn scratch(name: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!("lowlat-bench-test-{}-{name}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let d = std::env::temp_dir().join(format!(
+        "lowlat-bench-test-{}-{name}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("create scratch dir");
     d
@@ -37,7 +43,11 @@ pub fn scratch(name: &str) -> PathBuf {
 /// The `lowlat-serve` example (built by `cargo test` beside the test binaries).
 pub fn lowlat_serve() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    let p = exe.parent().and_then(Path::parent).map(|d| d.join("examples").join("lowlat-serve")).expect("target dir");
+    let p = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("examples").join("lowlat-serve"))
+        .expect("target dir");
     assert!(p.is_file(), "{} missing: run `cargo test -p lowlat-bench` (it builds the examples), or `cargo build -p lowlat-bench --examples` first", p.display());
     p
 }
