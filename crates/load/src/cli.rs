@@ -188,5 +188,7 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
         http10: args.http10,
         warmup: args.warmup.unwrap_or(Duration::ZERO),
         pin_cpus: args.pin.clone(),
+        // One histogram per second in the log, as HdrHistogram's own tools write them.
+        latency_intervals: args.hdr_log.as_ref().map(|_| Duration::from_secs(1)),
     })
 }

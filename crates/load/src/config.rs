@@ -94,6 +94,9 @@ pub struct LoadConfig {
     pub warmup: Duration,
     /// CPUs to pin the loader threads to, thread `i` to `pin_cpus[i % len]`. Empty: no pinning.
     pub pin_cpus: Vec<usize>,
+    /// Also keep a latency histogram per interval of this length (from the end of the warm-up),
+    /// for HdrHistogram interval logs: [`crate::Report::intervals`]. `None`: only the total.
+    pub latency_intervals: Option<Duration>,
 }
 
 impl Default for LoadConfig {
@@ -114,6 +117,7 @@ impl Default for LoadConfig {
             http10: false,
             warmup: Duration::ZERO,
             pin_cpus: Vec::new(),
+            latency_intervals: None,
         }
     }
 }

@@ -4,8 +4,9 @@
 //! load machines can be merged and plotted with HistogramLogProcessor and friends.
 //!
 //! Values are **microseconds**; the `Interval_Max` column is in milliseconds (max value divisor
-//! 1000), as HistogramLogProcessor's default output expects. The run is written as one interval
-//! covering the measured time.
+//! 1000), as HistogramLogProcessor's default output expects. The run is written one interval per
+//! [`Report::intervals`] entry (one per second from the CLI), or as one interval covering the
+//! measured time when the run kept no intervals.
 
 use std::io::{self, Write};
 use std::time::{Duration, SystemTime};
@@ -33,10 +34,24 @@ pub fn write_log(out: &mut impl Write, report: &Report, started: SystemTime) -> 
     text.extend_from_slice(
         b"\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n",
     );
-    IntervalLogWriterBuilder::new()
-        .with_max_value_divisor(1000.0)
-        .begin_log_with(&mut text, &mut serializer)?
-        .write_histogram(&report.latency, Duration::ZERO, report.elapsed, None)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e:?}")))?;
+    let mut builder = IntervalLogWriterBuilder::new();
+    builder.with_max_value_divisor(1000.0);
+    let mut writer = builder.begin_log_with(&mut text, &mut serializer)?;
+    let whole = [(Duration::ZERO, report.elapsed, &report.latency)];
+    let intervals: Vec<(Duration, Duration, &hdrhistogram::Histogram<u64>)> =
+        if report.intervals.is_empty() {
+            whole.to_vec()
+        } else {
+            report
+                .intervals
+                .iter()
+                .map(|i| (i.start, i.length, &i.latency))
+                .collect()
+        };
+    for (start, length, h) in intervals {
+        writer
+            .write_histogram(h, start, length, None)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e:?}")))?;
+    }
     out.write_all(&text)
 }

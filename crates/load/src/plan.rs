@@ -166,6 +166,7 @@ pub(crate) struct Plan {
     pub timeout: Duration,
     pub keep_alive: bool,
     pub pin_cpus: Vec<usize>,
+    pub latency_intervals: Option<Duration>,
 }
 
 impl Plan {
@@ -248,6 +249,7 @@ impl Plan {
             timeout: cfg.timeout,
             keep_alive: cfg.keep_alive,
             pin_cpus: cfg.pin_cpus.clone(),
+            latency_intervals: cfg.latency_intervals,
         })
     }
 
@@ -316,6 +318,12 @@ fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
     }
     if cfg.duration == Some(Duration::ZERO) {
         return err("duration must be above 0".into());
+    }
+    if cfg
+        .latency_intervals
+        .is_some_and(|i| i < Duration::from_millis(1))
+    {
+        return err("latency intervals must be at least 1 ms".into());
     }
     if cfg.timeout.is_zero() {
         return err("timeout must be above 0".into());

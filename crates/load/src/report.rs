@@ -98,6 +98,52 @@ impl StatusCounts {
     }
 }
 
+/// The latency of one interval of the run (see [`crate::LoadConfig::latency_intervals`]).
+#[derive(Debug, Clone)]
+pub struct LatencyInterval {
+    /// Start, from the end of the warm-up.
+    pub start: Duration,
+    pub length: Duration,
+    /// Latency of the responses completed in the interval, in microseconds.
+    pub latency: Histogram<u64>,
+}
+
+/// Per-interval histograms of one thread (only when asked for).
+#[derive(Debug, Clone)]
+pub(crate) struct IntervalStats {
+    pub length: Duration,
+    /// Index of the interval being recorded.
+    pub index: u64,
+    pub current: Histogram<u64>,
+    /// Finished intervals: (index, histogram).
+    pub done: Vec<(u64, Histogram<u64>)>,
+}
+
+impl IntervalStats {
+    pub fn new(length: Duration) -> Self {
+        // Auto-resizing: an interval histogram is as large as its own largest value needs.
+        let mut current = Histogram::new(3).expect("3 significant digits are valid");
+        current.auto(true);
+        Self {
+            length,
+            index: 0,
+            current,
+            done: Vec::new(),
+        }
+    }
+
+    /// Closes the current interval when `since_start` has moved past it.
+    pub fn roll(&mut self, since_start: Duration) {
+        let index = (since_start.as_nanos() / self.length.as_nanos().max(1)) as u64;
+        if index > self.index {
+            // One allocation per interval (a second from the CLI), none per response.
+            self.done.push((self.index, self.current.clone()));
+            self.current.reset();
+            self.index = index;
+        }
+    }
+}
+
 /// One loader thread's figures, kept to itself and merged at the end.
 #[derive(Debug, Clone)]
 pub(crate) struct ThreadStats {
@@ -111,6 +157,7 @@ pub(crate) struct ThreadStats {
     pub cpu_system: Duration,
     /// From the start of measuring to the thread's end.
     pub elapsed: Duration,
+    pub intervals: Option<IntervalStats>,
 }
 
 impl ThreadStats {
@@ -125,6 +172,7 @@ impl ThreadStats {
             cpu_user: Duration::ZERO,
             cpu_system: Duration::ZERO,
             elapsed: Duration::ZERO,
+            intervals: None,
         }
     }
 
@@ -136,6 +184,9 @@ impl ThreadStats {
         self.bytes_read = 0;
         self.status = StatusCounts::default();
         self.errors = ErrorCounts::default();
+        if let Some(i) = &mut self.intervals {
+            *i = IntervalStats::new(i.length);
+        }
     }
 }
 
@@ -160,6 +211,9 @@ pub struct Report {
     pub cpu_system: Duration,
     /// The run was stopped early (Ctrl-C, or the caller's stop flag).
     pub interrupted: bool,
+    /// Latency per interval, in order, when [`crate::LoadConfig::latency_intervals`] asked for
+    /// it (the last one may be shorter); empty otherwise.
+    pub intervals: Vec<LatencyInterval>,
 }
 
 /// The usual latency figures, in microseconds.
@@ -194,7 +248,29 @@ impl Report {
             cpu_user: Duration::ZERO,
             cpu_system: Duration::ZERO,
             interrupted,
+            intervals: Vec::new(),
         };
+        let mut by_index: std::collections::BTreeMap<u64, Histogram<u64>> = Default::default();
+        let mut interval_length = None;
+        for t in &threads {
+            let Some(iv) = &t.intervals else { continue };
+            interval_length = Some(iv.length);
+            for (index, h) in iv
+                .done
+                .iter()
+                .chain(std::iter::once(&(iv.index, iv.current.clone())))
+            {
+                match by_index.get_mut(index) {
+                    // Auto-resizing histograms of the same precision always add.
+                    Some(sum) => {
+                        let _ = sum.add(h);
+                    }
+                    None => {
+                        by_index.insert(*index, h.clone());
+                    }
+                }
+            }
+        }
         for t in threads {
             r.requests += t.requests;
             r.responses += t.responses;
@@ -206,6 +282,26 @@ impl Report {
             r.cpu_user += t.cpu_user;
             r.cpu_system += t.cpu_system;
             r.elapsed = r.elapsed.max(t.elapsed);
+        }
+        if let Some(length) = interval_length {
+            for (index, latency) in by_index {
+                let start = length.saturating_mul(u32::try_from(index).unwrap_or(u32::MAX));
+                if start >= r.elapsed && !latency.is_empty() {
+                    // Responses in the loop turn after the end: fold into the last interval.
+                    if let Some(last) = r.intervals.last_mut() {
+                        let _ = last.latency.add(&latency);
+                    }
+                    continue;
+                }
+                if start >= r.elapsed {
+                    continue;
+                }
+                r.intervals.push(LatencyInterval {
+                    start,
+                    length: length.min(r.elapsed - start),
+                    latency,
+                });
+            }
         }
         r
     }

@@ -170,6 +170,10 @@ impl<'a> Worker<'a> {
             None
         };
         let measure_start = start + plan.warmup;
+        let mut stats = ThreadStats::new();
+        stats.intervals = plan
+            .latency_intervals
+            .map(crate::report::IntervalStats::new);
         let sweep_every =
             (plan.timeout / 20).clamp(Duration::from_millis(1), Duration::from_millis(100));
         Ok(Self {
@@ -181,7 +185,7 @@ impl<'a> Worker<'a> {
             timers: BinaryHeap::with_capacity(conns.len() + 1),
             conns,
             buf: vec![0; READ_BUF].into_boxed_slice(),
-            stats: ThreadStats::new(),
+            stats,
             budget: plan.budgets[index],
             start,
             measure_start,
@@ -254,6 +258,11 @@ impl<'a> Worker<'a> {
                 }
             }
             self.run_timers(now);
+            if self.measuring {
+                if let Some(iv) = &mut self.stats.intervals {
+                    iv.roll(now.saturating_duration_since(self.measure_start));
+                }
+            }
             if now >= self.next_sweep {
                 self.sweep(now);
                 self.next_sweep = now + self.sweep_every;
@@ -779,4 +788,14 @@ fn record(
     stats.status.count(response.status);
     let us = u64::try_from(now.saturating_duration_since(sent).as_micros()).unwrap_or(u64::MAX);
     stats.latency.saturating_record(us);
+    if let Some(iv) = &mut stats.intervals {
+        // `record`, not `saturating_record`: the latter clamps instead of growing the histogram.
+        if iv
+            .current
+            .record(us.min(crate::report::MAX_LATENCY_US))
+            .is_err()
+        {
+            iv.current.saturating_record(us);
+        }
+    }
 }

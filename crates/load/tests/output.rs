@@ -79,6 +79,49 @@ fn hdr_log_round_trip() {
     assert!((max_ms - r.latency.max() as f64 / 1000.0).abs() < 1.0);
 }
 
+/// With intervals asked for, the log has one histogram per interval, and together they hold
+/// every response of the report.
+#[test]
+fn hdr_log_intervals() {
+    let server = hello_server();
+    let cfg = LoadConfig {
+        connections: 2,
+        duration: Some(Duration::from_millis(550)),
+        latency_intervals: Some(Duration::from_millis(100)),
+        ..config(&[server.url("/")])
+    };
+    let r = run(&cfg);
+    assert!(
+        (5..=7).contains(&r.intervals.len()),
+        "{} intervals",
+        r.intervals.len()
+    );
+    let total: u64 = r.intervals.iter().map(|i| i.latency.len()).sum();
+    assert_eq!(total, r.latency.len());
+    assert!(r.intervals.windows(2).all(|w| w[0].start < w[1].start));
+    let mut log = Vec::new();
+    lowlat_load::hdrlog::write_log(&mut log, &r, SystemTime::now()).unwrap();
+    let mut merged: Option<Histogram<u64>> = None;
+    let mut count = 0;
+    for entry in IntervalLogIterator::new(&log) {
+        if let LogEntry::Interval(h) = entry.expect("log parses") {
+            count += 1;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(h.encoded_histogram())
+                .unwrap();
+            let back: Histogram<u64> = Deserializer::new().deserialize(&mut &bytes[..]).unwrap();
+            match &mut merged {
+                Some(m) => m.add(&back).unwrap(),
+                None => merged = Some(back),
+            }
+        }
+    }
+    assert_eq!(count, r.intervals.len());
+    let merged = merged.unwrap();
+    assert_eq!(merged.len(), r.latency.len());
+    assert_eq!(merged.max(), r.latency.max());
+}
+
 /// The text report keeps wrk's lines that scripts grep.
 #[test]
 fn text_report_has_wrk_lines() {
