@@ -64,15 +64,21 @@ def main():
         compare.log(f"starting {name}")
         srv.start()
         try:
-            for scenario, path, extra in SCENARIOS:
-                if name != "lowlat" and scenario == "plaintext":
-                    continue
+            scenarios = [(sc, path, extra) for sc, path, extra in SCENARIOS
+                         if name == "lowlat" or sc != "plaintext"]
+
+            def argv(path, extra, conns, secs):
                 url = f"http://127.0.0.1:{srv.port}{path}"
-                argv = lambda conns, secs: compare.wrk_argv(url, conns, 1, secs)[:-1] + extra + [url]  # noqa: E731
-                compare.subprocess.run(argv(64, 2), capture_output=True, timeout=60)  # warm-up
-                for rep in range(args.reps):
+                return compare.wrk_argv(url, conns, 1, secs)[:-1] + extra + [url]
+
+            for _, path, extra in scenarios:
+                compare.subprocess.run(argv(path, extra, 64, 2), capture_output=True, timeout=60)  # warm-up
+            # Round-robin (every scenario once per repetition), so a neighbour's burst or a slow
+            # drift of the machine hits the scenarios alike and their ratios stay meaningful.
+            for rep in range(args.reps):
+                for scenario, path, extra in scenarios:
                     for _ in range(4):
-                        rec = compare.measure(srv, argv(args.conns, args.duration), args.duration)
+                        rec = compare.measure(srv, argv(path, extra, args.conns, args.duration), args.duration)
                         if rec["foreign_cpu_pct"] <= args.foreign_max:
                             break
                         compare.log(f"  neighbour used {rec['foreign_cpu_pct']}% CPU {rec['foreign_top']}: repeating")
@@ -85,7 +91,8 @@ def main():
                         raw.flush()
                     cost = compare.cost_us([rec])
                     compare.log(f"  {name:9s} {scenario:9s} rps={rec['rps']} µs/req={cost and round(cost, 2)} "
-                                f"p99={rec['p99_ms']}ms errors={rec['socket_errors'] + rec['non_2xx']}")
+                                f"p99={rec['p99_ms']}ms foreign={rec['foreign_cpu_pct']}% "
+                                f"errors={rec['socket_errors'] + rec['non_2xx']}")
         finally:
             srv.stop()
             time.sleep(1)
