@@ -4,9 +4,17 @@
 set -euo pipefail
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# lowlat bench's sweep test runs nginx beside lowlat; its lifecycle tests use python3's http.server.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+# lowlat bench's report test opens the HTML report in headless Chromium.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+    # nginx's package starts a daemon on port 80; the tests start their own on free ports.
+    if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop nginx 2>/dev/null || true; fi
+    if [ -x /etc/init.d/nginx ]; then $sudo /etc/init.d/nginx stop >/dev/null 2>&1 || true; fi
 fi

@@ -320,10 +320,25 @@ pub fn parse(path: &Path, text: &str) -> Result<Spec, SpecError> {
     cx.validate(raw)
 }
 
-/// serde_path_to_error writes `target[0].url`-style paths already; TOML users know the tables
-/// by their singular names, which is what the raw structs are renamed to.
+/// serde_path_to_error writes `target[0].url`-style paths; `toml::Spanned` adds private
+/// segments of its own, which mean nothing to the reader.
 fn tidy_path(p: &str) -> String {
-    p.trim_start_matches('.').to_string()
+    let mut out = String::new();
+    for seg in p.trim_start_matches('.').split('.') {
+        // A segment may carry an index after the private name: `$__serde_spanned_private_value[1]`.
+        let seg = match seg.strip_prefix("$__serde_spanned_private_") {
+            Some(rest) => rest.find('[').map_or("", |i| &rest[i..]),
+            None => seg,
+        };
+        if seg.is_empty() {
+            continue;
+        }
+        if !out.is_empty() && !seg.starts_with('[') {
+            out.push('.');
+        }
+        out.push_str(seg);
+    }
+    out
 }
 
 struct Cx<'a> {

@@ -13,14 +13,21 @@ use lowlat_bench::load::{LoadDriver, LoadOutcome, LoadPlan};
 use lowlat_bench::runner::{self, RunOptions};
 
 fn opts(dir: &std::path::Path) -> RunOptions {
-    RunOptions { out_dir: dir.join("out"), progress: false, force: true }
+    RunOptions {
+        out_dir: dir.join("out"),
+        progress: false,
+        force: true,
+    }
 }
 
 /// Waits briefly for processes to be reaped by init before declaring survivors.
 fn assert_none_survive(marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let left: Vec<_> = common::procs_with(marker).into_iter().filter(|(p, _)| !is_zombie(*p)).collect();
+        let left: Vec<_> = common::procs_with(marker)
+            .into_iter()
+            .filter(|(p, _)| !is_zombie(*p))
+            .collect();
         if left.is_empty() {
             return;
         }
@@ -30,11 +37,16 @@ fn assert_none_survive(marker: &str) {
 }
 
 /// Runs `then` on a thread once results.csv holds a row (or after 30 s).
-fn after_first_row(dir: &std::path::Path, then: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+fn after_first_row(
+    dir: &std::path::Path,
+    then: impl FnOnce() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
     let csv = dir.join("out/results.csv");
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline && std::fs::read_to_string(&csv).map_or(0, |s| s.lines().count()) < 2 {
+        while Instant::now() < deadline
+            && std::fs::read_to_string(&csv).map_or(0, |s| s.lines().count()) < 2
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         then();
@@ -42,7 +54,11 @@ fn after_first_row(dir: &std::path::Path, then: impl FnOnce() + Send + 'static) 
 }
 
 fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
 }
 
 /// A target that never listens: the error says which check, how long, and where its output is;
@@ -72,14 +88,28 @@ path = "/"
     );
     let spec = lowlat_bench::spec::load(&spec).unwrap();
     let t0 = Instant::now();
-    let err = runner::run(&spec, &lowlat_bench::load::Engine, &opts(&dir), &AtomicBool::new(false)).expect_err("not ready");
+    let err = runner::run(
+        &spec,
+        &lowlat_bench::load::Engine,
+        &opts(&dir),
+        &AtomicBool::new(false),
+    )
+    .expect_err("not ready");
     let took = t0.elapsed();
     assert!(matches!(err, BenchError::NotReady { .. }), "{err}");
     let msg = err.to_string();
-    for part in ["target mute was not ready within 1.0 s", &format!("GET http://127.0.0.1:{port}/health"), "connect", "mute.log"] {
+    for part in [
+        "target mute was not ready within 1.0 s",
+        &format!("GET http://127.0.0.1:{port}/health"),
+        "connect",
+        "mute.log",
+    ] {
         assert!(msg.contains(part), "{msg:?} lacks {part:?}");
     }
-    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(10), "{took:?}");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
     assert_none_survive("31.415");
 }
 
@@ -120,15 +150,29 @@ path = "/"
         let die = dir.join("die");
         move || std::fs::write(&die, b"").unwrap()
     });
-    let err = runner::run(&spec, &lowlat_bench::load::Engine, &opts(&dir), &AtomicBool::new(false)).expect_err("target exits");
+    let err = runner::run(
+        &spec,
+        &lowlat_bench::load::Engine,
+        &opts(&dir),
+        &AtomicBool::new(false),
+    )
+    .expect_err("target exits");
     when.join().unwrap();
     assert!(matches!(err, BenchError::Exited { .. }), "{err}");
-    assert!(err.to_string().contains("target brief exited (exit status: 3)"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("target brief exited (exit status: 3)"),
+        "{err}"
+    );
     assert_none_survive("41.1");
     assert_none_survive("41.2");
     assert_none_survive(&format!("http.server {port}"));
     let res = lowlat_bench::results::read(&dir.join("out/results.json")).unwrap();
-    assert!(res.status.starts_with("failed: target brief exited"), "{}", res.status);
+    assert!(
+        res.status.starts_with("failed: target brief exited"),
+        "{}",
+        res.status
+    );
     assert!(!res.rows.is_empty(), "rows before the failure are kept");
 }
 
@@ -171,8 +215,17 @@ path = "/"
         ),
     );
     let spec = lowlat_bench::spec::load(&spec).unwrap();
-    let err = runner::run(&spec, &FailingDriver(0.into()), &opts(&dir), &AtomicBool::new(false)).expect_err("load fails");
-    assert_eq!(err.to_string(), "load generator against py (index, 3 connections): engine exploded");
+    let err = runner::run(
+        &spec,
+        &FailingDriver(0.into()),
+        &opts(&dir),
+        &AtomicBool::new(false),
+    )
+    .expect_err("load fails");
+    assert_eq!(
+        err.to_string(),
+        "load generator against py (index, 3 connections): engine exploded"
+    );
     assert_none_survive(&format!("http.server {port}"));
 }
 
@@ -208,14 +261,19 @@ path = "/"
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let t = after_first_row(&dir, move || flag.store(true, Ordering::Relaxed));
-    let err = runner::run(&spec, &lowlat_bench::load::Engine, &opts(&dir), &stop).expect_err("interrupted");
+    let err = runner::run(&spec, &lowlat_bench::load::Engine, &opts(&dir), &stop)
+        .expect_err("interrupted");
     t.join().unwrap();
     assert!(matches!(err, BenchError::Interrupted { .. }), "{err}");
     assert_none_survive(&format!("http.server {port}"));
     let path = dir.join("out/results.json");
     let res = lowlat_bench::results::read(&path).unwrap();
     assert_eq!(res.status, "interrupted");
-    assert!(!res.rows.is_empty() && res.rows.len() < 6, "{} rows", res.rows.len());
+    assert!(
+        !res.rows.is_empty() && res.rows.len() < 6,
+        "{} rows",
+        res.rows.len()
+    );
     lowlat_bench::report::render(&path, &lowlat_bench::report::ReportOptions::default()).unwrap();
     assert!(dir.join("out/report.html").is_file());
 }
@@ -248,7 +306,13 @@ path = "/"
         ),
     );
     let spec = lowlat_bench::spec::load(&spec).unwrap();
-    let path = runner::run(&spec, &lowlat_bench::load::Engine, &opts(&dir), &AtomicBool::new(false)).unwrap();
+    let path = runner::run(
+        &spec,
+        &lowlat_bench::load::Engine,
+        &opts(&dir),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     // Cut in the middle of the second row, as a kill during a write would.
     let second = text.rfind("\n    {").unwrap();
@@ -266,8 +330,16 @@ fn start_errors_are_clear() {
     let taken = listener.local_addr().unwrap().port();
     let free = common::free_port();
     for (command, port, want) in [
-        ("[\"/nonexistent/server\"]", free, "target t: cannot start \"/nonexistent/server\""),
-        ("[\"sleep\", \"5\"]", taken, "is already in use by another process"),
+        (
+            "[\"/nonexistent/server\"]",
+            free,
+            "target t: cannot start \"/nonexistent/server\"",
+        ),
+        (
+            "[\"sleep\", \"5\"]",
+            taken,
+            "is already in use by another process",
+        ),
     ] {
         let spec = common::write_spec(
             &dir,
@@ -275,7 +347,13 @@ fn start_errors_are_clear() {
             &format!("[run]\nduration = 1\nlevels = [1]\n[[target]]\nname = \"t\"\ncommand = {command}\nurl = \"http://127.0.0.1:{port}\"\n[[scenario]]\nname = \"s\"\npath = \"/\"\n"),
         );
         let spec = lowlat_bench::spec::load(&spec).unwrap();
-        let err = runner::run(&spec, &lowlat_bench::load::Engine, &opts(&dir), &AtomicBool::new(false)).expect_err(want);
+        let err = runner::run(
+            &spec,
+            &lowlat_bench::load::Engine,
+            &opts(&dir),
+            &AtomicBool::new(false),
+        )
+        .expect_err(want);
         assert!(err.to_string().contains(want), "{err}");
     }
 }

@@ -140,7 +140,7 @@ fn errors_name_file_line_and_field() {
             "unknown field",
             with("rounds = 2", "roundz = 2"),
             "roundz",
-            "run",
+            "run.roundz",
             "unknown field `roundz`",
         ),
         (
@@ -181,7 +181,7 @@ fn errors_name_file_line_and_field() {
         (
             "missing url",
             with("url = \"http://127.0.0.1:8081\"\n", ""),
-            "name = \"b\"",
+            "[[target]]\nname = \"b\"",
             "target[1]",
             "missing field `url`",
         ),
