@@ -648,6 +648,11 @@ impl<'a> Worker<'a> {
                 *b += unanswered;
             }
         }
+        if self.plan.conn_interval.is_some() {
+            // Rate mode: the unanswered are the latest scheduled; schedule them again, so that
+            // they are sent on the new connection and charged from their original times.
+            conn.scheduled -= unanswered;
+        }
         conn.sent.clear();
         self.close(idx);
         self.connect(idx, now);

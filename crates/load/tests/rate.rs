@@ -90,3 +90,28 @@ fn coordinated_omission_is_corrected() {
         r.responses
     );
 }
+
+/// Rate mode over a server that closes after every response: the schedule is kept across the
+/// reconnects, with no errors.
+#[test]
+fn rate_survives_connection_close() {
+    let server = TestServer::start(|c| {
+        if c.next_request().is_some() {
+            c.send(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    let cfg = LoadConfig {
+        connections: 4,
+        pipeline: 2,
+        rate: Some(400.0),
+        duration: Some(Duration::from_secs(1)),
+        ..config(&[server.url("/")])
+    };
+    let r = run(&cfg);
+    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
+    assert!(
+        (360..=440).contains(&r.responses),
+        "{} responses",
+        r.responses
+    );
+}
