@@ -392,7 +392,11 @@ pub fn render(checks: &[Check]) -> String {
             Status::Fail => "FAIL",
             Status::Info => "info",
         };
-        let _ = writeln!(s, "{mark}  {:w$}  {}   (needs {})", c.name, c.value, c.need);
+        if c.status == Status::Info && c.need == "recorded" {
+            let _ = writeln!(s, "{mark}  {:w$}  {}", c.name, c.value);
+        } else {
+            let _ = writeln!(s, "{mark}  {:w$}  {}   (needs {})", c.name, c.value, c.need);
+        }
         if let Some(fix) = &c.fix {
             let _ = writeln!(s, "      {:w$}  fix: {fix}", "");
         }

@@ -18,7 +18,7 @@
 //! - [`report`]: charts (SVG, PNG) and the self-contained HTML report.
 //! - [`cli`]: `lowlat bench` flags, subcommands and one-line errors.
 //! - `sys`: the few system calls std lacks; all of the crate's `unsafe`.
-//! - [`error`]: [`BenchError`].
+//! - [`error`]: the [`BenchError`] type.
 
 pub mod cli;
 pub mod doctor;

@@ -75,10 +75,13 @@ pub fn run(
             eprint!("{}", doctor::render(&checks));
             return Err(BenchError::Doctor(failed.join(", ")));
         }
-        pb.println(format!(
-            "environment check failed ({}); running anyway (--force)",
-            failed.join(", ")
-        ));
+        say(
+            &pb,
+            format!(
+                "environment check failed ({}); running anyway (--force)",
+                failed.join(", ")
+            ),
+        );
     }
     let header = Header {
         format: results::FORMAT.into(),
@@ -335,7 +338,7 @@ fn run_scenario(
                     foreign,
                 );
                 if row.foreign_cpu_pct > spec.run.foreign_max_pct && attempts <= spec.run.retries {
-                    pb.println(format!(
+                    say(pb, format!(
                         "  {} {} c={level}: other processes used {:.0}% of a CPU ({}); measuring again",
                         target.name,
                         scenario.name,
@@ -347,7 +350,7 @@ fn run_scenario(
                 }
                 break row;
             };
-            pb.println(format!(
+            say(pb, format!(
                 "  {:<12} {:<14} c={:<5} req/s={:<10.0} p99={:.2}ms server µs/req={} cpu={:.0}% rss={}kB errors={} {}",
                 row.target,
                 row.scenario,
@@ -366,6 +369,16 @@ fn run_scenario(
         }
     }
     Ok(())
+}
+
+/// Prints a line above the progress bar, or plainly to stderr when there is no bar (not a
+/// terminal, or `--quiet`), so that a log of the run shows every row either way.
+fn say(pb: &ProgressBar, line: String) {
+    if pb.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        pb.println(line);
+    }
 }
 
 /// Sleeps, waking early when asked to stop.

@@ -251,7 +251,7 @@ fn axis_label(v: f64, log: bool) -> String {
         format!("{:.1}M", v / 1e6)
     } else if a >= 1e4 {
         format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 || a == 0.0 {
+    } else if a >= 100.0 || a == 0.0 || (a >= 1.0 && (v - v.round()).abs() < 1e-6) {
         format!("{v:.0}")
     } else if a >= 1.0 {
         format!("{v:.1}")

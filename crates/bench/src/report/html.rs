@@ -117,10 +117,10 @@ pub fn page(
     );
 
     let m = &h.machine;
-    let _ = write!(
+    let _ = writeln!(
         s,
         "<h2 id=\"machine\">Machine</h2><table><tr><th class=\"l\">CPU</th><td class=\"l\">{} × {}</td></tr><tr><th class=\"l\">SMT siblings</th><td class=\"l\">{}</td></tr>\
-<tr><th class=\"l\">governor</th><td class=\"l\">{}</td></tr><tr><th class=\"l\">kernel</th><td class=\"l\">{}</td></tr><tr><th class=\"l\">memory</th><td class=\"l\">{} MiB</td></tr></table>\n",
+<tr><th class=\"l\">governor</th><td class=\"l\">{}</td></tr><tr><th class=\"l\">kernel</th><td class=\"l\">{}</td></tr><tr><th class=\"l\">memory</th><td class=\"l\">{} MiB</td></tr></table>",
         m.cpus,
         esc(&m.cpu_model),
         esc(&m.smt_groups.join(" ")),
@@ -130,12 +130,12 @@ pub fn page(
     );
 
     // Summary: one line per scenario × target, then every level in a fold-out.
-    let _ = write!(
+    let _ = writeln!(
         s,
         "<h2 id=\"summary\">Summary</h2><p class=\"note\">Ratios compare each target with the baseline, <b>{}</b>: \
 req/s ÷ baseline above 1 is faster; µs/req ÷ baseline below 1 is cheaper. Server µs/req is the busy time of the \
 server's cores (kernel work included) per request: it still ranks servers when the load generator is the bottleneck \
-(\"client-bound\": req/s then understates the server).</p>\n",
+(\"client-bound\": req/s then understates the server).</p>",
         esc(baseline)
     );
     s.push_str("<table class=\"summary\"><tr><th class=\"l\">scenario</th><th class=\"l\">target</th><th>peak req/s</th><th>at conns</th><th>req/s ÷ baseline</th><th>median server µs/req</th><th>µs/req ÷ baseline</th><th>p99 ms at peak</th><th>max RSS MiB</th><th>errors</th><th class=\"l\">bound by (at peak)</th></tr>\n");
@@ -188,7 +188,7 @@ server's cores (kernel work included) per request: it still ranks servers when t
             .iter()
             .find(|(t, _)| t == baseline)
             .map(|(_, p)| p);
-        let _ = write!(s, "<details><summary>Every level of {}</summary><table><tr><th class=\"l\">target</th><th>conns</th><th>rounds</th><th>req/s mean</th><th>min</th><th>max</th><th>req/s ÷ baseline</th><th>server µs/req</th><th>µs/req ÷ baseline</th><th>p50 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>errors</th><th class=\"l\">bound by</th></tr>\n", esc(scenario));
+        let _ = writeln!(s, "<details><summary>Every level of {}</summary><table><tr><th class=\"l\">target</th><th>conns</th><th>rounds</th><th>req/s mean</th><th>min</th><th>max</th><th>req/s ÷ baseline</th><th>server µs/req</th><th>µs/req ÷ baseline</th><th>p50 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>errors</th><th class=\"l\">bound by</th></tr>", esc(scenario));
         for (t, ps) in per_target {
             for p in ps {
                 let b = base.and_then(|b| b.iter().find(|x| x.connections == p.connections));
@@ -221,9 +221,9 @@ server's cores (kernel work included) per request: it still ranks servers when t
     if !res.target_checks.is_empty() {
         checks_table(&mut s, &res.target_checks);
     }
-    let _ = write!(
+    let _ = writeln!(
         s,
-        "<h2 id=\"spec\">Spec</h2><p class=\"note\">{}</p><pre>{}</pre>\n",
+        "<h2 id=\"spec\">Spec</h2><p class=\"note\">{}</p><pre>{}</pre>",
         esc(&h.spec_file),
         esc(&h.spec_text)
     );
