@@ -100,6 +100,8 @@ struct TreeState {
     last: HashMap<u32, u64>,
     total: u64,
     seen: Vec<u32>,
+    /// False until the first read, whose ticks are the baseline rather than growth.
+    primed: bool,
 }
 
 impl TreeState {
@@ -112,10 +114,9 @@ impl TreeState {
             };
             let prev = self.last.insert(pid, s.ticks);
             // A pid first seen mid-run counts from zero (a new worker); one seen at the first
-            // sample is the baseline.
-            grew += s
-                .ticks
-                .saturating_sub(prev.unwrap_or(if self.seen.is_empty() { s.ticks } else { 0 }));
+            // read is the baseline.
+            let base = if self.primed { 0 } else { s.ticks };
+            grew += s.ticks.saturating_sub(prev.unwrap_or(base));
             if !w.rss_exclude.iter().any(|x| x == &s.comm) {
                 rss += s.rss_pages * page_kb;
             }
@@ -124,6 +125,7 @@ impl TreeState {
             }
         }
         self.total += grew;
+        self.primed = true;
         (grew, rss)
     }
 }
@@ -138,11 +140,11 @@ fn sample_loop(w: &Watch, stop: &AtomicBool) -> Measured {
         last: HashMap::new(),
         total: 0,
         seen: Vec::new(),
+        primed: false,
     };
     let start = Instant::now();
     let c_start = procfs::core_times();
     tree.read(w, page_kb);
-    tree.seen.push(w.root);
     let mut c_prev: Vec<CoreTimes> = c_start.clone();
     let mut t_prev = start;
     let mut samples = Vec::new();

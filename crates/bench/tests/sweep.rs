@@ -138,6 +138,13 @@ fn sweep_writes_expected_rows() {
                 r.samples.len()
             );
             assert!(r.rss_peak_kb > 0, "{t}: RSS measured");
+            // Pinned to one core, a tree uses at most ~100% of it (nginx's master and worker
+            // both count; a worker started before the measurement must not count from zero).
+            assert!(
+                r.server_cpu_pct <= 105.0,
+                "{t}: {:.1}% of one pinned core",
+                r.server_cpu_pct
+            );
             assert!(
                 r.server_cpu_pct > 1.0,
                 "{t}: server CPU measured ({:.1}%)",
