@@ -357,3 +357,51 @@ fn start_errors_are_clear() {
         assert!(err.to_string().contains(want), "{err}");
     }
 }
+
+/// An already running server (`pid = N`) is measured — its tree's CPU and memory — and left
+/// running afterwards.
+#[test]
+fn running_pid_is_measured_and_left_alone() {
+    common::need("python3");
+    let dir = common::scratch("pid");
+    let port = common::free_port();
+    let mut server = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "-d",
+        ])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let spec = common::write_spec(
+        &dir,
+        "p.toml",
+        &format!(
+            "[run]\nduration = \"500ms\"\nwarmup = 0\nlevels = [2]\n[[target]]\nname = \"mine\"\npid = {}\nurl = \"http://127.0.0.1:{port}\"\nready = {{ http = \"/\" }}\n[[scenario]]\nname = \"index\"\npath = \"/\"\n",
+            server.id()
+        ),
+    );
+    let spec = lowlat_bench::spec::load(&spec).unwrap();
+    let run = runner::run(
+        &spec,
+        &lowlat_bench::load::Engine,
+        &opts(&dir),
+        &AtomicBool::new(false),
+    );
+    let alive = server.try_wait().unwrap().is_none();
+    let _ = server.kill();
+    let _ = server.wait();
+    let res = lowlat_bench::results::read(&run.unwrap_or_else(|e| panic!("{e}"))).unwrap();
+    assert!(alive, "an attached server must not be stopped");
+    let row = &res.rows[0];
+    assert!(
+        row.requests > 0 && row.rss_peak_kb > 0 && row.server_cpu_pct > 0.0,
+        "{row:?}"
+    );
+}
