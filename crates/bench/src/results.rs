@@ -18,6 +18,9 @@ use crate::error::BenchError;
 use crate::machine::Machine;
 use crate::sampler::Sample;
 
+/// The JSON Schema of results.json (`crates/bench/schema/results.schema.json`).
+pub const SCHEMA: &str = include_str!("../schema/results.schema.json");
+
 /// Identifies the file format; bumped when a field changes meaning.
 pub const FORMAT: &str = "lowlat-bench-results/1";
 

@@ -162,6 +162,15 @@ fn sweep_writes_expected_rows() {
             ));
         }
     }
+    let schema: serde_json::Value = serde_json::from_str(results::SCHEMA).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&s.results).unwrap()).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "results.json does not match its schema: {errors:#?}"
+    );
     let csv = std::fs::read_to_string(s.dir.join("results.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 1 + res.rows.len());
