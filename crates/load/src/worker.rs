@@ -17,7 +17,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lowlat_http::client::{Response, ResponseReader, Step};
+use lowlat_http::client::{HeadCache, Response, ResponseReader, Step};
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -112,6 +112,8 @@ pub(crate) struct Worker<'a> {
     poll: Poll,
     conns: Vec<Conn>,
     buf: Box<[u8]>,
+    /// The last response head parsed on any of this thread's connections (see [`HeadCache`]).
+    head_cache: HeadCache,
     stats: ThreadStats,
     /// Requests this thread may still start while measuring; `None`: unlimited.
     budget: Option<u64>,
@@ -185,6 +187,7 @@ impl<'a> Worker<'a> {
             timers: BinaryHeap::with_capacity(conns.len() + 1),
             conns,
             buf: vec![0; READ_BUF].into_boxed_slice(),
+            head_cache: HeadCache::new(),
             stats,
             budget: plan.budgets[index],
             start,
@@ -589,7 +592,10 @@ impl<'a> Worker<'a> {
                 if conn.sent.is_empty() && conn.reader.wants_head() {
                     return Err(Failure::Protocol); // Bytes nobody asked for.
                 }
-                match conn.reader.read(&data[i..], head_method) {
+                match conn
+                    .reader
+                    .read_cached(&data[i..], head_method, Some(&mut self.head_cache))
+                {
                     Err(_) => return Err(Failure::Protocol),
                     Ok(Step::NeedMore { consumed }) => {
                         i += consumed;
