@@ -158,7 +158,13 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
             .replace('T', "-")
             .trim_end_matches('Z')
             .to_string();
-        PathBuf::from("bench-results").join(format!("{}-{stamp}", spec.name))
+        // The default directory ignores itself, so that runs in a checkout never show up as
+        // files to commit; results worth keeping are copied to docs/results/ on purpose.
+        let root = PathBuf::from("bench-results");
+        if std::fs::create_dir_all(&root).is_ok() && !root.join(".gitignore").exists() {
+            let _ = std::fs::write(root.join(".gitignore"), "*\n");
+        }
+        root.join(format!("{}-{stamp}", spec.name))
     });
     let stop = Arc::new(AtomicBool::new(false));
     // First Ctrl-C: finish cleanly (stop targets, keep rows). Second: exit at once; the

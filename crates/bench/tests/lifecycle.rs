@@ -73,6 +73,7 @@ fn readiness_timeout_is_a_clear_error() {
         &format!(
             r#"
 [run]
+retries = 0
 duration = "1s"
 levels = [1]
 [[target]]
@@ -126,6 +127,7 @@ fn target_dying_mid_sweep_stops_everything() {
         &format!(
             r#"
 [run]
+retries = 0
 duration = "1s"
 warmup = 0
 pause = "100ms"
@@ -200,6 +202,7 @@ fn load_failure_stops_target() {
         &format!(
             r#"
 [run]
+retries = 0
 duration = "1s"
 warmup = "300ms"
 levels = [3]
@@ -242,6 +245,7 @@ fn interrupt_keeps_finished_rows() {
         &format!(
             r#"
 [run]
+retries = 0
 duration = "700ms"
 warmup = 0
 pause = "50ms"
@@ -290,6 +294,7 @@ fn cut_off_results_are_recovered() {
         &format!(
             r#"
 [run]
+retries = 0
 duration = "300ms"
 warmup = 0
 pause = 0
@@ -383,7 +388,7 @@ fn running_pid_is_measured_and_left_alone() {
         &dir,
         "p.toml",
         &format!(
-            "[run]\nduration = \"500ms\"\nwarmup = 0\nlevels = [2]\n[[target]]\nname = \"mine\"\npid = {}\nurl = \"http://127.0.0.1:{port}\"\nready = {{ http = \"/\" }}\n[[scenario]]\nname = \"index\"\npath = \"/\"\n",
+            "[run]\nretries = 0\nduration = \"500ms\"\nwarmup = 0\nlevels = [2]\n[[target]]\nname = \"mine\"\npid = {}\nurl = \"http://127.0.0.1:{port}\"\nready = {{ http = \"/\" }}\n[[scenario]]\nname = \"index\"\npath = \"/\"\n",
             server.id()
         ),
     );

@@ -60,6 +60,7 @@ description = "lowlat and nginx, /plaintext"
 [vars]
 nginx_port = "{np}"
 [run]
+retries = 0
 duration = "1s"
 rounds = 1
 warmup = "300ms"
