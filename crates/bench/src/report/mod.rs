@@ -10,7 +10,6 @@
 pub mod charts;
 pub mod html;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::BenchError;
@@ -55,8 +54,8 @@ pub struct Point {
     pub bound_by: BoundBy,
 }
 
-/// scenario → target → points by level, targets in spec order.
-pub type Summary = BTreeMap<String, Vec<(String, Vec<Point>)>>;
+/// (scenario, [(target, points by level)]), scenarios and targets in spec order.
+pub type Summary = Vec<(String, Vec<(String, Vec<Point>)>)>;
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
@@ -118,7 +117,7 @@ pub fn summarise(res: &Results) -> Summary {
                 .collect();
             per_target.push((target.clone(), points));
         }
-        out.insert(scenario.clone(), per_target);
+        out.push((scenario.clone(), per_target));
     }
     out
 }
@@ -145,7 +144,7 @@ pub fn build_charts(
     let color_of = |t: &str| res.header.targets.iter().position(|x| x == t).unwrap_or(0);
     let mut out = Vec::new();
     for scenario in &res.header.scenarios {
-        let Some(per_target) = summary.get(scenario) else {
+        let Some((_, per_target)) = summary.iter().find(|(s, _)| s == scenario) else {
             continue;
         };
         if per_target.is_empty() {
