@@ -8,7 +8,7 @@
 //! (`${LOWLAT:-target/release/lowlat}`); they are expanded when a target is started, because
 //! `${run_dir}` exists only then.
 //!
-//! A commented example of every field is `bench/specs/README.md`'s companion,
+//! A commented example of every field is
 //! `bench/specs/example.toml`.
 
 use std::collections::BTreeMap;
