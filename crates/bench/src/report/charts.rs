@@ -40,6 +40,9 @@ pub struct Series {
     /// (x, low, high): a shaded band around the line (min–max over rounds).
     pub band: Vec<(f64, f64, f64)>,
     pub dashed: bool,
+    /// Points drawn as hollow rings: measurements bounded by the load generator, where the
+    /// line understates the server.
+    pub hollow: Vec<(f64, f64)>,
 }
 
 /// One chart: title, axes, lines.
@@ -227,6 +230,11 @@ impl Chart {
                     },
                 )
             });
+            chart.draw_series(
+                s.hollow
+                    .iter()
+                    .map(|p| Circle::new((self.tx(p.0), self.ty(p.1)), 5, color.stroke_width(2))),
+            )?;
             // Points mark the measured levels; too many points would hide the line.
             if pts.len() <= 40 {
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 2, color.filled())))?;
@@ -290,6 +298,7 @@ mod tests {
                     points: vec![(1.0, 10.0), (10.0, 20.0)],
                     band: vec![(1.0, 9.0, 11.0), (10.0, 19.0, 21.0)],
                     dashed: i == 1,
+                    hollow: vec![],
                 })
                 .collect(),
         };

@@ -182,6 +182,7 @@ pub fn build_charts(
                 .unwrap_or_default(),
             band: vec![],
             dashed,
+            hollow: vec![],
         };
         let targets: Vec<&str> = per_target.iter().map(|(t, _)| t.as_str()).collect();
         let rps: Vec<Series> = per_target
@@ -198,13 +199,18 @@ pub fn build_charts(
                     .map(|p| (f64::from(p.connections), p.rps_min, p.rps_max))
                     .collect(),
                 dashed: false,
+                hollow: ps
+                    .iter()
+                    .filter(|p| p.bound_by == BoundBy::ClientBound)
+                    .map(|p| (f64::from(p.connections), p.rps_mean))
+                    .collect(),
             })
             .collect();
         out.push((
             scenario.clone(),
             chart(
                 "rps",
-                "requests per second (mean; band: min–max over rounds)",
+                "requests per second (mean; band: min–max over rounds; ring: client-bound)",
                 "requests / s",
                 false,
                 rps,
@@ -297,6 +303,7 @@ pub fn build_charts(
                         points: r.samples.iter().map(|s| (s.t, f(s))).collect(),
                         band: vec![],
                         dashed: false,
+                        hollow: vec![],
                     })
                 })
                 .collect()
