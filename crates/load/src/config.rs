@@ -1,7 +1,7 @@
 //! What a run is asked to do: [`LoadConfig`], built by the CLI or directly by code (the benchmark
 //! harness), and the parsing of its textual pieces (URLs with weights, humane durations).
 //!
-//! Nothing here touches the network; [`crate::plan`] resolves names and checks the combination.
+//! Nothing here touches the network; the `plan` module resolves names and checks the combination.
 
 use std::time::Duration;
 

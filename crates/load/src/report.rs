@@ -1,4 +1,4 @@
-//! What a run measured: the per-thread [`ThreadStats`] each loader thread keeps to itself, and the
+//! What a run measured: the per-thread `ThreadStats` each loader thread keeps to itself, and the
 //! [`Report`] they are merged into at the end (oha's `result_data`, wrk's per-thread counters).
 //!
 //! Latency is an HdrHistogram of **microseconds** (1 µs to 1 h, 3 significant digits). Each
