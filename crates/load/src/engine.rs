@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::config::LoadConfig;
 use crate::error::LoadError;
 use crate::plan::Plan;
-use crate::report::{Report, ThreadStats};
+use crate::report::{RateSummary, Report, ThreadStats};
 use crate::sys;
 use crate::worker::{LiveCounters, Worker};
 
@@ -65,6 +65,8 @@ pub fn run_with_progress(
     let halt = AtomicBool::new(false);
     let planned = plan.duration.map(|d| d + plan.warmup);
     let start = Instant::now();
+    // Per-thread rate samples for wrk's `Req/Sec` row: (responses, measuring) at the last tick.
+    let mut rate_samples: Vec<f64> = Vec::new();
     let results: Vec<Result<ThreadStats, LoadError>> = thread::scope(|scope| {
         let mut handles = Vec::with_capacity(plan.threads.len());
         let mut spawn_error = None;
@@ -103,8 +105,23 @@ pub fn run_with_progress(
                 }
             }
         }
+        let mut last: Vec<(u64, bool)> = vec![(0, false); live.len()];
+        let mut last_tick = Instant::now();
         while !handles.iter().all(thread::ScopedJoinHandle::is_finished) {
             thread::sleep(PROGRESS_EVERY);
+            let tick = Instant::now();
+            let dt = tick.duration_since(last_tick).as_secs_f64();
+            last_tick = tick;
+            for (l, prev) in live.iter().zip(&mut last) {
+                let now = (
+                    l.responses.load(Ordering::Relaxed),
+                    l.measuring.load(Ordering::Relaxed),
+                );
+                if prev.1 && now.1 && now.0 >= prev.0 && dt > 0.0 {
+                    rate_samples.push((now.0 - prev.0) as f64 / dt);
+                }
+                *prev = now;
+            }
             if stop.load(Ordering::Relaxed) {
                 halt.store(true, Ordering::Relaxed);
             }
@@ -134,5 +151,7 @@ pub fn run_with_progress(
     for r in results {
         threads.push(r?);
     }
-    Ok(Report::merge(threads, stop.load(Ordering::Relaxed)))
+    let mut report = Report::merge(threads, stop.load(Ordering::Relaxed));
+    report.thread_rates = RateSummary::from_samples(&rate_samples);
+    Ok(report)
 }

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::config::LoadConfig;
-use crate::report::{ErrorCounts, LatencySummary, Report, StatusCounts};
+use crate::report::{ErrorCounts, LatencySummary, RateSummary, Report, StatusCounts};
 
 /// Version of the JSON shape; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -25,6 +25,7 @@ struct JsonReport<'a> {
     bytes_per_sec: f64,
     interrupted: bool,
     latency_us: JsonLatency,
+    thread_req_per_sec: Option<RateSummary>,
     status: StatusCounts,
     errors: JsonErrors,
     cpu: JsonCpu,
@@ -132,6 +133,7 @@ pub fn to_json(report: &Report, cfg: &LoadConfig) -> serde_json::Value {
             count: h.len(),
             percentiles,
         },
+        thread_req_per_sec: report.thread_rates,
         status: report.status,
         errors: JsonErrors {
             counts: report.errors,

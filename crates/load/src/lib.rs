@@ -79,4 +79,4 @@ mod worker;
 pub use config::{LoadConfig, Target};
 pub use engine::{run, run_with_progress, Progress, PROGRESS_EVERY};
 pub use error::LoadError;
-pub use report::{ErrorCounts, LatencyInterval, LatencySummary, Report, StatusCounts};
+pub use report::{ErrorCounts, LatencyInterval, LatencySummary, RateSummary, Report, StatusCounts};

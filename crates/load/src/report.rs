@@ -214,6 +214,47 @@ pub struct Report {
     /// Latency per interval, in order, when [`crate::LoadConfig::latency_intervals`] asked for
     /// it (the last one may be shorter); empty otherwise.
     pub intervals: Vec<LatencyInterval>,
+    /// Per-thread request rate over the run; `None` for a run too short to sample.
+    pub thread_rates: Option<RateSummary>,
+}
+
+/// Each thread's request rate, sampled every [`crate::PROGRESS_EVERY`] while measuring (wrk's
+/// `Req/Sec` row): how evenly the threads and the run went.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RateSummary {
+    /// Mean of the samples (responses per second of one thread).
+    pub mean: f64,
+    pub stdev: f64,
+    pub max: f64,
+    /// Share of samples within one standard deviation of the mean, 0..=1.
+    pub within_stdev: f64,
+    /// Number of samples.
+    pub samples: u64,
+}
+
+impl RateSummary {
+    /// Summarises rate samples; `None` when there are none.
+    #[must_use]
+    pub fn from_samples(samples: &[f64]) -> Option<Self> {
+        if samples.is_empty() {
+            return None;
+        }
+        let n = samples.len() as f64;
+        let mean = samples.iter().sum::<f64>() / n;
+        let stdev = (samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+        let within = samples
+            .iter()
+            .filter(|x| (*x - mean).abs() <= stdev)
+            .count() as f64
+            / n;
+        Some(Self {
+            mean,
+            stdev,
+            max: samples.iter().copied().fold(0.0, f64::max),
+            within_stdev: within,
+            samples: samples.len() as u64,
+        })
+    }
 }
 
 /// The usual latency figures, in microseconds.
@@ -249,6 +290,7 @@ impl Report {
             cpu_system: Duration::ZERO,
             interrupted,
             intervals: Vec::new(),
+            thread_rates: None,
         };
         let mut by_index: std::collections::BTreeMap<u64, Histogram<u64>> = Default::default();
         let mut interval_length = None;

@@ -53,6 +53,16 @@ pub fn render(report: &Report, detailed: bool) -> String {
         micros(l.max as f64),
         l.within_stdev * 100.0
     );
+    if let Some(r) = &report.thread_rates {
+        let _ = writeln!(
+            s,
+            "    Req/Sec {:>9} {:>9} {:>9} {:>8.2}%",
+            metric(r.mean),
+            metric(r.stdev),
+            metric(r.max),
+            r.within_stdev * 100.0
+        );
+    }
     let _ = writeln!(s, "  Latency Distribution");
     for (p, v) in [
         ("50", l.p50),
@@ -151,6 +161,18 @@ fn spectrum(s: &mut String, report: &Report) {
         h.distinct_values()
     );
     s.push('\n');
+}
+
+/// A count in wrk's metric units (`k` = 1000, `M`).
+#[must_use]
+pub fn metric(n: f64) -> String {
+    if n >= 1e6 {
+        format!("{:.2}M", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.2}k", n / 1e3)
+    } else {
+        format!("{n:.2}")
+    }
 }
 
 /// A time in microseconds, in wrk's units (`us`, `ms`, `s`, `m`).

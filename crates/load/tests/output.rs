@@ -96,6 +96,14 @@ fn hdr_log_intervals() {
         "{} intervals",
         r.intervals.len()
     );
+    // A run long enough for rate samples: its JSON (with them) still matches the schema.
+    let schema: serde_json::Value = serde_json::from_str(lowlat_load::json::SCHEMA).unwrap();
+    let v = lowlat_load::json::to_json(&r, &cfg);
+    assert!(
+        v["thread_req_per_sec"]["samples"].as_u64().unwrap() >= 3,
+        "{v:#}"
+    );
+    assert!(jsonschema::is_valid(&schema, &v), "{v:#}");
     let total: u64 = r.intervals.iter().map(|i| i.latency.len()).sum();
     assert_eq!(total, r.latency.len());
     assert!(r.intervals.windows(2).all(|w| w[0].start < w[1].start));
