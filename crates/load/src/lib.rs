@@ -33,7 +33,9 @@
 //! - [`Report`]: requests and responses, elapsed (measured) time, req/s, bytes read, the merged
 //!   latency histogram (`hdrhistogram::Histogram<u64>` in **microseconds**), [`StatusCounts`],
 //!   [`ErrorCounts`] by kind, and the loader threads' CPU time (`getrusage(RUSAGE_THREAD)`,
-//!   summed) with [`Report::cpu_us_per_response`].
+//!   summed) with [`Report::cpu_us_per_response`]; also per-interval histograms
+//!   ([`LatencyInterval`], when [`LoadConfig::latency_intervals`] asks) and per-thread rate
+//!   samples ([`RateSummary`], wrk's `Req/Sec`).
 //! - [`LoadError`]: why a run could not start or finish. Failed requests are not errors of the
 //!   run; they are counted in [`ErrorCounts`].
 //!

@@ -176,6 +176,42 @@ fn chunked_bodies_in_pieces() {
     assert_eq!(r.errors.total(), 0);
 }
 
+/// Large bodies (1 MiB by length, 1 MiB chunked in 64 KiB chunks) span many reads and are
+/// counted, not copied.
+#[test]
+fn large_bodies() {
+    let server = TestServer::start(|c| {
+        let body = vec![b'x'; 1 << 20];
+        let mut by_length =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        by_length.extend_from_slice(&body);
+        let mut chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for piece in body.chunks(64 * 1024) {
+            chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            chunked.extend_from_slice(piece);
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        let mut i = 0;
+        while c.next_request().is_some() {
+            i += 1;
+            if !c.send(if i % 2 == 0 { &chunked } else { &by_length }) {
+                return;
+            }
+        }
+    });
+    let cfg = LoadConfig {
+        connections: 2,
+        pipeline: 2,
+        requests: Some(20),
+        ..config(&[server.url("/big")])
+    };
+    let r = run(&cfg);
+    assert_eq!(r.responses, 20);
+    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
+    assert!(r.bytes_read > 20 << 20);
+}
+
 /// A malformed status line is a protocol error, never a response.
 #[test]
 fn malformed_status_line_is_a_protocol_error() {
