@@ -126,6 +126,8 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
         Arc::clone(&stop),
     );
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
+    // Bad input is one line on stderr, before any banner.
+    cfg.check().map_err(|e| e.to_string())?;
     if !args.json {
         print!("{}", crate::text::banner(&cfg));
     }

@@ -122,6 +122,18 @@ impl Default for LoadConfig {
     }
 }
 
+impl LoadConfig {
+    /// Checks everything [`crate::run`] checks before loading: option values, URLs, name
+    /// resolution, and one connection to each host. Lets a caller report bad input before
+    /// printing anything else.
+    ///
+    /// # Errors
+    /// The [`LoadError`] that [`crate::run`] would return before starting.
+    pub fn check(&self) -> Result<(), LoadError> {
+        crate::plan::Plan::new(self)?.check_reachable()
+    }
+}
+
 /// wrk's default `--timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
