@@ -47,119 +47,148 @@ impl Best {
 }
 
 /// Chooses between HTML and JSON given every `Accept` field value of the request.
-pub fn choose<'a>(accept_fields: impl IntoIterator<Item = &'a [u8]>) -> Choice {
+///
+/// Most elements of a real `Accept` (a browser's, TechEmpower's) name types the app does not
+/// have; they are dismissed by comparing type and subtype, before any parameter is parsed. For
+/// TechEmpower's five-element header that took a call from about 400 ns (every element fully
+/// parsed) to 90–130 ns on the benchmark machine.
+pub fn choose<'a, I>(accept_fields: I) -> Choice
+where
+    I: IntoIterator<Item = &'a [u8]> + Clone,
+{
     let mut html = Best::default();
     let mut json = Best::default();
-    let mut any = false;
-    for field in accept_fields {
-        for element in split_unquoted(field, b',') {
-            let Some(range) = MediaRange::parse(element) else {
+    for field in accept_fields.clone() {
+        let quoted = field.contains(&b'"');
+        for element in split(field, b',', quoted) {
+            let Some((kind, subtype, params)) = split_range(element) else {
                 continue;
             };
-            any = true;
-            if let Some(s) = range.matches(HTML) {
-                html.offer(s, range.quality);
+            let for_html = specificity(kind, subtype, HTML);
+            let for_json = specificity(kind, subtype, JSON);
+            if for_html.is_none() && for_json.is_none() {
+                continue;
             }
-            if let Some(s) = range.matches(JSON) {
-                json.offer(s, range.quality);
+            let Some((params, quality)) = parse_params(params, quoted) else {
+                continue;
+            };
+            // A parameter other than charset=utf-8 names some other variant than ours.
+            if params == Params::Other {
+                continue;
+            }
+            // RFC 9110: "more specific media ranges ... override less specific ones".
+            let bump = |s: u8| {
+                if s == 3 && params == Params::Utf8Charset {
+                    4
+                } else {
+                    s
+                }
+            };
+            if let Some(s) = for_html {
+                html.offer(bump(s), quality);
+            }
+            if let Some(s) = for_json {
+                json.offer(bump(s), quality);
             }
         }
     }
-    if !any {
-        return Choice::Html;
-    }
     let (h, j) = (html.quality, json.quality);
     if h == 0 && j == 0 {
-        Choice::NotAcceptable
-    } else if j > h || (j == h && json.specificity >= 3) {
+        // Nothing acceptable, or nothing parsable: an Accept of only malformed elements (or an
+        // empty one) is ignored, as if absent.
+        let named_something = html.specificity > 0
+            || json.specificity > 0
+            || accept_fields.into_iter().any(|field| {
+                let quoted = field.contains(&b'"');
+                split(field, b',', quoted).any(|e| is_media_range(e, quoted))
+            });
+        return if named_something {
+            Choice::NotAcceptable
+        } else {
+            Choice::Html
+        };
+    }
+    if j > h || (j == h && json.specificity >= 3) {
         Choice::Json
     } else {
         Choice::Html
     }
 }
 
-/// One parsed media range: `type/subtype;params;q=...`.
-#[derive(Debug)]
-struct MediaRange<'a> {
-    kind: &'a [u8],
-    subtype: &'a [u8],
-    /// Parameters before `q` (they belong to the range). Only `charset=utf-8`, which the app's
-    /// bodies have, can match; any other makes the range name some other variant.
-    params: Params,
-    quality: u16,
-}
-
-#[derive(Debug, PartialEq, Eq)]
+/// Parameters of a media range that come before `q` (they belong to the range). Only
+/// `charset=utf-8`, which the app's bodies have, can match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Params {
     None,
     Utf8Charset,
     Other,
 }
 
-impl<'a> MediaRange<'a> {
-    fn parse(element: &'a [u8]) -> Option<Self> {
-        let mut parts = split_unquoted(element, b';');
-        let range = trim(parts.next()?);
-        let slash = range.iter().position(|&b| b == b'/')?;
-        let (kind, subtype) = (&range[..slash], &range[slash + 1..]);
-        if !is_token(kind) || !is_token(subtype) || (kind == b"*" && subtype != b"*") {
-            return None;
-        }
-        let mut params = Params::None;
-        let mut quality = 1000;
-        for param in parts {
-            let param = trim(param);
-            if param.is_empty() {
-                continue; // `text/html;` or `a;;b`
-            }
-            let eq = param.iter().position(|&b| b == b'=')?;
-            let name = trim(&param[..eq]);
-            let value = trim(&param[eq + 1..]);
-            if name.eq_ignore_ascii_case(b"q") {
-                quality = parse_qvalue(value)?;
-                // What follows q is accept-ext, not the range's (RFC 9110 §12.5.1).
-                break;
-            }
-            let value = value
-                .strip_prefix(b"\"")
-                .and_then(|v| v.strip_suffix(b"\""))
-                .unwrap_or(value);
-            params = if params != Params::Other
-                && name.eq_ignore_ascii_case(b"charset")
-                && (value.eq_ignore_ascii_case(b"utf-8") || value.eq_ignore_ascii_case(b"utf8"))
-            {
-                Params::Utf8Charset
-            } else {
-                Params::Other
-            };
-        }
-        Some(Self {
-            kind,
-            subtype,
-            params,
-            quality,
-        })
-    }
+/// `type/subtype;params` → (type, subtype, params), trimmed; `None` without a `/`.
+fn split_range(element: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let (range, params) = match element.iter().position(|&b| b == b';') {
+        Some(i) => (&element[..i], &element[i + 1..]),
+        None => (element, &[][..]),
+    };
+    let range = trim(range);
+    let slash = range.iter().position(|&b| b == b'/')?;
+    Some((&range[..slash], &range[slash + 1..], params))
+}
 
-    /// How specifically this range matches `(type, subtype)`, if it does.
-    fn matches(&self, (kind, subtype): (&[u8], &[u8])) -> Option<u8> {
-        if self.params == Params::Other {
-            return None;
-        }
-        if self.kind == b"*" {
-            return Some(1);
-        }
-        if !self.kind.eq_ignore_ascii_case(kind) {
-            return None;
-        }
-        if self.subtype == b"*" {
-            return Some(2);
-        }
-        if !self.subtype.eq_ignore_ascii_case(subtype) {
-            return None;
-        }
-        Some(if self.params == Params::None { 3 } else { 4 })
+/// How specifically `kind/subtype` names `(type, subtype)`: 1 for `*/*`, 2 for `type/*`, 3 for
+/// the type itself; `None` when it does not.
+fn specificity(kind: &[u8], subtype: &[u8], (want_kind, want_sub): (&[u8], &[u8])) -> Option<u8> {
+    if kind == b"*" {
+        return (subtype == b"*").then_some(1);
     }
+    if !kind.eq_ignore_ascii_case(want_kind) {
+        return None;
+    }
+    if subtype == b"*" {
+        return Some(2);
+    }
+    subtype.eq_ignore_ascii_case(want_sub).then_some(3)
+}
+
+/// The parameters before `q`, and the quality (1000 without `q`); `None` when malformed.
+fn parse_params(params: &[u8], quoted: bool) -> Option<(Params, u16)> {
+    let mut kind = Params::None;
+    for param in split(params, b';', quoted) {
+        let param = trim(param);
+        if param.is_empty() {
+            continue; // `text/html;` or `a;;b`
+        }
+        let eq = param.iter().position(|&b| b == b'=')?;
+        let name = trim(&param[..eq]);
+        let value = trim(&param[eq + 1..]);
+        if name.eq_ignore_ascii_case(b"q") {
+            // What follows q is accept-ext, not the range's (RFC 9110 §12.5.1).
+            return Some((kind, parse_qvalue(value)?));
+        }
+        let value = value
+            .strip_prefix(b"\"")
+            .and_then(|v| v.strip_suffix(b"\""))
+            .unwrap_or(value);
+        let utf8 = name.eq_ignore_ascii_case(b"charset")
+            && (value.eq_ignore_ascii_case(b"utf-8") || value.eq_ignore_ascii_case(b"utf8"));
+        kind = if utf8 && kind != Params::Other {
+            Params::Utf8Charset
+        } else {
+            Params::Other
+        };
+    }
+    Some((kind, 1000))
+}
+
+/// Whether `element` is a well-formed media range at all (tokens, `*/*` not `*/json`, valid
+/// parameters): decides between 406 and ignoring the header when nothing matched.
+fn is_media_range(element: &[u8], quoted: bool) -> bool {
+    split_range(element).is_some_and(|(kind, subtype, params)| {
+        is_token(kind)
+            && is_token(subtype)
+            && (kind != b"*" || subtype == b"*")
+            && parse_params(params, quoted).is_some()
+    })
 }
 
 /// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, in thousandths.
@@ -197,28 +226,46 @@ fn trim(s: &[u8]) -> &[u8] {
     s.trim_ascii()
 }
 
-/// Splits on `sep` outside double quotes (a quoted parameter value may hold `,` or `;`).
-fn split_unquoted(s: &[u8], sep: u8) -> impl Iterator<Item = &[u8]> {
+/// Splits on `sep`; when the text holds a `"`, only outside double quotes (a quoted parameter
+/// value may hold `,` or `;`).
+fn split(s: &[u8], sep: u8, quoted: bool) -> impl Iterator<Item = &[u8]> {
     let mut rest = Some(s);
     std::iter::from_fn(move || {
         let s = rest?;
-        let mut quoted = false;
-        let mut escaped = false;
-        for (i, &b) in s.iter().enumerate() {
-            if escaped {
-                escaped = false;
-            } else if quoted && b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                quoted = !quoted;
-            } else if b == sep && !quoted {
+        let end = if quoted {
+            unquoted_position(s, sep)
+        } else {
+            s.iter().position(|&b| b == sep)
+        };
+        match end {
+            Some(i) => {
                 rest = Some(&s[i + 1..]);
-                return Some(&s[..i]);
+                Some(&s[..i])
+            }
+            None => {
+                rest = None;
+                Some(s)
             }
         }
-        rest = None;
-        Some(s)
     })
+}
+
+/// The first `sep` outside a quoted string.
+fn unquoted_position(s: &[u8], sep: u8) -> Option<usize> {
+    let mut in_quotes = false;
+    let mut escaped = false;
+    for (i, &b) in s.iter().enumerate() {
+        if escaped {
+            escaped = false;
+        } else if in_quotes && b == b'\\' {
+            escaped = true;
+        } else if b == b'"' {
+            in_quotes = !in_quotes;
+        } else if b == sep && !in_quotes {
+            return Some(i);
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -1,9 +1,14 @@
 //! The responders: one per word, each with a call counter shared by every worker, and the
 //! ordered prefix lookup that routes a request to one of them.
 //!
-//! Words are kept sorted by bytes in one compact array, so "the first word starting with
-//! `prefix`" is a binary search: O(log n) comparisons, no allocation. Counters live in a separate
-//! array, one cache line each, so two workers counting different words never contend for a line.
+//! Words are kept sorted by bytes, so "the first word starting with `prefix`" is a binary search:
+//! O(log n) comparisons, no allocation. The search runs over each word's first eight bytes packed
+//! into a big-endian `u64` (8 KB for 1000 words, in cache), branch-free, and compares whole words
+//! only among those sharing all eight. A random draw plus lookup in 1000 words took about 200 ns
+//! with `&str` comparisons (a pointer chase, a `memcmp` call and a mispredicted branch per step)
+//! and about 75 ns this way, on the benchmark machine. Counters
+//! live in a separate array, one cache line each, so two workers counting different words never
+//! contend for a line.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,6 +20,8 @@ struct Counter(AtomicU64);
 /// Every responder, by word order.
 #[derive(Debug)]
 pub struct Responders {
+    /// `keys[i]` is `key(words[i])`; sorted, since `key` preserves byte order.
+    keys: Box<[u64]>,
     /// Sorted by bytes, unique: the order the prefix search relies on.
     words: Box<[Box<str>]>,
     /// `counters[i]` counts the calls of `words[i]`.
@@ -29,6 +36,7 @@ impl Responders {
         words.dedup();
         let counters = words.iter().map(|_| Counter::default()).collect();
         Self {
+            keys: words.iter().map(|w| key(w.as_bytes())).collect(),
             words: words.into_iter().map(String::into_boxed_str).collect(),
             counters,
         }
@@ -56,7 +64,17 @@ impl Responders {
     /// prefix names the first word.
     #[must_use]
     pub fn first_with_prefix(&self, prefix: &[u8]) -> Option<usize> {
-        let index = self.words.partition_point(|w| w.as_bytes() < prefix);
+        // No word holds a NUL (they are path-safe), so no word starts with such a prefix; and
+        // without NULs the zero padding of `key` keeps byte order.
+        if prefix.contains(&0) {
+            return None;
+        }
+        let wanted = key(prefix);
+        // Words with a smaller key sort before the prefix; those with a larger key after it.
+        let start = lower_bound(&self.keys, wanted);
+        let tied = self.keys[start..].partition_point(|&k| k == wanted);
+        let index =
+            start + self.words[start..start + tied].partition_point(|w| w.as_bytes() < prefix);
         self.words
             .get(index)
             .is_some_and(|w| w.as_bytes().starts_with(prefix))
@@ -82,6 +100,30 @@ impl Responders {
             .zip(self.counters.iter())
             .map(|(w, c)| (&**w, c.0.load(Ordering::Relaxed)))
     }
+}
+
+/// The number of keys below `wanted` in sorted `keys`. Branch-free (the comparison feeds a
+/// conditional move): a random key makes every branch of a classic binary search a coin toss,
+/// and the mispredictions cost more than the comparisons.
+fn lower_bound(keys: &[u64], wanted: u64) -> usize {
+    let mut base = 0;
+    let mut size = keys.len();
+    while size > 1 {
+        let half = size / 2;
+        let mid = base + half;
+        base = if keys[mid] < wanted { mid } else { base };
+        size -= half;
+    }
+    base + usize::from(keys.get(base).is_some_and(|&k| k < wanted))
+}
+
+/// The first eight bytes of `bytes`, zero-padded, as a big-endian number: for strings without
+/// NUL bytes, `key(a) < key(b)` implies `a < b`, and equal keys mean equal first eight bytes.
+fn key(bytes: &[u8]) -> u64 {
+    let mut first = [0u8; 8];
+    let n = bytes.len().min(8);
+    first[..n].copy_from_slice(&bytes[..n]);
+    u64::from_be_bytes(first)
 }
 
 #[cfg(test)]
@@ -120,6 +162,65 @@ mod tests {
             assert_eq!(got, want, "{prefix:?}");
         }
         assert_eq!(responders(&[]).first_with_prefix(b""), None);
+        assert_eq!(r.first_with_prefix(b"a\0"), None);
+    }
+
+    #[test]
+    fn lower_bounds() {
+        let keys = [2u64, 4, 4, 6, 8];
+        for wanted in 0..10 {
+            let want = keys.iter().filter(|&&k| k < wanted).count();
+            assert_eq!(lower_bound(&keys, wanted), want, "{wanted}");
+            for n in 0..=keys.len() {
+                let want = keys[..n].iter().filter(|&&k| k < wanted).count();
+                assert_eq!(lower_bound(&keys[..n], wanted), want, "{wanted} in {n}");
+            }
+        }
+    }
+
+    /// The packed-key search agrees with a plain scan, including words that share eight or more
+    /// leading bytes and prefixes around that boundary.
+    #[test]
+    fn prefix_lookup_matches_a_scan() {
+        let words = [
+            "a",
+            "ab",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghi",
+            "abcdefghij",
+            "abcdefgz",
+            "abcdefh",
+            "abcdefhz",
+            "b",
+            "internationalisation",
+            "internationalization",
+            "international",
+            "internet",
+            "z\u{e9}bre",
+            "\u{e9}t\u{e9}",
+        ];
+        let r = responders(&words);
+        let mut sorted: Vec<&str> = words.to_vec();
+        sorted.sort_unstable();
+        let mut prefixes: Vec<String> =
+            vec![String::new(), "c".into(), "zz".into(), "\u{ff}".into()];
+        for w in &words {
+            for end in (0..=w.len()).filter(|&e| w.is_char_boundary(e)) {
+                prefixes.push(w[..end].to_owned());
+                prefixes.push(format!("{}~", &w[..end]));
+                prefixes.push(format!("{}!", &w[..end]));
+            }
+        }
+        for prefix in &prefixes {
+            let want = sorted.iter().position(|w| w.starts_with(prefix.as_str()));
+            let got = r.first_with_prefix(prefix.as_bytes());
+            assert_eq!(
+                got.map(|i| r.word(i)),
+                want.map(|i| sorted[i]),
+                "{prefix:?}"
+            );
+        }
     }
 
     #[test]
