@@ -307,10 +307,27 @@ fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
         return err("pipelining needs keep-alive connections".into());
     }
     if let Some(r) = cfg.rate {
-        if !(r.is_finite() && r > 0.0 && r <= 1e9) {
+        // Below 0.001/s one connection's interval would overflow a Duration soon enough.
+        if !(r.is_finite() && (0.001..=1e9).contains(&r)) {
             return err(format!(
-                "rate must be above 0 and at most 1G requests/s, not {r}"
+                "rate must be between 0.001 and 1G requests/s, not {r}"
             ));
+        }
+    }
+    // Code callers can pass any Duration; deadlines are `Instant + duration` and must not
+    // overflow.
+    let century = Duration::from_secs(100 * 365 * 86_400);
+    for (name, d) in [
+        ("duration", cfg.duration.unwrap_or(Duration::ZERO)),
+        ("warmup", cfg.warmup),
+        ("timeout", cfg.timeout),
+        (
+            "latency interval",
+            cfg.latency_intervals.unwrap_or(Duration::ZERO),
+        ),
+    ] {
+        if d > century {
+            return err(format!("{name} is too long"));
         }
     }
     if cfg.requests == Some(0) {
@@ -644,6 +661,26 @@ mod tests {
             },
             LoadConfig {
                 rate: Some(f64::NAN),
+                ..base()
+            },
+            LoadConfig {
+                rate: Some(1e-300),
+                ..base()
+            },
+            LoadConfig {
+                duration: Some(Duration::MAX),
+                ..base()
+            },
+            LoadConfig {
+                warmup: Duration::MAX,
+                ..base()
+            },
+            LoadConfig {
+                timeout: Duration::MAX,
+                ..base()
+            },
+            LoadConfig {
+                latency_intervals: Some(Duration::ZERO),
                 ..base()
             },
             LoadConfig {

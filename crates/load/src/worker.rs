@@ -463,7 +463,7 @@ impl<'a> Worker<'a> {
     /// Closed loop: queue up to `k` more requests (within the budget and the depth) and write.
     fn send_more(&mut self, idx: usize, k: usize, now: Instant) {
         let conn = &mut self.conns[idx];
-        let room = self.depth - conn.sent.len();
+        let room = self.depth.saturating_sub(conn.sent.len());
         let mut k = k.min(room);
         if self.measuring {
             if let Some(b) = &mut self.budget {
