@@ -115,3 +115,50 @@ fn rate_survives_connection_close() {
         r.responses
     );
 }
+
+/// Responses are matched to their own requests, in order: in rate mode with `--pipeline 4` one
+/// connection has up to four requests in flight, scheduled 10 ms apart; the server answers each
+/// exactly 25 ms after it arrived. Matched in order every latency is ~25 ms; any other matching
+/// would spread them by multiples of 10 ms.
+#[test]
+fn pipelined_responses_matched_to_their_requests() {
+    let server = TestServer::start(|c| {
+        let Ok(mut out) = c.stream.try_clone() else {
+            return;
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<Instant>();
+        let writer = thread::spawn(move || {
+            use std::io::Write;
+            let resp = ok_response("in order");
+            for arrived in rx {
+                let due = arrived + Duration::from_millis(25);
+                thread::sleep(due.saturating_duration_since(Instant::now()));
+                if out.write_all(&resp).is_err() {
+                    return;
+                }
+            }
+        });
+        while c.next_request().is_some() {
+            if tx.send(Instant::now()).is_err() {
+                break;
+            }
+        }
+        drop(tx);
+        let _ = writer.join();
+    });
+    let cfg = LoadConfig {
+        connections: 1,
+        pipeline: 4,
+        rate: Some(100.0),
+        duration: Some(Duration::from_secs(1)),
+        ..config(&[server.url("/")])
+    };
+    let r = run(&cfg);
+    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
+    assert!(r.responses >= 90, "{} responses", r.responses);
+    let (p1, p99) = (
+        r.latency.value_at_quantile(0.01),
+        r.latency.value_at_quantile(0.99),
+    );
+    assert!(p1 >= 24_000 && p99 < 40_000, "p1 {p1} us, p99 {p99} us");
+}
