@@ -13,6 +13,7 @@ imported from the anchors directory, so these figures sit beside compare.py's ta
 app ≤ 1.3× lowlat's /plaintext µs/req, and ≤ 0.4× the axum app's.
 
   cargo build --release -p lowlat
+  bench/setup.sh     # the axum peer
   crates/server/benches/app_cost.py --anchors ../shared/anchors \\
       --lowlat "target/release/lowlat serve --workers 1 --listen 127.0.0.1:{port} --seed 1" \\
       [--axum "bench/peers/target/release/lowlat-axum-peer --workers 1 --listen 127.0.0.1:{port} --seed 1"]
