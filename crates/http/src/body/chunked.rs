@@ -348,7 +348,7 @@ mod tests {
     #[test]
     fn trailers_are_bounded() {
         let mut input = b"0\r\nX: ".to_vec();
-        input.extend(std::iter::repeat(b'a').take(MAX_TRAILER_BYTES + 1));
+        input.extend(std::iter::repeat_n(b'a', MAX_TRAILER_BYTES + 1));
         assert_eq!(
             ChunkedDecoder::new(100).decode(&input, |_| {}),
             Err(ParseError::BadChunk)
