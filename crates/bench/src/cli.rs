@@ -7,17 +7,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::BenchError;
 use crate::report::ReportOptions;
 use crate::runner::RunOptions;
+use crate::spec::{Spec, MAX_CONNECTIONS, MAX_LEVELS};
 
 /// Arguments of `lowlat bench`.
 #[derive(Debug, clap::Args)]
 #[command(
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    after_help = "Examples:\n  lowlat bench bench/specs/plaintext.toml\n  lowlat bench report bench-results/plaintext-20240501-120000/results.json\n  lowlat bench doctor bench/specs/static-100b.toml"
+    after_help = "Examples:\n  lowlat bench bench/specs/plaintext.toml\n  lowlat bench bench/specs/static-100b.toml --levels 16,256,1024 --rounds 1 --duration 5s\n  lowlat bench report bench-results/plaintext-20240501-120000/results.json\n  lowlat bench doctor bench/specs/static-100b.toml"
 )]
 pub struct BenchArgs {
     #[command(subcommand)]
@@ -46,6 +48,109 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
+
+    /// Measure these connection levels in every scenario instead of the spec's
+    /// ("16,256,1024", or "100-1000/100" for a range with its step).
+    #[arg(long, value_name = "LIST", value_parser = parse_levels)]
+    pub levels: Option<Levels>,
+
+    /// Measurements per level instead of the spec's `[run] rounds`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: Option<u32>,
+
+    /// Length of each measurement instead of the spec's `[run] duration` ("5s", "500ms").
+    #[arg(long, value_name = "DURATION", value_parser = parse_measure_duration)]
+    pub duration: Option<Duration>,
+}
+
+/// Connection levels given on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Levels(pub Vec<u32>);
+
+fn parse_levels(text: &str) -> Result<Levels, String> {
+    let bad = |n: i64| format!("{n} connections: each level must be 1–{MAX_CONNECTIONS}");
+    let level = |t: &str| -> Result<u32, String> {
+        let n: i64 = t
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{t}` is not a number of connections"))?;
+        u32::try_from(n)
+            .ok()
+            .filter(|n| (1..=MAX_CONNECTIONS).contains(n))
+            .ok_or_else(|| bad(n))
+    };
+    let mut out = Vec::new();
+    for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+        if let Some((range, step)) = part.split_once('/') {
+            let (from, to) = range
+                .split_once('-')
+                .ok_or_else(|| format!("`{part}`: a range is FROM-TO/STEP"))?;
+            let step: u32 = step
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s| *s >= 1)
+                .ok_or_else(|| format!("`{part}`: the step must be at least 1"))?;
+            // As in a spec's range, a range from 0 starts at its first step.
+            let from = if from.trim() == "0" { step } else { level(from)? };
+            let to = level(to)?;
+            if to < from {
+                return Err(format!("`{part}`: {to} is below {from}"));
+            }
+            if ((to - from) / step) as usize >= MAX_LEVELS {
+                return Err(format!("more than {MAX_LEVELS} levels"));
+            }
+            out.extend((from..=to).step_by(step as usize));
+        } else {
+            out.push(level(part)?);
+        }
+        if out.len() > MAX_LEVELS {
+            return Err(format!("more than {MAX_LEVELS} levels"));
+        }
+    }
+    if out.is_empty() {
+        return Err("no connection levels".into());
+    }
+    Ok(Levels(out))
+}
+
+fn parse_measure_duration(text: &str) -> Result<Duration, String> {
+    crate::spec::parse_duration(text)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("`{text}` is not a duration above 0 (10s, 500ms, 2m)"))
+}
+
+impl BenchArgs {
+    /// Applies `--levels`, `--rounds` and `--duration` to a loaded spec, and notes them at the
+    /// end of the spec's text, so that results and reports say what was actually run.
+    pub fn apply_overrides(&self, spec: &mut Spec) {
+        let mut note = Vec::new();
+        if let Some(Levels(levels)) = &self.levels {
+            spec.run.levels.clone_from(levels);
+            for sc in &mut spec.scenarios {
+                sc.levels.clone_from(levels);
+            }
+            let list: Vec<String> = levels.iter().map(u32::to_string).collect();
+            note.push(format!("--levels {}", list.join(",")));
+        }
+        if let Some(rounds) = self.rounds {
+            spec.run.rounds = rounds;
+            note.push(format!("--rounds {rounds}"));
+        }
+        if let Some(d) = self.duration {
+            spec.run.duration = d;
+            note.push(format!("--duration {}s", d.as_secs_f64()));
+        }
+        if !note.is_empty() {
+            if !spec.text.ends_with('\n') {
+                spec.text.push('\n');
+            }
+            spec.text.push_str(&format!(
+                "\n# run with, from the command line: {}\n",
+                note.join(" ")
+            ));
+        }
+    }
 }
 
 /// `lowlat bench` subcommands.
@@ -147,7 +252,8 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
         eprintln!("lowlat bench: give a SPEC.toml, or `report` / `doctor`");
         return Ok(ExitCode::from(2));
     };
-    let spec = crate::spec::load(path)?;
+    let mut spec = crate::spec::load(path)?;
+    args.apply_overrides(&mut spec);
     if args.check {
         print!("{}", plan_text(&spec));
         return Ok(ExitCode::SUCCESS);

@@ -70,3 +70,54 @@ fn subcommands_parse() {
         "a spec or a subcommand is required"
     );
 }
+
+/// `--levels`, `--rounds` and `--duration` replace the spec's settings in every scenario, and
+/// the spec text recorded in the results says so; bad values are refused before anything runs.
+#[test]
+fn run_overrides() {
+    let spec_path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/specs/static-100b.toml"
+    );
+    let cli = Cli::try_parse_from([
+        "x",
+        spec_path,
+        "--levels",
+        "16, 256,0-1000/500",
+        "--rounds",
+        "1",
+        "--duration",
+        "1500ms",
+    ])
+    .unwrap();
+    let mut spec = lowlat_bench::spec::load(std::path::Path::new(spec_path)).unwrap();
+    assert!(spec.run.levels.len() > 50, "the shipped sweep is 10–1000 step 10");
+    cli.args.apply_overrides(&mut spec);
+    assert_eq!(spec.run.levels, [16, 256, 500, 1000]);
+    assert!(spec.scenarios.iter().all(|s| s.levels == [16, 256, 500, 1000]));
+    assert_eq!(spec.run.rounds, 1);
+    assert_eq!(spec.run.duration, std::time::Duration::from_millis(1500));
+    assert!(
+        spec.text
+            .ends_with("--levels 16,256,500,1000 --rounds 1 --duration 1.5s\n"),
+        "{}",
+        spec.text
+    );
+    assert_eq!(code(&["--check", spec_path, "--levels", "16,1024"]), exit(0));
+
+    for bad in [
+        ["--levels", "0"],
+        ["--levels", "abc"],
+        ["--levels", "1000-10/10"],
+        ["--levels", "10-100/0"],
+        ["--levels", "2000000"],
+        ["--rounds", "0"],
+        ["--duration", "0s"],
+        ["--duration", "forever"],
+    ] {
+        assert!(
+            Cli::try_parse_from(["x", spec_path, bad[0], bad[1]]).is_err(),
+            "{bad:?} accepted"
+        );
+    }
+}

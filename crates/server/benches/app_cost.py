@@ -44,6 +44,9 @@ def main():
     ap.add_argument("--anchors", default="../shared/anchors", help="directory holding compare.py")
     ap.add_argument("--lowlat", required=True, help="command starting lowlat with one worker; {port} is filled in")
     ap.add_argument("--axum", default="", help="command starting the axum app; {port} is filled in")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also measure the anchors' ceiling responder (canned answers, nothing parsed) on "
+                         "/plaintext: the floor no server's request can cost less than here")
     ap.add_argument("--conns", type=int, default=256, help="connections (default 256)")
     ap.add_argument("--duration", type=int, default=10, help="seconds per run (default 10)")
     ap.add_argument("--reps", type=int, default=3, help="runs per scenario; medians reported (default 3)")
@@ -59,13 +62,16 @@ def main():
     # loudly rather than answer for us.
     compare.PORTS["lowlat"] = 8190
     compare.PORTS["axum-app"] = 8186
+    compare.PORTS["ceiling"] = 8189
     run_dir = os.path.join(compare.tempfile.gettempdir(), f"lowlat-app-cost-{os.getuid()}")
     os.makedirs(run_dir, exist_ok=True)
     raw = open(args.raw, "a") if args.raw else None
 
     targets = [("lowlat", args.lowlat)] + ([("axum-app", args.axum)] if args.axum else [])
+    targets += [("ceiling", None)] if args.ceiling else []
+    # The ceiling answers every request alike, so it is measured once, on /plaintext.
     runs = [(name, sc, path, extra) for name, _ in targets for sc, path, extra in SCENARIOS
-            if name == "lowlat" or sc != "plaintext"]
+            if (name == "lowlat" or sc != "plaintext") if name != "ceiling" or sc == "plaintext"]
     servers = {}
     results = {}  # (scenario, target) -> [records], one per round
     try:
@@ -73,7 +79,10 @@ def main():
         # round measures every (target, scenario) within a minute: a neighbour's burst or a slow
         # drift of this shared machine hits them alike, and per-round ratios stay meaningful.
         for name, command in targets:
-            srv = compare.Server(name, command.format(port=compare.PORTS[name]).split(), run_dir)
+            if command is None:
+                srv = compare.make_server(name, args, run_dir, run_dir)
+            else:
+                srv = compare.Server(name, command.format(port=compare.PORTS[name]).split(), run_dir)
             compare.log(f"starting {name}")
             srv.start()
             servers[name] = srv
@@ -119,6 +128,15 @@ def main():
     print("| scenario | target | req/s | server µs/req | p99 ms | errors | ÷ lowlat /plaintext µs/req "
           "| ÷ axum app µs/req |")
     print("|---|---|---|---|---|---|---|---|")
+
+    def ceiling_ratio(scenario):
+        """Median over rounds of the ceiling's /plaintext µs/req ÷ the axum app's in `scenario`."""
+        floor = results.get(("plaintext", "ceiling"), [])
+        theirs = results.get((scenario, "axum-app"), [])
+        ratios = [compare.cost_us([a]) / compare.cost_us([b]) for a, b in zip(floor, theirs)
+                  if compare.cost_us([a]) and compare.cost_us([b])]
+        return f"{compare.statistics.median(ratios):.2f}" if ratios else ""
+
     for scenario, _, _ in SCENARIOS:
         for name, _ in targets:
             recs = results.get((scenario, name))
@@ -128,12 +146,17 @@ def main():
             mine = name == "lowlat"
             vs_plain = round_ratio(scenario, "plaintext", "lowlat") if mine else ""
             vs_axum = round_ratio(scenario, scenario, "axum-app") if mine else ""
+            if name == "ceiling":
+                vs_axum = " / ".join(f"{ceiling_ratio(s)} (vs {s})" for s in ("app-html", "app-json")
+                                     if ceiling_ratio(s))
             rps = compare.median(recs, "rps")
             p99 = compare.median(recs, "p99_ms")
             errors = sum(r["socket_errors"] + r["non_2xx"] for r in recs)
             print(f"| {scenario} | {name} | {rps:.0f} | {cost:.2f} | {p99:.2f} | {errors} | {vs_plain} | {vs_axum} |")
     print()
     print("Medians over rounds; ratios are medians of per-round ratios (same round, minutes apart).")
+    if args.ceiling:
+        print("The ceiling row's ratio is the floor of the ÷ axum column: no server's request costs less.")
     return 0
 
 
