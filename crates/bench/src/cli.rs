@@ -92,7 +92,11 @@ fn parse_levels(text: &str) -> Result<Levels, String> {
                 .filter(|s| *s >= 1)
                 .ok_or_else(|| format!("`{part}`: the step must be at least 1"))?;
             // As in a spec's range, a range from 0 starts at its first step.
-            let from = if from.trim() == "0" { step } else { level(from)? };
+            let from = if from.trim() == "0" {
+                step
+            } else {
+                level(from)?
+            };
             let to = level(to)?;
             if to < from {
                 return Err(format!("`{part}`: {to} is below {from}"));

@@ -91,10 +91,16 @@ fn run_overrides() {
     ])
     .unwrap();
     let mut spec = lowlat_bench::spec::load(std::path::Path::new(spec_path)).unwrap();
-    assert!(spec.run.levels.len() > 50, "the shipped sweep is 10–1000 step 10");
+    assert!(
+        spec.run.levels.len() > 50,
+        "the shipped sweep is 10–1000 step 10"
+    );
     cli.args.apply_overrides(&mut spec);
     assert_eq!(spec.run.levels, [16, 256, 500, 1000]);
-    assert!(spec.scenarios.iter().all(|s| s.levels == [16, 256, 500, 1000]));
+    assert!(spec
+        .scenarios
+        .iter()
+        .all(|s| s.levels == [16, 256, 500, 1000]));
     assert_eq!(spec.run.rounds, 1);
     assert_eq!(spec.run.duration, std::time::Duration::from_millis(1500));
     assert!(
@@ -103,7 +109,10 @@ fn run_overrides() {
         "{}",
         spec.text
     );
-    assert_eq!(code(&["--check", spec_path, "--levels", "16,1024"]), exit(0));
+    assert_eq!(
+        code(&["--check", spec_path, "--levels", "16,1024"]),
+        exit(0)
+    );
 
     for bad in [
         ["--levels", "0"],
