@@ -13,10 +13,23 @@ what a tool itself costs; the median shows how disturbed the runs were.
 """
 import argparse
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+
+
+def fixed_length_client(exe, resp_len):
+    """A client run like ceiling-client: `EXE PORT CONNS SECONDS DEPTH RESPONSE_BYTES`."""
+    def run(url, conns, secs, depth):
+        port = url.split(":")[2].split("/")[0]
+        out = subprocess.run(["taskset", "-c", "1", exe, port, str(conns), str(secs), str(depth), str(resp_len)],
+                             capture_output=True, text=True, timeout=secs + 60).stdout
+        m = re.search(r"(\d+) requests in", out)
+        return (int(m.group(1)) if m else None), out
+    return run
 
 
 def main():
@@ -27,6 +40,9 @@ def main():
     ap.add_argument("--depth", type=int, default=1)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--duration", type=int, default=3)
+    ap.add_argument("--fixed-client", action="append", default=[], metavar="NAME=EXE",
+                    help="another client taking ceiling-client's arguments (PORT CONNS SECONDS DEPTH "
+                         "RESPONSE_BYTES), e.g. an io_uring variant; repeatable")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.anchors))
     import compare  # noqa: E402
@@ -42,6 +58,10 @@ def main():
         "lowlat load": loaders.run_custom(args.lowlat),
         "ceiling-client": loaders.run_ceiling_client(loaders.response_length(srv.port, "/plaintext")),
     }
+    resp_len = loaders.response_length(srv.port, "/plaintext")
+    for spec in args.fixed_client:
+        name, exe = spec.split("=", 1)
+        tools[name] = fixed_length_client(exe, resp_len)
     rows = []
     try:
         for conns in [int(c) for c in args.conns.split()]:

@@ -9,6 +9,11 @@ runs alone pinned to CPU 1 with one thread. Two scenarios:
   stall      --stall-rate req/s for --duration seconds, the server stopped (SIGSTOP) for 1 s
              from --stall-at seconds in: p90 / p99 / p99.9 of both, which must agree within 10%
              (both charge every request scheduled during the stall from its schedule).
+             By default both tools run at once, each at --stall-rate on its own connections,
+             through the same stall: p90 sits on the knee of the stall's latency ramp (exactly
+             10% of the requests are scheduled inside it), so a stall a few ms longer in one
+             tool's run than in the other's moves its p90 by as much. `--stall-apart` runs
+             them one after the other instead, each with its own stall.
 
   crates/load/bench/rate_vs_wrk2.py --anchors ../shared/anchors \\
       --lowlat "target/release/lowlat load"
@@ -20,6 +25,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,6 +74,27 @@ def run(argv, secs, stall=None):
             timer.join()
 
 
+def run_together(argvs, secs, stall):
+    """Runs several load generators at once through one stall; returns their outputs in order."""
+    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for a in argvs]
+    pid, at = stall
+
+    def freeze():
+        os.killpg(pid, signal.SIGSTOP)
+        time.sleep(1.0)
+        os.killpg(pid, signal.SIGCONT)
+    timer = threading.Timer(at, freeze)
+    timer.start()
+    try:
+        return [p.communicate(timeout=secs + 60)[0] for p in procs]
+    finally:
+        timer.join()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--anchors", default="../shared/anchors", help="the anchors directory (compare.py)")
@@ -77,6 +104,9 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--stall-rate", type=int, default=5000)
     ap.add_argument("--stall-at", type=float, default=4.0)
+    ap.add_argument("--stall-apart", action="store_true",
+                    help="run the stall scenario with one tool at a time (each its own stall)")
+    ap.add_argument("--reps", type=int, default=1, help="repeat both scenarios this many times")
     args = ap.parse_args()
 
     sys.path.insert(0, os.path.abspath(args.anchors))
@@ -101,14 +131,23 @@ def main():
         half = int(peak / 2)
         compare.log(f"closed-loop peak {peak:.0f} req/s; half {half}")
         d = f"{args.duration}s"
-        for scenario, rate, stall in [("half-peak", half, None),
-                                      ("stall 1 s", args.stall_rate, (srv.p.pid, args.stall_at))]:
-            w = parse_wrk2(run(pin + [wrk2, "-t1", "-c", str(args.conns), "-d", d, "-R", str(rate),
-                                      "--latency", url], args.duration, stall))
-            ll = parse_lowlat(run(lowlat + ["-d", d, "-R", str(rate), "--json", url], args.duration, stall))
-            rows.append((scenario, rate, "wrk2", w))
-            rows.append((scenario, rate, "lowlat load", ll))
-            compare.log(f"{scenario}: wrk2 {w}; lowlat {ll}")
+        stall = (srv.p.pid, args.stall_at)
+        for rep in range(args.reps):
+            w = parse_wrk2(run(pin + [wrk2, "-t1", "-c", str(args.conns), "-d", d, "-R", str(half),
+                                      "--latency", url], args.duration))
+            ll = parse_lowlat(run(lowlat + ["-d", d, "-R", str(half), "--json", url], args.duration))
+            rows += [("half-peak", half, "wrk2", w), ("half-peak", half, "lowlat load", ll)]
+            compare.log(f"half-peak #{rep + 1}: wrk2 {w}; lowlat {ll}")
+            rate = args.stall_rate
+            w_argv = pin + [wrk2, "-t1", "-c", str(args.conns), "-d", d, "-R", str(rate), "--latency", url]
+            ll_argv = lowlat + ["-d", d, "-R", str(rate), "--json", url]
+            if args.stall_apart:
+                w_out, ll_out = run(w_argv, args.duration, stall), run(ll_argv, args.duration, stall)
+            else:
+                w_out, ll_out = run_together([w_argv, ll_argv], args.duration, stall)
+            w, ll = parse_wrk2(w_out), parse_lowlat(ll_out)
+            rows += [("stall 1 s", rate, "wrk2", w), ("stall 1 s", rate, "lowlat load", ll)]
+            compare.log(f"stall #{rep + 1}: wrk2 {w}; lowlat {ll}")
     finally:
         srv.stop()
     print("| scenario | rate | load generator | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms |")
@@ -117,13 +156,18 @@ def main():
     for scenario, rate, name, r in rows:
         print(f"| {scenario} | {rate} | {name} | {r['rps'] or 0:.0f} | {fmt(r['p50'])} | {fmt(r['p90'])} "
               f"| {fmt(r['p99'])} | {fmt(r['p99.9'])} |")
-    for scenario in {s for s, *_ in rows}:
-        pair = {n: r for s, _, n, r in rows if s == scenario}
-        w, ll = pair.get("wrk2"), pair.get("lowlat load")
-        if w and ll:
-            ratios = {k: ll[k] / w[k] for k in ("p90", "p99", "p99.9") if w.get(k) and ll.get(k)}
-            print(f"\n{scenario}: lowlat ÷ wrk2 " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
-
+    for scenario in sorted({s for s, *_ in rows}):
+        w_rows = [r for s, _, n, r in rows if s == scenario and n == "wrk2"]
+        ll_rows = [r for s, _, n, r in rows if s == scenario and n == "lowlat load"]
+        per_rep = []
+        for w, ll in zip(w_rows, ll_rows):
+            per_rep.append({k: ll[k] / w[k] for k in ("p90", "p99", "p99.9") if w.get(k) and ll.get(k)})
+        for i, ratios in enumerate(per_rep):
+            print(f"\n{scenario} #{i + 1}: lowlat ÷ wrk2 " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+        if len(per_rep) > 1:
+            med = {k: statistics.median(r[k] for r in per_rep if k in r) for k in ("p90", "p99", "p99.9")}
+            print(f"\n{scenario}, median over {len(per_rep)}: lowlat ÷ wrk2 "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
 
 if __name__ == "__main__":
     main()
