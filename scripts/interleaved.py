@@ -20,7 +20,6 @@ Prints compare.py's table of medians, then lowlat's per-round ratios (median, mi
 rounds): the peer's µs/req ÷ lowlat's (above 1: lowlat cheaper) and lowlat's req/s ÷ the peer's.
 """
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -28,13 +27,6 @@ import shutil
 import statistics
 import sys
 import time
-
-
-def load_compare(anchors):
-    spec = importlib.util.spec_from_file_location("compare", os.path.join(anchors, "compare.py"))
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
-    return compare
 
 
 def main():
@@ -53,7 +45,8 @@ def main():
     ap.add_argument("--raw", default="", help="append every run as a JSON line to this file")
     args = ap.parse_args()
 
-    compare = load_compare(args.anchors)
+    sys.path.insert(0, os.path.abspath(args.anchors))
+    import compare  # noqa: E402  (the anchors' harness: servers, pinning, /proc accounting)
     scenarios = [s for s in args.scenarios.split(",") if s]
     for s in scenarios:
         if s not in compare.SCENARIOS:

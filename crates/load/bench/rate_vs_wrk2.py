@@ -55,18 +55,20 @@ def parse_lowlat(out):
     }
 
 
+def stall_timer(pid, at):
+    """Stops the server's process group for 1 s from `at` s on; returns the started timer."""
+    def freeze():
+        os.killpg(pid, signal.SIGSTOP)
+        time.sleep(1.0)
+        os.killpg(pid, signal.SIGCONT)
+    timer = threading.Timer(at, freeze)
+    timer.start()
+    return timer
+
+
 def run(argv, secs, stall=None):
     """Runs a load generator; with `stall=(pid, at)`, stops the server for 1 s from `at` s in."""
-    timer = None
-    if stall:
-        pid, at = stall
-
-        def freeze():
-            os.killpg(pid, signal.SIGSTOP)
-            time.sleep(1.0)
-            os.killpg(pid, signal.SIGCONT)
-        timer = threading.Timer(at, freeze)
-        timer.start()
+    timer = stall_timer(*stall) if stall else None
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=secs + 60).stdout
     finally:
@@ -78,14 +80,7 @@ def run_together(argvs, secs, stall):
     """Runs several load generators at once through one stall; returns their outputs in order."""
     procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
              for a in argvs]
-    pid, at = stall
-
-    def freeze():
-        os.killpg(pid, signal.SIGSTOP)
-        time.sleep(1.0)
-        os.killpg(pid, signal.SIGCONT)
-    timer = threading.Timer(at, freeze)
-    timer.start()
+    timer = stall_timer(*stall)
     try:
         return [p.communicate(timeout=secs + 60)[0] for p in procs]
     finally:

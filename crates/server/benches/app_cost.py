@@ -19,7 +19,6 @@ app ≤ 1.3× lowlat's /plaintext µs/req, and ≤ 0.4× the axum app's.
       [--axum "bench/peers/target/release/lowlat-axum-peer --workers 1 --listen 127.0.0.1:{port} --seed 1"]
 """
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -30,13 +29,6 @@ SCENARIOS = [
     ("app-html", "/app/", []),
     ("app-json", "/app/", ["-H", "Accept: application/json"]),
 ]
-
-
-def load_compare(anchors):
-    spec = importlib.util.spec_from_file_location("compare", os.path.join(anchors, "compare.py"))
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
-    return compare
 
 
 def main():
@@ -57,7 +49,8 @@ def main():
     ap.add_argument("--raw", default="", help="append every run as a JSON line to this file")
     args = ap.parse_args()
 
-    compare = load_compare(args.anchors)
+    sys.path.insert(0, os.path.abspath(args.anchors))
+    import compare  # noqa: E402  (the anchors' harness: servers, pinning, /proc accounting)
     # Ports of their own, so a compare.py or `lowlat bench` run elsewhere on the machine fails
     # loudly rather than answer for us.
     compare.PORTS["lowlat"] = 8190
