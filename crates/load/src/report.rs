@@ -72,15 +72,16 @@ pub struct StatusCounts {
 }
 
 impl StatusCounts {
-    /// Counts one response of status `status` (100..=599).
-    pub(crate) fn count(&mut self, status: u16) {
-        match status / 100 {
-            1 => self.informational += 1,
-            2 => self.success += 1,
-            3 => self.redirection += 1,
-            4 => self.client_error += 1,
-            _ => self.server_error += 1,
-        }
+    /// Counts `n` responses of status `status` (100..=599).
+    pub(crate) fn count_n(&mut self, status: u16, n: u64) {
+        let class = match status / 100 {
+            1 => &mut self.informational,
+            2 => &mut self.success,
+            3 => &mut self.redirection,
+            4 => &mut self.client_error,
+            _ => &mut self.server_error,
+        };
+        *class += n;
     }
 
     /// Responses that are not `2xx` or `3xx` (wrk's "Non-2xx or 3xx responses").
@@ -438,16 +439,16 @@ mod tests {
         a.latency.saturating_record(100);
         a.latency.saturating_record(200);
         a.latency.saturating_record(300);
-        a.status.count(200);
-        a.status.count(404);
-        a.status.count(503);
+        a.status.count_n(200, 1);
+        a.status.count_n(404, 1);
+        a.status.count_n(503, 1);
         a.errors.timeout = 1;
         a.cpu_user = Duration::from_millis(2);
         a.elapsed = Duration::from_secs(1);
         let mut b = ThreadStats::new();
         b.responses = 1;
         b.latency.saturating_record(MAX_LATENCY_US * 10);
-        b.status.count(302);
+        b.status.count_n(302, 1);
         b.cpu_system = Duration::from_millis(2);
         b.elapsed = Duration::from_secs(2);
         let r = Report::merge(vec![a, b], false);

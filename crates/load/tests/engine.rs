@@ -44,6 +44,9 @@ fn exact_count_pipelined() {
     assert_eq!(r.responses, 1001);
     assert_eq!(r.errors.total(), 0);
     assert_eq!(server.requests(), 1001);
+    // A batch's responses are recorded together; every one of them still counts once.
+    assert_eq!(r.latency.len(), 1001);
+    assert_eq!(r.status.success, 1001);
 }
 
 /// Pipelined responses are matched to their requests in order: the server answers the i-th
@@ -326,6 +329,41 @@ fn status_classes() {
     assert_eq!(r.status.client_error, 10);
     assert_eq!(r.status.server_error, 10);
     assert_eq!(r.status.not_ok(), 20);
+    assert_eq!(r.errors.total(), 0);
+}
+
+/// The same with 16-deep pipelining: each batch of 16 is answered in one write whose statuses
+/// change inside it, and each response is counted under its own status and once in the
+/// histogram.
+#[test]
+fn status_classes_pipelined() {
+    let server = TestServer::start(|c| {
+        let mut i = 0;
+        let mut batch = String::new();
+        while c.next_request().is_some() {
+            i += 1;
+            let status = if i % 4 == 0 {
+                "404 Not Found"
+            } else {
+                "200 OK"
+            };
+            batch += &format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+            if i % 16 == 0 && !c.send(std::mem::take(&mut batch).as_bytes()) {
+                return;
+            }
+        }
+    });
+    let cfg = LoadConfig {
+        connections: 1,
+        pipeline: 16,
+        requests: Some(96),
+        ..config(&[server.url("/")])
+    };
+    let r = run(&cfg);
+    assert_eq!(r.responses, 96);
+    assert_eq!(r.status.success, 72);
+    assert_eq!(r.status.client_error, 24);
+    assert_eq!(r.latency.len(), 96);
     assert_eq!(r.errors.total(), 0);
 }
 
