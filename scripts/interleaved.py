@@ -29,6 +29,22 @@ import sys
 import time
 
 
+def register_extra_targets(compare, specs):
+    """Adds each `NAME=CMD` of --also to compare.py's targets: a port from 8190 up, and every
+    scenario lowlat takes part in. Returns {name: command}."""
+    extra = {}
+    for i, spec in enumerate(specs):
+        name, sep, cmd = spec.partition("=")
+        if not sep or not name or not cmd or name in compare.PORTS:
+            sys.exit(f"--also {spec!r}: expected NAME=CMD with a new NAME")
+        compare.PORTS[name] = 8190 + i
+        for sc in compare.SCENARIOS.values():
+            if "lowlat" in sc[3]:
+                sc[3].append(name)
+        extra[name] = cmd
+    return extra
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--anchors", default="../shared/anchors", help="directory holding compare.py")
@@ -43,10 +59,14 @@ def main():
                     help="repeat a run when other processes used more than this %% of a CPU (default 10)")
     ap.add_argument("--attempts", type=int, default=4, help="measurements of one cell at most per round")
     ap.add_argument("--raw", default="", help="append every run as a JSON line to this file")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=CMD",
+                    help="one more target, pinned and measured like the others: a command with {port} "
+                         "(given one from 8190 up), served in every scenario lowlat is; repeatable")
     args = ap.parse_args()
 
     sys.path.insert(0, os.path.abspath(args.anchors))
     import compare  # noqa: E402  (the anchors' harness: servers, pinning, /proc accounting)
+    extra = register_extra_targets(compare, args.also)
     scenarios = [s for s in args.scenarios.split(",") if s]
     for s in scenarios:
         if s not in compare.SCENARIOS:
@@ -81,7 +101,8 @@ def main():
     results = {}  # (scenario, conns, target) -> [records], one per round
     try:
         for t in targets:
-            srv = compare.make_server(t, args, run_dir, www)
+            srv = (compare.Server(t, extra[t].format(port=compare.PORTS[t]).split(), run_dir) if t in extra
+                   else compare.make_server(t, args, run_dir, www))
             compare.log(f"starting {t}")
             srv.start()
             servers[t] = srv
