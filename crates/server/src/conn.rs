@@ -36,7 +36,8 @@ const SENDFILE_TURN_BYTES: u64 = 512 * 1024;
 /// does not become a reset that destroys the response in flight (nginx: `lingering_time`).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Extra raw bytes allowed beyond the decoded body limit for chunked framing (sizes, CRLFs).
+/// Extra raw bytes allowed beyond the head and body limits while a body is read: the undecoded
+/// tail of a chunked body (a size line, extensions, CRLFs) and the next pipelined request.
 const CHUNK_FRAMING_ALLOWANCE: usize = 64 * 1024;
 
 /// What the connection is waiting for; decides which timeout applies.
@@ -281,7 +282,7 @@ impl Conn {
         let limit = if self.body_pending {
             cfg.head
                 .max_head_bytes
-                .saturating_add(max_body.saturating_mul(2))
+                .saturating_add(max_body)
                 .saturating_add(CHUNK_FRAMING_ALLOWANCE)
         } else {
             cfg.head.max_head_bytes + 1
@@ -300,6 +301,8 @@ impl Conn {
     fn process(&mut self, ctx: &mut WorkerCtx<'_>) {
         self.unparsed = false;
         let mut pos = 0;
+        // Where the raw bytes of a pending chunked body start, and how many are decoded.
+        let mut decoded_raw = None;
         while pos < self.rlen
             && !self.closing
             && self.file.is_none()
@@ -333,12 +336,12 @@ impl Conn {
                     let total = req.head_len + usize::try_from(n).unwrap_or(usize::MAX);
                     if buf.len() < total {
                         self.await_body(ctx, req.expect_continue);
-                        if pos > 0 || total > self.rbuf.len() {
-                            // Make room for the whole body at once.
-                            let need = total.max(self.rbuf.len());
+                        // The buffer grows as the body arrives (`grow_read_buffer`), never
+                        // ahead of it: a head that declares a large body costs no memory until
+                        // its bytes come.
+                        if pos > 0 {
                             self.rbuf.copy_within(pos..self.rlen, 0);
                             self.rlen -= pos;
-                            self.rbuf.resize(need, 0);
                             return;
                         }
                         break;
@@ -371,6 +374,10 @@ impl Conn {
                         Ok(progress) => {
                             *scanned += progress.consumed;
                             if !progress.done {
+                                // The raw bytes decoded so far leave the buffer (below), so it
+                                // holds the head and what is not decoded yet: a body sent in
+                                // tiny chunks needs no more room than the same body sent whole.
+                                decoded_raw = Some((pos + req.head_len, *scanned));
                                 self.await_body(ctx, req.expect_continue);
                                 break;
                             }
@@ -409,6 +416,13 @@ impl Conn {
             }
             if let Some(file) = file {
                 self.file = Some(Box::new(file));
+            }
+        }
+        if let Some((start, n)) = decoded_raw {
+            self.rbuf.copy_within(start + n..self.rlen, start);
+            self.rlen -= n;
+            if let Some(state) = &mut self.chunk {
+                state.scanned = 0;
             }
         }
         if pos > 0 {
