@@ -100,6 +100,7 @@ impl ServeArgs {
 /// Runs `lowlat serve`; returns the process exit code.
 #[must_use]
 pub fn run(args: ServeArgs) -> ExitCode {
+    raise_fd_limit();
     let service = match service(&args) {
         Ok(service) => service,
         Err(e) => {
@@ -116,13 +117,31 @@ pub fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// Raises the soft limit on open descriptors to the hard one, as nginx's
+/// `worker_rlimit_nofile` and Go's runtime do: the soft default (often 1024) is what caps
+/// connections, and the hard one is what the administrator allowed. Best effort.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct they are given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim);
+        }
+    }
+}
+
 /// The service `lowlat serve` runs: the built-in endpoints, the dynamic app (unless turned off),
 /// and static files for every path no route claims.
 ///
 /// # Errors
 /// A one-line reason when the static or app flags are unusable.
 pub fn service(args: &ServeArgs) -> Result<Service, String> {
-    let files = crate::files::FilesConfig::from_args(&args.files)?;
+    let workers = args.to_config().map_or(1, |c| c.workers);
+    let files = crate::files::FilesConfig::from_args(&args.files, workers)?;
     let app = crate::app::AppShared::from_args(&args.app)?;
     // Check once, here, that the routes fit together, so the per-worker builds cannot fail.
     let build = move |info: &WorkerInfo| -> Result<Router, RouteError> {

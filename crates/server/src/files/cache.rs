@@ -121,6 +121,21 @@ impl<V> Cache<V> {
         }
     }
 
+    /// Drops every entry that holds a file descriptor; returns how many were dropped.
+    pub fn close_fds(&mut self) -> usize {
+        let held: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].as_ref().is_some_and(|s| s.holds_fd))
+            .collect();
+        for &index in &held {
+            if let Some(slot) = &self.slots[index] {
+                let key = slot.key.clone();
+                self.map.remove(&key);
+            }
+            self.release(index);
+        }
+        held.len()
+    }
+
     /// Bytes held, as costed by the caller.
     #[must_use]
     pub fn used_bytes(&self) -> usize {

@@ -13,7 +13,7 @@
 //! memory). Files up to `--cache-file-max` are held in memory with their header lines already
 //! encoded, so a hit costs a hash lookup and two copies into the connection's output buffer: no
 //! system call, and pipelined hits leave in the connection's single write. Larger files keep
-//! their descriptor open (at most [`MAX_CACHED_FDS`] per worker) and go out with `sendfile`; one
+//! their descriptor open (at most [`fd_budget`] per worker) and go out with `sendfile`; one
 //! `fstat` per request notices a file changed under it. Entries are revalidated with `stat` at
 //! most once per `--cache-valid` (default 1 s, nginx's `open_file_cache_valid`), so a changed
 //! file is seen within that time; in-memory bodies are snapshots, so what is sent always matches
@@ -70,9 +70,28 @@ use entry::{Body, Entry, Lookup, Variant};
 use range::RangeOutcome;
 
 /// Most cached entries per worker that keep a file descriptor open (large files), as nginx's
-/// `open_file_cache max=1000`; with the default 1024 descriptors a process may open, two workers
-/// still leave room for connections (raise `ulimit -n` for more workers).
+/// `open_file_cache max=1000`; fewer when the process may open few descriptors (see
+/// [`fd_budget`]).
 pub const MAX_CACHED_FDS: usize = 1000;
+
+/// Cached descriptors each of `workers` workers may hold: at most a quarter of the process's
+/// descriptor limit in all, so that connections, listeners and the files being opened always
+/// have the rest, and at most [`MAX_CACHED_FDS`]. With the common soft limit of 1024 and two
+/// workers that is 128 each.
+#[must_use]
+pub fn fd_budget(workers: usize) -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given.
+    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } == 0 {
+        usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    (limit / 4 / workers.max(1)).min(MAX_CACHED_FDS)
+}
 
 /// Flags of `lowlat serve` for static files.
 #[derive(Debug, Clone, clap::Args)]
@@ -139,14 +158,16 @@ pub struct FilesConfig {
     pub cache_valid: Duration,
     /// Start time, seconds since the epoch: the embedded site's `Last-Modified`.
     pub started_secs: u64,
+    /// Cached entries holding a descriptor, per worker ([`fd_budget`]).
+    pub max_cached_fds: usize,
 }
 
 impl FilesConfig {
-    /// Checks the flags once at start.
+    /// Checks the flags once at start, for a server of `workers` workers.
     ///
     /// # Errors
     /// A one-line reason, e.g. a document root that does not exist.
-    pub fn from_args(args: &FilesArgs) -> Result<Arc<Self>, String> {
+    pub fn from_args(args: &FilesArgs, workers: usize) -> Result<Arc<Self>, String> {
         let root = match &args.root {
             None => None,
             Some(dir) => {
@@ -186,6 +207,7 @@ impl FilesConfig {
             cache_file_max: args.cache_file_max,
             cache_valid: args.cache_valid,
             started_secs,
+            max_cached_fds: fd_budget(workers),
         }))
     }
 }
@@ -217,7 +239,7 @@ impl StaticFiles {
             Vec::new()
         };
         Self {
-            cache: Cache::new(cfg.cache_bytes, MAX_CACHED_FDS),
+            cache: Cache::new(cfg.cache_bytes, cfg.max_cached_fds),
             cfg,
             embedded,
             path: Vec::with_capacity(256),
@@ -280,7 +302,13 @@ impl Handler for StaticFiles {
             res.send_status(400);
             return;
         };
-        match entry::load(cfg, root, norm, now) {
+        let mut found = entry::load(cfg, root, norm, now);
+        if matches!(found, Lookup::Status(503)) && cache.close_fds() > 0 {
+            // Out of descriptors (EMFILE/ENFILE): this worker's cached ones go first, so a
+            // server at its limit keeps serving instead of answering 503 until entries expire.
+            found = entry::load(cfg, root, norm, now);
+        }
+        match found {
             Lookup::Found(entry) => {
                 serve(&entry, &fields, is_head, res, scratch);
                 if entry.cacheable {
