@@ -26,9 +26,47 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    match cli.command {
         Command::Serve(args) => lowlat_server::cli::run(args),
         Command::Load(args) => lowlat_load::cli::run(args),
         Command::Bench(args) => lowlat_bench::cli::run(args),
     }
+}
+
+/// Help and version go out as clap writes them; a usage error becomes one line on stderr
+/// (clap's first line, which names the flag and the reason, without its tips and usage block)
+/// and exit code 2.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return if e.use_stderr() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let text = e.render().to_string();
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("invalid arguments");
+    let reason = first.strip_prefix("error: ").unwrap_or(first);
+    let mut words = std::env::args().skip(1).take(1);
+    let cmd = match words.next().as_deref() {
+        Some(sub @ ("serve" | "load" | "bench")) => format!("lowlat {sub}"),
+        _ => "lowlat".to_owned(),
+    };
+    eprintln!("{cmd}: {reason} (see `{cmd} --help`)");
+    ExitCode::from(2)
 }

@@ -157,7 +157,28 @@ fn bad_input_one_line_errors() {
         let (code, err) = run(args);
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("lowlat serve: "), "{args:?}: {err}");
     }
+    // The same for every subcommand, and for no subcommand at all.
+    for args in [
+        &["load", "-c", "zero", "http://127.0.0.1:1/"][..],
+        &["load", "--no-such-flag"],
+        &["bench", "--levels"],
+        &["frobnicate"],
+    ] {
+        let (code, err) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("lowlat"), "{args:?}: {err}");
+    }
+    // Help is not an error.
+    let out = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--workers"));
     // A port in use by another socket: exit 1, one line.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();

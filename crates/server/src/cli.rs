@@ -245,8 +245,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "h" => n * 3600.0,
         _ => return Err(format!("{text:?} has an unknown unit (use ms, s, m or h)")),
     };
-    if !(seconds > 0.0 && seconds < 1e9) {
+    if seconds.is_nan() || seconds <= 0.0 {
         return Err(format!("{text:?} must be positive"));
+    }
+    if seconds >= 1e9 {
+        return Err(format!("{text:?} is too long (at most about 31 years)"));
     }
     Ok(Duration::from_secs_f64(seconds))
 }
@@ -295,5 +298,7 @@ mod tests {
         for bad in ["", "s", "0", "0s", "1d", "-1s", "nan"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        let long = parse_duration("99999999999").unwrap_err();
+        assert!(long.contains("too long"), "{long}");
     }
 }
