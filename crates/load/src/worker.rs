@@ -263,8 +263,12 @@ impl<'a> Worker<'a> {
         if self.measuring {
             self.live.measuring.store(true, Ordering::Relaxed);
         }
-        let mut now = Instant::now();
+        let mut now = self.clock();
         for i in 0..self.conns.len() {
+            if i % 64 == 63 {
+                // Thousands of connects take a while; each connect's wait starts at its own time.
+                now = self.clock();
+            }
             self.connect(i, now);
         }
         loop {
@@ -283,7 +287,7 @@ impl<'a> Worker<'a> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-            now = Instant::now();
+            now = self.clock();
             for ev in &events {
                 if ev.token() == TIMER {
                     continue; // Handled by `run_timers` below.
@@ -340,6 +344,17 @@ impl<'a> Worker<'a> {
             Duration::ZERO
         };
         Ok(self.stats)
+    }
+
+    /// The time, for everything done next. Every timestamp the loop takes comes from here, so
+    /// the warm-up ends before anything is sent at or after its end: a request counts (and is
+    /// taken from the `-n` budget) exactly when it is sent after the warm-up.
+    fn clock(&mut self) -> Instant {
+        let now = Instant::now();
+        if !self.measuring && now >= self.measure_start {
+            self.begin_measuring();
+        }
+        now
     }
 
     fn begin_measuring(&mut self) {
@@ -595,7 +610,7 @@ impl<'a> Worker<'a> {
                 }
             };
             // One timestamp for every response this read completed.
-            now = Instant::now();
+            now = self.clock();
             if self.measuring {
                 self.stats.bytes_read += n as u64;
             }
@@ -817,12 +832,16 @@ impl<'a> Worker<'a> {
                 ConnState::Idle | ConnState::Done => false,
             };
             if waiting && now.saturating_duration_since(conn.waiting_since) > timeout {
-                let kind = if conn.state == ConnState::Connecting {
-                    Failure::Connect
+                if conn.state == ConnState::Connecting {
+                    // Its completion may be among events not read yet (a thread opening
+                    // thousands of connections): ask the socket before calling it a failure.
+                    self.finish_connect(idx, now);
+                    if self.conns[idx].state == ConnState::Connecting {
+                        self.fail(idx, Failure::Connect, now);
+                    }
                 } else {
-                    Failure::Timeout
-                };
-                self.fail(idx, kind, now);
+                    self.fail(idx, Failure::Timeout, now);
+                }
             }
         }
     }

@@ -30,6 +30,31 @@ fn exact_count() {
     assert_eq!(r.bytes_read, 1000 * ok_response("hello").len() as u64);
 }
 
+/// `-n` with a warm-up: exactly N responses are measured after it, whether requests go one at a
+/// time, 16 deep, or at a constant rate (a request sent in the loop turn that crosses the end
+/// of the warm-up used to be measured without being taken from the count).
+#[test]
+fn exact_count_after_warmup() {
+    let server = hello_server();
+    for (pipeline, rate) in [(1, None), (16, None), (1, Some(5000.0))] {
+        let cfg = LoadConfig {
+            threads: 2,
+            connections: 4,
+            requests: Some(1000),
+            warmup: Duration::from_millis(200),
+            pipeline,
+            rate,
+            ..config(&[server.url("/")])
+        };
+        let r = run(&cfg);
+        let case = format!("pipeline {pipeline}, rate {rate:?}");
+        assert_eq!(r.responses, 1000, "{case}");
+        assert_eq!(r.latency.len(), 1000, "{case}");
+        assert_eq!(r.status.success, 1000, "{case}");
+        assert_eq!(r.errors.total(), 0, "{case}");
+    }
+}
+
 /// `-n` with `--pipeline 16`: still exactly N, with a count that is not a multiple of 16.
 #[test]
 fn exact_count_pipelined() {
