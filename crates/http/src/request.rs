@@ -118,7 +118,8 @@ pub struct Request<'h, 'b> {
     pub framing: BodyFraming,
     /// Whether the connection may carry another request after this one (RFC 9112 §9.3).
     pub keep_alive: bool,
-    /// `Expect: 100-continue` was sent.
+    /// `Expect: 100-continue` was sent by an HTTP/1.1 client (an HTTP/1.0 one cannot be sent a
+    /// 100, so its expectation is ignored, RFC 9110 §10.1.1).
     pub expect_continue: bool,
     /// Length of the head in bytes, including the final blank line.
     pub head_len: usize,
@@ -200,7 +201,7 @@ pub fn parse_request<'h, 'b>(
         headers,
         framing: fields.framing,
         keep_alive: fields.keep_alive,
-        expect_continue: fields.expect_continue,
+        expect_continue: fields.expect_continue && version == Version::Http11,
         head_len,
     }))
 }
@@ -729,6 +730,26 @@ mod tests {
         b"G(T / HTTP/1.1\r\nHost: a\r\n\r\n",
         ParseError::Malformed
     );
+
+    #[test]
+    fn expect_continue_only_from_http11() {
+        let expect = |raw: &[u8]| {
+            let mut slots = header_slots();
+            match parse_request(raw, &mut slots, &HeadLimits::default()) {
+                Ok(Status::Complete(r)) => r.expect_continue,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(expect(
+            b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n"
+        ));
+        assert!(!expect(
+            b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n"
+        ));
+        assert!(!expect(
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\n"
+        ));
+    }
 
     #[test]
     fn uri_too_long() {

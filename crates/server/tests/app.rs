@@ -124,13 +124,23 @@ fn html_and_json_bodies() {
     let reply = request(&server, "GET", "/app/apple", Some(prefers_json));
     assert_eq!(json(&reply)["count"], 4);
 
-    // Neither acceptable: 406, and it is not counted as a call.
+    // Neither named: HTML, the default (the header is disregarded, not refused).
     let reply = request(&server, "GET", "/app/apple", Some("image/png"));
-    assert_eq!(reply.status, 406);
+    assert_eq!(reply.status, 200);
     assert_eq!(reply.header("vary"), Some("Accept"));
+    let (_, count, _, _) = html_fields(&reply);
+    assert_eq!(count, 5);
+    // A parameter on application/json does not stop it matching.
+    let reply = request(
+        &server,
+        "GET",
+        "/app/apple",
+        Some("application/json;indent=2"),
+    );
+    assert_eq!(json(&reply)["count"], 6);
     let s = stats(&server);
-    assert_eq!(s["counters"]["apple"], 4);
-    assert_eq!(s["total"], 4);
+    assert_eq!(s["counters"]["apple"], 6);
+    assert_eq!(s["total"], 6);
     assert_eq!(s["words"], 3);
 
     // HEAD: the same head, no body; it is a call.
@@ -140,7 +150,7 @@ fn html_and_json_bodies() {
     assert!(head
         .header("content-length")
         .is_some_and(|l| l.parse::<usize>().is_ok_and(|n| n > 100)));
-    assert_eq!(stats(&server)["counters"]["apple"], 5);
+    assert_eq!(stats(&server)["counters"]["apple"], 7);
 }
 
 /// Prefix routing: the first word in byte order with that prefix; 404 when none; the random

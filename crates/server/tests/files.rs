@@ -199,7 +199,7 @@ fn head_has_no_body() {
     assert_eq!(r.reply().unwrap().body.len(), 100);
 }
 
-/// Methods other than GET and HEAD: 405 with Allow.
+/// Methods other than GET and HEAD: 405 with Allow on what exists, 404 on what does not.
 #[test]
 fn other_methods_405() {
     let site = Site::new();
@@ -209,7 +209,23 @@ fn other_methods_405() {
         let r = roundtrip(s.addr, raw.as_bytes()).unwrap();
         assert_eq!(r.status, 405, "{method}");
         assert_eq!(r.header("allow"), Some("GET, HEAD"), "{method}");
+        // What does not exist is 404 whatever the method, as nginx answers.
+        let raw =
+            format!("{method} /missing.html HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(
+            roundtrip(s.addr, raw.as_bytes()).unwrap().status,
+            404,
+            "{method}"
+        );
     }
+    // The embedded site answers the same way.
+    let s = start(None, &[]);
+    let post = |path: &str| {
+        let raw = format!("POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+        roundtrip(s.addr, raw.as_bytes()).unwrap().status
+    };
+    assert_eq!(post("/100.html"), 405);
+    assert_eq!(post("/nope"), 404);
 }
 
 /// Thirty-odd encoded traversal attempts: each gets 400 or 404, never the secret.

@@ -191,7 +191,7 @@ pub fn mount(
     )
 }
 
-/// Answers one call of responder `index`: negotiates first (a 406 is not a call), counts, renders.
+/// Answers one call of responder `index`: negotiates, counts, renders.
 fn respond(app: &AppShared, index: usize, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
     let accept = req
         .head
@@ -200,9 +200,6 @@ fn respond(app: &AppShared, index: usize, req: &Req<'_, '_, '_>, res: &mut Respo
         .filter(|h| h.name.eq_ignore_ascii_case("accept"))
         .map(|h| h.value);
     let choice = negotiate::choose(accept);
-    if choice == Choice::NotAcceptable {
-        return res.send_status_with(406, VARY);
-    }
     let call = Call {
         word: app.responders.word(index),
         count: app.responders.call(index),

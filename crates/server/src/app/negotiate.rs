@@ -5,18 +5,19 @@
 //! (`text/html` beats `text/*` beats `*/*`); the higher quality wins. On a tie JSON wins only
 //! when `application/json` was named outright — the seed app's rule, "JSON when the Accept header
 //! contains application/json" — so a browser's `text/html,...,*/*;q=0.8` gets HTML and
-//! `application/json, text/html` gets JSON. No `Accept` at all means HTML. When both qualities
-//! are 0 the client accepts neither, and the answer is 406.
+//! `application/json, text/html` gets JSON. Everything else gets HTML, the app's default: no
+//! `Accept`, an `Accept` naming neither (`image/png`), or one refusing both. RFC 9110 lets a
+//! server answer 406 there or disregard the header; the app disregards it, as the seed app did.
 //!
-//! Lenient where the RFC allows: an element that does not parse is skipped, not fatal.
+//! Lenient where the RFC allows: an element that does not parse is skipped, not fatal; a range's
+//! parameters never stop it matching (`application/json;indent=2` is JSON), and `charset=utf-8`,
+//! which the app's bodies have, makes it more specific.
 
 /// What to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Choice {
     Html,
     Json,
-    /// Neither representation is acceptable: 406.
-    NotAcceptable,
 }
 
 /// The representations on offer.
@@ -72,10 +73,6 @@ where
             let Some((params, quality)) = parse_params(params, quoted) else {
                 continue;
             };
-            // A parameter other than charset=utf-8 names some other variant than ours.
-            if params == Params::Other {
-                continue;
-            }
             // RFC 9110: "more specific media ranges ... override less specific ones".
             let bump = |s: u8| {
                 if s == 3 && params == Params::Utf8Charset {
@@ -93,30 +90,15 @@ where
         }
     }
     let (h, j) = (html.quality, json.quality);
-    if h == 0 && j == 0 {
-        // Nothing acceptable, or nothing parsable: an Accept of only malformed elements (or an
-        // empty one) is ignored, as if absent.
-        let named_something = html.specificity > 0
-            || json.specificity > 0
-            || accept_fields.into_iter().any(|field| {
-                let quoted = field.contains(&b'"');
-                split(field, b',', quoted).any(|e| is_media_range(e, quoted))
-            });
-        return if named_something {
-            Choice::NotAcceptable
-        } else {
-            Choice::Html
-        };
-    }
-    if j > h || (j == h && json.specificity >= 3) {
+    if j > 0 && (j > h || (j == h && json.specificity >= 3)) {
         Choice::Json
     } else {
         Choice::Html
     }
 }
 
-/// Parameters of a media range that come before `q` (they belong to the range). Only
-/// `charset=utf-8`, which the app's bodies have, can match.
+/// Parameters of a media range that come before `q` (they belong to the range): whether they
+/// are exactly `charset=utf-8`, which the app's bodies have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Params {
     None,
@@ -180,17 +162,6 @@ fn parse_params(params: &[u8], quoted: bool) -> Option<(Params, u16)> {
     Some((kind, 1000))
 }
 
-/// Whether `element` is a well-formed media range at all (tokens, `*/*` not `*/json`, valid
-/// parameters): decides between 406 and ignoring the header when nothing matched.
-fn is_media_range(element: &[u8], quoted: bool) -> bool {
-    split_range(element).is_some_and(|(kind, subtype, params)| {
-        is_token(kind)
-            && is_token(subtype)
-            && (kind != b"*" || subtype == b"*")
-            && parse_params(params, quoted).is_some()
-    })
-}
-
 /// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, in thousandths.
 fn parse_qvalue(value: &[u8]) -> Option<u16> {
     let (&first, rest) = value.split_first()?;
@@ -213,13 +184,6 @@ fn parse_qvalue(value: &[u8]) -> Option<u16> {
         b'1' if thousandths == 0 => Some(1000),
         _ => None,
     }
-}
-
-/// RFC 9110 `token` characters, non-empty.
-fn is_token(s: &[u8]) -> bool {
-    !s.is_empty()
-        && s.iter()
-            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 fn trim(s: &[u8]) -> &[u8] {
@@ -271,7 +235,7 @@ fn unquoted_position(s: &[u8], sep: u8) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Choice::{Html, Json, NotAcceptable};
+    use Choice::{Html, Json};
 
     #[test]
     fn choices() {
@@ -295,10 +259,11 @@ mod tests {
             (&["text/html, */*"], Html),
             (&["application/json;q=0, */*"], Html),
             (&["text/html;q=0, */*"], Json),
-            (&["text/html;q=0, application/json;q=0"], NotAcceptable),
-            (&["image/png"], NotAcceptable),
-            (&["text/plain"], NotAcceptable),
-            (&["*/*;q=0"], NotAcceptable),
+            // Neither acceptable, or neither named: the default, HTML.
+            (&["text/html;q=0, application/json;q=0"], Html),
+            (&["image/png"], Html),
+            (&["text/plain"], Html),
+            (&["*/*;q=0"], Html),
             // More specific ranges override less specific ones, whatever their order.
             (&["*/*;q=0.9, application/*;q=0.1"], Html),
             (&["application/*;q=0.1, application/json;q=1"], Json),
@@ -316,14 +281,17 @@ mod tests {
             // Fields are combined as one list.
             (&["text/html;q=0.5", "application/json"], Json),
             (&["image/png", "application/json;q=0.1"], Json),
-            // Parameters: charset=utf-8 matches (and is more specific), others name other variants.
+            // Parameters never stop a match; charset=utf-8 makes a range more specific.
             (&["application/json;charset=utf-8"], Json),
             (&["application/json;charset=\"UTF-8\";q=0.9, text/html;q=0.5"], Json),
-            (&["application/json;version=2, text/html;q=0.1"], Html),
-            (&["application/json;charset=latin1"], NotAcceptable),
+            (&["application/json;version=2, text/html;q=0.1"], Json),
+            (&["application/json;indent=2"], Json),
+            (&["application/json;charset=latin1"], Json),
+            (&["application/json;charset=utf-8;q=0.5, application/json;q=1, text/html;q=0.9"], Html),
             (&["application/json; q=0.9; ext=1, text/html;q=0.1"], Json),
             // Quoted commas and semicolons do not split.
-            (&["application/json;x=\"a,b;c\", text/html;q=0.1"], Html),
+            (&["application/json;x=\"a,b;c\", text/html;q=0.1"], Json),
+            (&["text/html;x=\"a,application/json\""], Html),
             // Malformed elements are skipped.
             (&["garbage, application/json"], Json),
             (&["application/json;q=2, text/html;q=0.1"], Html),

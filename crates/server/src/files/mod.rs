@@ -2,10 +2,10 @@
 //! static module, and a per-worker content cache. Mounted as the router's fallback, so it sees
 //! every path no other route claims.
 //!
-//! A request goes: method (GET/HEAD, else 405) → [`path::normalize`] (decode, validate; 400/404)
-//! → cache lookup by the normalised path → on a miss, [`entry::load`] (open under the root,
-//! containment and dotfile checks, directory → 301 / index / listing) → choice of representation
-//! by `Accept-Encoding` → preconditions (304/412) → Range (206/416) → the response.
+//! A request goes: [`path::normalize`] (decode, validate; 400/404) → method (GET/HEAD; another
+//! is 405 where the path exists, 404 where not) → cache lookup by the normalised path → on a
+//! miss, [`entry::load`] (open under the root, containment and dotfile checks, directory → 301 /
+//! index / listing) → choice of representation by `Accept-Encoding` → preconditions (304/412) → Range (206/416) → the response.
 //!
 //! # The cache
 //! Each worker owns a [`cache::Cache`] of [`entry::Entry`]s bounded by `--cache-bytes` **per
@@ -257,16 +257,37 @@ impl Handler for StaticFiles {
             path,
             scratch,
         } = self;
-        let is_head = match req.method() {
-            Method::Get => false,
-            Method::Head => true,
-            _ => {
-                res.send_status_with(405, b"Allow: GET, HEAD\r\n");
-                return;
-            }
-        };
+        let is_head = matches!(req.method(), Method::Head);
+        let readable = is_head || matches!(req.method(), Method::Get);
         if let Err(e) = path::normalize(req.path(), cfg.dotfiles, path) {
             res.send_status(e.status());
+            return;
+        }
+        if !readable {
+            // As nginx: another method on something that exists is 405; on nothing, 404.
+            let found = match &cfg.root {
+                None => embedded
+                    .iter()
+                    .any(|(p, _)| p.as_bytes() == path.as_slice()),
+                Some(root) => {
+                    cache.get_mut(path).is_some()
+                        || match std::str::from_utf8(path) {
+                            Ok(norm) => match entry::load(cfg, root, norm, Instant::now()) {
+                                Lookup::Status(status) => {
+                                    res.send_status(status);
+                                    return;
+                                }
+                                _ => true,
+                            },
+                            Err(_) => false,
+                        }
+                }
+            };
+            if found {
+                res.send_status_with(405, b"Allow: GET, HEAD\r\n");
+            } else {
+                res.send_status(404);
+            }
             return;
         }
         let fields = Fields::scan(req);
