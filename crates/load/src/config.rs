@@ -124,13 +124,16 @@ impl Default for LoadConfig {
 
 impl LoadConfig {
     /// Checks everything [`crate::run`] checks before loading: option values, URLs, name
-    /// resolution, and one connection to each host. Lets a caller report bad input before
+    /// resolution, that the process may open that many connections, and one connection to each
+    /// host. Lets a caller report bad input before
     /// printing anything else.
     ///
     /// # Errors
     /// The [`LoadError`] that [`crate::run`] would return before starting.
     pub fn check(&self) -> Result<(), LoadError> {
-        crate::plan::Plan::new(self)?.check_reachable()
+        let plan = crate::plan::Plan::new(self)?;
+        crate::engine::check_fd_limit(self.connections)?;
+        plan.check_reachable()
     }
 }
 

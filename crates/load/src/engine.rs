@@ -57,6 +57,7 @@ pub fn run_with_progress(
     mut on_progress: impl FnMut(&Progress),
 ) -> Result<Report, LoadError> {
     let plan = Plan::new(cfg)?;
+    check_fd_limit(cfg.connections)?;
     plan.check_reachable()?;
     let live: Vec<LiveCounters> = (0..plan.threads.len())
         .map(|_| LiveCounters::default())
@@ -156,4 +157,23 @@ pub fn run_with_progress(
     let mut report = Report::merge(threads, stop.load(Ordering::Relaxed));
     report.thread_rates = RateSummary::from_samples(&rate_samples);
     Ok(report)
+}
+
+/// Descriptors a run needs besides its connections: per thread an epoll instance and a timer,
+/// plus the process's own (stdio, the progress line, files being written).
+const SPARE_FDS: u64 = 64;
+
+/// Refuses, before anything starts, a connection count the process cannot open (raising the
+/// soft descriptor limit to the hard one first): otherwise every connection past the limit
+/// fails to connect for the whole run, and the report is only connect errors.
+pub(crate) fn check_fd_limit(connections: usize) -> Result<(), LoadError> {
+    let limit = crate::sys::raise_fd_limit();
+    let need = connections as u64 + SPARE_FDS;
+    if need > limit {
+        return Err(LoadError::Config(format!(
+            "{connections} connections need about {need} open files, but this process may open \
+             {limit} (raise it with `ulimit -n`, or use fewer connections)"
+        )));
+    }
+    Ok(())
 }

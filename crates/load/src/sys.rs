@@ -1,5 +1,6 @@
-//! The few system calls std and mio do not wrap: a thread's CPU time, CPU affinity, and a
-//! nanosecond timer for rate mode. Every `unsafe` block of the crate lives here.
+//! The few system calls std and mio do not wrap: a thread's CPU time, CPU affinity, the
+//! descriptor limit, and a nanosecond timer for rate mode. Every `unsafe` block of the crate
+//! lives here.
 //!
 //! Why a timerfd: mio's `poll` timeout has millisecond resolution (rounded up), and in rate mode
 //! a send that leaves up to 1 ms late is 1 ms of latency charged to the server, since latency is
@@ -26,6 +27,31 @@ pub(crate) fn thread_cpu_time() -> (Duration, Duration) {
             + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
     };
     (tv(usage.ru_utime), tv(usage.ru_stime))
+}
+
+/// Raises the soft limit on open descriptors to the hard one (best effort) and returns the soft
+/// limit now in force.
+pub(crate) fn raise_fd_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct they are given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) != 0 {
+            return u64::MAX; // Unknown: let the connects report what fails.
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const raised) == 0 {
+                lim = raised;
+            }
+        }
+    }
+    lim.rlim_cur
 }
 
 /// Pins the calling thread to one CPU.

@@ -172,6 +172,18 @@ fn bad_input_one_line_errors() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("lowlat"), "{args:?}: {err}");
     }
+    // More connections than the process may open: refused before the run, in one line.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 256 && exec {BIN} load -c 1000 -d1s http://127.0.0.1:9/"
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("open files"), "{err}");
     // Help is not an error.
     let out = Command::new(BIN)
         .args(["serve", "--help"])
