@@ -259,6 +259,17 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
     let mut spec = crate::spec::load(path)?;
     args.apply_overrides(&mut spec);
     if args.check {
+        // The run's own directories do not exist yet; anything under them is made by the run.
+        let spec_dir = spec
+            .spec_dir
+            .canonicalize()
+            .unwrap_or(spec.spec_dir.clone());
+        let out = std::env::temp_dir().join("lowlat-bench-check");
+        for t in &spec.targets {
+            let run_dir = out.join("run").join(&t.name);
+            let vars = crate::target::target_vars(&spec.vars, &spec_dir, &run_dir, &out, &t.name);
+            crate::target::preflight(t, &vars)?;
+        }
         print!("{}", plan_text(&spec));
         return Ok(ExitCode::SUCCESS);
     }

@@ -7,7 +7,6 @@
 //! success, on error and on Ctrl-C (the `stop` flag ends the current measurement early; its
 //! partial row is discarded).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -22,7 +21,7 @@ use crate::procfs;
 use crate::results::{self, BoundBy, Header, Row, Writer};
 use crate::sampler::{Measured, Sampler, Watch};
 use crate::spec::{Scenario, Spec, Target};
-use crate::target::RunningTarget;
+use crate::target::{preflight, target_vars, RunningTarget};
 
 /// How a sweep is run (beyond the spec).
 #[derive(Debug, Clone)]
@@ -165,6 +164,14 @@ fn sweep(
         .spec_dir
         .canonicalize()
         .map_err(|e| BenchError::io(&spec.spec_dir, e))?;
+    // Every target's variables, templates and directories, before the first one starts.
+    for target in &spec.targets {
+        let run_dir = out.join("run").join(&target.name);
+        preflight(
+            target,
+            &target_vars(&spec.vars, &spec_dir, &run_dir, out, &target.name),
+        )?;
+    }
     for target in &spec.targets {
         let scenarios: Vec<&Scenario> = spec
             .scenarios
@@ -181,11 +188,7 @@ fn sweep(
         }
         let run_dir = out.join("run").join(&target.name);
         std::fs::create_dir_all(&run_dir).map_err(|e| BenchError::io(&run_dir, e))?;
-        let mut vars: BTreeMap<String, String> = spec.vars.clone();
-        vars.insert("spec_dir".into(), spec_dir.display().to_string());
-        vars.insert("run_dir".into(), run_dir.display().to_string());
-        vars.insert("out_dir".into(), out.display().to_string());
-        vars.insert("target".into(), target.name.clone());
+        let vars = target_vars(&spec.vars, &spec_dir, &run_dir, out, &target.name);
         pb.set_message(format!("starting {}", target.name));
         let mut running = RunningTarget::start(target, &vars, &run_dir)?;
         running.wait_ready(&target.ready, target.ready_timeout, stop, out)?;

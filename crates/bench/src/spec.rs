@@ -604,7 +604,17 @@ impl Cx<'_> {
                 let rspan = r.span();
                 let r = r.into_inner();
                 let timeout = match &r.timeout {
-                    Some(d) => self.duration(d, &f("ready.timeout"))?,
+                    Some(d) => {
+                        let t = self.duration(d, &f("ready.timeout"))?;
+                        if t.is_zero() {
+                            return Err(self.err(
+                                &d.span(),
+                                f("ready.timeout"),
+                                "must be longer than 0 (the target gets this long to answer)",
+                            ));
+                        }
+                        t
+                    }
                     None => Duration::from_secs(15),
                 };
                 let ready = match (r.tcp, r.http) {
@@ -694,6 +704,17 @@ impl Cx<'_> {
                     line: self.find_line(k),
                     field: Some(f(&format!("headers.{k}"))),
                     message: "header names are tokens and values hold no line breaks".into(),
+                });
+            }
+            // The loader frames each request itself (from `body`).
+            if k.eq_ignore_ascii_case("content-length")
+                || k.eq_ignore_ascii_case("transfer-encoding")
+            {
+                return Err(SpecError {
+                    file: self.file.to_path_buf(),
+                    line: self.find_line(k),
+                    field: Some(f(&format!("headers.{k}"))),
+                    message: "the loader frames each request from its body; remove it".into(),
                 });
             }
         }

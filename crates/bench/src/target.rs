@@ -65,6 +65,68 @@ pub fn socket_addr(url: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{authority}: no address"))
 }
 
+/// The variables a target's fields may use: the spec's `[vars]` and the run's own.
+#[must_use]
+pub fn target_vars(
+    spec_vars: &BTreeMap<String, String>,
+    spec_dir: &Path,
+    run_dir: &Path,
+    out_dir: &Path,
+    target: &str,
+) -> BTreeMap<String, String> {
+    let mut vars = spec_vars.clone();
+    vars.insert("spec_dir".into(), spec_dir.display().to_string());
+    vars.insert("run_dir".into(), run_dir.display().to_string());
+    vars.insert("out_dir".into(), out_dir.display().to_string());
+    vars.insert("target".into(), target.to_owned());
+    vars
+}
+
+/// Everything about starting `target` that can be checked without starting it: every `${var}`
+/// of its URL, command, working directory, environment and templates is defined, its templates
+/// can be read, and its working directory exists (unless it is made by the run). Run for every
+/// target by `--check` and before a run starts any, so that a mistake in the last target does
+/// not surface after the first one has been measured.
+///
+/// # Errors
+/// [`BenchError::Prepare`] naming the target and the field.
+pub fn preflight(target: &Target, vars: &BTreeMap<String, String>) -> Result<(), BenchError> {
+    let prep = |field: &str, message: String| BenchError::Prepare {
+        target: target.name.clone(),
+        message: format!("{field}: {message}"),
+    };
+    expand(&target.url, vars).map_err(|m| prep("url", m))?;
+    let Launch::Command {
+        argv,
+        cwd,
+        env,
+        templates,
+    } = &target.launch
+    else {
+        return Ok(());
+    };
+    for a in argv {
+        expand(a, vars).map_err(|m| prep("cmd", m))?;
+    }
+    if let Some(cwd) = cwd {
+        let dir = expand(cwd, vars).map_err(|m| prep("cwd", m))?;
+        let made_by_run = ["${run_dir}", "${out_dir}"].iter().any(|v| cwd.contains(v));
+        if !made_by_run && !Path::new(&dir).is_dir() {
+            return Err(prep("cwd", format!("{dir} is not a directory")));
+        }
+    }
+    for (k, v) in env {
+        expand(v, vars).map_err(|m| prep(&format!("env.{k}"), m))?;
+    }
+    for (out, template) in templates {
+        let field = format!("templates.{out}");
+        let src = expand(template, vars).map_err(|m| prep(&field, m))?;
+        let text = fs::read_to_string(&src).map_err(|e| prep(&field, format!("{src}: {e}")))?;
+        expand(&text, vars).map_err(|m| prep(&field, format!("{src}: {m}")))?;
+    }
+    Ok(())
+}
+
 impl RunningTarget {
     /// Starts `target` (or attaches to its pid). `vars` holds `${...}` values, including
     /// `run_dir`, which must exist.

@@ -43,6 +43,46 @@ fn exit_codes() {
     assert_eq!(code(&["report", junk.to_str().unwrap()]), exit(1));
 }
 
+/// `--check` expands every target's variables, reads its templates and finds its working
+/// directory, so that a mistake in any target is reported before a run starts any of them.
+#[test]
+fn check_prepares_every_target() {
+    let dir = common::scratch("cli-preflight");
+    std::fs::write(dir.join("ok.conf.in"), "port ${port}\n").unwrap();
+    let spec = |target: &str| {
+        format!(
+            "name = \"pre\"\n[vars]\nport = \"18999\"\n[run]\nlevels = [1]\nduration = \"1s\"\n\
+             [[target]]\nname = \"first\"\ncommand = [\"true\"]\nurl = \"http://127.0.0.1:${{port}}\"\n\
+             [[target]]\nname = \"second\"\nurl = \"http://127.0.0.1:18998\"\n{target}\n\
+             [[scenario]]\nname = \"s\"\npath = \"/\"\n"
+        )
+    };
+    let check = |name: &str, target: &str| {
+        let path = common::write_spec(&dir, name, &spec(target));
+        code(&["--check", path.to_str().unwrap()])
+    };
+    let good = "command = [\"true\", \"${run_dir}\"]\ncwd = \"${spec_dir}\"\n\
+                templates = { \"a.conf\" = \"${spec_dir}/ok.conf.in\" }";
+    assert_eq!(check("good.toml", good), exit(0));
+    for (name, target) in [
+        (
+            "undefined.toml",
+            "command = [\"true\", \"${undefined_thing}\"]",
+        ),
+        (
+            "template.toml",
+            "command = [\"true\"]\ntemplates = { \"a.conf\" = \"/nonexistent/t.in\" }",
+        ),
+        ("cwd.toml", "command = [\"true\"]\ncwd = \"/nonexistent\""),
+        (
+            "env.toml",
+            "command = [\"true\"]\nenv = { A = \"${nope}\" }",
+        ),
+    ] {
+        assert_ne!(check(name, target), exit(0), "{name}");
+    }
+}
+
 /// `doctor` runs every check; it fails (1) only when a check fails.
 #[test]
 fn doctor_runs() {

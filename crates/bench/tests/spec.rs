@@ -248,6 +248,20 @@ fn errors_name_file_line_and_field() {
             "target[0].ready.http",
             "starting with /",
         ),
+        (
+            "zero readiness timeout",
+            with("timeout = \"5s\" }", "timeout = \"0s\" }"),
+            "timeout = \"0s\"",
+            "target[0].ready.timeout",
+            "longer than 0",
+        ),
+        (
+            "a framing header",
+            with("Accept = \"text/plain\"", "Content-Length = \"5\""),
+            "Content-Length",
+            "scenario[0].headers.Content-Length",
+            "frames each request",
+        ),
     ];
     for (what, text, at, field, words) in cases {
         let e = spec::parse(Path::new("bench/specs/x.toml"), &text).expect_err(what);
