@@ -582,6 +582,23 @@ fn precompressed_siblings() {
         &[("Accept-Encoding", "br"), ("Range", "bytes=0-1")],
     );
     assert_eq!((r.status, r.body.as_slice()), (206, &b"br"[..]));
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    // 416 and 412 depend on the representation chosen too (its length, its ETag).
+    let r = get_with(
+        &s,
+        "/app.css",
+        &[("Accept-Encoding", "gzip"), ("Range", "bytes=100-")],
+    );
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */9"));
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    let r = get_with(
+        &s,
+        "/app.css",
+        &[("Accept-Encoding", "gzip"), ("If-Match", "\"x\"")],
+    );
+    assert_eq!(r.status, 412);
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
     let r = get_with(&s, "/only-gz.js", &[("Accept-Encoding", "br, gzip")]);
     assert_eq!(r.body, b"gz js");
     assert!(get(&s, "/100.html").header("vary").is_none());

@@ -25,8 +25,8 @@
 //! - Paths are UTF-8: names that are not cannot be requested (their encoding would be refused as
 //!   overlong or invalid UTF-8, which is what keeps `%c0%ae` out).
 //! - `Range` is honoured on GET only (RFC 9110 §14.2); HEAD gets the full-length head.
-//! - `Vary: Accept-Encoding` goes on every 200, 206 and 304 of a file that has a precompressed
-//!   sibling (whichever representation is sent), and on none of a file without one, whose
+//! - `Vary: Accept-Encoding` goes on every 200, 206, 304, 412 and 416 about a file that has a
+//!   precompressed sibling (whichever representation is chosen), and on none of a file without one, whose
 //!   response does not vary (RFC 9110 §12.5.5). Siblings appearing or vanishing are noticed at
 //!   revalidation, like any change.
 //! - `--cache-bytes` is per worker; one entry costs its body, its encoded header lines and about
@@ -400,6 +400,9 @@ impl<'b> Fields<'b> {
     }
 }
 
+/// The header line of every answer about a file with precompressed siblings.
+const VARY_ACCEPT_ENCODING: &[u8] = b"Vary: Accept-Encoding\r\n";
+
 /// Answers a GET or HEAD from an entry: representation, preconditions, range, response.
 fn serve(
     entry: &Entry,
@@ -433,7 +436,12 @@ fn serve(
             return;
         }
         Outcome::PreconditionFailed => {
-            res.send_status(412);
+            // The representation chosen decided the outcome (its ETag), so it varies too.
+            if entry.has_siblings() {
+                res.send_status_with(412, VARY_ACCEPT_ENCODING);
+            } else {
+                res.send_status(412);
+            }
             return;
         }
     }
@@ -457,6 +465,10 @@ fn serve(
         RangeOutcome::Unsatisfiable => {
             scratch.clear();
             push_content_range(scratch, None, v.len);
+            if entry.has_siblings() {
+                // The length in Content-Range is the chosen representation's.
+                scratch.extend_from_slice(VARY_ACCEPT_ENCODING);
+            }
             res.send_status_with(416, scratch);
         }
     }
