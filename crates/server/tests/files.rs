@@ -667,6 +667,47 @@ fn autoindex_escapes() {
     assert_eq!(get(&s, "/list/sub/").status, 200);
 }
 
+/// A listing shows only what a request could reach: not a symlink leading outside the root or
+/// to a dotfile, not a name a URL path cannot carry; a symlink inside the root is listed.
+#[test]
+fn autoindex_lists_only_what_is_served() {
+    let site = Site::new();
+    site.write("list/plain.txt", b"x");
+    site.write(".env", b"SECRET=1");
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("secret.txt"), b"outside secret").unwrap();
+    symlink(
+        outside.path().join("secret.txt"),
+        site.path("list/out-link"),
+    )
+    .unwrap();
+    symlink(site.path(".env"), site.path("list/env-link")).unwrap();
+    symlink(site.path("list/plain.txt"), site.path("list/in-link")).unwrap();
+    symlink(site.path("list/nowhere"), site.path("list/dangling")).unwrap();
+    site.write("list/back\\slash.txt", b"x");
+    site.write("list/new\nline.txt", b"x");
+    let s = start(Some(&site.root()), &["--autoindex"]);
+    let html = String::from_utf8(get(&s, "/list/").body).unwrap();
+    assert!(
+        html.contains("plain.txt") && html.contains("in-link"),
+        "{html}"
+    );
+    for hidden in ["out-link", "env-link", "dangling", "slash", "line.txt"] {
+        assert!(!html.contains(hidden), "{hidden} listed:\n{html}");
+    }
+    // What is left out is not served either.
+    assert_eq!(get(&s, "/list/out-link").status, 404);
+    assert_eq!(get(&s, "/list/in-link").status, 200);
+    drop(s);
+    // Followed when symlinks outside are allowed.
+    let s = start(
+        Some(&site.root()),
+        &["--autoindex", "--follow-symlinks-outside"],
+    );
+    let html = String::from_utf8(get(&s, "/list/").body).unwrap();
+    assert!(html.contains("out-link"), "{html}");
+}
+
 /// A file rewritten, truncated, or deleted between requests is seen once the entry is
 /// revalidated (`--cache-valid`).
 #[test]

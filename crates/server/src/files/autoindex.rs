@@ -2,35 +2,67 @@
 //!
 //! Names come from the file system, so they are untrusted: each is percent-encoded in the link
 //! (so `?`, `#`, `%` and spaces stay part of the name) and HTML-escaped in the text (so `<script>`
-//! is shown, not run). Dotfiles are left out unless served. Listings are built per request and
-//! never cached: they are rare, and a stale listing is worse than a slow one.
+//! is shown, not run). Only what a request could reach is listed: no dotfiles unless served, no
+//! name a URL path cannot carry, no symlink leading outside the root unless those are followed.
+//! Listings are built per request and never cached: they are rare, and a stale listing is worse
+//! than a slow one.
 
 use std::fmt::Write as _;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Component, Path};
 
 use super::path::encode_path;
+use super::FilesConfig;
+
+/// Whether the symlink `link` resolves to a place under `root` with no dot-segment below it
+/// (a dangling link resolves nowhere, and is left out).
+fn leads_inside(link: &Path, root: &Path, dotfiles: bool) -> bool {
+    std::fs::canonicalize(link).is_ok_and(|real| {
+        real.strip_prefix(root).is_ok_and(|below| {
+            below.components().all(|c| match c {
+                Component::Normal(n) => dotfiles || !n.as_encoded_bytes().starts_with(b"."),
+                _ => false,
+            })
+        })
+    })
+}
 
 /// Most entries listed; a larger directory is cut (and says so), bounding the work per request.
 pub const MAX_LISTED: usize = 10_000;
 
-/// Renders the listing of `dir`, reached as `url_path` (normalised, with trailing slash), into
-/// `out`.
+/// Renders the listing of `dir` (under `cfg`'s root), reached as `url_path` (normalised, with
+/// trailing slash), into `out`.
 ///
 /// # Errors
 /// When the directory cannot be read.
 pub fn render(
+    cfg: &FilesConfig,
+    root: &Path,
     dir: &Path,
     url_path: &str,
-    dotfiles: bool,
     out: &mut Vec<u8>,
 ) -> std::io::Result<()> {
     let mut entries: Vec<(String, bool, u64, u64)> = Vec::new();
     let mut truncated = false;
     for item in std::fs::read_dir(dir)? {
         let Ok(item) = item else { continue };
-        let name = item.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') && !dotfiles {
+        // Only what a request could reach is listed: names a URL path can carry (UTF-8, no
+        // backslash or control character, which the path rules refuse), no dotfiles unless
+        // served, and no symlink leading where files are not served from. A listing must not
+        // tell the size and date of a file it would refuse.
+        let Some(name) = item.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if name.bytes().any(|b| b == b'\\' || b < 0x20 || b == 0x7f)
+            || (name.starts_with('.') && !cfg.dotfiles)
+        {
+            continue;
+        }
+        let is_link = item.file_type().is_ok_and(|t| t.is_symlink());
+        if is_link
+            && !cfg.follow_symlinks_outside
+            && !leads_inside(&item.path(), root, cfg.dotfiles)
+        {
             continue;
         }
         if entries.len() >= MAX_LISTED {

@@ -352,7 +352,7 @@ impl Handler for StaticFiles {
                 scratch.extend_from_slice(b"\r\n");
                 res.send_status_with(301, scratch);
             }
-            Lookup::Listing(dir) => match autoindex::render(&dir, norm, cfg.dotfiles, scratch) {
+            Lookup::Listing(dir) => match autoindex::render(cfg, root, &dir, norm, scratch) {
                 Ok(()) => res.send_with(200, Some(b"text/html; charset=utf-8"), b"", scratch),
                 Err(_) => res.send_status(403),
             },
