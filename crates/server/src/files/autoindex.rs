@@ -162,8 +162,23 @@ mod tests {
         std::fs::write(dir.path().join("<b>&x y#?.txt"), b"1").unwrap();
         std::fs::write(dir.path().join(".secret"), b"1").unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let cfg = FilesConfig {
+            root: Some(root.clone()),
+            index: "index.html".into(),
+            autoindex: true,
+            dotfiles: false,
+            follow_symlinks_outside: false,
+            precompressed: true,
+            cache_control: None,
+            cache_bytes: 0,
+            cache_file_max: 0,
+            cache_valid: std::time::Duration::from_secs(1),
+            started_secs: 0,
+            max_cached_fds: 0,
+        };
         let mut out = Vec::new();
-        render(dir.path(), "/d<i>/", false, &mut out).unwrap();
+        render(&cfg, &root, &root, "/d<i>/", &mut out).unwrap();
         let html = String::from_utf8(out).unwrap();
         assert!(html.contains("Index of /d&lt;i&gt;/"));
         assert!(html.contains("<a href=\"%3Cb%3E%26x%20y%23%3F.txt\">&lt;b&gt;&amp;x y#?.txt</a>"));
