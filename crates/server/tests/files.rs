@@ -290,6 +290,16 @@ fn traversal_attempts_refused() {
     }
     // Absolute-form is served like origin-form when it stays inside.
     assert_eq!(get(&s, "http://test/100.html").status, 200);
+    // Dot-segments that stay inside the root are resolved, as nginx does.
+    for inside in [
+        "/sub/../100.html",
+        "/./100.html",
+        "/sub/%2e%2e/100.html",
+        "/sub/./../100.html",
+    ] {
+        let r = get(&s, inside);
+        assert_eq!((r.status, r.body.len()), (200, 100), "{inside}");
+    }
     // The server is still alive and well.
     assert_eq!(get(&s, "/100.html").status, 200);
 }

@@ -3,11 +3,11 @@
 //!
 //! The output is `/` followed by segments joined with `/`, plus a trailing `/` when the request
 //! had one. Every segment is valid UTF-8 (so overlong encodings such as `%c0%ae` are refused),
-//! contains no NUL, control byte, `/` or `\`, and is neither `.` nor `..`: a client that follows
-//! RFC 3986 §5.2.4 has removed dot-segments already, so one that sends them is refused (400)
-//! rather than resolved — nothing here can climb out of the root. Segments starting with a dot
-//! (dotfiles, dot-directories) are 404 unless allowed. Empty segments (`//`) are merged, as
-//! nginx's `merge_slashes` does, so aliases share one cache entry.
+//! contains no NUL, control byte, `/` or `\`, and is neither `.` nor `..`: dot-segments, plain or
+//! percent-encoded, are resolved after decoding (RFC 3986 §5.2.4), as nginx does, and one that
+//! would climb above the root is refused (400) — nothing here can leave the root. Segments
+//! starting with a dot (dotfiles, dot-directories) that remain are 404 unless allowed. Empty
+//! segments (`//`) are merged, as nginx's `merge_slashes` does, so aliases share one cache entry.
 //!
 //! This module does not look at the file system: symlinks are the resolver's business.
 
@@ -49,11 +49,13 @@ pub fn normalize(raw: &str, allow_dotfiles: bool, out: &mut Vec<u8>) -> Result<(
     if raw.first() != Some(&b'/') || raw.len() > MAX_PATH_BYTES {
         return Err(PathError::BadRequest);
     }
-    let mut not_found = false;
+    // Whether the path names a directory: a trailing `/`, or a last segment `.` or `..`.
+    let mut dir = raw.last() == Some(&b'/');
     for segment in raw.split(|&b| b == b'/') {
         if segment.is_empty() {
             continue;
         }
+        dir = raw.last() == Some(&b'/');
         let start = out.len();
         out.push(b'/');
         let mut i = 0;
@@ -82,20 +84,28 @@ pub fn normalize(raw: &str, allow_dotfiles: bool, out: &mut Vec<u8>) -> Result<(
         }
         let name = &out[start + 1..];
         if name == b"." || name == b".." {
-            return Err(PathError::BadRequest);
-        }
-        if name.len() > MAX_SEGMENT_BYTES || (name[0] == b'.' && !allow_dotfiles) {
-            // Keep checking the rest: a later `..` or bad escape is a 400, which wins.
-            not_found = true;
+            let up = name == b"..";
+            out.truncate(start);
+            if up {
+                // Above the root there is nothing to serve.
+                let Some(parent) = out.iter().rposition(|&b| b == b'/') else {
+                    return Err(PathError::BadRequest);
+                };
+                out.truncate(parent);
+            }
+            dir = true;
         }
     }
-    if out.is_empty() || raw.last() == Some(&b'/') {
+    if out.is_empty() || dir {
         out.push(b'/');
     }
     // Rejects overlong forms (`%c0%ae`), surrogates and stray continuation bytes.
     if std::str::from_utf8(out).is_err() {
         return Err(PathError::BadRequest);
     }
+    let not_found = out.split(|&b| b == b'/').any(|name| {
+        name.len() > MAX_SEGMENT_BYTES || (name.first() == Some(&b'.') && !allow_dotfiles)
+    });
     if not_found {
         return Err(PathError::NotFound);
     }
@@ -153,6 +163,16 @@ mod tests {
             ("/%25", "/%"),
             ("/a..b", "/a..b"),
             ("/a.", "/a."),
+            // Dot-segments resolved after decoding, never above the root.
+            ("/.", "/"),
+            ("/a/./b", "/a/b"),
+            ("/a/../b", "/b"),
+            ("/a/b/..", "/a/"),
+            ("/a/b/../", "/a/"),
+            ("/a/%2e%2e/b", "/b"),
+            ("/a/%2E/b", "/a/b"),
+            ("/.git/../x", "/x"),
+            ("/a/..", "/"),
         ] {
             assert_eq!(norm(raw).as_deref(), Ok(want), "{raw}");
         }
@@ -168,8 +188,8 @@ mod tests {
             ("/..", B),
             ("/../etc/passwd", B),
             ("/a/../../b", B),
-            ("/.", B),
             ("/%2e%2e/x", B),
+            ("/a/%2e%2e/%2e%2e/x", B),
             ("/%2E%2e/x", B),
             ("/.%2e/x", B),
             ("/a%2fb", B),
@@ -190,6 +210,7 @@ mod tests {
             ("/a/.env", N),
             ("/.hidden/", N),
             ("/...x", N),
+            ("/x/../.env", N),
             ("/.x/../..", B),
         ] {
             assert_eq!(norm(raw), Err(want), "{raw}");
