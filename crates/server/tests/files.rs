@@ -794,13 +794,61 @@ fn large_file_truncated_during_send() {
         .set_len(1 << 20)
         .unwrap();
     let mut body = n - head_end;
-    loop {
+    let reading = std::time::Instant::now();
+    let end = loop {
         match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break "closed",
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break "closed",
+            Err(e) => panic!("no close after {body} bytes ({e}): the server must not hang"),
             Ok(n) => body += n,
         }
-    }
+    };
+    assert_eq!(end, "closed");
     assert!(body < len, "got {body} of {len}: the body must stop short");
+    assert!(
+        reading.elapsed() < Duration::from_secs(5),
+        "the close came late"
+    );
+}
+
+/// A large file rewritten in place (same length, other bytes) while it is sent: what arrives is
+/// exactly the announced length, or the connection closes short; never more, never a hang.
+#[test]
+fn large_file_rewritten_during_send() {
+    let site = Site::new();
+    let len = 8 << 20;
+    site.write("huge.bin", &pattern(len));
+    let s = start(Some(&site.root()), &[]);
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(64 * 1024).unwrap();
+    sock.connect(&s.addr.into()).unwrap();
+    let mut stream: std::net::TcpStream = sock.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(&request("GET", "/huge.bin", &[])).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = stream.read(&mut buf).unwrap();
+    got.extend_from_slice(&buf[..n]);
+    std::thread::sleep(Duration::from_millis(100));
+    fs::write(site.path("huge.bin"), vec![b'Z'; len]).unwrap();
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("read failed after {} bytes: {e}", got.len()),
+        }
+        let text_end = got.windows(4).position(|w| w == b"\r\n\r\n");
+        if text_end.is_some_and(|h| got.len() - (h + 4) >= len) {
+            break; // the whole body: stop before a keep-alive read would wait
+        }
+    }
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&got[..head_end]).into_owned();
+    assert!(head.contains(&format!("Content-Length: {len}")), "{head}");
+    assert!(got.len() - head_end <= len, "more body than announced");
 }
 
 /// The cache is bounded by `--cache-bytes`: an entry is served from memory (an in-place rewrite
