@@ -41,6 +41,20 @@ fn exit_codes() {
     assert_eq!(code(&["--check", "/nonexistent.toml"]), exit(2));
     let junk = common::write_spec(&dir, "results.json", "{\"not\": \"results\"}");
     assert_eq!(code(&["report", junk.to_str().unwrap()]), exit(1));
+    // A --level the results do not have is refused, not replaced by another.
+    let results = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/results/plaintext/results.json"
+    );
+    let out = dir.join("report");
+    let out = out.to_str().unwrap();
+    let report = |level: &str| {
+        code(&[
+            "report", results, "--level", level, "--out", out, "--no-png",
+        ])
+    };
+    assert_eq!(report("7"), exit(1));
+    assert_eq!(report("256"), exit(0));
 }
 
 /// `--check` expands every target's variables, reads its templates and finds its working

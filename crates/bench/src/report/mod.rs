@@ -363,7 +363,8 @@ pub fn slug(s: &str) -> String {
 /// Writes the charts and the HTML page for `results_path`.
 ///
 /// # Errors
-/// [`BenchError::Results`] for an unreadable results file or an unknown baseline;
+/// [`BenchError::Results`] for an unreadable results file, an unknown baseline or a level with
+/// no rows;
 /// [`BenchError::Chart`] or [`BenchError::Io`] when writing fails.
 pub fn render(results_path: &Path, opts: &ReportOptions) -> Result<ReportFiles, BenchError> {
     let res = crate::results::read(results_path)?;
@@ -395,6 +396,21 @@ pub fn render(results_path: &Path, opts: &ReportOptions) -> Result<ReportFiles, 
             path: results_path.to_path_buf(),
             message: format!("has no rows yet (status: {})", res.status),
         });
+    }
+    if let Some(level) = opts.level {
+        if !res.rows.iter().any(|r| r.connections == level) {
+            let mut levels: Vec<u32> = res.rows.iter().map(|r| r.connections).collect();
+            levels.sort_unstable();
+            levels.dedup();
+            let list: Vec<String> = levels.iter().map(u32::to_string).collect();
+            return Err(BenchError::Results {
+                path: results_path.to_path_buf(),
+                message: format!(
+                    "no rows at --level {level}; the levels measured are {}",
+                    list.join(", ")
+                ),
+            });
+        }
     }
     let chart_dir = out_dir.join("charts");
     std::fs::create_dir_all(&chart_dir).map_err(|e| BenchError::io(&chart_dir, e))?;
