@@ -345,6 +345,14 @@ fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
     if cfg.timeout.is_zero() {
         return err("timeout must be above 0".into());
     }
+    // Checked here, before any banner, rather than when a thread fails to pin itself.
+    let cpus = crate::sys::cpus_configured();
+    if let Some(&cpu) = cfg.pin_cpus.iter().find(|&&c| c >= cpus) {
+        return err(format!(
+            "cannot pin to CPU {cpu}: this machine has CPUs 0–{}",
+            cpus - 1
+        ));
+    }
     if cfg.method.is_empty() || !cfg.method.bytes().all(is_tchar) {
         return err(format!("invalid method {:?}", cfg.method));
     }
@@ -705,6 +713,10 @@ mod tests {
             },
             LoadConfig {
                 headers: vec![("Content-Length".into(), "1".into())],
+                ..base()
+            },
+            LoadConfig {
+                pin_cpus: vec![0, 1 << 20],
                 ..base()
             },
         ];

@@ -54,6 +54,13 @@ pub(crate) fn raise_fd_limit() -> u64 {
     lim.rlim_cur
 }
 
+/// CPUs the machine has (online or not), whatever this process's own affinity; at least 1.
+pub(crate) fn cpus_configured() -> usize {
+    // SAFETY: sysconf reads a system setting.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    usize::try_from(n).unwrap_or(usize::MAX).max(1)
+}
+
 /// Pins the calling thread to one CPU.
 pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
