@@ -3,40 +3,17 @@
 //! path must not), with pipelining and without. The server here is written not to allocate per
 //! request either: fixed buffers, canned responses.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use lowlat_load::{LoadConfig, Target};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: defers every operation to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: lowlat_testkit::alloc::Counting = lowlat_testkit::alloc::Counting;
 
 const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
 
@@ -82,9 +59,9 @@ fn allocations_for(url: &str, requests: u64, pipeline: u32) -> u64 {
         duration: Some(Duration::from_secs(20)),
         ..LoadConfig::default()
     };
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = lowlat_testkit::alloc::allocations();
     let r = lowlat_load::run(&cfg, &AtomicBool::new(false)).unwrap();
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    let after = lowlat_testkit::alloc::allocations();
     assert_eq!(r.responses, requests);
     assert_eq!(r.errors.total(), 0);
     after - before

@@ -4,34 +4,10 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: defers every operation to `System`, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: lowlat_testkit::alloc::Counting = lowlat_testkit::alloc::Counting;
 
 /// Sends `request` and reads exactly `reply_len * count` bytes back, into a fixed buffer.
 fn exchange(stream: &mut std::net::TcpStream, request: &[u8], expect: usize, buf: &mut [u8]) {
@@ -92,7 +68,7 @@ fn no_allocation_per_request_once_warm() {
         exchange(&mut stream, &pipelined, pipelined_len, &mut buf);
     }
 
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = lowlat_testkit::alloc::allocations();
     for _ in 0..2000 {
         for (r, &len) in requests.iter().zip(&sizes) {
             exchange(&mut stream, r, len, &mut buf);
@@ -101,7 +77,7 @@ fn no_allocation_per_request_once_warm() {
     for _ in 0..200 {
         exchange(&mut stream, &pipelined, pipelined_len, &mut buf);
     }
-    let after = ALLOCATIONS.load(Ordering::SeqCst);
+    let after = lowlat_testkit::alloc::allocations();
     // 18,800 requests. The Date cache formats once per second (one allocation each), so allow a
     // handful for the seconds this takes.
     let allocations = after - before;

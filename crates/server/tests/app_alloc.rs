@@ -2,39 +2,15 @@
 //! the whole process while a warmed-up keep-alive client, which allocates nothing in its loop,
 //! sends thousands of random, prefix and negotiated requests, single and pipelined.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
 use lowlat_server::cli::ServeArgs;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: defers every operation to `System`, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: lowlat_testkit::alloc::Counting = lowlat_testkit::alloc::Counting;
 
 #[derive(Parser)]
 struct Cli {
@@ -121,7 +97,7 @@ fn app_requests_do_not_allocate_once_warm() {
         exchange(&mut stream, &pipelined, 64, &mut buf);
     }
 
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = lowlat_testkit::alloc::allocations();
     for _ in 0..2000 {
         for r in &requests {
             exchange(&mut stream, r, 1, &mut buf);
@@ -130,7 +106,7 @@ fn app_requests_do_not_allocate_once_warm() {
     for _ in 0..200 {
         exchange(&mut stream, &pipelined, 64, &mut buf);
     }
-    let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let allocations = lowlat_testkit::alloc::allocations() - before;
     // 20,800 requests. The Date cache formats once per second (one allocation each), so allow a
     // handful for the seconds this takes.
     assert!(

@@ -4,37 +4,13 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: defers every operation to `System`, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: lowlat_testkit::alloc::Counting = lowlat_testkit::alloc::Counting;
 
 #[derive(Parser)]
 struct Cli {
@@ -151,7 +127,7 @@ fn no_allocation_per_cached_hit() {
         exchange(&mut stream, &pipelined, pipelined_len, &mut buf);
     }
 
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = lowlat_testkit::alloc::allocations();
     for _ in 0..2000 {
         for (r, &len) in requests.iter().zip(&sizes) {
             exchange(&mut stream, r, len, &mut buf);
@@ -160,7 +136,7 @@ fn no_allocation_per_cached_hit() {
     for _ in 0..200 {
         exchange(&mut stream, &pipelined, pipelined_len, &mut buf);
     }
-    let after = ALLOCATIONS.load(Ordering::SeqCst);
+    let after = lowlat_testkit::alloc::allocations();
     // 20,800 requests; the Date cache formats once per second (one allocation each).
     let allocations = after - before;
     assert!(

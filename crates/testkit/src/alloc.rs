@@ -1,0 +1,42 @@
+//! A counting global allocator. A test binary installs it with
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static GLOBAL: lowlat_testkit::alloc::Counting = lowlat_testkit::alloc::Counting;
+//! ```
+//!
+//! and reads [`allocations`] before and after the loop it watches. Every thread of the process
+//! is counted (the server's workers run in the test process), so a test compares counts over a
+//! loop in which its own client allocates nothing.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Defers to [`System`], counting `alloc` and `realloc` calls.
+pub struct Counting;
+
+// SAFETY: defers every operation to `System`, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Allocations (and reallocations) made by the whole process so far.
+#[must_use]
+pub fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::SeqCst)
+}
