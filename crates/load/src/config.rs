@@ -97,6 +97,21 @@ pub struct LoadConfig {
     /// Also keep a latency histogram per interval of this length (from the end of the warm-up),
     /// for HdrHistogram interval logs: [`crate::Report::intervals`]. `None`: only the total.
     pub latency_intervals: Option<Duration>,
+    /// How `https://` targets are reached: certificate verification and session resumption.
+    pub tls: TlsOptions,
+}
+
+/// TLS settings for `https://` targets (ignored for `http://`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// Accept any certificate, like curl's `-k`: the connection is encrypted but the server is
+    /// not authenticated.
+    pub insecure: bool,
+    /// Trust the certificates in this PEM file instead of the system's root store.
+    pub cacert: Option<std::path::PathBuf>,
+    /// Resume the TLS session on reconnects (an abbreviated handshake); `false` makes every new
+    /// connection a full handshake.
+    pub resume: bool,
 }
 
 impl Default for LoadConfig {
@@ -118,6 +133,7 @@ impl Default for LoadConfig {
             warmup: Duration::ZERO,
             pin_cpus: Vec::new(),
             latency_intervals: None,
+            tls: TlsOptions::default(),
         }
     }
 }

@@ -78,7 +78,7 @@ mod sys;
 pub mod text;
 mod worker;
 
-pub use config::{LoadConfig, Target};
+pub use config::{LoadConfig, Target, TlsOptions};
 pub use engine::{run, run_with_progress, Progress, PROGRESS_EVERY};
 pub use error::LoadError;
 pub use report::{ErrorCounts, LatencyInterval, LatencySummary, RateSummary, Report, StatusCounts};
