@@ -192,5 +192,6 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
         pin_cpus: args.pin.clone(),
         // One histogram per second in the log, as HdrHistogram's own tools write them.
         latency_intervals: args.hdr_log.as_ref().map(|_| Duration::from_secs(1)),
+        tls: crate::TlsOptions::default(),
     })
 }
