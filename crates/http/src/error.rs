@@ -41,6 +41,9 @@ pub enum ParseError {
     /// The client took longer than allowed to send the head or the body.
     #[error("request timed out")]
     Timeout,
+    /// Plain HTTP sent to a port that expects TLS (answered in clear, as nginx does).
+    #[error("plain HTTP request sent to a TLS port")]
+    PlainHttpOnTls,
 }
 
 impl ParseError {
@@ -52,7 +55,8 @@ impl ParseError {
             | Self::BadContentLength
             | Self::BadTransferEncoding
             | Self::BadChunk
-            | Self::BadHost => 400,
+            | Self::BadHost
+            | Self::PlainHttpOnTls => 400,
             Self::Timeout => 408,
             Self::BodyTooLarge => 413,
             Self::UriTooLong => 414,
@@ -80,6 +84,7 @@ mod tests {
             (BadHost, 400),
             (BodyTooLarge, 413),
             (Timeout, 408),
+            (PlainHttpOnTls, 400),
         ];
         for (err, status) in cases {
             assert_eq!(err.status(), status, "{err:?}");

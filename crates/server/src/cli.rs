@@ -2,6 +2,7 @@
 //! `75s`), assembling the service, signal handling, and the one-line errors.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -9,15 +10,33 @@ use std::sync::Arc;
 
 use crate::config::{self, ServerConfig};
 use crate::router::{RouteError, Router};
+use crate::tls::{CertPaths, CryptoBackend, TlsContext};
 use crate::{Server, ServerError, Service, WorkerInfo};
 
 /// Arguments of `lowlat serve`.
 #[derive(Debug, clap::Args)]
 #[allow(clippy::struct_excessive_bools)] // independent on/off flags
 pub struct ServeArgs {
-    /// Address to listen on, IPv4 or IPv6 (repeatable)
-    #[arg(short, long = "listen", value_name = "ADDR:PORT", default_value = config::DEFAULT_LISTEN)]
+    /// Address to listen on in clear, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8080 unless
+    /// --tls-listen is given]
+    #[arg(short, long = "listen", value_name = "ADDR:PORT")]
     pub listen: Vec<SocketAddr>,
+    /// Address to listen on with TLS (repeatable; needs --cert and --key)
+    #[arg(long = "tls-listen", value_name = "ADDR:PORT")]
+    pub tls_listen: Vec<SocketAddr>,
+    /// TLS certificate chain, PEM, leaf first (repeatable: each serves the names it lists, chosen
+    /// by SNI; the first is the default)
+    #[arg(long = "cert", value_name = "FILE")]
+    pub cert: Vec<PathBuf>,
+    /// Private key (PEM) of the --cert in the same position
+    #[arg(long = "key", value_name = "FILE")]
+    pub key: Vec<PathBuf>,
+    /// Time allowed from accept to a finished TLS handshake
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub tls_handshake_timeout: Duration,
+    /// Cryptography library under TLS
+    #[arg(long, value_name = "LIB", default_value = "aws-lc-rs", value_parser = parse_crypto)]
+    pub tls_crypto: CryptoBackend,
     /// Worker threads, one event loop each [default: number of CPUs]
     #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: Option<u16>,
@@ -71,8 +90,31 @@ impl ServeArgs {
     pub fn to_config(&self) -> Result<ServerConfig, String> {
         let size =
             |v: u64, flag: &str| usize::try_from(v).map_err(|_| format!("{flag} {v} is too large"));
+        let mut listen = self.listen.clone();
+        if listen.is_empty() && self.tls_listen.is_empty() {
+            listen.push(
+                config::DEFAULT_LISTEN
+                    .parse()
+                    .map_err(|_| "bad default address")?,
+            );
+        }
+        if self.cert.len() != self.key.len() {
+            return Err(format!(
+                "--cert and --key come in pairs ({} --cert, {} --key)",
+                self.cert.len(),
+                self.key.len()
+            ));
+        }
+        if self.tls_listen.is_empty() && !self.cert.is_empty() {
+            return Err("--cert is for --tls-listen, which is not given".into());
+        }
+        if !self.tls_listen.is_empty() && self.cert.is_empty() {
+            return Err("--tls-listen needs a certificate (--cert FILE --key FILE)".into());
+        }
         let mut cfg = ServerConfig {
-            listen: self.listen.clone(),
+            listen,
+            tls_listen: self.tls_listen.clone(),
+            tls_handshake_timeout: self.tls_handshake_timeout,
             pin: self.pin,
             backlog: self.backlog,
             max_conns_per_worker: self.max_conns,
@@ -94,6 +136,50 @@ impl ServeArgs {
             return Err("--max-uri must be smaller than --max-head".into());
         }
         Ok(cfg)
+    }
+
+    /// Loads the certificates, when TLS is asked for.
+    ///
+    /// # Errors
+    /// One line naming the file at fault.
+    pub fn tls_context(&self) -> Result<Option<Arc<TlsContext>>, String> {
+        if self.tls_listen.is_empty() {
+            return Ok(None);
+        }
+        let pairs: Vec<CertPaths> = self
+            .cert
+            .iter()
+            .zip(&self.key)
+            .map(|(cert, key)| CertPaths {
+                cert: cert.clone(),
+                key: key.clone(),
+            })
+            .collect();
+        let ctx = TlsContext::new(&pairs, self.tls_crypto, crate::tls::ALPN_HTTP1)
+            .map_err(|e| e.to_string())?;
+        Ok(Some(Arc::new(ctx)))
+    }
+}
+
+fn parse_crypto(text: &str) -> Result<CryptoBackend, String> {
+    match text {
+        "aws-lc-rs" => Ok(CryptoBackend::AwsLcRs),
+        "ring" => Ok(CryptoBackend::Ring),
+        _ => Err(format!("{text:?} is not a TLS library (aws-lc-rs or ring)")),
+    }
+}
+
+/// Warns, once per certificate, about one that has expired (it is served anyway: the operator
+/// may be about to replace it, and a server that refuses to start is worse than a warning).
+fn warn_expired(ctx: &TlsContext) {
+    for cert in &ctx.certificates().certs {
+        if cert.expired {
+            eprintln!(
+                "lowlat serve: warning: the certificate in {} expired on {} (served anyway)",
+                cert.paths.cert.display(),
+                cert.not_after
+            );
+        }
     }
 }
 
@@ -165,12 +251,18 @@ pub fn service(args: &ServeArgs) -> Result<Service, String> {
 /// # Errors
 /// Bind failures, bad configuration, a worker that failed.
 pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
-    let cfg = args.to_config().map_err(ServerError::Config)?;
+    let mut cfg = args.to_config().map_err(ServerError::Config)?;
+    let tls = args.tls_context().map_err(ServerError::Config)?;
+    if let Some(tls) = &tls {
+        warn_expired(tls);
+    }
+    cfg.tls.clone_from(&tls);
     let workers = cfg.workers;
     let server = Server::bind(cfg, service)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
     ])
     .map_err(ServerError::Signals)?;
     let running = server.start()?;
@@ -178,6 +270,7 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
         .local_addrs()
         .iter()
         .map(|a| format!("http://{a}"))
+        .chain(running.tls_addrs().iter().map(|a| format!("https://{a}")))
         .collect();
     eprintln!(
         "lowlat serve: listening on {} ({workers} worker{})",
@@ -189,7 +282,11 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
         .name("lowlat-signals".into())
         .spawn(move || {
             let mut count = 0;
-            for _ in signals.forever() {
+            for signal in signals.forever() {
+                if signal == signal_hook::consts::SIGHUP {
+                    reload(tls.as_deref());
+                    continue;
+                }
                 count += 1;
                 if count == 1 {
                     handle.shutdown();
@@ -200,6 +297,24 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
         })
         .map_err(ServerError::Signals)?;
     running.wait()
+}
+
+/// SIGHUP: re-reads the certificates; connections already open keep theirs.
+fn reload(tls: Option<&TlsContext>) {
+    let Some(tls) = tls else {
+        return;
+    };
+    match tls.reload() {
+        Ok(store) => {
+            eprintln!(
+                "lowlat serve: SIGHUP: reloaded {} certificate{}",
+                store.certs.len(),
+                if store.certs.len() == 1 { "" } else { "s" }
+            );
+            warn_expired(tls);
+        }
+        Err(e) => eprintln!("lowlat serve: SIGHUP: {e}; the certificates in use are kept"),
+    }
 }
 
 /// Parses a size: `512`, `16k`, `16K`, `16KiB`, `1m`, `1MiB`, `1g` (binary multiples).

@@ -2,9 +2,12 @@
 //! tests, read-only once the server starts.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lowlat_http::request::HeadLimits;
+
+use crate::tls::TlsContext;
 
 /// Default address: loopback, so a fresh `lowlat serve` is not exposed to the network.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -21,14 +24,22 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest pause between two writes that make progress (nginx: `send_timeout 60s`).
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a TLS handshake may take from accept (nginx bounds it by `client_header_timeout`).
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for requests in flight.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// The server's configuration.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Addresses to listen on; every worker gets its own `SO_REUSEPORT` socket for each.
+    /// Addresses to listen on in clear; every worker gets its own `SO_REUSEPORT` socket for each.
     pub listen: Vec<SocketAddr>,
+    /// Addresses to listen on with TLS, likewise; they need [`ServerConfig::tls`].
+    pub tls_listen: Vec<SocketAddr>,
+    /// Certificates and the rustls configuration for `tls_listen`, shared by every worker.
+    pub tls: Option<Arc<TlsContext>>,
+    /// Longest time from accept to a finished TLS handshake.
+    pub tls_handshake_timeout: Duration,
     /// Worker threads, each with its own event loop.
     pub workers: usize,
     /// Pin worker `i` to the `i`-th CPU this process may run on.
@@ -51,6 +62,9 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: vec![DEFAULT_LISTEN.parse().expect("valid default address")],
+            tls_listen: Vec::new(),
+            tls: None,
+            tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
             workers: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             pin: false,
             backlog: DEFAULT_BACKLOG,
@@ -75,6 +89,7 @@ impl ServerConfig {
             self.header_timeout,
             self.body_timeout,
             self.write_timeout,
+            self.tls_handshake_timeout,
         ]
         .into_iter()
         .min()

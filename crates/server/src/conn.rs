@@ -12,25 +12,25 @@
 //! keep-alive connection holds none); after a [`ParseError`] nothing more is read as a request
 //! and the connection is closed once the error response is out.
 
-use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io;
 use std::time::{Duration, Instant};
 
+use crate::handler::{FileBody, Response};
+use crate::transport::{ReadFailure, Transport};
+use crate::worker::WorkerCtx;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
 use lowlat_http::request::{header_slots, parse_request};
 use lowlat_http::{ParseError, Status, Version};
-use mio::net::TcpStream;
-
-use crate::handler::{FileBody, Response};
-use crate::worker::WorkerCtx;
 
 /// Stop answering pipelined requests once this much output is waiting; the rest are answered
 /// after it is written. Bounds the output buffer of a client that pipelines thousands.
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;
 
-/// Most bytes `sendfile` sends for one connection before the worker turns to the others, so a
-/// fast reader of a big file cannot monopolise the loop.
+/// Most file bytes sent for one connection before the worker turns to the others, so a fast
+/// reader of a big file cannot monopolise the loop. Over TLS each byte is also read and
+/// encrypted here, so a turn is shorter.
 const SENDFILE_TURN_BYTES: u64 = 512 * 1024;
+const TLS_FILE_TURN_BYTES: u64 = 256 * 1024;
 
 /// How long a closing connection reads and discards what the client still sends, so the close
 /// does not become a reset that destroys the response in flight (nginx: `lingering_time`).
@@ -43,6 +43,8 @@ const CHUNK_FRAMING_ALLOWANCE: usize = 64 * 1024;
 /// What the connection is waiting for; decides which timeout applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wait {
+    /// For the TLS handshake to complete (handshake timeout, from accept).
+    Handshake,
     /// Between requests (keep-alive timeout).
     Idle,
     /// Inside a request head (header timeout, from its first byte).
@@ -73,7 +75,8 @@ struct ChunkState {
 
 /// One client connection.
 pub(crate) struct Conn {
-    pub(crate) stream: TcpStream,
+    /// The socket, in clear or under TLS.
+    pub(crate) io: Transport,
     /// Read buffer, fully initialised; `rlen` bytes of it hold data. Empty (no capacity) while
     /// the connection has no unanswered bytes.
     rbuf: Vec<u8>,
@@ -115,9 +118,16 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: TcpStream, now: Instant, keepalive: Duration) -> Self {
+    /// A connection just accepted; `first_deadline` is the keep-alive deadline in clear and the
+    /// handshake deadline over TLS.
+    pub(crate) fn new(io: Transport, now: Instant, first_deadline: Duration) -> Self {
+        let wait = if io.is_handshaking() {
+            Wait::Handshake
+        } else {
+            Wait::Idle
+        };
         Self {
-            stream,
+            io,
             rbuf: Vec::new(),
             rlen: 0,
             wbuf: Vec::new(),
@@ -136,8 +146,8 @@ impl Conn {
             fin_seen: false,
             closed: false,
             head_started: now,
-            wait: Wait::Idle,
-            deadline: now + keepalive,
+            wait,
+            deadline: now + first_deadline,
         }
     }
 
@@ -222,10 +232,9 @@ impl Conn {
         if self.rlen == self.rbuf.len() && !self.grow_read_buffer(ctx) {
             return ReadOutcome::Closed;
         }
-        let spare = self.rbuf.len() - self.rlen;
         loop {
-            return match self.stream.read(&mut self.rbuf[self.rlen..]) {
-                Ok(0) => {
+            return match self.io.read(&mut self.rbuf[self.rlen..]) {
+                Ok(r) if r.n == 0 => {
                     self.read_ready = false;
                     if self.lingering
                         || self.rlen == 0 && self.wpos == self.wbuf.len() && self.file.is_none()
@@ -238,10 +247,11 @@ impl Conn {
                     self.unparsed = self.rlen > 0;
                     ReadOutcome::Drained
                 }
-                Ok(n) => {
+                Ok(r) => {
+                    let n = r.n;
                     if self.lingering {
                         // Discarded: only the client's close matters now.
-                        self.read_ready = n == spare || self.fin_seen;
+                        self.read_ready = r.more || self.fin_seen;
                         return if self.read_ready {
                             ReadOutcome::Data
                         } else {
@@ -253,7 +263,7 @@ impl Conn {
                     }
                     self.rlen += n;
                     self.unparsed = true;
-                    if n < spare && !self.fin_seen {
+                    if !r.more && !self.fin_seen {
                         self.read_ready = false;
                         ReadOutcome::Drained
                     } else {
@@ -265,7 +275,14 @@ impl Conn {
                     ReadOutcome::Drained
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
+                Err(e) => {
+                    if self.io.classify(&e) == ReadFailure::PlainHttpOnTls {
+                        // nginx's answer: 400 in clear, then close.
+                        self.fail(ctx, ParseError::PlainHttpOnTls);
+                        self.lingering = true;
+                        self.unparsed = false;
+                        return ReadOutcome::Drained;
+                    }
                     self.close_now(ctx);
                     ReadOutcome::Closed
                 }
@@ -493,17 +510,21 @@ impl Conn {
         if self.write_blocked {
             return false;
         }
+        match self.io.flush_pending() {
+            Ok(true) => {}
+            Ok(false) => {
+                self.write_blocked = true;
+                return false;
+            }
+            Err(_) => {
+                self.close_now(ctx);
+                return false;
+            }
+        }
         while self.wpos < self.wbuf.len() {
             let pending = &self.wbuf[self.wpos..];
-            let written = if self.file.is_some() {
-                // The head of a file response: MSG_MORE lets it leave in the same segments as
-                // the file's first bytes (nginx's `tcp_nopush`), instead of a small segment of
-                // its own ahead of them.
-                send_more(&self.stream, pending)
-            } else {
-                self.stream.write(pending)
-            };
-            match written {
+            // With a file to follow, the head may wait to leave with the file's first bytes.
+            match self.io.write(pending, self.file.is_some()) {
                 Ok(0) => {
                     self.close_now(ctx);
                     return false;
@@ -535,69 +556,67 @@ impl Conn {
         if self.file.is_some() {
             return self.send_file(ctx);
         }
+        if self.io.has_pending() {
+            // Encrypted but not on the wire: the socket is full.
+            self.write_blocked = true;
+            self.wrote = true;
+            return false;
+        }
         true
     }
 
-    /// Sends the pending file region with `sendfile(2)`, a turn's worth at a time.
+    /// Sends the pending file region (`sendfile(2)` in clear, read and encrypted over TLS), a
+    /// turn's worth at a time.
     fn send_file(&mut self, ctx: &mut WorkerCtx<'_>) -> bool {
         let Some(file) = self.file.as_mut() else {
             return true;
         };
+        let turn = if self.io.is_tls() {
+            TLS_FILE_TURN_BYTES
+        } else {
+            SENDFILE_TURN_BYTES
+        };
         let mut sent_this_turn = 0u64;
         while file.len > 0 {
-            if sent_this_turn >= SENDFILE_TURN_BYTES {
+            if sent_this_turn >= turn {
                 ctx.deferred.push(ctx.token);
                 return false;
             }
-            let chunk = file.len.min(SENDFILE_TURN_BYTES);
-            let Ok(mut offset) = libc::off_t::try_from(file.offset) else {
-                self.close_now(ctx);
-                return false;
-            };
-            // SAFETY: both descriptors are open for the duration of the call (the stream and the
-            // `Rc<File>` are owned here), `offset` is a valid `off_t` we own, and `sendfile` does
-            // not retain any pointer after returning.
-            let n = unsafe {
-                libc::sendfile(
-                    self.stream.as_raw_fd(),
-                    file.file.as_raw_fd(),
-                    &raw mut offset,
-                    usize::try_from(chunk).unwrap_or(usize::MAX),
-                )
-            };
-            match n {
-                n if n > 0 => {
-                    let n = n.unsigned_abs() as u64;
-                    file.offset += n;
-                    file.len -= n;
-                    sent_this_turn += n;
-                    self.wrote = true;
-                }
-                0 => {
+            let chunk = file.len.min(turn);
+            match self
+                .io
+                .send_file(&file.file, file.offset, chunk, ctx.file_chunk)
+            {
+                Ok(0) => {
                     // The file is shorter than the Content-Length we announced: closing is the
                     // only way to not send a body of the wrong length.
                     self.close_now(ctx);
                     return false;
                 }
-                _ => {
-                    let err = io::Error::last_os_error();
-                    match err.kind() {
-                        io::ErrorKind::WouldBlock => {
-                            self.write_blocked = true;
-                            return false;
-                        }
-                        io::ErrorKind::Interrupted => {}
-                        _ => {
-                            self.close_now(ctx);
-                            return false;
-                        }
-                    }
+                Ok(n) => {
+                    file.offset += n;
+                    file.len -= n;
+                    sent_this_turn += n;
+                    self.wrote = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.write_blocked = true;
+                    return false;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close_now(ctx);
+                    return false;
                 }
             }
         }
         self.file = None;
         // Requests pipelined behind the file can be answered now.
         self.unparsed = self.rlen > 0;
+        if self.io.has_pending() {
+            self.write_blocked = true;
+            return false;
+        }
         true
     }
 
@@ -605,11 +624,13 @@ impl Conn {
     /// when the client may still be sending (so it reads our answer instead of a reset).
     fn finish_close(&mut self, ctx: &mut WorkerCtx<'_>) {
         if !self.lingering {
+            self.io.close_notify();
             self.close_now(ctx);
             return;
         }
         if self.wait != Wait::Linger {
-            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+            self.io.close_notify();
+            self.io.shutdown_write();
             self.wait = Wait::Linger;
             self.deadline = ctx.now + LINGER_TIMEOUT;
             self.rlen = 0;
@@ -622,7 +643,7 @@ impl Conn {
             return;
         }
         self.closed = true;
-        let _ = ctx.registry.deregister(&mut self.stream);
+        let _ = ctx.registry.deregister(self.io.socket());
         self.give_back(ctx);
     }
 
@@ -655,6 +676,9 @@ impl Conn {
         }
         let (wait, deadline) = if self.closing && self.lingering && self.wait == Wait::Linger {
             return;
+        } else if self.wait == Wait::Handshake && self.io.is_handshaking() {
+            // A total deadline from accept: a client that trickles a handshake is a slowloris.
+            return;
         } else if self.write_blocked {
             let progressed = std::mem::take(&mut self.wrote);
             if self.wait == Wait::Write && !progressed {
@@ -679,21 +703,12 @@ impl Conn {
                 self.fail(ctx, ParseError::Timeout);
                 self.drive_close(ctx);
             }
-            Wait::Idle | Wait::Write | Wait::Linger => self.close_now(ctx),
+            Wait::Idle => {
+                // Over TLS, say that the stream ends here (a graceful shutdown's idle close).
+                self.io.close_notify();
+                self.close_now(ctx);
+            }
+            Wait::Handshake | Wait::Write | Wait::Linger => self.close_now(ctx),
         }
     }
-}
-
-/// `send(2)` with `MSG_MORE`: more data (the file) follows at once.
-fn send_more(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is a valid slice for the duration of the call and the descriptor is open.
-    let n = unsafe {
-        libc::send(
-            stream.as_raw_fd(),
-            buf.as_ptr().cast(),
-            buf.len(),
-            libc::MSG_MORE | libc::MSG_NOSIGNAL,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }

@@ -1,4 +1,5 @@
-//! lowlat's HTTP/1.1 server: a thread-per-core engine and the handlers mounted on it.
+//! lowlat's HTTP/1.1 server, in clear and over TLS: a thread-per-core engine and the handlers
+//! mounted on it.
 //!
 //! Each worker thread owns an event loop, its listening sockets (`SO_REUSEPORT`), its connections
 //! and their buffers; a request never crosses threads. The codec (`lowlat-http`) parses and
@@ -7,8 +8,11 @@
 //! # Layout
 //! - [`config`]: every setting and its default.
 //! - `listener`: binding the per-worker `SO_REUSEPORT` sockets.
+//! - `transport`: the transport layer — bytes in clear or through TLS, under the protocol layer.
+//! - [`tls`]: the shared rustls configuration, certificates chosen by SNI, reload.
 //! - `worker`: one thread's event loop: accept, drive connections, sweep deadlines, shut down.
-//! - `conn`: one connection's read → answer every request → one write cycle, bodies, closing.
+//! - `conn`: the HTTP/1.1 protocol layer: one connection's read → answer every request → one
+//!   write cycle, bodies, closing — over whichever transport it was accepted on.
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
@@ -27,6 +31,8 @@ pub mod handler;
 mod listener;
 mod pool;
 pub mod router;
+pub mod tls;
+mod transport;
 mod worker;
 
 use std::net::SocketAddr;
@@ -72,6 +78,8 @@ pub struct Server {
     cfg: Arc<ServerConfig>,
     listeners: Vec<Vec<std::net::TcpListener>>,
     addrs: Vec<SocketAddr>,
+    /// The first `plain_count` addresses are in clear, the rest TLS.
+    plain_count: usize,
     service: Service,
 }
 
@@ -85,23 +93,37 @@ impl Server {
         if cfg.workers == 0 {
             return Err(ServerError::Config("--workers must be at least 1".into()));
         }
-        if cfg.listen.is_empty() {
+        if cfg.listen.is_empty() && cfg.tls_listen.is_empty() {
             return Err(ServerError::Config("no address to listen on".into()));
         }
-        let (listeners, addrs) = listener::bind_all(&cfg.listen, cfg.workers, cfg.backlog)
+        if !cfg.tls_listen.is_empty() && cfg.tls.is_none() {
+            return Err(ServerError::Config(
+                "--tls-listen needs a certificate (--cert and --key)".into(),
+            ));
+        }
+        let all: Vec<SocketAddr> = cfg.listen.iter().chain(&cfg.tls_listen).copied().collect();
+        let (listeners, addrs) = listener::bind_all(&all, cfg.workers, cfg.backlog)
             .map_err(|(addr, source)| ServerError::Bind { addr, source })?;
+        let plain_count = cfg.listen.len();
         Ok(Self {
             cfg: Arc::new(cfg),
             listeners,
             addrs,
+            plain_count,
             service,
         })
     }
 
-    /// The addresses actually bound (port 0 resolved).
+    /// The addresses actually bound in clear (port 0 resolved).
     #[must_use]
     pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs
+        &self.addrs[..self.plain_count]
+    }
+
+    /// The addresses actually bound with TLS (port 0 resolved).
+    #[must_use]
+    pub fn tls_addrs(&self) -> &[SocketAddr] {
+        &self.addrs[self.plain_count..]
     }
 
     /// Starts the workers.
@@ -125,7 +147,11 @@ impl Server {
                 poll,
                 listeners: listeners
                     .into_iter()
-                    .map(mio::net::TcpListener::from_std)
+                    .enumerate()
+                    .map(|(i, sock)| worker::Listener {
+                        sock: mio::net::TcpListener::from_std(sock),
+                        tls: i >= self.plain_count,
+                    })
                     .collect(),
                 shutdown: Arc::clone(&shutdown),
             };
@@ -149,6 +175,7 @@ impl Server {
         }
         Ok(Running {
             addrs: self.addrs,
+            plain_count: self.plain_count,
             shutdown: ShutdownHandle {
                 flag: shutdown,
                 wakers,
@@ -179,15 +206,22 @@ impl ShutdownHandle {
 /// A started server.
 pub struct Running {
     addrs: Vec<SocketAddr>,
+    plain_count: usize,
     shutdown: ShutdownHandle,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
 }
 
 impl Running {
-    /// The addresses the server listens on.
+    /// The addresses the server listens on in clear.
     #[must_use]
     pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs
+        &self.addrs[..self.plain_count]
+    }
+
+    /// The addresses the server listens on with TLS.
+    #[must_use]
+    pub fn tls_addrs(&self) -> &[SocketAddr] {
+        &self.addrs[self.plain_count..]
     }
 
     /// A handle that starts a graceful shutdown.

@@ -22,6 +22,7 @@ use crate::config::ServerConfig;
 use crate::conn::{Conn, Wait};
 use crate::pool::BufferPool;
 use crate::router::Router;
+use crate::transport::Transport;
 
 /// Token of the waker that announces shutdown.
 pub(crate) const WAKER: Token = Token(usize::MAX - 1);
@@ -41,6 +42,8 @@ pub(crate) struct WorkerCtx<'a> {
     pub(crate) date: &'a DateCache,
     /// Reused buffer for rendering bodies.
     pub(crate) scratch: &'a mut Vec<u8>,
+    /// Reused buffer for file chunks on their way into TLS records.
+    pub(crate) file_chunk: &'a mut Vec<u8>,
     /// Connections to drive again after this turn (their file send yielded).
     pub(crate) deferred: &'a mut Vec<Token>,
     /// The connection being driven.
@@ -50,12 +53,18 @@ pub(crate) struct WorkerCtx<'a> {
     pub(crate) shutting_down: bool,
 }
 
+/// A listening socket and whether what it accepts speaks TLS.
+pub(crate) struct Listener {
+    pub(crate) sock: TcpListener,
+    pub(crate) tls: bool,
+}
+
 /// A worker, ready to run on its own thread.
 pub(crate) struct Worker {
     pub(crate) index: usize,
     pub(crate) cfg: Arc<ServerConfig>,
     pub(crate) poll: Poll,
-    pub(crate) listeners: Vec<TcpListener>,
+    pub(crate) listeners: Vec<Listener>,
     pub(crate) shutdown: Arc<AtomicBool>,
 }
 
@@ -67,13 +76,14 @@ impl Worker {
         for (i, l) in self.listeners.iter_mut().enumerate() {
             self.poll
                 .registry()
-                .register(l, Token(i), Interest::READABLE)?;
+                .register(&mut l.sock, Token(i), Interest::READABLE)?;
         }
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         let mut conns: Slab<Conn> = Slab::new();
         let mut pool = BufferPool::default();
         let mut date = DateCache::new();
         let mut scratch = Vec::new();
+        let mut file_chunk = Vec::new();
         let mut deferred = Vec::new();
         let mut deferred_now = Vec::new();
         let sweep_every =
@@ -103,7 +113,7 @@ impl Worker {
                 shutting_down = true;
                 grace_deadline = Some(now + cfg.grace);
                 for l in &mut self.listeners {
-                    let _ = self.poll.registry().deregister(l);
+                    let _ = self.poll.registry().deregister(&mut l.sock);
                 }
                 self.listeners.clear();
                 next_sweep = now; // close idle connections right away
@@ -137,6 +147,7 @@ impl Worker {
                     router: &mut router,
                     date: &date,
                     scratch: &mut scratch,
+                    file_chunk: &mut file_chunk,
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -168,6 +179,7 @@ impl Worker {
                     router: &mut router,
                     date: &date,
                     scratch: &mut scratch,
+                    file_chunk: &mut file_chunk,
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -189,6 +201,7 @@ impl Worker {
                     router: &mut router,
                     date: &date,
                     scratch: &mut scratch,
+                    file_chunk: &mut file_chunk,
                     deferred: &mut deferred,
                     token: Token(0),
                     worker: self.index,
@@ -241,7 +254,7 @@ impl Worker {
 /// it, `Some(true)` when the process ran out of descriptors or memory (back off), `None` when
 /// the backlog was drained.
 fn accept_all(
-    listener: &TcpListener,
+    listener: &Listener,
     conns: &mut Slab<Conn>,
     registry: &Registry,
     cfg: &ServerConfig,
@@ -251,17 +264,28 @@ fn accept_all(
         if conns.len() >= cfg.max_conns_per_worker {
             return Some(false);
         }
-        match listener.accept() {
+        match listener.sock.accept() {
             Ok((mut stream, _)) => {
                 let _ = stream.set_nodelay(true);
                 let entry = conns.vacant_entry();
                 let token = Token(entry.key() + FIRST_CONN);
                 if registry
                     .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
-                    .is_ok()
+                    .is_err()
                 {
-                    entry.insert(Conn::new(stream, now, cfg.keepalive_timeout));
+                    continue;
                 }
+                let (io, first_deadline) = match (&cfg.tls, listener.tls) {
+                    (Some(tls), true) => match tls.accept() {
+                        Ok(session) => (Transport::tls(stream, session), cfg.tls_handshake_timeout),
+                        Err(_) => {
+                            let _ = registry.deregister(&mut stream);
+                            continue;
+                        }
+                    },
+                    _ => (Transport::Plain(stream), cfg.keepalive_timeout),
+                };
+                entry.insert(Conn::new(io, now, first_deadline));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
             Err(e) => match e.raw_os_error() {

@@ -97,7 +97,13 @@ impl Pki {
     #[must_use]
     pub fn leaf(&self, file: &str, names: &[&str], kind: KeyKind) -> CertFiles {
         let now = OffsetDateTime::now_utc();
-        self.leaf_valid(file, names, kind, now - Duration::days(1), now + Duration::days(30))
+        self.leaf_valid(
+            file,
+            names,
+            kind,
+            now - Duration::days(1),
+            now + Duration::days(30),
+        )
     }
 
     /// Like [`Pki::leaf`], but expired yesterday.
@@ -125,7 +131,9 @@ impl Pki {
         let mut params = leaf_params(names);
         params.not_before = not_before;
         params.not_after = not_after;
-        let cert = params.signed_by(&key, &self.issuer).expect("leaf certificate");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("leaf certificate");
         let chain = format!("{}{}", cert.pem(), self.ca_pem);
         self.write(file, &chain, &key.serialize_pem(), cert.der().to_vec())
     }

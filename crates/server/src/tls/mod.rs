@@ -1,0 +1,154 @@
+//! TLS for `serve`: the rustls configuration every worker shares, the certificates it presents
+//! (chosen by SNI, re-read on SIGHUP), and the errors a bad certificate setup gives.
+//!
+//! What this module does not do: moving bytes. A connection's encryption is driven by the
+//! transport layer (`crate::transport`) from the worker's own event loop — rustls is a sans-I/O
+//! state machine, so there is no second runtime and no thread hop. kTLS would slot in there as a
+//! third transport once a handshake is done; this machine's kernel does not offer the `tls` ULP,
+//! so it is not built.
+//!
+//! Choices, each a deliberate default:
+//! - TLS 1.3 and 1.2 only, with rustls's cipher suites (AEADs with forward secrecy only: AES-GCM
+//!   and ChaCha20-Poly1305).
+//! - ALPN offers `http/1.1` (the list is a parameter, so `h2` is one more entry).
+//! - Resumption: stateless tickets whose key rotates (every 6 hours, the previous key still
+//!   accepted) and lives only in this process — a restart invalidates them, nothing is written to
+//!   disk. TLS 1.2 session IDs use a bounded in-memory cache. No 0-RTT data (replayable).
+//! - One TLS 1.3 ticket per full handshake instead of rustls's two: browsers reuse one, and each
+//!   costs an encryption and a record on every full handshake.
+
+mod certs;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::ServerSessionMemoryCache;
+
+use certs::SniResolver;
+pub use certs::{CertPaths, CertStore, LoadedCert};
+
+/// ALPN for a server that speaks HTTP/1.1 only.
+pub const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
+
+/// TLS 1.2 sessions remembered for ID-based resumption (about 100 bytes each).
+const SESSION_CACHE_ENTRIES: usize = 10_240;
+
+/// Which cryptography library rustls uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CryptoBackend {
+    /// AWS-LC (BoringSSL's descendant): assembly for AES-GCM and P-256 on x86-64 and ARM.
+    #[default]
+    AwsLcRs,
+    /// *ring*.
+    Ring,
+}
+
+impl CryptoBackend {
+    fn provider(self) -> CryptoProvider {
+        match self {
+            Self::AwsLcRs => rustls::crypto::aws_lc_rs::default_provider(),
+            Self::Ring => rustls::crypto::ring::default_provider(),
+        }
+    }
+
+    fn ticketer(self) -> Result<Arc<dyn rustls::server::ProducesTickets>, rustls::Error> {
+        match self {
+            Self::AwsLcRs => rustls::crypto::aws_lc_rs::Ticketer::new(),
+            Self::Ring => rustls::crypto::ring::Ticketer::new(),
+        }
+    }
+
+    /// The name used on the command line.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AwsLcRs => "aws-lc-rs",
+            Self::Ring => "ring",
+        }
+    }
+}
+
+/// Why TLS could not be set up. Every variant names the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("no certificate: --tls-listen needs --cert and --key")]
+    NoCertificate,
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {reason}", path.display())]
+    BadPem { path: PathBuf, reason: String },
+    #[error("{}: unusable private key: {reason}", path.display())]
+    BadKey { path: PathBuf, reason: String },
+    #[error("the key in {} does not match the certificate in {}", key.display(), cert.display())]
+    KeyMismatch { cert: PathBuf, key: PathBuf },
+    #[error("TLS setup failed: {0}")]
+    Setup(#[from] rustls::Error),
+}
+
+/// The TLS state shared by every worker: one rustls configuration, its certificates, and the
+/// files to re-read them from.
+#[derive(Debug)]
+pub struct TlsContext {
+    config: Arc<rustls::ServerConfig>,
+    resolver: Arc<SniResolver>,
+    provider: Arc<CryptoProvider>,
+    pairs: Vec<CertPaths>,
+}
+
+impl TlsContext {
+    /// Loads the certificates and builds the configuration.
+    ///
+    /// # Errors
+    /// [`TlsError`] for an unusable certificate or key.
+    pub fn new(
+        pairs: &[CertPaths],
+        backend: CryptoBackend,
+        alpn: &[&[u8]],
+    ) -> Result<Self, TlsError> {
+        let provider = Arc::new(backend.provider());
+        let store = CertStore::load(pairs, &provider)?;
+        let resolver = Arc::new(SniResolver::new(store));
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+            .with_no_client_auth()
+            .with_cert_resolver(
+                Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>
+            );
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        config.ticketer = backend.ticketer()?;
+        config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
+        config.send_tls13_tickets = 1;
+        Ok(Self {
+            config: Arc::new(config),
+            resolver,
+            provider,
+            pairs: pairs.to_vec(),
+        })
+    }
+
+    /// The certificates now in use.
+    #[must_use]
+    pub fn certificates(&self) -> Arc<CertStore> {
+        self.resolver.current()
+    }
+
+    /// Re-reads every certificate and key from the same files. On success new handshakes get
+    /// them (connections already open keep theirs); on failure the old ones stay in use.
+    ///
+    /// # Errors
+    /// As [`TlsContext::new`], for the first unusable pair.
+    pub fn reload(&self) -> Result<Arc<CertStore>, TlsError> {
+        let store = CertStore::load(&self.pairs, &self.provider)?;
+        self.resolver.replace(store);
+        Ok(self.resolver.current())
+    }
+
+    /// A server-side TLS state machine for a connection just accepted.
+    pub(crate) fn accept(&self) -> Result<rustls::ServerConnection, rustls::Error> {
+        rustls::ServerConnection::new(Arc::clone(&self.config))
+    }
+}
