@@ -13,6 +13,8 @@ use lowlat_server::{Running, Server, ServerConfig, Service};
 /// A server running in this process, shut down when dropped.
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The TLS address, when the config has one.
+    pub tls_addr: Option<SocketAddr>,
     running: Option<Running>,
 }
 
@@ -25,8 +27,10 @@ impl TestServer {
         let server = Server::bind(cfg, service).expect("bind");
         let running = server.start().expect("start");
         let addr = running.local_addrs()[0];
+        let tls_addr = running.tls_addrs().first().copied();
         Self {
             addr,
+            tls_addr,
             running: Some(running),
         }
     }
@@ -208,4 +212,99 @@ pub fn roundtrip(addr: SocketAddr, request: &[u8]) -> Option<Reply> {
 /// `GET path` with a Host header.
 pub fn get(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").into_bytes()
+}
+
+/// A config with a clear and a TLS listener on ephemeral ports, serving `certs` (the first is
+/// the default).
+pub fn tls_config(workers: usize, certs: &[&lowlat_testkit::pki::CertFiles]) -> ServerConfig {
+    let pairs: Vec<lowlat_server::tls::CertPaths> = certs
+        .iter()
+        .map(|c| lowlat_server::tls::CertPaths {
+            cert: c.cert.clone(),
+            key: c.key.clone(),
+        })
+        .collect();
+    let tls = lowlat_server::tls::TlsContext::new(
+        &pairs,
+        lowlat_server::tls::CryptoBackend::default(),
+        lowlat_server::tls::ALPN_HTTP1,
+    )
+    .expect("TLS context");
+    ServerConfig {
+        tls_listen: vec!["127.0.0.1:0".parse().unwrap()],
+        tls: Some(Arc::new(tls)),
+        ..config(workers)
+    }
+}
+
+/// A rustls client configuration trusting `ca` (PEM file), for the given protocol versions.
+pub fn client_config(
+    ca: &std::path::Path,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(cfg)
+}
+
+/// A blocking TLS client stream.
+pub type TlsClient = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// Connects and completes the handshake for `name`.
+pub fn tls_connect(addr: SocketAddr, name: &str, cfg: &Arc<rustls::ClientConfig>) -> TlsClient {
+    let sock = TcpStream::connect(addr).expect("connect");
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    sock.set_nodelay(true).unwrap();
+    let conn = rustls::ClientConnection::new(
+        Arc::clone(cfg),
+        rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap(),
+    )
+    .unwrap();
+    let mut stream = rustls::StreamOwned::new(conn, sock);
+    while stream.conn.is_handshaking() {
+        stream
+            .conn
+            .complete_io(&mut stream.sock)
+            .expect("TLS handshake");
+    }
+    stream
+}
+
+/// Reads one response with a Content-Length body (or none) off any reader.
+pub fn read_response_from(stream: &mut impl Read) -> (String, Vec<u8>) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut byte).expect("read head");
+        assert!(
+            n > 0,
+            "closed inside a head: {:?}",
+            String::from_utf8_lossy(&head)
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let len = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).expect("read body");
+    (head, body)
 }
