@@ -175,7 +175,7 @@ impl Transport {
     ) -> io::Result<u64> {
         match self {
             Self::Plain(s) => sendfile(s, file, offset, len),
-            Self::Tls(t) if t.cleartext => sendfile(&mut t.sock, file, offset, len),
+            Self::Tls(t) if t.cleartext => sendfile(&t.sock, file, offset, len),
             Self::Tls(t) => t.send_file(file, offset, len, chunk_buf),
         }
     }
