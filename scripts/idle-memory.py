@@ -8,6 +8,13 @@ the whole response and then stay silent, read the RSS again, and print (after - 
   scripts/idle-memory.py --lowlat "target/release/lowlat serve --workers 1 --listen 127.0.0.1:{port}" \
       --targets lowlat,nginx,h2o --conns 10000
 
+With --tls, every connection is a TLS session (a full handshake each, no resumption) to the
+target's TLS port (its port + 1000, as in compare.py); --lowlat may then use {tls_port}, {cert}
+and {key}:
+
+  scripts/idle-memory.py --tls --conns 1024 --lowlat "target/release/lowlat serve --workers 1 \
+      --listen 127.0.0.1:{port} --tls-listen 127.0.0.1:{tls_port} --cert {cert} --key {key}"
+
 Peers are started by the anchors' compare.py (ANCHORS, default ../shared/anchors beside the
 repository), which must have been set up with its setup.sh.
 """
@@ -16,6 +23,7 @@ import importlib.util
 import os
 import resource
 import socket
+import ssl
 import sys
 import tempfile
 import time
@@ -70,6 +78,7 @@ def main():
     ap.add_argument("--targets", default="lowlat,nginx,h2o")
     ap.add_argument("--conns", type=int, default=10000)
     ap.add_argument("--path", default="/100.html")
+    ap.add_argument("--tls", action="store_true", help="TLS connections to the TLS port")
     args = ap.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = args.conns + 1000 if hard == resource.RLIM_INFINITY else min(args.conns + 1000, hard)
@@ -78,6 +87,13 @@ def main():
     run_dir = tempfile.mkdtemp(prefix="lowlat-idle-")
     www = os.path.join(run_dir, "www")
     os.makedirs(www)
+    cmp.make_cert(run_dir)
+    tls_ctx = None
+    if args.tls:
+        # The peers' and lowlat's certificate is self-signed: encrypt, do not authenticate.
+        tls_ctx = ssl.create_default_context()
+        tls_ctx.check_hostname = False
+        tls_ctx.verify_mode = ssl.CERT_NONE
     with open(os.path.join(www, "100.html"), "wb") as f:
         f.write(b"X" * 99 + b"\n")
     print("| target | idle conns | RSS before MiB | RSS after MiB | KiB per idle conn |")
@@ -90,8 +106,11 @@ def main():
             before = rss_kb(srv.rss_pids())
             socks = []
             request = f"GET {args.path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+            port = srv.port + cmp.TLS_PORT_OFFSET if args.tls else srv.port
             for _ in range(args.conns):
-                s = socket.create_connection(("127.0.0.1", srv.port))
+                s = socket.create_connection(("127.0.0.1", port))
+                if tls_ctx:
+                    s = tls_ctx.wrap_socket(s, server_hostname="localhost")
                 s.sendall(request)
                 read_response(s)
                 socks.append(s)

@@ -45,6 +45,16 @@ def register_extra_targets(compare, specs):
     return extra
 
 
+def cell_url(compare, scenario, port, path):
+    """The URL a scenario loads, and whether each request closes its connection: TLS scenarios go
+    to the target's TLS port (its port + compare.TLS_PORT_OFFSET), tls-handshake with a full
+    handshake per request, as compare.py does."""
+    if scenario.startswith("tls-"):
+        return (f"https://127.0.0.1:{port + compare.TLS_PORT_OFFSET}{path}",
+                scenario == "tls-handshake")
+    return f"http://127.0.0.1:{port}{path}", False
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--anchors", default="../shared/anchors", help="directory holding compare.py")
@@ -84,6 +94,7 @@ def main():
     run_dir = os.path.join(compare.tempfile.gettempdir(), f"lowlat-interleaved-{os.getuid()}")
     www = os.path.join(run_dir, "www")
     os.makedirs(www, exist_ok=True)
+    compare.make_cert(run_dir)
     shutil.copy(os.path.join(compare.HERE, "www", "100.html"), www)
     with open(os.path.join(www, "1m.bin"), "wb") as f:
         f.write(bytes(range(256)) * 4096)
@@ -101,20 +112,24 @@ def main():
     results = {}  # (scenario, conns, target) -> [records], one per round
     try:
         for t in targets:
-            srv = (compare.Server(t, extra[t].format(port=compare.PORTS[t]).split(), run_dir) if t in extra
+            port = compare.PORTS[t]
+            cmd = extra.get(t, "").format(port=port, www=www, tls_port=port + compare.TLS_PORT_OFFSET,
+                                          cert=os.path.join(run_dir, "cert.pem"),
+                                          key=os.path.join(run_dir, "key.pem"))
+            srv = (compare.Server(t, cmd.split(), run_dir) if t in extra
                    else compare.make_server(t, args, run_dir, www))
             compare.log(f"starting {t}")
             srv.start()
             servers[t] = srv
-        for path, t in sorted({(c[1], c[4]) for c in cells}):  # warm-up
-            url = f"http://127.0.0.1:{servers[t].port}{path}"
-            compare.subprocess.run(compare.wrk_argv(url, 64, 1, 2), capture_output=True, timeout=60)
+        for s, path, _, _, t in sorted({(c[0], c[1], 0, 0, c[4]) for c in cells}):  # warm-up
+            url, close = cell_url(compare, s, servers[t].port, path)
+            compare.subprocess.run(compare.wrk_argv(url, 64, 1, 2, close), capture_output=True, timeout=60)
         for rep in range(args.reps):
             compare.log(f"round {rep + 1} of {args.reps}")
             for s, path, depth, conns, t in cells:
-                url = f"http://127.0.0.1:{servers[t].port}{path}"
+                url, close = cell_url(compare, s, servers[t].port, path)
                 for _ in range(args.attempts):
-                    rec = compare.measure(servers[t], compare.wrk_argv(url, conns, depth, args.duration),
+                    rec = compare.measure(servers[t], compare.wrk_argv(url, conns, depth, args.duration, close),
                                           args.duration)
                     if rec["foreign_cpu_pct"] <= args.foreign_max:
                         break
