@@ -422,3 +422,34 @@ fn s_client(addr: std::net::SocketAddr, servername: Option<&str>, extra: &[&str]
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// The limits hold over TLS: an oversized head gets 431, a head that takes too long gets 408,
+/// each in TLS and followed by close_notify.
+#[test]
+fn limits_hold_over_tls() {
+    let pki = Pki::new();
+    let leaf = pki.leaf("srv", &["localhost"], KeyKind::EcdsaP256);
+    let mut cfg = tls_config(1, &[&leaf]);
+    cfg.header_timeout = Duration::from_millis(300);
+    let server = TestServer::start(cfg, lowlat_server::builtin_service());
+    let client = client_config(&pki.ca_path(), &[&TLS13]);
+
+    let mut c = tls_connect(server.tls_addr.unwrap(), "localhost", &client);
+    let mut big = b"GET /plaintext HTTP/1.1\r\nHost: localhost\r\nX-Big: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 20_000));
+    big.extend(b"\r\n\r\n");
+    c.write_all(&big).unwrap();
+    let (head, _) = read_response_from(&mut c);
+    assert!(head.starts_with("HTTP/1.1 431"), "{head}");
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest)
+        .expect("close_notify after the error");
+
+    let mut c = tls_connect(server.tls_addr.unwrap(), "localhost", &client);
+    c.write_all(b"GET /plaintext HTTP/1.1\r\nHost: loc")
+        .unwrap();
+    let started = Instant::now();
+    let (head, _) = read_response_from(&mut c);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
