@@ -453,3 +453,39 @@ fn limits_hold_over_tls() {
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+/// Random first flights — bytes of any kind, and TLS record headers with random bodies — never
+/// hang a connection or hurt the server: each ends in an alert, a 400 or a close, and the
+/// server serves a real client afterwards.
+#[test]
+fn random_first_flights() {
+    let pki = Pki::new();
+    let server = builtin_tls(&pki);
+    let addr = server.tls_addr.unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..120 {
+        let len = (next() % 600) as usize + 1;
+        let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        if round % 2 == 0 {
+            // A plausible handshake record header, then noise.
+            bytes.splice(0..0, [0x16, 0x03, 0x01, (len >> 8) as u8, len as u8, 0x01]);
+        }
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let _ = s.write_all(&bytes);
+        // Whatever comes back, the server must not keep a connection it cannot use: it closes,
+        // or (waiting for the rest of a record) the handshake deadline will.
+        let mut reply = [0u8; 4096];
+        let _ = s.read(&mut reply);
+    }
+    let cfg = client_config(&pki.ca_path(), &[&TLS13, &TLS12]);
+    let mut c = tls_connect(addr, "localhost", &cfg);
+    c.write_all(&get("/plaintext")).unwrap();
+    assert!(read_response_from(&mut c).0.starts_with("HTTP/1.1 200"));
+}
