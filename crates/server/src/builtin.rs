@@ -13,13 +13,33 @@ struct Message {
     message: &'static str,
 }
 
+/// The built-in routes, by path.
+pub const PATHS: [&str; 2] = ["/plaintext", "/json"];
+
 /// Mounts `/plaintext` and `/json` on `router`.
 ///
 /// # Errors
 /// When those paths are already routed.
 pub fn mount(router: &mut Router) -> Result<(), RouteError> {
-    router.route("/plaintext", &[Method::Get], plaintext)?;
-    router.route("/json", &[Method::Get], json)
+    mount_some(router, true, true)
+}
+
+/// Mounts the built-in routes asked for.
+///
+/// # Errors
+/// When those paths are already routed.
+pub fn mount_some(
+    router: &mut Router,
+    plaintext_on: bool,
+    json_on: bool,
+) -> Result<(), RouteError> {
+    if plaintext_on {
+        router.route(PATHS[0], &[Method::Get], plaintext)?;
+    }
+    if json_on {
+        router.route(PATHS[1], &[Method::Get], json)?;
+    }
+    Ok(())
 }
 
 fn plaintext(_req: &Req<'_, '_, '_>, res: &mut Response<'_>) {

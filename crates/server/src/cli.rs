@@ -76,6 +76,12 @@ pub struct ServeArgs {
     /// On SIGINT/SIGTERM, how long requests in flight may take to finish
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
+    /// Do not mount the built-in GET /plaintext
+    #[arg(long)]
+    pub no_plaintext: bool,
+    /// Do not mount the built-in GET /json
+    #[arg(long)]
+    pub no_json: bool,
     #[command(flatten)]
     pub files: crate::files::FilesArgs,
     #[command(flatten)]
@@ -223,16 +229,30 @@ fn raise_fd_limit() {
 /// The service `lowlat serve` runs: the built-in endpoints, the dynamic app (unless turned off),
 /// and static files for every path no route claims.
 ///
+/// The built-in routes are demo and benchmark routes, so the user's own files come first: with
+/// `--root`, a file or directory at `/plaintext`, `/json` or the app's prefix keeps that route
+/// unmounted (said once on stderr). The check is made at start, as nginx resolves its locations
+/// at start: a file created later under such a path is served only after a restart.
+///
 /// # Errors
 /// A one-line reason when the static or app flags are unusable.
 pub fn service(args: &ServeArgs) -> Result<Service, String> {
     let workers = args.to_config().map_or(1, |c| c.workers);
     let files = crate::files::FilesConfig::from_args(&args.files, workers)?;
-    let app = crate::app::AppShared::from_args(&args.app)?;
+    let mut app = crate::app::AppShared::from_args(&args.app)?;
+    let root = args.files.root.as_deref();
+    let plaintext_on = !args.no_plaintext && !shadowed(root, crate::builtin::PATHS[0]);
+    let json_on = !args.no_json && !shadowed(root, crate::builtin::PATHS[1]);
+    if app
+        .as_ref()
+        .is_some_and(|a| !a.prefix().is_empty() && shadowed(root, a.prefix()))
+    {
+        app = None;
+    }
     // Check once, here, that the routes fit together, so the per-worker builds cannot fail.
     let build = move |info: &WorkerInfo| -> Result<Router, RouteError> {
         let mut router = Router::new();
-        crate::builtin::mount(&mut router)?;
+        crate::builtin::mount_some(&mut router, plaintext_on, json_on)?;
         if let Some(app) = &app {
             crate::app::mount(&mut router, app, info)?;
         }
@@ -243,6 +263,23 @@ pub fn service(args: &ServeArgs) -> Result<Service, String> {
     Ok(Arc::new(move |info: &WorkerInfo| {
         build(info).unwrap_or_else(|_| Router::new())
     }))
+}
+
+/// Whether the document root has something at `route` (a file or a directory), which then wins
+/// over the built-in route of that path. Said on stderr when it does.
+fn shadowed(root: Option<&std::path::Path>, route: &str) -> bool {
+    let Some(root) = root else {
+        return false;
+    };
+    let path = root.join(route.trim_start_matches('/'));
+    let found = path.symlink_metadata().is_ok();
+    if found {
+        eprintln!(
+            "lowlat serve: {route} is served from {} (a file there wins over the built-in route)",
+            path.display()
+        );
+    }
+    found
 }
 
 /// Binds, starts, and serves until SIGINT/SIGTERM, then shuts down gracefully. A second signal

@@ -970,3 +970,25 @@ fn bad_flags() {
         assert!(lowlat_server::cli::service(&cli.serve).is_err(), "{argv:?}");
     }
 }
+
+/// The user's files come first: a file `json` and a directory `app/` in the root are served in
+/// place of the built-in `/json` and the dynamic app; `/plaintext`, with nothing in the way,
+/// stays; `--no-plaintext` turns it off too.
+#[test]
+fn files_win_over_builtin_routes() {
+    let root = tempfile::tempdir().unwrap();
+    fs::write(root.path().join("json"), "my own json file\n").unwrap();
+    fs::create_dir(root.path().join("app")).unwrap();
+    fs::write(root.path().join("app/index.html"), "<p>my app</p>\n").unwrap();
+    let s = start(Some(root.path()), &[]);
+    let r = get(&s, "/json");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"my own json file\n");
+    let r = get(&s, "/app/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"<p>my app</p>\n");
+    let r = get(&s, "/plaintext");
+    assert_eq!(r.body, b"Hello, World!");
+    let s = start(Some(root.path()), &["--no-plaintext"]);
+    assert_eq!(get(&s, "/plaintext").status, 404);
+}

@@ -83,6 +83,12 @@ pub struct AppShared {
 }
 
 impl AppShared {
+    /// Where the app is mounted (`/app`; empty for the root).
+    #[must_use]
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// Builds the shared state once at start; `None` when the app is turned off.
     ///
     /// # Errors
