@@ -19,11 +19,11 @@ use crate::{Server, ServerError, Service, WorkerInfo};
 pub struct ServeArgs {
     /// Address to listen on in clear, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8080 unless
     /// --tls-listen is given]
-    #[arg(short, long = "listen", value_name = "ADDR:PORT")]
-    pub listen: Vec<SocketAddr>,
+    #[arg(short, long = "listen", value_name = "ADDR:PORT", value_parser = parse_listen)]
+    pub listen: Vec<ListenAddr>,
     /// Address to listen on with TLS (repeatable; needs --cert and --key)
-    #[arg(long = "tls-listen", value_name = "ADDR:PORT")]
-    pub tls_listen: Vec<SocketAddr>,
+    #[arg(long = "tls-listen", value_name = "ADDR:PORT", value_parser = parse_listen)]
+    pub tls_listen: Vec<ListenAddr>,
     /// TLS certificate chain, PEM, leaf first (repeatable: each serves the names it lists, chosen
     /// by SNI; the first is the default)
     #[arg(long = "cert", value_name = "FILE")]
@@ -96,7 +96,7 @@ impl ServeArgs {
     pub fn to_config(&self) -> Result<ServerConfig, String> {
         let size =
             |v: u64, flag: &str| usize::try_from(v).map_err(|_| format!("{flag} {v} is too large"));
-        let mut listen = self.listen.clone();
+        let mut listen = ListenAddr::flatten(&self.listen);
         if listen.is_empty() && self.tls_listen.is_empty() {
             listen.push(
                 config::DEFAULT_LISTEN
@@ -119,7 +119,7 @@ impl ServeArgs {
         }
         let mut cfg = ServerConfig {
             listen,
-            tls_listen: self.tls_listen.clone(),
+            tls_listen: ListenAddr::flatten(&self.tls_listen),
             tls_handshake_timeout: self.tls_handshake_timeout,
             pin: self.pin,
             backlog: self.backlog,
@@ -165,6 +165,69 @@ impl ServeArgs {
             .map_err(|e| e.to_string())?;
         Ok(Some(Arc::new(ctx)))
     }
+}
+
+/// One `--listen` value: the addresses it stands for (a host name may resolve to several).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddr(pub Vec<SocketAddr>);
+
+impl ListenAddr {
+    fn flatten(list: &[Self]) -> Vec<SocketAddr> {
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for addr in list.iter().flat_map(|l| &l.0) {
+            if !out.contains(addr) {
+                out.push(*addr);
+            }
+        }
+        out
+    }
+}
+
+/// Parses a listen address as nginx's `listen` takes it: `127.0.0.1:8080`, `[::1]:8080`,
+/// `:8080` or `8080` (every IPv4 address, nginx's `listen 8080`), or `localhost:8080` (every
+/// address the name resolves to, once each).
+///
+/// # Errors
+/// A message for clap naming what is wrong.
+pub fn parse_listen(text: &str) -> Result<ListenAddr, String> {
+    use std::net::ToSocketAddrs;
+    let t = text.trim();
+    if let Ok(addr) = t.parse::<SocketAddr>() {
+        return Ok(ListenAddr(vec![addr]));
+    }
+    let port_only = t.strip_prefix(':').unwrap_or(t);
+    if !port_only.is_empty() && port_only.bytes().all(|b| b.is_ascii_digit()) {
+        let port: u16 = port_only
+            .parse()
+            .map_err(|_| format!("{text:?}: port {port_only} is above 65535"))?;
+        return Ok(ListenAddr(vec![SocketAddr::from(([0, 0, 0, 0], port))]));
+    }
+    let Some((host, port)) = t.rsplit_once(':') else {
+        return Err(format!(
+            "{text:?} is not an address (e.g. 127.0.0.1:8080, [::]:8080, :8080, localhost:8080)"
+        ));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{text:?}: {port:?} is not a port (0 to 65535)"))?;
+    if host.is_empty() || host.contains(':') {
+        return Err(format!(
+            "{text:?} is not an address (an IPv6 address goes in brackets: [::1]:8080)"
+        ));
+    }
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for addr in (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?}: cannot resolve {host}: {e}"))?
+    {
+        if !addrs.contains(&addr) {
+            addrs.push(addr);
+        }
+    }
+    if addrs.is_empty() {
+        return Err(format!("{text:?}: {host} resolves to no address"));
+    }
+    Ok(ListenAddr(addrs))
 }
 
 fn parse_crypto(text: &str) -> Result<CryptoBackend, String> {
@@ -436,6 +499,38 @@ mod tests {
         assert_eq!(parse_size("2G"), Ok(2 << 30));
         for bad in ["", "k", "1x", "-1", "0", "99999999999999g"] {
             assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses() {
+        let one = |t: &str| parse_listen(t).unwrap().0;
+        assert_eq!(
+            one("127.0.0.1:8080"),
+            vec!["127.0.0.1:8080".parse().unwrap()]
+        );
+        assert_eq!(one("[::1]:8080"), vec!["[::1]:8080".parse().unwrap()]);
+        assert_eq!(one(":8080"), vec!["0.0.0.0:8080".parse().unwrap()]);
+        assert_eq!(one("8080"), vec!["0.0.0.0:8080".parse().unwrap()]);
+        let local = one("localhost:8080");
+        assert!(
+            local.contains(&"127.0.0.1:8080".parse().unwrap()),
+            "{local:?}"
+        );
+        assert!(local
+            .iter()
+            .all(|a| a.ip().is_loopback() && a.port() == 8080));
+        for bad in [
+            "",
+            ":",
+            "nonsense",
+            ":99999",
+            "localhost:",
+            "localhost:http",
+            "::1:8080",
+        ] {
+            let err = parse_listen(bad).unwrap_err();
+            assert!(err.starts_with(&format!("{bad:?}")), "{bad}: {err}");
         }
     }
 
