@@ -489,3 +489,53 @@ fn random_first_flights() {
     c.write_all(&get("/plaintext")).unwrap();
     assert!(read_response_from(&mut c).0.starts_with("HTTP/1.1 200"));
 }
+
+/// Sixteen pipelined requests are answered by one TLS record in one write, not a record per
+/// response: the client reads the raw stream and counts records before decrypting them.
+#[test]
+fn pipelined_batch_is_one_record() {
+    let pki = Pki::new();
+    let server = builtin_tls(&pki);
+    let cfg = client_config(&pki.ca_path(), &[&TLS13]);
+    let mut c = tls_connect(server.tls_addr.unwrap(), "localhost", &cfg);
+    // A first exchange lets the session ticket (its own record) arrive before counting.
+    c.write_all(&get("/plaintext")).unwrap();
+    let _ = read_response_from(&mut c);
+    let mut batch = Vec::new();
+    for _ in 0..16 {
+        batch.extend(get("/plaintext"));
+    }
+    c.write_all(&batch).unwrap();
+    c.flush().unwrap();
+    let (mut conn, mut sock) = (c.conn, c.sock);
+    let mut raw = Vec::new();
+    let mut plain = Vec::new();
+    let want = 16 * b"Hello, World!".len();
+    let mut records = 0;
+    let mut buf = [0u8; 65536];
+    while plain.windows(13).filter(|w| *w == b"Hello, World!").count() * 13 < want {
+        let n = sock.read(&mut buf).unwrap();
+        assert!(n > 0, "closed");
+        raw.extend_from_slice(&buf[..n]);
+        // Hand rustls whole records only, counting them.
+        while raw.len() >= 5 {
+            let len = usize::from(u16::from_be_bytes([raw[3], raw[4]]));
+            if raw.len() < 5 + len {
+                break;
+            }
+            records += 1;
+            let mut record = &raw[..5 + len];
+            conn.read_tls(&mut record).unwrap();
+            conn.process_new_packets().unwrap();
+            raw.drain(..5 + len);
+            let mut chunk = [0u8; 65536];
+            while let Ok(n) = conn.reader().read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                plain.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+    assert_eq!(records, 1, "16 responses in one record");
+}
