@@ -15,7 +15,7 @@ use crate::progress::ProgressLine;
 /// Arguments of `lowlat load`.
 #[derive(Debug, clap::Args)]
 #[command(
-    about = "Generate HTTP/1.1 load: wrk's flags, wrk2's constant rate, pipelining",
+    about = "Generate HTTP/1.1 load (http:// and https://): wrk's flags, wrk2's constant rate, pipelining",
     after_help = "Examples:\n  lowlat load -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n  \
                   lowlat load -t1 -c256 --pipeline 16 -d10s http://127.0.0.1:8080/plaintext\n  \
                   lowlat load -R 5000 -c50 -d60s --hdr-log run.hlog http://127.0.0.1:8080/\n  \
@@ -83,6 +83,16 @@ pub struct LoadArgs {
     /// No live progress line (it is drawn only on a terminal anyway).
     #[arg(short, long)]
     pub quiet: bool,
+    /// https: accept any certificate for any name (like curl -k); still encrypted.
+    #[arg(short = 'k', long, conflicts_with = "cacert")]
+    pub insecure: bool,
+    /// https: trust the certificates in this PEM file instead of the system's roots.
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<std::path::PathBuf>,
+    /// https: resume TLS sessions on reconnects (abbreviated handshakes); without it every new
+    /// connection is a full handshake.
+    #[arg(long)]
+    pub tls_resume: bool,
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
@@ -151,6 +161,12 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
         crate::hdrlog::write_log(&mut f, &report, started)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    if report.errors.tls > 0 {
+        if let Some(why) = &report.tls_error {
+            // Counted in the report; said here once, so a verification failure is not silent.
+            eprintln!("lowlat load: {why}");
+        }
+    }
     if report.all_failed() {
         return Err(format!(
             "no response received ({} requests failed)",
@@ -192,6 +208,10 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
         pin_cpus: args.pin.clone(),
         // One histogram per second in the log, as HdrHistogram's own tools write them.
         latency_intervals: args.hdr_log.as_ref().map(|_| Duration::from_secs(1)),
-        tls: crate::TlsOptions::default(),
+        tls: crate::TlsOptions {
+            insecure: args.insecure,
+            cacert: args.cacert.clone(),
+            resume: args.tls_resume,
+        },
     })
 }

@@ -27,6 +27,9 @@ pub enum LoadError {
     /// A zero, absurd or contradictory option.
     #[error("{0}")]
     Config(String),
+    /// TLS cannot be set up: an unusable `--cacert`, no trusted roots.
+    #[error("{0}")]
+    Tls(String),
     /// Setting up a thread's event loop, timer or CPU affinity failed.
     #[error("{what}: {source}")]
     System {

@@ -29,6 +29,15 @@ struct JsonReport<'a> {
     status: StatusCounts,
     errors: JsonErrors,
     cpu: JsonCpu,
+    tls: Option<JsonTls<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonTls<'a> {
+    #[serde(flatten)]
+    summary: &'a crate::tls::TlsSummary,
+    /// The first TLS failure's reason, when there were failures.
+    first_error: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -45,6 +54,9 @@ struct JsonConfig<'a> {
     method: &'a str,
     keep_alive: bool,
     http10: bool,
+    tls_insecure: bool,
+    cacert: Option<String>,
+    tls_resume: bool,
 }
 
 #[derive(Serialize)]
@@ -81,6 +93,13 @@ struct JsonCpu {
     system_secs: f64,
     us_per_response: Option<f64>,
 }
+
+static EMPTY_TLS: crate::tls::TlsSummary = crate::tls::TlsSummary {
+    protocol: String::new(),
+    cipher: String::new(),
+    handshakes: 0,
+    resumed: 0,
+};
 
 /// The report as a JSON value (see the module docs for the schema).
 #[must_use]
@@ -120,6 +139,9 @@ pub fn to_json(report: &Report, cfg: &LoadConfig) -> serde_json::Value {
             method: &cfg.method,
             keep_alive: cfg.keep_alive,
             http10: cfg.http10,
+            tls_insecure: cfg.tls.insecure,
+            cacert: cfg.tls.cacert.as_ref().map(|p| p.display().to_string()),
+            tls_resume: cfg.tls.resume,
         },
         requests: report.requests,
         responses: report.responses,
@@ -143,6 +165,14 @@ pub fn to_json(report: &Report, cfg: &LoadConfig) -> serde_json::Value {
             user_secs: report.cpu_user.as_secs_f64(),
             system_secs: report.cpu_system.as_secs_f64(),
             us_per_response: report.cpu_us_per_response(),
+        },
+        tls: if report.tls.is_some() || report.errors.tls > 0 {
+            Some(JsonTls {
+                summary: report.tls.as_ref().unwrap_or(&EMPTY_TLS),
+                first_error: report.tls_error.as_deref(),
+            })
+        } else {
+            None
         },
     };
     serde_json::to_value(out).unwrap_or(serde_json::Value::Null)

@@ -57,6 +57,9 @@
 //!   split of connections and request budgets over threads.
 //! - `engine`: [`run`] — threads, progress, stop flag, merging.
 //! - `worker`: one thread's mio event loop and connection state machine (the hot path).
+//! - `transport`: a connection's bytes in clear or through a rustls client session.
+//! - [`tls`]: the TLS client configuration (trust, `--insecure`, resumption) and
+//!   [`tls::TlsSummary`].
 //! - [`report`]: per-thread counters, [`Report`] and [`LatencySummary`].
 //! - [`text`], [`json`], [`hdrlog`]: wrk-like text, JSON (schema in `schema/report.schema.json`),
 //!   HdrHistogram interval log.
@@ -76,6 +79,8 @@ mod progress;
 pub mod report;
 mod sys;
 pub mod text;
+pub mod tls;
+mod transport;
 mod worker;
 
 pub use config::{LoadConfig, Target, TlsOptions};

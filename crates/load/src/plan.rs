@@ -25,12 +25,14 @@ pub(crate) struct Url {
     pub port: u16,
     /// Origin-form request-target: path and query, at least `/`.
     pub target: String,
+    /// `https://`: the connection speaks TLS.
+    pub tls: bool,
 }
 
 impl Url {
-    /// The `Host` header value: the host, and the port unless it is 80.
+    /// The `Host` header value: the host, and the port unless it is the scheme's default.
     fn authority(&self) -> String {
-        if self.port == 80 {
+        if self.port == if self.tls { 443 } else { 80 } {
             self.host.clone()
         } else {
             format!("{}:{}", self.host, self.port)
@@ -38,19 +40,17 @@ impl Url {
     }
 }
 
-/// Parses an `http://` URL.
+/// Parses an `http://` or `https://` URL.
 pub(crate) fn parse_url(url: &str) -> Result<Url, LoadError> {
     let bad = |reason: &str| LoadError::BadUrl {
         url: url.to_owned(),
         reason: reason.to_owned(),
     };
-    let rest = match url.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
-        Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {
-            return Err(bad("https is not supported (plain HTTP/1.1 only)"))
-        }
-        Some(_) => return Err(bad("only http:// URLs are supported")),
-        None => return Err(bad("expected http://host[:port]/path")),
+    let (rest, tls) = match url.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (rest, false),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (rest, true),
+        Some(_) => return Err(bad("only http:// and https:// URLs are supported")),
+        None => return Err(bad("expected http://host[:port]/path or https://…")),
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
@@ -78,6 +78,7 @@ pub(crate) fn parse_url(url: &str) -> Result<Url, LoadError> {
         return Err(bad("invalid character in host"));
     }
     let port = match port {
+        None | Some("") if tls => 443,
         None | Some("") => 80,
         Some(p) => match p.parse::<u16>() {
             Ok(0) | Err(_) => return Err(bad("invalid port")),
@@ -94,7 +95,12 @@ pub(crate) fn parse_url(url: &str) -> Result<Url, LoadError> {
     if target.bytes().any(|b| b <= b' ' || b == 0x7f) {
         return Err(bad("spaces and control characters must be percent-encoded"));
     }
-    Ok(Url { host, port, target })
+    Ok(Url {
+        host,
+        port,
+        target,
+        tls,
+    })
 }
 
 /// The requests of one host, laid out so that any `depth` consecutive ones are one slice.
@@ -138,6 +144,8 @@ pub(crate) struct Group {
     /// `host:port` as written, for messages.
     pub authority: String,
     pub requests: RequestBatch,
+    /// For `https://`: the name the TLS session asks for and verifies.
+    pub tls: Option<rustls::pki_types::ServerName<'static>>,
 }
 
 /// One connection's place in the run.
@@ -167,6 +175,8 @@ pub(crate) struct Plan {
     pub keep_alive: bool,
     pub pin_cpus: Vec<usize>,
     pub latency_intervals: Option<Duration>,
+    /// The TLS client configuration, when any target is `https://`.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Plan {
@@ -176,10 +186,11 @@ impl Plan {
         let mut groups: Vec<(Url, Vec<(Url, u32)>)> = Vec::new();
         for Target { url, weight } in &cfg.targets {
             let parsed = parse_url(url)?;
-            match groups
-                .iter_mut()
-                .find(|(g, _)| g.host.eq_ignore_ascii_case(&parsed.host) && g.port == parsed.port)
-            {
+            match groups.iter_mut().find(|(g, _)| {
+                g.host.eq_ignore_ascii_case(&parsed.host)
+                    && g.port == parsed.port
+                    && g.tls == parsed.tls
+            }) {
                 Some((_, members)) => members.push((parsed, *weight)),
                 None => groups.push((parsed.clone(), vec![(parsed, *weight)])),
             }
@@ -200,10 +211,21 @@ impl Plan {
                 .iter()
                 .map(|(u, _)| build_request(cfg, u))
                 .collect::<Result<_, _>>()?;
+            let tls = if first.tls {
+                Some(
+                    crate::tls::server_name(&first.host).map_err(|reason| LoadError::BadUrl {
+                        url: cfg.targets[0].url.clone(),
+                        reason: format!("{} is not a TLS server name: {reason}", first.host),
+                    })?,
+                )
+            } else {
+                None
+            };
             built.push(Group {
                 addr,
                 authority: first.authority(),
                 requests: lay_out(&requests, &cycle, cfg.pipeline as usize, is_head(cfg)),
+                tls,
             });
             weights.push(members.iter().map(|(_, w)| u64::from(*w)).sum::<u64>());
         }
@@ -237,7 +259,13 @@ impl Plan {
         let conn_interval = cfg
             .rate
             .map(|r| Duration::from_secs_f64(cfg.connections as f64 / r));
+        let tls = if built.iter().any(|g| g.tls.is_some()) {
+            Some(crate::tls::client_config(&cfg.tls)?)
+        } else {
+            None
+        };
         Ok(Self {
+            tls,
             groups: built,
             threads,
             budgets,
@@ -538,7 +566,8 @@ mod tests {
                 Url {
                     host: host.into(),
                     port,
-                    target: target.into()
+                    target: target.into(),
+                    tls: s.to_ascii_lowercase().starts_with("https"),
                 },
                 "{s}"
             );
@@ -553,9 +582,15 @@ mod tests {
         ok("HTTP://a:81?x=1", "a", 81, "/?x=1");
         ok("http://[::1]:9000/a/b?c#frag", "[::1]", 9000, "/a/b?c");
         ok("http://[::1]/", "[::1]", 80, "/");
+        ok("https://example.com/x", "example.com", 443, "/x");
+        ok("HTTPS://a:8443", "a", 8443, "/");
+        // The Host header leaves out the scheme's own default port only.
+        let host = |s: &str| parse_url(s).unwrap().authority();
+        assert_eq!(host("https://a/"), "a");
+        assert_eq!(host("https://a:80/"), "a:80");
+        assert_eq!(host("http://a:443/"), "a:443");
         for bad in [
             "127.0.0.1:8080",
-            "https://a/",
             "ftp://a/",
             "http://",
             "http://:80/",

@@ -37,13 +37,16 @@ pub struct ErrorCounts {
     pub timeout: u64,
     /// A response that is not valid HTTP/1.x, or bytes nobody asked for.
     pub protocol: u64,
+    /// A TLS handshake failed (certificate not trusted or for another name, an alert, a server
+    /// that does not speak TLS) or did not finish in time; or a TLS record failed later.
+    pub tls: u64,
 }
 
 impl ErrorCounts {
     /// All failures.
     #[must_use]
     pub fn total(&self) -> u64 {
-        self.connect + self.read + self.write + self.timeout + self.protocol
+        self.connect + self.read + self.write + self.timeout + self.protocol + self.tls
     }
 
     fn add(&mut self, o: &Self) {
@@ -52,6 +55,7 @@ impl ErrorCounts {
         self.write += o.write;
         self.timeout += o.timeout;
         self.protocol += o.protocol;
+        self.tls += o.tls;
     }
 }
 
@@ -159,6 +163,9 @@ pub(crate) struct ThreadStats {
     /// From the start of measuring to the thread's end.
     pub elapsed: Duration,
     pub intervals: Option<IntervalStats>,
+    pub tls: crate::tls::TlsSummary,
+    /// The first TLS failure's message, shown once.
+    pub tls_error: Option<String>,
 }
 
 impl ThreadStats {
@@ -174,6 +181,8 @@ impl ThreadStats {
             cpu_system: Duration::ZERO,
             elapsed: Duration::ZERO,
             intervals: None,
+            tls: crate::tls::TlsSummary::default(),
+            tls_error: None,
         }
     }
 
@@ -185,6 +194,8 @@ impl ThreadStats {
         self.bytes_read = 0;
         self.status = StatusCounts::default();
         self.errors = ErrorCounts::default();
+        // The TLS summary is kept: keep-alive connections shake hands during the warm-up, and
+        // what they negotiated is still what the measured requests use.
         if let Some(i) = &mut self.intervals {
             *i = IntervalStats::new(i.length);
         }
@@ -217,6 +228,11 @@ pub struct Report {
     pub intervals: Vec<LatencyInterval>,
     /// Per-thread request rate over the run; `None` for a run too short to sample.
     pub thread_rates: Option<RateSummary>,
+    /// For `https://` runs: the sessions' protocol, cipher suite and handshakes.
+    pub tls: Option<crate::tls::TlsSummary>,
+    /// The first TLS failure, as rustls or the socket said it (certificate verification,
+    /// alerts): failures are counted in [`ErrorCounts::tls`], and this says why.
+    pub tls_error: Option<String>,
 }
 
 /// Each thread's request rate, sampled every [`crate::PROGRESS_EVERY`] while measuring (wrk's
@@ -292,6 +308,8 @@ impl Report {
             interrupted,
             intervals: Vec::new(),
             thread_rates: None,
+            tls: None,
+            tls_error: None,
         };
         let mut by_index: std::collections::BTreeMap<u64, Histogram<u64>> = Default::default();
         let mut interval_length = None;
@@ -322,6 +340,12 @@ impl Report {
             let _ = r.latency.add(&t.latency);
             r.status.add(&t.status);
             r.errors.add(&t.errors);
+            if t.tls.handshakes > 0 {
+                r.tls.get_or_insert_with(Default::default).add(&t.tls);
+            }
+            if r.tls_error.is_none() {
+                r.tls_error = t.tls_error;
+            }
             r.cpu_user += t.cpu_user;
             r.cpu_system += t.cpu_system;
             r.elapsed = r.elapsed.max(t.elapsed);

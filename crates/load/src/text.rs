@@ -86,10 +86,21 @@ pub fn render(report: &Report, detailed: bool) -> String {
     );
     let e = &report.errors;
     if e.total() > 0 {
-        let _ = writeln!(
+        let _ = write!(
             s,
             "  Socket errors: connect {}, read {}, write {}, timeout {}, protocol {}",
             e.connect, e.read, e.write, e.timeout, e.protocol
+        );
+        if e.tls > 0 || report.tls.is_some() {
+            let _ = write!(s, ", tls {}", e.tls);
+        }
+        s.push('\n');
+    }
+    if let Some(t) = &report.tls {
+        let _ = writeln!(
+            s,
+            "  TLS: {}, {}; {} handshakes, {} resumed",
+            t.protocol, t.cipher, t.handshakes, t.resumed
         );
     }
     let st = &report.status;

@@ -13,7 +13,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::io::{self, Read, Write};
+use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ use mio::{Events, Interest, Poll, Token};
 use crate::plan::{ConnSpec, Group, Plan};
 use crate::report::ThreadStats;
 use crate::sys;
+use crate::transport::{Handshake, Stream};
 
 /// Read buffer per thread. 64 KiB holds 16 pipelined responses of up to 4 KiB each in one read.
 const READ_BUF: usize = 64 * 1024;
@@ -112,6 +113,8 @@ enum ConnState {
     Idle,
     /// Non-blocking connect in progress.
     Connecting,
+    /// TCP is up; the TLS handshake is under way (`https://` only).
+    Handshaking,
     Open,
     /// Nothing more to do (request budget spent).
     Done,
@@ -125,11 +128,12 @@ enum Failure {
     Write,
     Timeout,
     Protocol,
+    Tls,
 }
 
 struct Conn {
     spec: ConnSpec,
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
     /// Bumped at every new socket, so that events of a closed socket are recognised as stale.
     generation: u32,
     state: ConnState,
@@ -305,8 +309,10 @@ impl<'a> Worker<'a> {
                             self.finish_connect(idx, now);
                         }
                     }
+                    ConnState::Handshaking => self.handshake(idx, now),
                     ConnState::Open => {
-                        if ev.is_writable() && conn.partial.is_some() {
+                        let pending = conn.stream.as_ref().is_some_and(Stream::has_pending);
+                        if ev.is_writable() && (conn.partial.is_some() || pending) {
                             self.flush(idx, now);
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
@@ -422,7 +428,7 @@ impl<'a> Worker<'a> {
         });
         match result {
             Ok(s) => {
-                conn.stream = Some(s);
+                conn.stream = Some(Stream::Plain(s));
                 conn.state = ConnState::Connecting;
             }
             Err(_) => {
@@ -448,9 +454,10 @@ impl<'a> Worker<'a> {
     }
 
     fn finish_connect(&mut self, idx: usize, now: Instant) {
-        let Some(stream) = &self.conns[idx].stream else {
+        let Some(stream) = &mut self.conns[idx].stream else {
             return;
         };
+        let stream = stream.socket();
         let connected = match stream.take_error() {
             Ok(None) => match stream.peer_addr() {
                 Ok(_) => Some(true),
@@ -463,16 +470,90 @@ impl<'a> Worker<'a> {
             None => {}
             Some(false) => self.connect_failed(idx, now),
             Some(true) => {
-                let conn = &mut self.conns[idx];
-                conn.state = ConnState::Open;
-                conn.waiting_since = now;
-                if self.plan.conn_interval.is_some() {
-                    self.send_due(idx, now);
+                let group = &self.groups[self.conns[idx].spec.group];
+                if let (Some(name), Some(cfg)) = (&group.tls, &self.plan.tls) {
+                    let session = match rustls::ClientConnection::new(
+                        std::sync::Arc::clone(cfg),
+                        name.clone(),
+                    ) {
+                        Ok(session) => session,
+                        Err(e) => {
+                            let e = io::Error::other(e);
+                            self.handshake_failed(idx, &e, now);
+                            return;
+                        }
+                    };
+                    let conn = &mut self.conns[idx];
+                    let Some(Stream::Plain(sock)) = conn.stream.take() else {
+                        return;
+                    };
+                    conn.stream = Some(Stream::tls(sock, session));
+                    conn.state = ConnState::Handshaking;
+                    conn.waiting_since = now;
+                    self.handshake(idx, now);
                 } else {
-                    self.send_more(idx, self.depth, now);
+                    self.opened(idx, now);
                 }
             }
         }
+    }
+
+    /// The connection is ready for requests (TCP connected, TLS handshake done).
+    fn opened(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        conn.state = ConnState::Open;
+        conn.waiting_since = now;
+        if self.plan.conn_interval.is_some() {
+            self.send_due(idx, now);
+        } else {
+            self.send_more(idx, self.depth, now);
+        }
+    }
+
+    /// Drives a TLS handshake; on success notes what was negotiated and starts sending.
+    fn handshake(&mut self, idx: usize, now: Instant) {
+        let Some(stream) = &mut self.conns[idx].stream else {
+            return;
+        };
+        match stream.handshake() {
+            Ok(Handshake::Pending) => {}
+            Ok(Handshake::Done) => {
+                if let Some(session) = stream.session() {
+                    let version = session
+                        .protocol_version()
+                        .map_or("unknown", crate::tls::version_name);
+                    let suite = session
+                        .negotiated_cipher_suite()
+                        .map_or("unknown", crate::tls::suite_name);
+                    let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                    self.stats.tls.record(version, suite, resumed);
+                }
+                self.opened(idx, now);
+            }
+            Err(e) => self.handshake_failed(idx, &e, now),
+        }
+    }
+
+    /// A TLS handshake failed: count it as a TLS error (it uses up one request of a counted
+    /// run, as a failed connect does), remember the first reason, retry after a back-off.
+    fn handshake_failed(&mut self, idx: usize, err: &io::Error, now: Instant) {
+        if self.stats.tls_error.is_none() {
+            self.stats.tls_error = Some(format!(
+                "TLS handshake with {} failed: {err}",
+                self.groups[self.conns[idx].spec.group].authority
+            ));
+        }
+        if self.measuring {
+            self.stats.errors.tls += 1;
+            if let Some(b) = &mut self.budget {
+                *b = b.saturating_sub(1);
+            }
+        }
+        self.close(idx);
+        let conn = &mut self.conns[idx];
+        let wake = now + CONNECT_BACKOFF;
+        conn.wake = Some(wake);
+        self.timers.push(Reverse((wake, idx, conn.generation)));
     }
 
     /// Closed loop: queue up to `k` more requests (within the budget and the depth) and write.
@@ -551,6 +632,14 @@ impl<'a> Worker<'a> {
             return;
         };
         let batch = &self.groups[conn.spec.group].requests;
+        match stream.flush_pending() {
+            Ok(true) => {}
+            Ok(false) => return, // TLS records still wait for the socket: wait for writable.
+            Err(_) => {
+                self.fail(idx, Failure::Write, now);
+                return;
+            }
+        }
         loop {
             let (start, end) = match conn.partial {
                 Some(range) => range,
@@ -596,16 +685,22 @@ impl<'a> Worker<'a> {
             let Some(stream) = &mut conn.stream else {
                 return;
             };
-            let n = match stream.read(&mut self.buf) {
-                Ok(0) => {
+            let (n, more) = match stream.read(&mut self.buf) {
+                Ok(r) if r.n == 0 => {
                     self.on_eof(idx, now);
                     return;
                 }
-                Ok(n) => n,
+                Ok(r) => (r.n, r.more),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    self.fail(idx, Failure::Read, now);
+                Err(e) => {
+                    // rustls refusing a record is a TLS failure; the socket failing is a read's.
+                    let kind = if e.kind() == io::ErrorKind::InvalidData {
+                        Failure::Tls
+                    } else {
+                        Failure::Read
+                    };
+                    self.fail(idx, kind, now);
                     return;
                 }
             };
@@ -623,7 +718,7 @@ impl<'a> Worker<'a> {
                 }
             }
             // Short read: drained. Edge-triggered epoll reports any later data as a new event.
-            if n < self.buf.len() && !peer_closed {
+            if !more && !peer_closed {
                 break;
             }
         }
@@ -776,6 +871,7 @@ impl<'a> Worker<'a> {
                 Failure::Write => e.write += lost,
                 Failure::Timeout => e.timeout += lost,
                 Failure::Protocol => e.protocol += lost,
+                Failure::Tls => e.tls += lost,
                 Failure::Connect => {}
             }
         }
@@ -788,7 +884,7 @@ impl<'a> Worker<'a> {
     fn close(&mut self, idx: usize) {
         let conn = &mut self.conns[idx];
         if let Some(mut s) = conn.stream.take() {
-            let _ = self.poll.registry().deregister(&mut s);
+            let _ = self.poll.registry().deregister(s.socket());
         }
         conn.state = ConnState::Idle;
         conn.timer = None;
@@ -827,7 +923,7 @@ impl<'a> Worker<'a> {
         for idx in 0..self.conns.len() {
             let conn = &self.conns[idx];
             let waiting = match conn.state {
-                ConnState::Connecting => true,
+                ConnState::Connecting | ConnState::Handshaking => true,
                 ConnState::Open => !conn.sent.is_empty(),
                 ConnState::Idle | ConnState::Done => false,
             };
@@ -839,6 +935,9 @@ impl<'a> Worker<'a> {
                     if self.conns[idx].state == ConnState::Connecting {
                         self.fail(idx, Failure::Connect, now);
                     }
+                } else if conn.state == ConnState::Handshaking {
+                    let e = io::Error::new(io::ErrorKind::TimedOut, "no answer within the timeout");
+                    self.handshake_failed(idx, &e, now);
                 } else {
                     self.fail(idx, Failure::Timeout, now);
                 }

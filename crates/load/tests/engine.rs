@@ -619,8 +619,17 @@ fn bad_input_is_an_error() {
         e.to_string().starts_with("cannot connect to 127.0.0.1:"),
         "{e}"
     );
-    let e = run_err(config(&["https://127.0.0.1/".into()]));
+    let e = run_err(config(&["ftp://127.0.0.1/".into()]));
     assert!(matches!(e, LoadError::BadUrl { .. }), "{e}");
+    let e = run_err(LoadConfig {
+        tls: lowlat_load::TlsOptions {
+            cacert: Some("/nonexistent/ca.pem".into()),
+            ..Default::default()
+        },
+        ..config(&["https://127.0.0.1:1/".into()])
+    });
+    assert!(matches!(e, LoadError::Tls(_)), "{e}");
+    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
     let e = run_err(LoadConfig {
         connections: 0,
         ..config(&["http://127.0.0.1:1/".into()])

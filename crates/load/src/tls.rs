@@ -1,0 +1,212 @@
+//! TLS settings for `https://` targets: the rustls client configuration a run uses (trust
+//! anchors, verification, resumption, ALPN) and the figures a run reports about its sessions.
+//!
+//! What this module does not do: moving bytes (the `transport` module drives each connection's
+//! rustls state machine from the thread's event loop).
+//!
+//! - Trust: the system's root store (`rustls-native-certs`: the distribution's bundle, or
+//!   `SSL_CERT_FILE`/`SSL_CERT_DIR`), or only the certificates of `--cacert`.
+//! - `--insecure` (curl's `-k`) accepts any certificate and name; the handshake's signatures are
+//!   still checked, so the session is at least bound to the key the server presented.
+//! - Resumption: with `--tls-resume` each thread keeps a session cache shared by its
+//!   connections, so every reconnect resumes (TLS 1.3 tickets, TLS 1.2 tickets or IDs); without
+//!   it every connection is a full handshake.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::Resumption;
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use serde::Serialize;
+
+use crate::config::TlsOptions;
+use crate::error::LoadError;
+
+/// Sessions a thread remembers for resumption: one per connection is plenty.
+const SESSION_CACHE: usize = 4096;
+
+/// Builds the client configuration for a run (one per thread, so session caches are not shared
+/// across threads).
+///
+/// # Errors
+/// [`LoadError::Tls`] for an unusable `--cacert` or an empty system root store.
+pub(crate) fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, LoadError> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| LoadError::Tls(e.to_string()))?;
+    let mut cfg = if opts.insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate { provider }))
+            .with_no_client_auth()
+    } else {
+        builder
+            .with_root_certificates(roots(opts.cacert.as_deref())?)
+            .with_no_client_auth()
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.resumption = if opts.resume {
+        Resumption::in_memory_sessions(SESSION_CACHE)
+    } else {
+        Resumption::disabled()
+    };
+    Ok(Arc::new(cfg))
+}
+
+/// The name a connection asks for (SNI) and verifies the certificate against: the URL's host.
+/// An IP address is verified against the certificate's IP entries and sends no SNI.
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, String> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    ServerName::try_from(bare.to_owned()).map_err(|e| e.to_string())
+}
+
+fn roots(cacert: Option<&Path>) -> Result<RootCertStore, LoadError> {
+    let mut store = RootCertStore::empty();
+    if let Some(path) = cacert {
+        let bytes = std::fs::read(path)
+            .map_err(|e| LoadError::Tls(format!("cannot read --cacert {}: {e}", path.display())))?;
+        for cert in CertificateDer::pem_slice_iter(&bytes) {
+            let cert =
+                cert.map_err(|e| LoadError::Tls(format!("--cacert {}: {e}", path.display())))?;
+            store.add(cert).map_err(|e| {
+                LoadError::Tls(format!(
+                    "--cacert {}: unusable certificate: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+        if store.is_empty() {
+            return Err(LoadError::Tls(format!(
+                "--cacert {}: no CERTIFICATE in it",
+                path.display()
+            )));
+        }
+        return Ok(store);
+    }
+    let found = rustls_native_certs::load_native_certs();
+    let (added, _ignored) = store.add_parsable_certificates(found.certs);
+    if added == 0 {
+        return Err(LoadError::Tls(
+            "no trusted root certificates on this system (give --cacert FILE, or --insecure)"
+                .into(),
+        ));
+    }
+    Ok(store)
+}
+
+/// `--insecure`: any certificate for any name, but signatures made with the presented key.
+#[derive(Debug)]
+struct AcceptAnyCertificate {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// What a run's TLS sessions were: the protocol and cipher suite negotiated, and how many
+/// handshakes were full or resumed — over the whole run, warm-up included (keep-alive
+/// connections shake hands during the warm-up and keep what they negotiated).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TlsSummary {
+    /// `TLSv1.3` or `TLSv1.2`; several joined by `,` if the connections did not all agree.
+    pub protocol: String,
+    /// The cipher suite, e.g. `TLS13_AES_128_GCM_SHA256`; several joined by `,` likewise.
+    pub cipher: String,
+    /// Handshakes completed.
+    pub handshakes: u64,
+    /// Of those, resumed sessions (abbreviated handshakes).
+    pub resumed: u64,
+}
+
+impl TlsSummary {
+    /// Records one completed handshake.
+    pub(crate) fn record(&mut self, protocol: &str, cipher: &str, resumed: bool) {
+        self.handshakes += 1;
+        self.resumed += u64::from(resumed);
+        add_name(&mut self.protocol, protocol);
+        add_name(&mut self.cipher, cipher);
+    }
+
+    pub(crate) fn add(&mut self, o: &Self) {
+        self.handshakes += o.handshakes;
+        self.resumed += o.resumed;
+        for p in o.protocol.split(',').filter(|s| !s.is_empty()) {
+            add_name(&mut self.protocol, p);
+        }
+        for c in o.cipher.split(',').filter(|s| !s.is_empty()) {
+            add_name(&mut self.cipher, c);
+        }
+    }
+}
+
+fn add_name(list: &mut String, name: &str) {
+    if !list.split(',').any(|n| n == name) {
+        if !list.is_empty() {
+            list.push(',');
+        }
+        list.push_str(name);
+    }
+}
+
+/// The protocol version as people write it.
+pub(crate) fn version_name(v: rustls::ProtocolVersion) -> &'static str {
+    match v {
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
+        _ => "TLS (other)",
+    }
+}
+
+/// The cipher suite's IANA-style name, without allocating.
+pub(crate) fn suite_name(s: rustls::SupportedCipherSuite) -> &'static str {
+    s.suite().as_str().unwrap_or("unknown")
+}
