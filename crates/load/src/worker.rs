@@ -543,11 +543,18 @@ impl<'a> Worker<'a> {
                 self.groups[self.conns[idx].spec.group].authority
             ));
         }
-        if self.measuring {
-            self.stats.errors.tls += 1;
-            if let Some(b) = &mut self.budget {
-                *b = b.saturating_sub(1);
+        // Each failure takes one request from a counted run's budget; once it is spent, the
+        // handshakes still under way on other connections end uncounted, so `-n` stays exact.
+        let counts = match &mut self.budget {
+            Some(0) => false,
+            Some(b) => {
+                *b -= u64::from(self.measuring);
+                true
             }
+            None => true,
+        };
+        if self.measuring && counts {
+            self.stats.errors.tls += 1;
         }
         self.close(idx);
         let conn = &mut self.conns[idx];
