@@ -24,6 +24,8 @@ pub struct LoadPlan {
     pub timeout: Duration,
     pub keepalive: bool,
     pub pin_cpus: Vec<usize>,
+    /// For `https://`: verification and resumption.
+    pub tls: lowlat_load::TlsOptions,
 }
 
 /// What one measurement brought back.
@@ -43,6 +45,8 @@ pub struct LoadOutcome {
     pub errors: BTreeMap<String, u64>,
     /// CPU time the loader's threads used (user + system).
     pub client_cpu: Duration,
+    /// For `https://`: the protocol and cipher suite negotiated (`TLSv1.3 TLS13_AES_128_GCM_SHA256`).
+    pub tls: Option<String>,
 }
 
 impl LoadOutcome {
@@ -95,6 +99,7 @@ impl LoadDriver for Engine {
             timeout: plan.timeout,
             keep_alive: plan.keepalive,
             pin_cpus: plan.pin_cpus.clone(),
+            tls: plan.tls.clone(),
             ..lowlat_load::LoadConfig::default()
         };
         let r = lowlat_load::run(&cfg, stop).map_err(|e| e.to_string())?;
@@ -105,6 +110,7 @@ impl LoadDriver for Engine {
             ("write", e.write),
             ("timeout", e.timeout),
             ("protocol", e.protocol),
+            ("tls", e.tls),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -125,6 +131,7 @@ impl LoadDriver for Engine {
             errors,
             client_cpu: r.cpu_user + r.cpu_system,
             latency_us: r.latency,
+            tls: r.tls.map(|t| format!("{} {}", t.protocol, t.cipher)),
         })
     }
 }

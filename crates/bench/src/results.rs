@@ -111,6 +111,10 @@ pub struct Row {
     pub attempts: u32,
     /// The 100 ms time series.
     pub samples: Vec<Sample>,
+    /// Over https: the TLS protocol and cipher suite negotiated (absent in clear, and in
+    /// results written before TLS was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 /// Everything but the rows: written once at the start.

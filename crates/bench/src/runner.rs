@@ -272,6 +272,10 @@ fn run_scenario(
     out: &Path,
 ) -> Result<(), BenchError> {
     let url = format!("{}{}", running.url.trim_end_matches('/'), scenario.path);
+    let tls = lowlat_load::TlsOptions {
+        resume: scenario.tls_resume,
+        ..running.tls.clone()
+    };
     let plan_for = |connections: u32, duration: Duration| LoadPlan {
         url: url.clone(),
         threads: spec.loader.threads as usize,
@@ -284,6 +288,7 @@ fn run_scenario(
         timeout: spec.loader.timeout,
         keepalive: scenario.keepalive,
         pin_cpus: spec.loader.cpus.clone(),
+        tls: tls.clone(),
     };
     let load_err = |connections: u32, message: String| BenchError::Load {
         target: target.name.clone(),
@@ -502,5 +507,6 @@ fn make_row(
         bound_by: BoundBy::decide(loader_sat, server_sat),
         attempts,
         samples: m.samples,
+        tls: o.tls.clone(),
     }
 }

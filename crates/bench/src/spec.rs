@@ -142,6 +142,17 @@ pub struct Target {
     /// Process names in the target's tree whose memory is not the server's (a throw-away
     /// origin behind a cache, a shell wrapper).
     pub rss_exclude: Vec<String>,
+    /// For an `https://` URL: how its certificate is checked.
+    pub tls: TargetTls,
+}
+
+/// How an `https://` target's certificate is checked (`tls = { … }` in the spec).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TargetTls {
+    /// Accept any certificate (a self-signed one made for the run).
+    pub insecure: bool,
+    /// Trust only the certificates in this PEM file (`${var}`s expanded when the run starts).
+    pub cacert: Option<String>,
 }
 
 /// One kind of request sent to every target that serves it.
@@ -158,6 +169,8 @@ pub struct Scenario {
     pub targets: Vec<String>,
     /// Levels for this scenario (default: `[run].levels`).
     pub levels: Vec<u32>,
+    /// Over https, resume TLS sessions on reconnects (matters with `keepalive = false`).
+    pub tls_resume: bool,
 }
 
 // ------------------------------------------------------------------ raw TOML shapes
@@ -223,6 +236,15 @@ struct RawTarget {
     ready: Option<Spanned<RawReady>>,
     #[serde(default)]
     rss_exclude: Vec<String>,
+    tls: Option<Spanned<RawTls>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    #[serde(default)]
+    insecure: bool,
+    cacert: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -250,6 +272,7 @@ struct RawScenario {
     keepalive: Option<bool>,
     targets: Option<Spanned<Vec<Spanned<String>>>>,
     levels: Option<Spanned<RawLevels>>,
+    tls_resume: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -647,6 +670,28 @@ impl Cx<'_> {
                 (ready, timeout)
             }
         };
+        let https = url.starts_with("https://");
+        let tls = match t.tls {
+            None => TargetTls::default(),
+            Some(raw) if !https => {
+                return Err(self.err(&raw.span(), f("tls"), "applies to https:// URLs only"));
+            }
+            Some(raw) => {
+                let span = raw.span();
+                let raw = raw.into_inner();
+                if raw.insecure && raw.cacert.is_some() {
+                    return Err(self.err(
+                        &span,
+                        f("tls"),
+                        "give insecure = true or cacert, not both",
+                    ));
+                }
+                TargetTls {
+                    insecure: raw.insecure,
+                    cacert: raw.cacert,
+                }
+            }
+        };
         Ok(Target {
             name,
             launch,
@@ -655,6 +700,7 @@ impl Cx<'_> {
             ready,
             ready_timeout,
             rss_exclude: t.rss_exclude,
+            tls,
         })
     }
 
@@ -779,6 +825,7 @@ impl Cx<'_> {
             keepalive,
             targets: chosen,
             levels,
+            tls_resume: s.tls_resume.unwrap_or(false),
         })
     }
 
@@ -895,7 +942,8 @@ fn names(targets: &[Target]) -> String {
 fn check_url(url: &str) -> Result<(), String> {
     let rest = url
         .strip_prefix("http://")
-        .ok_or("must start with http:// (lowlat bench speaks HTTP/1.1 in clear)")?;
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or("must start with http:// or https://")?;
     let authority = rest.split('/').next().unwrap_or("");
     if authority.is_empty() {
         return Err("has no host".into());

@@ -38,16 +38,20 @@ pub struct RunningTarget {
     pub url: String,
     /// Process names not counted in the server's memory.
     pub rss_exclude: Vec<String>,
+    /// For `https://`: how the certificate is checked (`cacert` expanded).
+    pub tls: lowlat_load::TlsOptions,
 }
 
-/// Host and port of an `http://host[:port]` URL, resolved.
+/// Host and port of an `http://host[:port]` or `https://…` URL, resolved.
 ///
 /// # Errors
 /// A message when the URL has no usable address.
 pub fn socket_addr(url: &str) -> Result<SocketAddr, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: not an http:// URL"))?;
+    let (rest, default_port) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (rest, 80),
+        (_, Some(rest)) => (rest, 443),
+        _ => return Err(format!("{url}: not an http:// or https:// URL")),
+    };
     let authority = rest.split('/').next().unwrap_or("");
     let with_port = if authority
         .rsplit_once(':')
@@ -56,7 +60,7 @@ pub fn socket_addr(url: &str) -> Result<SocketAddr, String> {
     {
         authority.to_string()
     } else {
-        format!("{authority}:80")
+        format!("{authority}:{default_port}")
     };
     with_port
         .to_socket_addrs()
@@ -96,6 +100,12 @@ pub fn preflight(target: &Target, vars: &BTreeMap<String, String>) -> Result<(),
         message: format!("{field}: {message}"),
     };
     expand(&target.url, vars).map_err(|m| prep("url", m))?;
+    let tls = tls_options(target, vars).map_err(|m| prep("tls", m))?;
+    if target.url.starts_with("https://") && (tls.cacert.is_some() || !tls.insecure) {
+        // The trust anchors load now (a missing or empty --cacert file is found before any
+        // target starts); the system's roots when none is given.
+        lowlat_load::tls::client_config(&tls).map_err(|e| prep("tls", e.to_string()))?;
+    }
     let Launch::Command {
         argv,
         cwd,
@@ -144,6 +154,7 @@ impl RunningTarget {
             message,
         };
         let url = expand(&target.url, vars).map_err(prep)?;
+        let tls = tls_options(target, vars).map_err(prep)?;
         let log = run_dir.join(format!("{}.log", target.name));
         match &target.launch {
             Launch::Pid(pid) => {
@@ -160,6 +171,7 @@ impl RunningTarget {
                     log,
                     url,
                     rss_exclude: target.rss_exclude.clone(),
+                    tls: tls.clone(),
                 })
             }
             Launch::Command {
@@ -221,6 +233,7 @@ impl RunningTarget {
                     log,
                     url,
                     rss_exclude: target.rss_exclude.clone(),
+                    tls: tls.clone(),
                 })
             }
         }
@@ -251,7 +264,7 @@ impl RunningTarget {
                     out: out.to_path_buf(),
                 });
             }
-            let last = match probe(&self.url, ready) {
+            let last = match probe(&self.url, ready, &self.tls) {
                 Ok(()) => {
                     std::thread::sleep(SETTLE);
                     return self.check_alive();
@@ -350,21 +363,74 @@ impl Drop for RunningTarget {
     }
 }
 
-/// One readiness probe.
-fn probe(url: &str, ready: &Readiness) -> Result<(), String> {
+/// The load generator's TLS settings for `target`, its `cacert` expanded.
+///
+/// # Errors
+/// An undefined variable in `cacert`.
+pub fn tls_options(
+    target: &Target,
+    vars: &BTreeMap<String, String>,
+) -> Result<lowlat_load::TlsOptions, String> {
+    Ok(lowlat_load::TlsOptions {
+        insecure: target.tls.insecure,
+        cacert: match &target.tls.cacert {
+            Some(c) => Some(expand(c, vars)?.into()),
+            None => None,
+        },
+        resume: false,
+    })
+}
+
+/// One readiness probe. Over https it completes a TLS handshake that verifies the certificate
+/// as the measurement will (so a wrong `cacert` fails here, named, rather than as a run full of
+/// TLS errors), then asks for the path.
+fn probe(url: &str, ready: &Readiness, tls: &lowlat_load::TlsOptions) -> Result<(), String> {
     let addr = socket_addr(url)?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+    let s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
         .map_err(|e| format!("connect {addr}: {e}"))?;
-    let Readiness::Http(path) = ready else {
+    let https = url.starts_with("https://");
+    if matches!(ready, Readiness::Tcp) && !https {
         return Ok(());
-    };
+    }
     let host = url
         .trim_start_matches("http://")
+        .trim_start_matches("https://")
         .split('/')
         .next()
         .unwrap_or("");
     s.set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    if https {
+        let cfg = lowlat_load::tls::client_config(tls).map_err(|e| e.to_string())?;
+        let name = lowlat_load::tls::server_name(
+            host.rsplit_once(':')
+                .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+                .map_or(host, |(h, _)| h),
+        )?;
+        let conn = rustls::ClientConnection::new(cfg, name).map_err(|e| e.to_string())?;
+        let mut stream = rustls::StreamOwned::new(conn, s);
+        while stream.conn.is_handshaking() {
+            stream
+                .conn
+                .complete_io(&mut stream.sock)
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+        }
+        let Readiness::Http(path) = ready else {
+            return Ok(());
+        };
+        return http_probe(&mut stream, host, path);
+    }
+    let Readiness::Http(path) = ready else {
+        return Ok(());
+    };
+    let mut s = s;
+    http_probe(&mut s, host, path)
+}
+
+/// Sends `GET path` and accepts any status below 500.
+fn http_probe(s: &mut (impl Read + Write), host: &str, path: &str) -> Result<(), String> {
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"

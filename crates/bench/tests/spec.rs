@@ -113,6 +113,31 @@ fn shipped_specs_parse() {
     );
 }
 
+/// An https target with its TLS settings, and a scenario resuming sessions.
+#[test]
+fn https_targets() {
+    let text = with(
+        "url = \"http://127.0.0.1:8081\"",
+        "url = \"https://127.0.0.1:8443\"\ntls = { cacert = \"${spec_dir}/ca.pem\" }",
+    )
+    .replacen(
+        "keepalive = false",
+        "keepalive = false\ntls_resume = true",
+        1,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tls.toml");
+    std::fs::write(&path, text).unwrap();
+    let spec = spec::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let b = &spec.targets[1];
+    assert_eq!(b.url, "https://127.0.0.1:8443");
+    assert_eq!(b.tls.cacert.as_deref(), Some("${spec_dir}/ca.pem"));
+    assert!(!b.tls.insecure);
+    assert!(!spec.targets[0].url.starts_with("https"));
+    assert!(spec.scenarios[1].tls_resume);
+    assert!(!spec.scenarios[0].tls_resume);
+}
+
 /// Replaces `from` (which must occur) in the valid spec.
 fn with(from: &str, to: &str) -> String {
     assert!(VALID.contains(from), "{from}");
@@ -194,10 +219,40 @@ fn errors_name_file_line_and_field() {
         ),
         (
             "not http",
-            with("http://127.0.0.1:8081", "https://127.0.0.1:8081"),
-            "https://",
+            with("http://127.0.0.1:8081", "ftp://127.0.0.1:8081"),
+            "ftp://",
             "target[1].url",
             "http://",
+        ),
+        (
+            "tls on a clear-text target",
+            with(
+                "url = \"http://127.0.0.1:8081\"",
+                "url = \"http://127.0.0.1:8081\"\ntls = { insecure = true }",
+            ),
+            "tls = { insecure",
+            "target[1].tls",
+            "https:// URLs only",
+        ),
+        (
+            "tls both ways",
+            with(
+                "url = \"http://127.0.0.1:8081\"",
+                "url = \"https://127.0.0.1:8081\"\ntls = { insecure = true, cacert = \"ca.pem\" }",
+            ),
+            "tls = { insecure",
+            "target[1].tls",
+            "not both",
+        ),
+        (
+            "unknown tls key",
+            with(
+                "url = \"http://127.0.0.1:8081\"",
+                "url = \"https://127.0.0.1:8081\"\ntls = { verify = false }",
+            ),
+            "tls = { verify",
+            "target[1].tls.verify",
+            "unknown field `verify`",
         ),
         (
             "unknown target",

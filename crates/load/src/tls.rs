@@ -34,7 +34,7 @@ const SESSION_CACHE: usize = 4096;
 ///
 /// # Errors
 /// [`LoadError::Tls`] for an unusable `--cacert` or an empty system root store.
-pub(crate) fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, LoadError> {
+pub fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, LoadError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
@@ -60,7 +60,10 @@ pub(crate) fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, Load
 
 /// The name a connection asks for (SNI) and verifies the certificate against: the URL's host.
 /// An IP address is verified against the certificate's IP entries and sends no SNI.
-pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, String> {
+///
+/// # Errors
+/// A host that is neither a DNS name nor an IP address.
+pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     ServerName::try_from(bare.to_owned()).map_err(|e| e.to_string())
 }
