@@ -8,8 +8,8 @@ mod common;
 use std::sync::atomic::AtomicBool;
 
 use lowlat_bench::error::BenchError;
-use lowlat_bench::runner::{self, RunOptions};
 use lowlat_bench::results;
+use lowlat_bench::runner::{self, RunOptions};
 use lowlat_testkit::pki::{KeyKind, Pki};
 
 fn spec_text(port: u16, cert: &str, key: &str, ca: &str, ready_timeout: &str) -> String {
@@ -69,14 +69,22 @@ fn https_sweep() {
         progress: false,
         force: true,
     };
-    let path = runner::run(&spec, &lowlat_bench::load::Engine, &opts, &AtomicBool::new(false))
-        .unwrap_or_else(|e| panic!("sweep failed: {e}"));
+    let path = runner::run(
+        &spec,
+        &lowlat_bench::load::Engine,
+        &opts,
+        &AtomicBool::new(false),
+    )
+    .unwrap_or_else(|e| panic!("sweep failed: {e}"));
     let res = results::read(&path).unwrap();
     assert_eq!(res.rows.len(), 2);
     for r in &res.rows {
         assert!(r.requests > 50, "{}: {} requests", r.scenario, r.requests);
         assert_eq!(r.errors, 0, "{}: {:?}", r.scenario, r.errors_by_kind);
-        let tls = r.tls.as_deref().unwrap_or_else(|| panic!("{}: no tls", r.scenario));
+        let tls = r
+            .tls
+            .as_deref()
+            .unwrap_or_else(|| panic!("{}: no tls", r.scenario));
         assert!(tls.starts_with("TLSv1.3 TLS13_"), "{tls}");
     }
     // The file validates against the shipped schema, tls field included.
@@ -111,11 +119,19 @@ fn untrusted_certificate_fails_readiness() {
         progress: false,
         force: true,
     };
-    let err = runner::run(&spec, &lowlat_bench::load::Engine, &opts, &AtomicBool::new(false))
-        .expect_err("an untrusted certificate");
+    let err = runner::run(
+        &spec,
+        &lowlat_bench::load::Engine,
+        &opts,
+        &AtomicBool::new(false),
+    )
+    .expect_err("an untrusted certificate");
     assert!(matches!(err, BenchError::NotReady { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("TLS handshake") && msg.contains("certificate"), "{msg}");
+    assert!(
+        msg.contains("TLS handshake") && msg.contains("certificate"),
+        "{msg}"
+    );
 }
 
 /// `--check` finds a `cacert` that is missing before anything starts.
@@ -131,9 +147,17 @@ fn missing_cacert_is_found_by_check() {
     );
     let spec = lowlat_bench::spec::load(&common::write_spec(&dir, "tls.toml", &text))
         .unwrap_or_else(|e| panic!("{e}"));
-    let vars =
-        lowlat_bench::target::target_vars(&spec.vars, &dir, &dir.join("run"), &dir.join("out"), "lowlat");
+    let vars = lowlat_bench::target::target_vars(
+        &spec.vars,
+        &dir,
+        &dir.join("run"),
+        &dir.join("out"),
+        "lowlat",
+    );
     let err = lowlat_bench::target::preflight(&spec.targets[0], &vars).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("tls") && msg.contains("/nonexistent/ca.pem"), "{msg}");
+    assert!(
+        msg.contains("tls") && msg.contains("/nonexistent/ca.pem"),
+        "{msg}"
+    );
 }
