@@ -4,6 +4,8 @@
 set -euo pipefail
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# The TLS tests drive openssl s_client (SNI, ALPN) and nginx with ssl.
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # lowlat bench's sweep test runs nginx beside lowlat; its lifecycle tests use python3's http.server.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
