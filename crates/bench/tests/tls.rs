@@ -49,18 +49,21 @@ tls_resume = true
     )
 }
 
-/// Both scenarios measured over TLS 1.3, without errors, the protocol recorded per row.
-#[test]
-fn https_sweep() {
-    let pki = Pki::new();
-    let leaf = pki.leaf("srv", &["localhost", "127.0.0.1"], KeyKind::EcdsaP256);
-    let dir = common::scratch("tls-sweep");
+/// Runs the spec against a server whose certificate `server_ca` issued, trusting `trusted`'s CA.
+fn sweep(
+    name: &str,
+    server_ca: &Pki,
+    trusted: &Pki,
+    ready_timeout: &str,
+) -> Result<std::path::PathBuf, BenchError> {
+    let leaf = server_ca.leaf("srv", &["localhost", "127.0.0.1"], KeyKind::EcdsaP256);
+    let dir = common::scratch(name);
     let text = spec_text(
         common::free_port(),
         &leaf.cert.display().to_string(),
         &leaf.key.display().to_string(),
-        &pki.ca_path().display().to_string(),
-        "10s",
+        &trusted.ca_path().display().to_string(),
+        ready_timeout,
     );
     let spec = lowlat_bench::spec::load(&common::write_spec(&dir, "tls.toml", &text))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -69,13 +72,20 @@ fn https_sweep() {
         progress: false,
         force: true,
     };
-    let path = runner::run(
+    runner::run(
         &spec,
         &lowlat_bench::load::Engine,
         &opts,
         &AtomicBool::new(false),
     )
-    .unwrap_or_else(|e| panic!("sweep failed: {e}"));
+}
+
+/// Both scenarios measured over TLS 1.3, without errors, the protocol recorded per row.
+#[test]
+fn https_sweep() {
+    let pki = Pki::new();
+    let path =
+        sweep("tls-sweep", &pki, &pki, "10s").unwrap_or_else(|e| panic!("sweep failed: {e}"));
     let res = results::read(&path).unwrap();
     assert_eq!(res.rows.len(), 2);
     for r in &res.rows {
@@ -101,31 +111,8 @@ fn https_sweep() {
 /// TLS handshake failed on the certificate, and nothing is measured.
 #[test]
 fn untrusted_certificate_fails_readiness() {
-    let pki = Pki::new();
-    let leaf = pki.leaf("srv", &["localhost", "127.0.0.1"], KeyKind::EcdsaP256);
-    let stranger = Pki::new();
-    let dir = common::scratch("tls-untrusted");
-    let text = spec_text(
-        common::free_port(),
-        &leaf.cert.display().to_string(),
-        &leaf.key.display().to_string(),
-        &stranger.ca_path().display().to_string(),
-        "2s",
-    );
-    let spec = lowlat_bench::spec::load(&common::write_spec(&dir, "tls.toml", &text))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let opts = RunOptions {
-        out_dir: dir.join("out"),
-        progress: false,
-        force: true,
-    };
-    let err = runner::run(
-        &spec,
-        &lowlat_bench::load::Engine,
-        &opts,
-        &AtomicBool::new(false),
-    )
-    .expect_err("an untrusted certificate");
+    let (pki, stranger) = (Pki::new(), Pki::new());
+    let err = sweep("tls-untrusted", &pki, &stranger, "2s").expect_err("an untrusted certificate");
     assert!(matches!(err, BenchError::NotReady { .. }), "{err}");
     let msg = err.to_string();
     assert!(
