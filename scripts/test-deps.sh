@@ -6,6 +6,8 @@ need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # The TLS tests drive openssl s_client (SNI, ALPN) and nginx with ssl.
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# lowlat load's text report is compared line by line with wrk's own.
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
 # lowlat bench's sweep test runs nginx beside lowlat; its lifecycle tests use python3's http.server.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v python3 >/dev/null 2>&1 || need+=(python3)

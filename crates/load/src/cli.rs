@@ -15,6 +15,8 @@ use crate::progress::ProgressLine;
 /// Arguments of `lowlat load`.
 #[derive(Debug, clap::Args)]
 #[command(
+    version,
+    disable_version_flag = true,
     about = "Generate HTTP/1.1 load (http:// and https://): wrk's flags, wrk2's constant rate, pipelining",
     after_help = "Examples:\n  lowlat load -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n  \
                   lowlat load -t1 -c256 --pipeline 16 -d10s http://127.0.0.1:8080/plaintext\n  \
@@ -40,12 +42,18 @@ pub struct LoadArgs {
     /// Add a request header ("Name: value"); repeatable.
     #[arg(short = 'H', long = "header", value_name = "HEADER", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
-    /// Print the full latency percentile spectrum.
-    #[arg(long)]
+    /// Print wrk2's latency percentiles and the full spectrum.
+    #[arg(short = 'L', long)]
     pub latency: bool,
     /// Count a request as failed after this long without its response.
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    #[arg(short = 'T', long, value_parser = parse_duration, default_value = "2s")]
     pub timeout: Duration,
+    /// wrk's Lua script: not supported (say so, instead of an unknown flag).
+    #[arg(short = 's', long, value_name = "FILE", hide = true)]
+    pub script: Option<std::path::PathBuf>,
+    /// Print the version.
+    #[arg(short = 'v', long, action = clap::ArgAction::Version)]
+    pub version: Option<bool>,
     /// Requests in flight per connection.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub pipeline: u32,
@@ -127,6 +135,13 @@ pub fn run(args: LoadArgs) -> ExitCode {
 }
 
 fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
+    if let Some(script) = &args.script {
+        eprintln!(
+            "lowlat load: Lua scripts are not supported ({}); use -H, -m, --body and weighted URLs (URL@W) instead",
+            script.display()
+        );
+        return Ok(ExitCode::from(2));
+    }
     let cfg = to_config(&args)?;
     let stop = Arc::new(AtomicBool::new(false));
     // A second Ctrl-C exits at once; the first stops the run and prints what it measured.

@@ -7,94 +7,113 @@ use std::fmt::Write as _;
 use crate::config::LoadConfig;
 use crate::report::Report;
 
-/// The banner printed before the run (wrk's `Running 10s test @ URL`).
+/// The banner printed before the run: wrk's two lines (`Running 10s test @ URL`, `  N threads and
+/// M connections`), then lowlat's own settings, if any, on a line of their own.
 #[must_use]
 pub fn banner(cfg: &LoadConfig) -> String {
     let what = match (cfg.duration, cfg.requests) {
-        (Some(d), Some(n)) => format!("{n} requests (at most {})", duration(d.as_secs_f64())),
-        (Some(d), None) => format!("{} test", duration(d.as_secs_f64())),
+        (Some(d), Some(n)) => format!("{n} requests (at most {})", run_length(d)),
+        (Some(d), None) => format!("{} test", run_length(d)),
         (None, Some(n)) => format!("{n} requests"),
-        (None, None) => format!(
-            "{} test",
-            duration(crate::config::DEFAULT_DURATION.as_secs_f64())
-        ),
+        (None, None) => format!("{} test", run_length(crate::config::DEFAULT_DURATION)),
     };
     let urls: Vec<&str> = cfg.targets.iter().map(|t| t.url.as_str()).collect();
     let mut s = format!("Running {what} @ {}\n", urls.join(", "));
-    let _ = write!(
+    let _ = writeln!(
         s,
         "  {} threads and {} connections",
         cfg.threads, cfg.connections
     );
+    let mut extra = Vec::new();
     if cfg.pipeline > 1 {
-        let _ = write!(s, ", pipeline {}", cfg.pipeline);
+        extra.push(format!("pipeline {}", cfg.pipeline));
     }
     if let Some(r) = cfg.rate {
-        let _ = write!(s, ", {r} requests/s");
+        extra.push(format!("{r} requests/s"));
     }
     if !cfg.warmup.is_zero() {
-        let _ = write!(s, ", after {} warm-up", duration(cfg.warmup.as_secs_f64()));
+        extra.push(format!("after {} warm-up", run_length(cfg.warmup)));
     }
-    s.push('\n');
+    if !extra.is_empty() {
+        let _ = writeln!(s, "  {}", extra.join(", "));
+    }
     s
 }
 
-/// The report, after the banner. `detailed` adds the full percentile spectrum (`--latency`).
+/// The report, after the banner: wrk's lines where wrk prints the same fact, in its order and
+/// formats (`--latency` gives wrk2's percentile block and spectrum), then lowlat's own lines.
 #[must_use]
 pub fn render(report: &Report, detailed: bool) -> String {
     let mut s = String::new();
     let l = report.latency_summary();
-    let _ = writeln!(s, "  Thread Stats   Avg      Stdev     Max   +/- Stdev");
     let _ = writeln!(
         s,
-        "    Latency {:>9} {:>9} {:>9} {:>8.2}%",
-        micros(l.mean),
-        micros(l.stdev),
-        micros(l.max as f64),
-        l.within_stdev * 100.0
+        "  Thread Stats{:>6}{:>11}{:>8}{:>12}",
+        "Avg", "Stdev", "Max", "+/- Stdev"
     );
-    if let Some(r) = &report.thread_rates {
-        let _ = writeln!(
-            s,
-            "    Req/Sec {:>9} {:>9} {:>9} {:>8.2}%",
-            metric(r.mean),
-            metric(r.stdev),
-            metric(r.max),
-            r.within_stdev * 100.0
-        );
-    }
-    let _ = writeln!(s, "  Latency Distribution");
-    for (p, v) in [
-        ("50", l.p50),
-        ("75", l.p75),
-        ("90", l.p90),
-        ("99", l.p99),
-        ("99.9", l.p99_9),
-        ("99.99", l.p99_99),
-    ] {
-        let _ = writeln!(s, "  {p:>6}% {:>9}", micros(v as f64));
-    }
+    let _ = write!(s, "    {:<10}", "Latency");
+    units(&mut s, &time_us(l.mean), 8);
+    units(&mut s, &time_us(l.stdev), 10);
+    units(&mut s, &time_us(l.max as f64), 9);
+    let _ = writeln!(s, "{:>8.2}%", l.within_stdev * 100.0);
+    let (mean, stdev, max, within) = report
+        .thread_rates
+        .as_ref()
+        .map_or((0.0, 0.0, 0.0, 0.0), |r| {
+            (r.mean, r.stdev, r.max, r.within_stdev)
+        });
+    let _ = write!(s, "    {:<10}", "Req/Sec");
+    units(&mut s, &metric(mean), 8);
+    units(&mut s, &metric(stdev), 10);
+    units(&mut s, &metric(max), 9);
+    let _ = writeln!(s, "{:>8.2}%", within * 100.0);
     if detailed {
-        spectrum(&mut s, report);
+        hdr_block(&mut s, report);
     }
     let _ = writeln!(
         s,
-        "  {} requests in {}, {} read",
+        "  {} requests in {}, {}B read",
         report.responses,
-        duration(report.elapsed.as_secs_f64()),
-        bytes(report.bytes_read as f64)
+        time_us(report.elapsed.as_secs_f64() * 1e6),
+        binary(report.bytes_read as f64)
     );
     let e = &report.errors;
-    if e.total() > 0 {
-        let _ = write!(
+    if e.connect + e.read + e.write + e.timeout > 0 {
+        let _ = writeln!(
             s,
-            "  Socket errors: connect {}, read {}, write {}, timeout {}, protocol {}",
-            e.connect, e.read, e.write, e.timeout, e.protocol
+            "  Socket errors: connect {}, read {}, write {}, timeout {}",
+            e.connect, e.read, e.write, e.timeout
         );
-        if e.tls > 0 || report.tls.is_some() {
-            let _ = write!(s, ", tls {}", e.tls);
+    }
+    let st = &report.status;
+    if st.not_ok() > 0 {
+        let _ = writeln!(s, "  Non-2xx or 3xx responses: {}", st.not_ok());
+    }
+    let _ = writeln!(s, "Requests/sec: {:>9.2}", report.requests_per_sec());
+    let _ = writeln!(s, "Transfer/sec: {:>10}B", binary(report.bytes_per_sec()));
+    // lowlat's own lines, after everything wrk prints.
+    if !detailed {
+        let _ = writeln!(s, "  Latency Distribution");
+        for (p, v) in [
+            ("50", l.p50),
+            ("75", l.p75),
+            ("90", l.p90),
+            ("99", l.p99),
+            ("99.9", l.p99_9),
+            ("99.99", l.p99_99),
+        ] {
+            let _ = writeln!(s, "  {p:>6}% {:>9}", micros(v as f64));
         }
-        s.push('\n');
+    }
+    if e.protocol + e.tls > 0 {
+        let _ = writeln!(s, "  Other errors: protocol {}, tls {}", e.protocol, e.tls);
+    }
+    if st.not_ok() > 0 || st.redirection > 0 {
+        let _ = writeln!(
+            s,
+            "  Status: 2xx {}, 3xx {}, 4xx {}, 5xx {}",
+            st.success, st.redirection, st.client_error, st.server_error
+        );
     }
     if let Some(t) = &report.tls {
         let _ = writeln!(
@@ -103,22 +122,9 @@ pub fn render(report: &Report, detailed: bool) -> String {
             t.protocol, t.cipher, t.handshakes, t.resumed
         );
     }
-    let st = &report.status;
-    if st.not_ok() > 0 || st.redirection > 0 {
-        let _ = writeln!(
-            s,
-            "  Status: 2xx {}, 3xx {}, 4xx {}, 5xx {}",
-            st.success, st.redirection, st.client_error, st.server_error
-        );
-    }
-    if st.not_ok() > 0 {
-        let _ = writeln!(s, "  Non-2xx or 3xx responses: {}", st.not_ok());
-    }
     if report.interrupted {
         let _ = writeln!(s, "  (interrupted: figures cover the time until the stop)");
     }
-    let _ = writeln!(s, "Requests/sec: {:>10.2}", report.requests_per_sec());
-    let _ = writeln!(s, "Transfer/sec: {:>10}", bytes(report.bytes_per_sec()));
     if let Some(us) = report.cpu_us_per_response() {
         let _ = writeln!(
             s,
@@ -127,6 +133,77 @@ pub fn render(report: &Report, detailed: bool) -> String {
         );
     }
     s
+}
+
+/// wrk2's `--latency` block: its eight percentiles, then the full spectrum, then a rule.
+fn hdr_block(s: &mut String, report: &Report) {
+    let h = &report.latency;
+    let _ = writeln!(
+        s,
+        "  Latency Distribution (HdrHistogram - Recorded Latency)"
+    );
+    for p in [50.0, 75.0, 90.0, 99.0, 99.9, 99.99, 99.999, 100.0] {
+        let _ = write!(s, "{p:>7.3}%");
+        units(s, &time_us(h.value_at_percentile(p) as f64), 10);
+        s.push('\n');
+    }
+    spectrum(s, report);
+    let _ = writeln!(
+        s,
+        "----------------------------------------------------------"
+    );
+}
+
+/// wrk's `print_units`: a value right-aligned in `width` columns, two of which are the unit
+/// (a unit of one letter leaves a space after the value, none a two-space gap).
+fn units(s: &mut String, msg: &str, width: usize) {
+    let b = msg.as_bytes();
+    let mut pad = 2;
+    if b.last().is_some_and(u8::is_ascii_alphabetic) {
+        pad -= 1;
+    }
+    if b.len() >= 2 && b[b.len() - 2].is_ascii_alphabetic() {
+        pad -= 1;
+    }
+    let _ = write!(s, "{msg:>w$}{:p$}", "", w = width - pad, p = pad);
+}
+
+/// wrk's `format_units`: divide by `scale` while the value is at least 85% of it and a larger
+/// unit remains (wrk never reaches the last unit of a list), `precision` decimals.
+fn scaled(n: f64, scale: f64, base: &str, larger: &[&str], precision: usize) -> String {
+    let mut amt = n;
+    let mut unit = base;
+    let mut i = 0;
+    while i + 1 < larger.len() && amt >= scale * 0.85 {
+        amt /= scale;
+        unit = larger[i];
+        i += 1;
+    }
+    format!("{amt:.precision$}{unit}")
+}
+
+/// wrk's `format_time_us`: microseconds as `us`/`ms`, or from a second on as `s`/`m`.
+fn time_us(us: f64) -> String {
+    if us >= 1e6 {
+        scaled(us / 1e6, 60.0, "s", &["m", "h"], 2)
+    } else {
+        scaled(us, 1000.0, "us", &["ms", "s"], 2)
+    }
+}
+
+/// wrk's `format_binary` (the caller appends `B`).
+fn binary(n: f64) -> String {
+    scaled(n, 1024.0, "", &["K", "M", "G", "T", "P"], 2)
+}
+
+/// How long a run is, as wrk's banner says it (`10s`, `2m`), or to the millisecond when it is
+/// not whole seconds (wrk cannot run those).
+fn run_length(d: std::time::Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        scaled(d.as_secs_f64(), 60.0, "s", &["m", "h"], 0)
+    } else {
+        duration(d.as_secs_f64())
+    }
 }
 
 /// HdrHistogram's percentile distribution, as wrk2 and HistogramLogProcessor print it (values
@@ -174,16 +251,10 @@ fn spectrum(s: &mut String, report: &Report) {
     s.push('\n');
 }
 
-/// A count in wrk's metric units (`k` = 1000, `M`).
+/// A count in wrk's metric units (`k` = 1000, `M`), as wrk's `format_metric`.
 #[must_use]
 pub fn metric(n: f64) -> String {
-    if n >= 1e6 {
-        format!("{:.2}M", n / 1e6)
-    } else if n >= 1e3 {
-        format!("{:.2}k", n / 1e3)
-    } else {
-        format!("{n:.2}")
-    }
+    scaled(n, 1000.0, "", &["k", "M", "G", "T", "P"], 2)
 }
 
 /// A time in microseconds, in wrk's units (`us`, `ms`, `s`, `m`).
@@ -236,5 +307,36 @@ mod tests {
         assert_eq!(duration(120.0), "2.00m");
         assert_eq!(bytes(17.76 * 1024.0 * 1024.0 * 1024.0), "17.76GB");
         assert_eq!(bytes(100.0), "100.00B");
+    }
+
+    /// wrk's own formats, values taken from wrk's output.
+    #[test]
+    fn wrk_units() {
+        assert_eq!(time_us(36.67), "36.67us");
+        assert_eq!(
+            time_us(900.0),
+            "0.90ms",
+            "from 85% of a unit up, the larger one"
+        );
+        assert_eq!(time_us(3340.0), "3.34ms");
+        assert_eq!(time_us(1_100_000.0), "1.10s");
+        assert_eq!(time_us(90_000_000.0), "1.50m");
+        assert_eq!(metric(118_370.0), "118.37k");
+        assert_eq!(metric(12.0), "12.00");
+        assert_eq!(binary(16.13 * 1024.0 * 1024.0), "16.13M");
+        assert_eq!(run_length(std::time::Duration::from_secs(1)), "1s");
+        assert_eq!(run_length(std::time::Duration::from_secs(10)), "10s");
+        assert_eq!(run_length(std::time::Duration::from_secs(120)), "2m");
+        assert_eq!(run_length(std::time::Duration::from_millis(1500)), "1.50s");
+        let mut s = String::new();
+        super::units(&mut s, "36.67us", 8);
+        super::units(&mut s, "121.51us", 10);
+        super::units(&mut s, "3.34ms", 9);
+        assert_eq!(s, " 36.67us  121.51us   3.34ms");
+        let mut s = String::new();
+        super::units(&mut s, "118.37k", 8);
+        super::units(&mut s, "3.99k", 10);
+        super::units(&mut s, "122.87k", 9);
+        assert_eq!(s, "118.37k     3.99k  122.87k ");
     }
 }

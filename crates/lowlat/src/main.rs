@@ -56,12 +56,15 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         };
     }
     let text = e.render().to_string();
-    let first = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("invalid arguments");
-    let reason = first.strip_prefix("error: ").unwrap_or(first);
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("invalid arguments");
+    let mut reason = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+    if reason.ends_with(':') {
+        // "the following required arguments were not provided:" — the next line names them.
+        if let Some(what) = lines.next() {
+            reason = format!("{reason} {what}");
+        }
+    }
     let mut words = std::env::args().skip(1).take(1);
     let cmd = match words.next().as_deref() {
         Some(sub @ ("serve" | "load" | "bench")) => format!("lowlat {sub}"),

@@ -1,0 +1,153 @@
+//! `lowlat load` beside wrk, as processes against the same `lowlat serve`: the text report has
+//! wrk's lines, in wrk's order and columns, wherever both print the same fact; wrk's flags
+//! (`-T`, `-L`, `-v`) mean what they mean to wrk; `-s` says scripts are not supported.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lowlat");
+
+struct Serve(Child, String);
+
+impl Serve {
+    fn start() -> Self {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--workers", "1", "--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap()
+            .to_owned();
+        Self(child, url)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wrk_path() -> String {
+    for p in ["/usr/bin/wrk", "/usr/local/bin/wrk"] {
+        if std::path::Path::new(p).is_file() {
+            return p.to_owned();
+        }
+    }
+    panic!("wrk is not installed: run scripts/test-deps.sh");
+}
+
+fn output(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(out.status.success(), "{program} {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A line with its numbers (and their units) replaced by `N`, and runs of spaces by one.
+fn shape(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            while chars
+                .peek()
+                .is_some_and(|d| d.is_ascii_digit() || *d == '.')
+            {
+                chars.next();
+            }
+            // A unit glued to the number: us, ms, s, m, h, k, M, G, KB, MB, GB, B.
+            while chars.peek().is_some_and(|d| "usmhkMGKTPB".contains(*d)) {
+                chars.next();
+            }
+            out.push('N');
+        } else if c == ' ' {
+            if !out.ends_with(' ') {
+                out.push(' ');
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Every line wrk prints, lowlat load prints too, in the same order; the first five (banner
+/// and thread statistics) at the same place and, for the statistics rows, the same width.
+#[test]
+fn text_report_matches_wrk_line_by_line() {
+    let serve = Serve::start();
+    for path in ["/plaintext", "/missing"] {
+        let url = format!("{}{path}", serve.1);
+        let wrk = output(&wrk_path(), &["-t1", "-c4", "-d1s", &url]);
+        let ours = output(BIN, &["load", "-t1", "-c4", "-d1s", "-q", &url]);
+        let (wrk_lines, our_lines): (Vec<&str>, Vec<&str>) =
+            (wrk.lines().collect(), ours.lines().collect());
+        for i in 0..5 {
+            assert_eq!(
+                shape(our_lines[i]),
+                shape(wrk_lines[i]),
+                "line {i}\nwrk:\n{wrk}\nlowlat:\n{ours}"
+            );
+        }
+        for i in 2..5 {
+            assert_eq!(
+                our_lines[i].len(),
+                wrk_lines[i].len(),
+                "columns of line {i}\nwrk:\n{wrk}\nlowlat:\n{ours}"
+            );
+        }
+        let mut at = 0;
+        for w in &wrk_lines {
+            let found = our_lines[at..]
+                .iter()
+                .position(|o| shape(o) == shape(w))
+                .unwrap_or_else(|| panic!("wrk's {w:?} missing or out of order\n{ours}"));
+            at += found + 1;
+        }
+        if path == "/missing" {
+            assert!(ours.contains("  Non-2xx or 3xx responses: "), "{ours}");
+        }
+    }
+}
+
+/// wrk's short flags: -T (timeout), -L (latency, wrk2's block), -v (version); -s (a Lua
+/// script) is refused in one line, exit 2.
+#[test]
+fn wrk_flags() {
+    let serve = Serve::start();
+    let url = format!("{}/plaintext", serve.1);
+    let out = output(
+        BIN,
+        &["load", "-t1", "-c2", "-d1s", "-T", "3s", "-L", "-q", &url],
+    );
+    assert!(
+        out.contains("  Latency Distribution (HdrHistogram - Recorded Latency)"),
+        "{out}"
+    );
+    assert!(out.contains(" 99.999%"), "{out}");
+    assert!(out.contains("Detailed Percentile spectrum"), "{out}");
+    let v = output(BIN, &["load", "-v"]);
+    assert!(v.starts_with("lowlat-load "), "{v}");
+    let script = Command::new(BIN)
+        .args(["load", "-s", "bench.lua", &url])
+        .output()
+        .unwrap();
+    assert_eq!(script.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&script.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("Lua scripts are not supported"), "{err}");
+    // A missing argument is named.
+    let none = Command::new(BIN).arg("load").output().unwrap();
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(err.contains("<URL>"), "{err}");
+}
