@@ -2,7 +2,7 @@
 //! ones wrk lacks, parsed with clap into a [`LoadConfig`]; then the run, the report (text or
 //! `--json`), the optional HdrHistogram log, and the exit code: 0 on success, 1 when the run
 //! could not start or every request failed (one line `lowlat load: ...` on stderr), 2 for usage
-//! errors (clap's own).
+//! errors (clap's own), 3 when a threshold (`--max-error-rate`, `--max-p99`, `--min-rps`) failed.
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -97,6 +97,15 @@ pub struct LoadArgs {
     /// https: trust the certificates in this PEM file instead of the system's roots.
     #[arg(long, value_name = "FILE")]
     pub cacert: Option<std::path::PathBuf>,
+    /// Exit 3 when more than this share of requests failed or got a non-2xx/3xx answer (1%).
+    #[arg(long, value_name = "RATE", value_parser = crate::thresholds::parse_rate)]
+    pub max_error_rate: Option<f64>,
+    /// Exit 3 when the 99th-percentile latency is above this (50ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_p99: Option<Duration>,
+    /// Exit 3 when fewer responses per second than this came back.
+    #[arg(long, value_name = "N", value_parser = parse_rate)]
+    pub min_rps: Option<f64>,
     /// https: resume TLS sessions on reconnects (abbreviated handshakes); without it every new
     /// connection is a full handshake.
     #[arg(long)]
@@ -161,14 +170,26 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
     let result = crate::run_with_progress(&cfg, &stop, |p| line.update(p));
     line.finish();
     let report = result.map_err(|e| e.to_string())?;
+    let thresholds = crate::thresholds::Thresholds {
+        max_error_rate: args.max_error_rate,
+        max_p99: args.max_p99,
+        min_rps: args.min_rps,
+    };
+    let outcomes = thresholds.check(&report);
     if args.json {
-        let v = crate::json::to_json(&report, &cfg);
+        let mut v = crate::json::to_json(&report, &cfg);
+        if thresholds.any() {
+            v["thresholds"] = serde_json::to_value(&outcomes).unwrap_or_default();
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
         );
     } else {
         print!("{}", crate::text::render(&report, args.latency));
+        for o in &outcomes {
+            println!("{}", crate::thresholds::describe(o));
+        }
     }
     if let Some(path) = &args.hdr_log {
         let mut f = std::fs::File::create(path)
@@ -182,11 +203,20 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
             eprintln!("lowlat load: {why}");
         }
     }
-    if report.all_failed() {
+    if report.all_failed() && !thresholds.any() {
         return Err(format!(
             "no response received ({} requests failed)",
             report.errors.total()
         ));
+    }
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.passed)
+        .map(|o| format!("--{}", o.name))
+        .collect();
+    if !failed.is_empty() {
+        eprintln!("lowlat load: threshold failed: {}", failed.join(", "));
+        return Ok(ExitCode::from(crate::thresholds::EXIT_THRESHOLD));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -64,6 +64,7 @@
 //! - [`text`], [`json`], [`hdrlog`]: wrk-like text, JSON (schema in `schema/report.schema.json`),
 //!   HdrHistogram interval log.
 //! - `progress`: the live line on a terminal.
+//! - [`thresholds`]: pass/fail limits for CI (`--max-error-rate`, `--max-p99`, `--min-rps`).
 //! - [`cli`]: `lowlat load` flags and exit codes.
 //! - `sys`: the few system calls std lacks (thread CPU time, affinity, timerfd); all `unsafe`.
 //! - [`error`]: the [`LoadError`] type.
@@ -79,6 +80,7 @@ mod progress;
 pub mod report;
 mod sys;
 pub mod text;
+pub mod thresholds;
 pub mod tls;
 mod transport;
 mod worker;

@@ -151,3 +151,52 @@ fn wrk_flags() {
     let err = String::from_utf8_lossy(&none.stderr);
     assert!(err.contains("<URL>"), "{err}");
 }
+
+/// Thresholds for CI: a run that breaks one still reports, names the failure on stderr, in the
+/// text and in the JSON, and exits 3; one that keeps to them exits 0.
+#[test]
+fn thresholds_gate_the_exit_status() {
+    let serve = Serve::start();
+    let run = |path: &str, extra: &[&str]| {
+        let url = format!("{}{path}", serve.1);
+        let mut args = vec!["load", "-t1", "-c2", "-d1s", "-q"];
+        args.extend_from_slice(extra);
+        args.push(&url);
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, _) = run(
+        "/plaintext",
+        &["--max-error-rate", "1%", "--min-rps", "100"],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("Threshold --max-error-rate passed"), "{out}");
+    // Every response a 404: nothing failed at the socket, but the error rate is 100%.
+    let (code, out, err) = run("/missing", &["--max-error-rate", "1%"]);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(
+        out.contains("Threshold --max-error-rate FAILED: 100.000% > 1.000%"),
+        "{out}"
+    );
+    assert_eq!(
+        err.trim(),
+        "lowlat load: threshold failed: --max-error-rate"
+    );
+    let (code, out, _) = run(
+        "/plaintext",
+        &["--max-p99", "1ms", "--min-rps", "100M", "--json"],
+    );
+    assert_eq!(code, Some(3));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let t = v["thresholds"].as_array().unwrap();
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[1]["name"], "min-rps");
+    assert_eq!(t[1]["passed"], false);
+    // Without thresholds, a run of 404s is still a successful run.
+    let (code, _, _) = run("/missing", &[]);
+    assert_eq!(code, Some(0));
+}
