@@ -957,22 +957,12 @@ fn check_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Parses `"10s"`, `"500ms"`, `"2m"`, `"1.5s"`, `"250us"`.
+/// Parses a duration the way every lowlat command line does
+/// ([`lowlat_http::units::parse_duration`]: `10s`, `500ms`, `250us`, `1.5s`, `2m`; a bare number
+/// is seconds).
 #[must_use]
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let secs = match unit.trim() {
-        "us" | "µs" => n / 1e6,
-        "ms" => n / 1e3,
-        "s" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return None,
-    };
-    (secs.is_finite() && (0.0..1e7).contains(&secs)).then(|| Duration::from_secs_f64(secs))
+    lowlat_http::units::parse_duration(text).ok()
 }
 
 /// Parses a CPU list as taskset and /proc write it: `"0-3,6"`.
@@ -1053,7 +1043,9 @@ mod tests {
         ] {
             assert_eq!(parse_duration(t), Some(Duration::from_millis(ms)), "{t}");
         }
-        for t in ["", "s", "10", "10 parsecs", "-1s", "1e400s"] {
+        assert_eq!(parse_duration("10"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250us"), Some(Duration::from_micros(250)));
+        for t in ["", "s", "10 parsecs", "-1s", "1e400s"] {
             assert_eq!(parse_duration(t), None, "{t}");
         }
     }

@@ -14,6 +14,8 @@
 //! - [`date`]: the `Date` header value, formatted at most once per second.
 //! - [`limits`]: the default size limits, each a named constant.
 //! - [`error`]: [`ParseError`] and its status mapping.
+//! - [`units`]: humane durations, sizes and counts (`250us`, `1.5m`, `10k`), parsed the one way
+//!   every command line and spec file shares.
 
 pub mod body;
 pub mod client;
@@ -22,6 +24,7 @@ pub mod error;
 pub mod limits;
 pub mod request;
 pub mod response;
+pub mod units;
 
 pub use error::ParseError;
 

@@ -168,98 +168,12 @@ pub const MAX_THREADS: usize = 1024;
 /// Deepest pipeline: every in-flight request keeps its send time.
 pub const MAX_PIPELINE: u32 = 1024;
 
-/// Parses a humane duration: `10s`, `2m`, `1h`, `500ms`, `250us`, `1.5s`; a bare number is
-/// seconds (as in wrk).
-///
-/// # Errors
-/// A message naming the bad value.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (try 10s, 2m, 1h, 500ms)"))?;
-    let scale = match unit.trim() {
-        "" | "s" | "sec" | "secs" => 1.0,
-        "ms" => 1e-3,
-        "us" | "µs" => 1e-6,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {s:?} (try 10s, 2m, 1h, 500ms)"
-            ))
-        }
-    };
-    let secs = value * scale;
-    // 100 years is absurd enough, and keeps `Instant + duration` from overflowing.
-    if !secs.is_finite() || secs > 100.0 * 365.0 * 86400.0 {
-        return Err(format!("duration {s:?} is too long"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// Parses a count with an optional `k`/`M`/`G` suffix (`100k` = 100 000).
-///
-/// # Errors
-/// A message naming the bad value.
-pub fn parse_count(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.as_bytes().last() {
-        Some(b'k' | b'K') => (&s[..s.len() - 1], 1_000.0),
-        Some(b'M') => (&s[..s.len() - 1], 1_000_000.0),
-        Some(b'G') => (&s[..s.len() - 1], 1_000_000_000.0),
-        _ => (s, 1.0),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid number {s:?} (try 1000, 10k, 2M)"))?;
-    let v = v * mult;
-    if !v.is_finite() || v < 0.0 || v.fract() != 0.0 || v > 1e18 {
-        return Err(format!("invalid number {s:?} (try 1000, 10k, 2M)"));
-    }
-    // Checked just above: a non-negative integer below 1e18.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    Ok(v as u64)
-}
+/// The units every command line shares (tested in `lowlat_http::units`).
+pub use lowlat_http::units::{parse_count, parse_duration};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        let cases = [
-            ("10s", Duration::from_secs(10)),
-            ("10", Duration::from_secs(10)),
-            ("2m", Duration::from_secs(120)),
-            ("1h", Duration::from_secs(3600)),
-            ("500ms", Duration::from_millis(500)),
-            ("250us", Duration::from_micros(250)),
-            ("1.5s", Duration::from_millis(1500)),
-        ];
-        for (s, d) in cases {
-            assert_eq!(parse_duration(s), Ok(d), "{s}");
-        }
-        for bad in ["", "s", "10x", "-1s", "1e999s", "1..2s", "9999999999999h"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn counts() {
-        assert_eq!(parse_count("1000"), Ok(1000));
-        assert_eq!(parse_count("10k"), Ok(10_000));
-        assert_eq!(parse_count("2M"), Ok(2_000_000));
-        assert_eq!(parse_count("1.5k"), Ok(1500));
-        for bad in ["", "k", "-1", "1.5", "abc", "1e30"] {
-            assert!(parse_count(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn targets() {

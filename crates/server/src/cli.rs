@@ -417,56 +417,29 @@ fn reload(tls: Option<&TlsContext>) {
     }
 }
 
-/// Parses a size: `512`, `16k`, `16K`, `16KiB`, `1m`, `1MiB`, `1g` (binary multiples).
+/// Parses a size for a flag that needs at least one byte (the shared parser:
+/// [`lowlat_http::units::parse_size`]).
 ///
 /// # Errors
-/// A message for clap when the text is not a size.
+/// A message for clap when the text is not a size, or is zero.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (e.g. 512, 16k, 1m)"))?;
-    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("{text:?} has an unknown unit (use k, m or g)")),
-    };
-    n.checked_mul(multiplier)
-        .filter(|&v| v > 0)
-        .ok_or_else(|| format!("{text:?} must be between 1 byte and 16 EiB"))
+    match lowlat_http::units::parse_size(text)? {
+        0 => Err(format!("{text:?} must be at least 1 byte")),
+        n => Ok(n),
+    }
 }
 
-/// Parses a duration: `250ms`, `10s`, `2m`, `1h`; a bare number is seconds.
+/// Parses a duration for a flag that must be positive (the shared parser:
+/// [`lowlat_http::units::parse_duration`]).
 ///
 /// # Errors
 /// A message for clap when the text is not a duration, or is zero.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 10s, 2m, 1h)"))?;
-    let seconds = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("{text:?} has an unknown unit (use ms, s, m or h)")),
-    };
-    if seconds.is_nan() || seconds <= 0.0 {
+    let d = lowlat_http::units::parse_duration(text)?;
+    if d.is_zero() {
         return Err(format!("{text:?} must be positive"));
     }
-    if seconds >= 1e9 {
-        return Err(format!("{text:?} is too long (at most about 31 years)"));
-    }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(d)
 }
 
 fn parse_count(text: &str) -> Result<usize, String> {
@@ -497,6 +470,7 @@ mod tests {
         assert_eq!(parse_size("16KiB"), Ok(16 * 1024));
         assert_eq!(parse_size("1m"), Ok(1 << 20));
         assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5m"), Ok(3 << 19));
         for bad in ["", "k", "1x", "-1", "0", "99999999999999g"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
@@ -542,7 +516,8 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        for bad in ["", "s", "0", "0s", "1d", "-1s", "nan"] {
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        for bad in ["", "s", "0", "0s", "1y", "-1s", "nan"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         let long = parse_duration("99999999999").unwrap_err();
