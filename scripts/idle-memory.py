@@ -15,7 +15,7 @@ and {key}:
   scripts/idle-memory.py --tls --conns 1024 --lowlat "target/release/lowlat serve --workers 1 \
       --listen 127.0.0.1:{port} --tls-listen 127.0.0.1:{tls_port} --cert {cert} --key {key}"
 
-Peers are started by the anchors' compare.py (ANCHORS, default ../shared/anchors beside the
+Peers are started by the kit's compare.py (ANCHORS, default bench/kit in the
 repository), which must have been set up with its setup.sh.
 """
 import argparse
@@ -29,7 +29,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ANCHORS = os.environ.get("ANCHORS", os.path.join(os.path.dirname(ROOT), "shared", "anchors"))
+ANCHORS = os.environ.get("ANCHORS", os.path.join(ROOT, "bench", "kit"))
 
 
 def load_compare():

@@ -11,8 +11,8 @@ time / requests, runs during which other processes used more than --foreign-max 
 repeated. An idle server costs CPU 0 nothing, so the servers that wait their turn do not disturb
 the one measured.
 
-  ../shared/anchors/setup.sh && cargo build --release
-  scripts/interleaved.py --anchors ../shared/anchors \\
+  bench/kit/setup.sh && cargo build --release
+  scripts/interleaved.py \\
       --lowlat "target/release/lowlat serve --workers 1 --listen 127.0.0.1:{port} --root {www}" \\
       --scenarios plaintext,plaintext-pipe --conns "16 256 1024"
 
@@ -57,7 +57,7 @@ def cell_url(compare, scenario, port, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--anchors", default="../shared/anchors", help="directory holding compare.py")
+    ap.add_argument("--anchors", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "kit"), help="directory holding compare.py")
     ap.add_argument("--lowlat", required=True,
                     help="command that starts lowlat with one worker; {port} and {www} are filled in")
     ap.add_argument("--scenarios", default="plaintext,plaintext-pipe", help="compare.py's scenario names")
@@ -95,7 +95,7 @@ def main():
     www = os.path.join(run_dir, "www")
     os.makedirs(www, exist_ok=True)
     compare.make_cert(run_dir)
-    shutil.copy(os.path.join(compare.HERE, "www", "100.html"), www)
+    shutil.copy(os.path.join(compare.HERE, "..", "www", "100.html"), www)
     with open(os.path.join(www, "1m.bin"), "wb") as f:
         f.write(bytes(range(256)) * 4096)
     raw = open(args.raw, "a") if args.raw else None

@@ -8,7 +8,7 @@ table gives the minimum beside the median. On a shared machine a neighbour only 
 busy time to CPU 1, so the minimum over several interleaved runs is the steadiest estimate of
 what a tool itself costs; the median shows how disturbed the runs were.
 
-  crates/load/bench/interleaved.py --anchors ../shared/anchors \\
+  crates/load/bench/interleaved.py \\
       --lowlat "target/release/lowlat load" --conns "16 256 1024" --depth 1 --reps 5
 """
 import argparse
@@ -34,7 +34,7 @@ def fixed_length_client(exe, resp_len):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--anchors", default="../shared/anchors")
+    ap.add_argument("--anchors", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench", "kit"))
     ap.add_argument("--lowlat", required=True, help="command prefix of `lowlat load`")
     ap.add_argument("--conns", default="16 256 1024")
     ap.add_argument("--depth", type=int, default=1)

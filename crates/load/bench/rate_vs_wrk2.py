@@ -15,7 +15,7 @@ runs alone pinned to CPU 1 with one thread. Two scenarios:
              tool's run than in the other's moves its p90 by as much. `--stall-apart` runs
              them one after the other instead, each with its own stall.
 
-  crates/load/bench/rate_vs_wrk2.py --anchors ../shared/anchors \\
+  crates/load/bench/rate_vs_wrk2.py \\
       --lowlat "target/release/lowlat load"
 
 Prints a markdown table; wrk2 comes from the anchors' build directory (setup.sh).
@@ -92,7 +92,7 @@ def run_together(argvs, secs, stall):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--anchors", default="../shared/anchors", help="the anchors directory (compare.py)")
+    ap.add_argument("--anchors", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench", "kit"), help="the measurement kit (compare.py), bench/kit by default")
     ap.add_argument("--lowlat", required=True, help="command prefix of `lowlat load`")
     ap.add_argument("--server", default="ceiling", choices=["ceiling", "nginx"])
     ap.add_argument("--conns", type=int, default=16)

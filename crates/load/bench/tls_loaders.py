@@ -13,7 +13,7 @@ taking turns within each repetition. Scenarios:
 - `handshake`: a new connection, so a full handshake, per request (wrk with `Connection: close`,
   lowlat load with `--no-keepalive`).
 
-  crates/load/bench/tls_loaders.py --anchors ../shared/anchors \\
+  crates/load/bench/tls_loaders.py \\
       --lowlat "target/release/lowlat load -k" --conns "16 256" --reps 3
 
 The table gives the minimum over repetitions beside the median (a neighbour only ever adds
@@ -31,7 +31,7 @@ import time
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--anchors", default="../shared/anchors")
+    ap.add_argument("--anchors", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench", "kit"))
     ap.add_argument("--lowlat", required=True, help="command prefix of `lowlat load` (add -k: the certificate is self-signed)")
     ap.add_argument("--server", default="nginx", help="nginx, or a lowlat serve command with {port} {tls_port} {cert} {key} {www}")
     ap.add_argument("--scenarios", default="keepalive,pipeline,handshake")

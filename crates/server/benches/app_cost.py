@@ -14,7 +14,7 @@ app ≤ 1.3× lowlat's /plaintext µs/req, and ≤ 0.4× the axum app's.
 
   cargo build --release -p lowlat
   bench/setup.sh     # the axum peer
-  crates/server/benches/app_cost.py --anchors ../shared/anchors \\
+  crates/server/benches/app_cost.py \\
       --lowlat "target/release/lowlat serve --workers 1 --listen 127.0.0.1:{port} --seed 1" \\
       [--axum "bench/peers/target/release/lowlat-axum-peer --workers 1 --listen 127.0.0.1:{port} --seed 1"]
 """
@@ -33,7 +33,7 @@ SCENARIOS = [
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--anchors", default="../shared/anchors", help="directory holding compare.py")
+    ap.add_argument("--anchors", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench", "kit"), help="directory holding compare.py")
     ap.add_argument("--lowlat", required=True, help="command starting lowlat with one worker; {port} is filled in")
     ap.add_argument("--axum", default="", help="command starting the axum app; {port} is filled in")
     ap.add_argument("--ceiling", action="store_true",

@@ -1,0 +1,464 @@
+#!/usr/bin/env python3
+"""Side-by-side HTTP throughput of lowlat and its peers, in one run, on one machine.
+
+Each server runs alone, pinned to CPU 0 with one worker; wrk (one thread) is pinned to CPU 1.
+For every scenario x connection level x repetition it records wrk's req/s and latency
+percentiles, the server's CPU (utime+stime of its process tree) and peak RSS, the loader's
+CPU, and the CPU used by anything else on the machine ("foreign", a noisy neighbour); runs
+disturbed by a neighbour are repeated. It prints a markdown table of medians with two ratios of
+lowlat to each peer: req/s, and server-core microseconds per request (the fair measure when
+wrk's core is the bottleneck, as it often is on two cores), and appends every run as JSON to
+--raw.
+
+  bench/kit/setup.sh        # once: peers and wrk
+  bench/kit/compare.py --lowlat "target/release/lowlat serve --workers 1 \\
+      --listen 127.0.0.1:{port} --root {www}" --scenarios plaintext,static
+
+{port} and {www} in --lowlat are filled in (the document root holds 100.html, 99 'X' and a
+newline, and 1m.bin, 1 MiB). Scenarios: plaintext, plaintext-pipe, json, static, static-pipe,
+big (1 MiB file, MB/s); over TLS: tls-plaintext, tls-static,
+tls-handshake (a new connection, so a full handshake, per request), tls-big. For TLS, --lowlat may use
+{tls_port}, {cert} and {key} (a self-signed ECDSA P-256 pair made in the run directory). Peers: nginx, lighttpd, h2o, varnish (caching a file from a throw-away origin),
+may-minihttp, and "ceiling" (ceiling/ceiling.c:
+no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh first.
+"""
+import argparse
+import json
+import os
+import tempfile
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLK = os.sysconf("SC_CLK_TCK")
+BUILD = os.environ.get("ANCHORS_BUILD",
+                       os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+                                    "lowlat-anchors"))
+# TechEmpower's plaintext request headers (Host comes from the URL).
+HEADERS = ["-H", "Accept: text/plain,text/html;q=0.9,application/xhtml+xml;q=0.9,"
+                 "application/xml;q=0.8,*/*;q=0.7", "-H", "Connection: keep-alive"]
+
+# scenario -> (path, pipeline depth, default connection levels, which targets serve it)
+SCENARIOS = {
+    "plaintext": ("/plaintext", 1, [16, 256, 1024], ["lowlat", "nginx", "may-minihttp", "ceiling"]),
+    "plaintext-pipe": ("/plaintext", 16, [256], ["lowlat", "nginx", "may-minihttp", "ceiling"]),
+    "json": ("/json", 1, [256], ["lowlat", "may-minihttp"]),
+    "static": ("/100.html", 1, [16, 256, 1024], ["lowlat", "nginx", "lighttpd", "h2o", "varnish"]),
+    "static-pipe": ("/100.html", 16, [256], ["lowlat", "nginx", "lighttpd", "h2o", "varnish"]),
+    "big": ("/1m.bin", 1, [16], ["lowlat", "nginx", "lighttpd", "h2o"]),
+    # over TLS (ECDSA P-256 certificate made at start; TLS 1.3 where both ends offer it)
+    "tls-plaintext": ("/plaintext", 1, [256], ["lowlat", "nginx"]),
+    "tls-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
+    "tls-handshake": ("/100.html", 1, [64], ["lowlat", "nginx", "h2o"]),  # a full handshake per request
+    "tls-big": ("/1m.bin", 1, [16], ["lowlat", "nginx", "h2o"]),
+}
+TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
+PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
+         "varnish": 8084}
+
+
+def log(*a):
+    print(time.strftime("%H:%M:%S"), *a, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ /proc accounting
+def proc_tree(pid):
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        out.append(p)
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo.extend(int(x) for x in f.read().split())
+            except OSError:
+                pass
+    return out
+
+
+def ticks(pid):
+    """(utime+stime, is_kernel_thread) of one process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+    except OSError:
+        return None
+    fields = s[s.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12]), bool(int(fields[6]) & 0x00200000)
+
+
+def all_ticks():
+    return {int(n): t for n in os.listdir("/proc") if n.isdigit() for t in [ticks(int(n))] if t}
+
+
+def comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def vm_hwm_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def core_busy():
+    """cpuN -> (busy, total) jiffies from /proc/stat; busy includes softirq time, which is
+    where loopback TCP does much of its work and which no process is charged for."""
+    d = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3].isdigit():
+                name, *v = line.split()
+                v = [int(x) for x in v[:8]]
+                d[name] = (sum(v) - v[3] - v[4], sum(v))
+    return d
+
+
+def busy_pct(c0, c1, cpu):
+    b0, t0 = c0.get(cpu, (0, 0))
+    b1, t1 = c1.get(cpu, (0, 0))
+    return round(100.0 * (b1 - b0) / max(1, t1 - t0), 1)
+
+
+def foreign_ticks(a0, a1, exclude):
+    """CPU ticks spent between two snapshots by user processes outside `exclude`."""
+    total, top = 0, []
+    for p, (t, kthread) in a1.items():
+        if p in exclude or p == os.getpid() or kthread:
+            continue
+        d = t - a0[p][0] if p in a0 else t
+        if d > 0:
+            total += d
+            top.append((d, comm(p)))
+    return total, sorted(top, reverse=True)[:3]
+
+
+# ------------------------------------------------------------------ servers
+class Server:
+    """One server process group, pinned to CPU 0, started and always stopped by its own id."""
+
+    def __init__(self, name, argv, run_dir, skip_rss=()):
+        self.name, self.argv, self.run_dir, self.skip_rss = name, argv, run_dir, skip_rss
+        self.port = PORTS[name]
+        self.p = None
+
+    def start(self):
+        out = open(os.path.join(self.run_dir, f"{self.name}.out"), "ab")
+        self.p = subprocess.Popen(["taskset", "-c", "0"] + self.argv, stdout=out, stderr=out,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if self.p.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.p.returncode}; see "
+                                   f"{self.run_dir}/{self.name}.out")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                time.sleep(0.5)  # let every worker come up
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not listen on port {self.port} within 15 s")
+
+    def pids(self):
+        return proc_tree(self.p.pid)
+
+    def rss_pids(self):
+        return [p for p in self.pids() if comm(p) not in self.skip_rss]
+
+    def stop(self):
+        if self.p is None:
+            return
+        try:
+            os.killpg(self.p.pid, signal.SIGTERM)
+            self.p.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.p.wait()
+        self.p = None
+
+
+def render(template, run_dir, www):
+    with open(os.path.join(HERE, "conf", template)) as f:
+        text = f.read()
+    user = f"user: {os.environ.get('USER', 'root')}" if os.geteuid() == 0 else ""
+    text = text.replace("@RUN@", run_dir).replace("@WWW@", www).replace("@USER_LINE@", user)
+    text = text.replace("@CERT@", os.path.join(run_dir, "cert.pem")).replace("@KEY@", os.path.join(run_dir, "key.pem"))
+    path = os.path.join(run_dir, template[:-3])
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def make_server(name, args, run_dir, www):
+    if name == "lowlat":
+        argv = args.lowlat.format(port=PORTS["lowlat"], www=www, tls_port=PORTS["lowlat"] + TLS_PORT_OFFSET,
+                                  cert=os.path.join(run_dir, "cert.pem"),
+                                  key=os.path.join(run_dir, "key.pem")).split()
+        return Server(name, argv, run_dir)
+    if name == "nginx":
+        os.makedirs(os.path.join(run_dir, "nginx-tmp"), exist_ok=True)
+        conf = render("nginx.conf.in", run_dir, www)
+        return Server(name, ["nginx", "-p", run_dir, "-c", conf, "-e", f"{run_dir}/nginx-error.log"],
+                      run_dir)
+    if name == "lighttpd":
+        return Server(name, ["lighttpd", "-D", "-f", render("lighttpd.conf.in", run_dir, www)], run_dir)
+    if name == "h2o":
+        return Server(name, ["h2o", "-c", render("h2o.conf.in", run_dir, www)], run_dir, ("perl",))
+    if name == "may-minihttp":
+        exe = os.path.join(BUILD, "target", "release", "may-mini")
+        if not os.path.exists(exe):
+            raise RuntimeError(f"{exe} missing: run setup.sh first")
+        return Server(name, [exe, f"127.0.0.1:{PORTS[name]}"], run_dir)
+    if name == "varnish":
+        # varnish caches the file from a throw-away origin (Python's http.server, hit once)
+        origin = (f"python3 -m http.server 8079 --bind 127.0.0.1 -d {www} >/dev/null 2>&1 & "
+                  f"exec varnishd -F -a 127.0.0.1:{PORTS[name]} -b 127.0.0.1:8079 -s malloc,64m "
+                  f"-n {run_dir}/varnish -p thread_pools=1 -p thread_pool_min=10")
+        return Server(name, ["sh", "-c", origin], run_dir, ("python3",))
+    if name == "ceiling":
+        exe = os.path.join(BUILD, "ceiling")
+        if not os.path.exists(exe):
+            raise RuntimeError(f"{exe} missing: run setup.sh first")
+        return Server(name, [exe, str(PORTS[name])], run_dir)
+    raise ValueError(name)
+
+
+# ------------------------------------------------------------------ load
+UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+
+
+def to_ms(s):
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", s)
+    return float(m.group(1)) * UNIT_MS[m.group(2)] if m else None
+
+
+def to_mb(s):
+    m = re.match(r"([\d.]+)(B|KB|MB|GB)$", s)
+    return float(m.group(1)) * {"B": 1e-6, "KB": 1e-3, "MB": 1.0, "GB": 1e3}[m.group(2)] if m else None
+
+
+def parse_wrk(out):
+    r = {}
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    r["rps"] = float(m.group(1)) if m else None
+    for pct in ("50", "90", "99"):
+        m = re.search(rf"^\s+{pct}%\s+(\S+)", out, re.M)
+        r[f"p{pct}_ms"] = to_ms(m.group(1)) if m else None
+    m = re.search(r"Transfer/sec:\s+(\S+)", out)
+    r["mb_s"] = to_mb(m.group(1)) if m else None
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    r["socket_errors"] = sum(int(x) for x in m.groups()) if m else 0
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    r["non_2xx"] = int(m.group(1)) if m else 0
+    return r
+
+
+def make_cert(run_dir):
+    """A self-signed ECDSA P-256 certificate for localhost and 127.0.0.1 (cert.pem, key.pem)."""
+    if not os.path.exists(os.path.join(run_dir, "cert.pem")):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                        "-nodes", "-days", "3650", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                        "-keyout", os.path.join(run_dir, "key.pem"), "-out", os.path.join(run_dir, "cert.pem")],
+                       check=True, capture_output=True)
+
+
+def wrk_argv(url, conns, depth, seconds, close=False):
+    headers = [h.replace("keep-alive", "close") for h in HEADERS] if close else HEADERS
+    argv = ["taskset", "-c", "1", "wrk", "-t1", "-c", str(conns), "-d", f"{seconds}s", "--latency",
+            "--timeout", "8s"] + headers
+    if depth > 1:
+        return argv + ["-s", os.path.join(HERE, "pipeline.lua"), url, "--", str(depth)]
+    return argv + [url]
+
+
+def measure(srv, argv, seconds):
+    mine = set(srv.pids())
+    for p in srv.rss_pids():
+        try:
+            with open(f"/proc/{p}/clear_refs", "w") as f:
+                f.write("5")  # reset VmHWM so the peak is this run's
+        except OSError:
+            pass
+    s0 = {p: (ticks(p) or (0, 0))[0] for p in mine}
+    a0 = all_ticks()
+    c0 = core_busy()
+    l0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60).stdout
+    wall = time.time() - t0
+    l1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c1 = core_busy()
+    a1 = all_ticks()
+    now = srv.pids()
+    srv_ticks = sum((ticks(p) or (0, 0))[0] - s0.get(p, 0) for p in now)
+    foreign, top = foreign_ticks(a0, a1, set(now) | mine)
+    rec = parse_wrk(out)
+    rec.update({
+        "server_cpu_pct": round(100.0 * srv_ticks / CLK / wall, 1),
+        "server_rss_kb": sum(vm_hwm_kb(p) for p in srv.rss_pids()),
+        "loader_cpu_pct": round(100.0 * (l1.ru_utime + l1.ru_stime - l0.ru_utime - l0.ru_stime) / wall, 1),
+        "foreign_cpu_pct": round(100.0 * foreign / CLK / wall, 1),
+        "server_core_busy_pct": busy_pct(c0, c1, "cpu0"),
+        "load_core_busy_pct": busy_pct(c0, c1, "cpu1"),
+        "foreign_top": top,
+        "wrk_tail": out[-1500:],
+    })
+    return rec
+
+
+# ------------------------------------------------------------------ main
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lowlat", help="command that starts lowlat with one worker; {port} and {www} are filled in")
+    ap.add_argument("--scenarios", default="plaintext,plaintext-pipe,static,static-pipe",
+                    help=f"comma list out of {','.join(SCENARIOS)}")
+    ap.add_argument("--targets", default="", help="comma list; default: every target a scenario names")
+    ap.add_argument("--conns", default="", help="connection levels, e.g. '16 256 1024' (default per scenario)")
+    ap.add_argument("--duration", type=int, default=10, help="seconds per run (default 10)")
+    ap.add_argument("--reps", type=int, default=3, help="runs per level; the median is reported (default 3)")
+    ap.add_argument("--foreign-max", type=float, default=10.0,
+                    help="repeat a run when other processes used more than this %% of a CPU (default 10)")
+    ap.add_argument("--raw", default="", help="append every run as a JSON line to this file")
+    ap.add_argument("--run-dir", default=os.path.join(tempfile.gettempdir(), f"lowlat-anchors-{os.getuid()}"))
+    args = ap.parse_args()
+
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    for s in scenarios:
+        if s not in SCENARIOS:
+            ap.error(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
+    only = [t for t in args.targets.split(",") if t]
+    for t in only:
+        if t not in PORTS:
+            ap.error(f"unknown target {t!r}; known: {', '.join(PORTS)}")
+    if not shutil.which("wrk"):
+        sys.exit("wrk not found: run setup.sh first")
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
+    os.makedirs(args.run_dir, exist_ok=True)
+    www = os.path.join(args.run_dir, "www")
+    os.makedirs(www, exist_ok=True)
+    shutil.copy(os.path.join(HERE, "..", "www", "100.html"), www)
+    with open(os.path.join(www, "1m.bin"), "wb") as f:
+        f.write(bytes(range(256)) * 4096)
+    raw = open(args.raw, "a") if args.raw else None
+    make_cert(args.run_dir)
+
+    results = {}  # (scenario, conns, target) -> [records]
+    targets = [t for t in PORTS if any(t in SCENARIOS[s][3] for s in scenarios) and (not only or t in only)]
+    if "lowlat" in targets and not args.lowlat:
+        log("no --lowlat given: measuring the peers only")
+        targets.remove("lowlat")
+    for target in targets:
+        srv = make_server(target, args, args.run_dir, www)
+        log(f"starting {target}")
+        srv.start()
+        try:
+            for s in scenarios:
+                path, depth, levels, serves = SCENARIOS[s]
+                if target not in serves:
+                    continue
+                tls, close = s.startswith("tls-"), s == "tls-handshake"
+                url = (f"https://127.0.0.1:{srv.port + TLS_PORT_OFFSET}{path}" if tls
+                       else f"http://127.0.0.1:{srv.port}{path}")
+                subprocess.run(wrk_argv(url, 64, 1, 2, close), capture_output=True, timeout=60)  # warm-up
+                for conns in ([int(c) for c in args.conns.split()] if args.conns else levels):
+                    for rep in range(args.reps):
+                        for attempt in range(4):
+                            rec = measure(srv, wrk_argv(url, conns, depth, args.duration, close), args.duration)
+                            if rec["foreign_cpu_pct"] <= args.foreign_max:
+                                break
+                            log(f"  neighbour used {rec['foreign_cpu_pct']}% CPU {rec['foreign_top']}: repeating")
+                            time.sleep(5)
+                        rec.update(target=target, scenario=s, conns=conns, pipeline=depth, rep=rep,
+                                   ts=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                        if rec["rps"] is None:
+                            log(f"  wrk gave no result:\n{rec['wrk_tail']}")
+                        results.setdefault((s, conns, target), []).append(rec)
+                        if raw:
+                            raw.write(json.dumps(rec) + "\n")
+                            raw.flush()
+                        log(f"  {target:12s} {s:14s} c={conns:<5d} rps={rec['rps']} p99={rec['p99_ms']}ms "
+                            f"cpu={rec['server_cpu_pct']}% rss={rec['server_rss_kb']}kB "
+                            f"errors={rec['socket_errors'] + rec['non_2xx']}")
+        finally:
+            srv.stop()
+            time.sleep(1)
+
+    print(table(results, scenarios, targets))
+
+
+def median(recs, key):
+    vals = [r[key] for r in recs if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def cost_us(recs):
+    """Server-core microseconds per request: the busy time of CPU 0 (the server's core, kernel
+    work included) divided by the requests served. Unlike req/s it still compares servers when
+    the load generator, not the server, is the bottleneck."""
+    vals = [r["server_core_busy_pct"] / 100.0 / r["rps"] * 1e6 for r in recs if r.get("rps")]
+    return statistics.median(vals) if vals else None
+
+
+def table(results, scenarios, targets):
+    lines = ["| scenario | conns | target | req/s | server µs/req | p99 ms | MB/s | server RSS MiB | errors "
+             "| bound by | lowlat req/s ÷ target | target µs/req ÷ lowlat |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v, f: (f.format(v) if v is not None else "-")  # noqa: E731
+    for s in scenarios:
+        for conns in sorted({c for (sc, c, _) in results if sc == s}):
+            base = results.get((s, conns, "lowlat"))
+            for t in targets:
+                recs = results.get((s, conns, t))
+                if not recs:
+                    continue
+                rps, cost = median(recs, "rps"), cost_us(recs)
+                speed = eff = ""
+                if base and t != "lowlat":
+                    if rps and median(base, "rps"):
+                        speed = f"{median(base, 'rps') / rps:.2f}"
+                    if cost and cost_us(base):
+                        eff = f"{cost / cost_us(base):.2f}"
+                load_busy = median(recs, "load_core_busy_pct") or 0
+                bound = "load generator" if load_busy >= 97 else (
+                    "server" if (median(recs, "server_core_busy_pct") or 0) >= 97 else "neither")
+                rss = median(recs, "server_rss_kb")
+                errs = sum(r["socket_errors"] + r["non_2xx"] for r in recs)
+                lines.append(f"| {s} | {conns} | {t} | {fmt(rps, '{:.0f}')} | {fmt(cost, '{:.2f}')} "
+                             f"| {fmt(median(recs, 'p99_ms'), '{:.2f}')} | {fmt(median(recs, 'mb_s'), '{:.1f}')} "
+                             f"| {fmt(rss / 1024 if rss else None, '{:.1f}')} | {errs} | {bound} | {speed} | {eff} |")
+    lines.append("")
+    lines.append("server µs/req: busy time of the server's core per request (lower is better); "
+                 "'bound by load generator' means wrk's core was saturated, so req/s understates the server.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Side-by-side cost of HTTP load generators: client-core microseconds per response.
+
+A server (the `ceiling` responder by default, or nginx) runs pinned to CPU 0; each load generator
+runs alone, pinned to CPU 1 with one thread, for the same duration and connection count. The
+figure is CPU 1's busy time (kernel work included) divided by the responses the tool reports,
+beside its req/s: a cheaper client can push a server harder from the same core. Against the
+ceiling responder the list ends with `ceiling-client` (ceiling/ceiling-client.c), the client-side
+limit: epoll, canned requests, responses counted by length, nothing parsed.
+
+  bench/kit/setup.sh     # once
+  bench/kit/loaders.py --lowlat "target/release/lowlat load" --conns "16 256"
+
+`--lowlat` is a command prefix; it gets `-t1 -c N -d Ns URL` (and `--pipeline 16` in the
+pipelined scenario) and must print wrk's "Requests/sec:" and "N requests in" lines.
+"""
+import argparse
+import os
+import tempfile
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402
+
+
+def run_wrk(url, conns, secs, depth):
+    out = subprocess.run(compare.wrk_argv(url, conns, depth, secs), capture_output=True, text=True,
+                         timeout=secs + 60).stdout
+    m = re.search(r"(\d+) requests in", out)
+    return (int(m.group(1)) if m else None), out
+
+
+def run_h2load(url, conns, secs, depth):
+    argv = ["taskset", "-c", "1", "h2load", "--h1", "-t1", "-c", str(conns), "-D", str(secs), url]
+    if depth > 1:
+        return None, "h2load pipelines only over HTTP/2"
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=secs + 60).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, (\d+) done", out)
+    return (int(m.group(1)) if m else None), out
+
+
+def run_ab(url, conns, secs, depth):
+    if depth > 1:
+        return None, "ab cannot pipeline"
+    argv = ["taskset", "-c", "1", "ab", "-q", "-k", "-c", str(min(conns, 20000)), "-t", str(secs),
+            "-n", "50000000", url]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=secs + 60).stdout
+    m = re.search(r"Complete requests:\s+(\d+)", out)
+    return (int(m.group(1)) if m else None), out
+
+
+def run_ceiling_client(resp_len):
+    """The client-side limit (ceiling/ceiling-client.c): counts responses by their fixed length."""
+    exe = os.path.join(compare.BUILD, "ceiling-client")
+
+    def run(url, conns, secs, depth):
+        port = url.split(":")[2].split("/")[0]
+        out = subprocess.run(["taskset", "-c", "1", exe, port, str(conns), str(secs), str(depth), str(resp_len)],
+                             capture_output=True, text=True, timeout=secs + 60).stdout
+        m = re.search(r"(\d+) requests in", out)
+        return (int(m.group(1)) if m else None), out
+    return run
+
+
+def response_length(port, path):
+    import socket
+    s = socket.create_connection(("127.0.0.1", port), timeout=3)
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    time.sleep(0.3)
+    n = len(s.recv(65536))
+    s.close()
+    return n
+
+
+def run_custom(prefix):
+    def run(url, conns, secs, depth):
+        argv = ["taskset", "-c", "1", *prefix.split(), "-t1", "-c", str(conns), "-d", f"{secs}s"]
+        if depth > 1:
+            argv += ["--pipeline", str(depth)]
+        out = subprocess.run(argv + [url], capture_output=True, text=True, timeout=secs + 60).stdout
+        m = re.search(r"(\d+) requests in", out)
+        return (int(m.group(1)) if m else None), out
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lowlat", help="command prefix of `lowlat load`")
+    ap.add_argument("--server", default="ceiling", choices=["ceiling", "nginx"])
+    ap.add_argument("--conns", default="16 256 1024")
+    ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--pipeline", action="store_true", help="also 16-deep pipelining (wrk via Lua)")
+    ap.add_argument("--run-dir", default=os.path.join(tempfile.gettempdir(), f"lowlat-anchors-{os.getuid()}"))
+    args = ap.parse_args()
+
+    os.makedirs(args.run_dir, exist_ok=True)
+    www = os.path.join(args.run_dir, "www")
+    os.makedirs(www, exist_ok=True)
+    with open(os.path.join(www, "100.html"), "w") as f:
+        f.write("X" * 99 + "\n")
+    loaders = {"wrk": run_wrk, "h2load": run_h2load, "ab": run_ab}
+    if args.lowlat:
+        loaders["lowlat load"] = run_custom(args.lowlat)
+    srv = compare.make_server(args.server, args, args.run_dir, www)
+    srv.start()
+    path = "/plaintext" if args.server == "ceiling" else "/100.html"
+    url = f"http://127.0.0.1:{srv.port}{path}"
+    if args.server == "ceiling" and os.path.exists(os.path.join(compare.BUILD, "ceiling-client")):
+        loaders["ceiling-client"] = run_ceiling_client(response_length(srv.port, path))
+    rows = []
+    try:
+        depths = [1, 16] if args.pipeline else [1]
+        for depth in depths:
+            for conns in [int(c) for c in args.conns.split()]:
+                for name, run in loaders.items():
+                    costs, rates = [], []
+                    for _ in range(args.reps):
+                        c0, t0 = compare.core_busy(), time.time()
+                        n, out = run(url, conns, args.duration, depth)
+                        wall, c1 = time.time() - t0, compare.core_busy()
+                        if not n:
+                            compare.log(f"  {name}: no result: {out.strip()[-160:]}")
+                            break
+                        busy = compare.busy_pct(c0, c1, "cpu1") / 100 * wall
+                        costs.append(busy / n * 1e6)
+                        rates.append(n / args.duration)
+                        compare.log(f"  {name:12s} c={conns:<5d} pipe={depth:<2d} {n / args.duration:9.0f} req/s "
+                                    f"{busy / n * 1e6:6.2f} client µs/req")
+                    if costs:
+                        rows.append((depth, conns, name, statistics.median(rates), statistics.median(costs)))
+    finally:
+        srv.stop()
+    print(f"| pipeline | conns | load generator | req/s | client µs/req | µs/req ÷ wrk's |\n|---|---|---|---|---|---|")
+    for depth, conns, name, rate, cost in rows:
+        wrk = next((c for d, n_, nm, _, c in rows if d == depth and n_ == conns and nm == "wrk"), None)
+        print(f"| {depth} | {conns} | {name} | {rate:.0f} | {cost:.2f} | {cost / wrk:.2f} |" if wrk else
+              f"| {depth} | {conns} | {name} | {rate:.0f} | {cost:.2f} | - |")
+
+
+if __name__ == "__main__":
+    main()
