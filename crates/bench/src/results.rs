@@ -158,14 +158,44 @@ pub struct Results {
 pub struct Writer {
     json: File,
     json_path: PathBuf,
-    csv: File,
+    csv: csv::Writer<File>,
     /// Byte offset where the rows array currently ends (where the tail starts).
     rows_end: u64,
     rows: usize,
     target_checks: Vec<Check>,
 }
 
-const CSV_COLUMNS: &str = "target,scenario,connections,round,pipeline,keepalive,seconds,requests,rps,mb_s,p50_us,p90_us,p99_us,p999_us,max_us,mean_us,errors,server_cpu_pct,server_us_per_req,server_proc_us_per_req,server_cores_pct,loader_cores_pct,rss_peak_kb,rss_mean_kb,client_cpu_pct,foreign_cpu_pct,bound_by,attempts";
+const CSV_COLUMNS: [&str; 29] = [
+    "target",
+    "scenario",
+    "connections",
+    "round",
+    "pipeline",
+    "keepalive",
+    "seconds",
+    "requests",
+    "rps",
+    "mb_s",
+    "p50_us",
+    "p90_us",
+    "p99_us",
+    "p999_us",
+    "max_us",
+    "mean_us",
+    "errors",
+    "server_cpu_pct",
+    "server_us_per_req",
+    "server_proc_us_per_req",
+    "server_cores_pct",
+    "loader_cores_pct",
+    "rss_peak_kb",
+    "rss_mean_kb",
+    "client_cpu_pct",
+    "foreign_cpu_pct",
+    "bound_by",
+    "attempts",
+    "tls",
+];
 
 impl Writer {
     /// Creates `dir/results.json` and `dir/results.csv`.
@@ -181,12 +211,14 @@ impl Writer {
             .truncate(true)
             .open(&json_path)
             .map_err(|e| BenchError::io(&json_path, e))?;
-        let mut csv = OpenOptions::new()
+        let csv_file = OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(true)
             .open(&csv_path)
             .map_err(|e| BenchError::io(&csv_path, e))?;
+        // RFC 4180 quoting (a name holding a comma, a quote, CR or LF is quoted) by the csv crate.
+        let mut csv = csv::Writer::from_writer(csv_file);
         let head = serde_json::to_string_pretty(header).map_err(|e| BenchError::Results {
             path: json_path.clone(),
             message: e.to_string(),
@@ -200,7 +232,9 @@ impl Writer {
         let start = format!("{head},\n  \"rows\": [");
         json.write_all(start.as_bytes())
             .map_err(|e| BenchError::io(&json_path, e))?;
-        writeln!(csv, "{CSV_COLUMNS}").map_err(|e| BenchError::io(&csv_path, e))?;
+        csv.write_record(CSV_COLUMNS)
+            .and_then(|()| csv.flush().map_err(csv::Error::from))
+            .map_err(|e| BenchError::io(&csv_path, std::io::Error::other(e)))?;
         let mut w = Self {
             json,
             json_path,
@@ -251,9 +285,15 @@ impl Writer {
         self.rows_end += (sep.len() + line.len()) as u64;
         self.rows += 1;
         self.write_tail("running", "")?;
-        writeln!(self.csv, "{}", csv_line(row))
-            .and_then(|()| self.csv.flush())
-            .map_err(|e| BenchError::io(self.json_path.with_extension("csv"), e))
+        self.csv
+            .write_record(csv_record(row))
+            .and_then(|()| self.csv.flush().map_err(csv::Error::from))
+            .map_err(|e| {
+                BenchError::io(
+                    self.json_path.with_extension("csv"),
+                    std::io::Error::other(e),
+                )
+            })
     }
 
     /// Records a check made once a target ran.
@@ -274,50 +314,43 @@ impl Writer {
     }
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 fn opt(v: Option<f64>) -> String {
     v.map_or_else(String::new, |v| format!("{v:.3}"))
 }
 
-fn csv_line(r: &Row) -> String {
-    format!(
-        "{},{},{},{},{},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{},{:.1},{},{},{:.1},{:.1},{},{},{:.1},{:.1},{},{}",
-        csv_field(&r.target),
-        csv_field(&r.scenario),
-        r.connections,
-        r.round,
-        r.pipeline,
-        r.keepalive,
-        r.seconds,
-        r.requests,
-        r.rps,
-        r.mb_s,
-        r.p50_us,
-        r.p90_us,
-        r.p99_us,
-        r.p999_us,
-        r.max_us,
-        r.mean_us,
-        r.errors,
-        r.server_cpu_pct,
+/// One row's fields, in [`CSV_COLUMNS`] order.
+fn csv_record(r: &Row) -> [String; 29] {
+    [
+        r.target.clone(),
+        r.scenario.clone(),
+        r.connections.to_string(),
+        r.round.to_string(),
+        r.pipeline.to_string(),
+        r.keepalive.to_string(),
+        format!("{:.3}", r.seconds),
+        r.requests.to_string(),
+        format!("{:.1}", r.rps),
+        format!("{:.3}", r.mb_s),
+        r.p50_us.to_string(),
+        r.p90_us.to_string(),
+        r.p99_us.to_string(),
+        r.p999_us.to_string(),
+        r.max_us.to_string(),
+        format!("{:.1}", r.mean_us),
+        r.errors.to_string(),
+        format!("{:.1}", r.server_cpu_pct),
         opt(r.server_us_per_req),
         opt(r.server_proc_us_per_req),
-        r.server_cores_pct,
-        r.loader_cores_pct,
-        r.rss_peak_kb,
-        r.rss_mean_kb,
-        r.client_cpu_pct,
-        r.foreign_cpu_pct,
-        r.bound_by.as_str(),
-        r.attempts
-    )
+        format!("{:.1}", r.server_cores_pct),
+        format!("{:.1}", r.loader_cores_pct),
+        r.rss_peak_kb.to_string(),
+        r.rss_mean_kb.to_string(),
+        format!("{:.1}", r.client_cpu_pct),
+        format!("{:.1}", r.foreign_cpu_pct),
+        r.bound_by.as_str().to_string(),
+        r.attempts.to_string(),
+        r.tls.clone().unwrap_or_default(),
+    ]
 }
 
 /// Reads a results file; a file cut off mid-write keeps every complete row.
@@ -404,6 +437,33 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(19_723), (2024, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    /// A name holding a comma, a quote, CR and LF survives the CSV round trip in one field.
+    #[test]
+    fn csv_quotes_every_special_character() {
+        let row: Row = serde_json::from_value(serde_json::json!({
+            "target": "a,b \"c\"\r\nd", "scenario": "s", "connections": 1, "round": 0,
+            "pipeline": 1, "keepalive": true, "seconds": 1.0, "requests": 2, "rps": 2.0,
+            "mb_s": 0.0, "p50_us": 1, "p90_us": 1, "p99_us": 1, "p999_us": 1, "max_us": 1,
+            "mean_us": 1.0, "errors": 0, "errors_by_kind": {}, "status_classes": [0, 2, 0, 0, 0],
+            "server_cpu_pct": 1.0, "server_us_per_req": null, "server_proc_us_per_req": 3.0,
+            "server_cores": [0], "server_cores_pct": 1.0, "loader_cores": [1],
+            "loader_cores_pct": 1.0, "rss_peak_kb": 1, "rss_mean_kb": 1, "client_cpu_pct": 1.0,
+            "foreign_cpu_pct": 0.0, "foreign_top": [], "bound_by": "neither", "attempts": 1,
+            "samples": [], "tls": "TLSv1.3 TLS13_AES_128_GCM_SHA256"
+        }))
+        .unwrap();
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record(CSV_COLUMNS).unwrap();
+        w.write_record(csv_record(&row)).unwrap();
+        let bytes = w.into_inner().unwrap();
+        let mut r = csv::Reader::from_reader(&bytes[..]);
+        let rec = r.records().next().unwrap().unwrap();
+        assert_eq!(rec.len(), CSV_COLUMNS.len());
+        assert_eq!(&rec[0], "a,b \"c\"\r\nd");
+        assert_eq!(&rec[18], "", "no server µs/req");
+        assert_eq!(&rec[28], "TLSv1.3 TLS13_AES_128_GCM_SHA256");
     }
 
     #[test]
