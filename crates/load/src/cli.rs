@@ -45,6 +45,9 @@ pub struct LoadArgs {
     /// Print wrk2's latency percentiles and the full spectrum.
     #[arg(short = 'L', long)]
     pub latency: bool,
+    /// With -R, also print the latency measured from each request's actual send (wrk2's -U).
+    #[arg(short = 'U', long = "u-latency", requires = "rate")]
+    pub u_latency: bool,
     /// Count a request as failed after this long without its response.
     #[arg(short = 'T', long, value_parser = parse_duration, default_value = "2s")]
     pub timeout: Duration,
@@ -258,5 +261,6 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
             cacert: args.cacert.clone(),
             resume: args.tls_resume,
         },
+        uncorrected_latency: args.u_latency,
     })
 }

@@ -99,6 +99,10 @@ pub struct LoadConfig {
     pub latency_intervals: Option<Duration>,
     /// How `https://` targets are reached: certificate verification and session resumption.
     pub tls: TlsOptions,
+    /// With `rate`, also keep the latency measured from each request's actual send, as wrk2's
+    /// `-U` does ([`crate::Report::uncorrected_latency`]): the figure coordinated omission
+    /// hides behind, printed beside the corrected one.
+    pub uncorrected_latency: bool,
 }
 
 /// TLS settings for `https://` targets (ignored for `http://`).
@@ -134,6 +138,7 @@ impl Default for LoadConfig {
             pin_cpus: Vec::new(),
             latency_intervals: None,
             tls: TlsOptions::default(),
+            uncorrected_latency: false,
         }
     }
 }

@@ -30,6 +30,8 @@ struct JsonReport<'a> {
     errors: JsonErrors,
     cpu: JsonCpu,
     tls: Option<JsonTls<'a>>,
+    /// `-U`: latency from each request's actual send (rate mode), or null.
+    uncorrected_latency_us: Option<LatencySummary>,
 }
 
 #[derive(Serialize)]
@@ -174,6 +176,10 @@ pub fn to_json(report: &Report, cfg: &LoadConfig) -> serde_json::Value {
         } else {
             None
         },
+        uncorrected_latency_us: report
+            .uncorrected_latency
+            .as_ref()
+            .map(crate::report::summarize),
     };
     serde_json::to_value(out).unwrap_or(serde_json::Value::Null)
 }

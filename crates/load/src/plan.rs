@@ -177,6 +177,8 @@ pub(crate) struct Plan {
     pub latency_intervals: Option<Duration>,
     /// The TLS client configuration, when any target is `https://`.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// Rate mode with `-U`: also record latency from the actual send.
+    pub uncorrected: bool,
 }
 
 impl Plan {
@@ -266,6 +268,7 @@ impl Plan {
         };
         Ok(Self {
             tls,
+            uncorrected: cfg.uncorrected_latency && cfg.rate.is_some(),
             groups: built,
             threads,
             budgets,

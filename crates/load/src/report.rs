@@ -166,6 +166,8 @@ pub(crate) struct ThreadStats {
     pub tls: crate::tls::TlsSummary,
     /// The first TLS failure's message, shown once.
     pub tls_error: Option<String>,
+    /// `-U`: latency from each request's actual send.
+    pub u_latency: Option<Histogram<u64>>,
 }
 
 impl ThreadStats {
@@ -183,12 +185,16 @@ impl ThreadStats {
             intervals: None,
             tls: crate::tls::TlsSummary::default(),
             tls_error: None,
+            u_latency: None,
         }
     }
 
     /// Forgets everything (at the end of the warm-up).
     pub fn reset(&mut self) {
         self.latency.reset();
+        if let Some(u) = &mut self.u_latency {
+            u.reset();
+        }
         self.requests = 0;
         self.responses = 0;
         self.bytes_read = 0;
@@ -233,6 +239,9 @@ pub struct Report {
     /// The first TLS failure, as rustls or the socket said it (certificate verification,
     /// alerts): failures are counted in [`ErrorCounts::tls`], and this says why.
     pub tls_error: Option<String>,
+    /// With a rate and [`crate::LoadConfig::uncorrected_latency`]: latency from each request's
+    /// actual send instead of its scheduled one (wrk2's `-U`), microseconds.
+    pub uncorrected_latency: Option<Histogram<u64>>,
 }
 
 /// Each thread's request rate, sampled every [`crate::PROGRESS_EVERY`] while measuring (wrk's
@@ -310,6 +319,7 @@ impl Report {
             thread_rates: None,
             tls: None,
             tls_error: None,
+            uncorrected_latency: None,
         };
         let mut by_index: std::collections::BTreeMap<u64, Histogram<u64>> = Default::default();
         let mut interval_length = None;
@@ -338,6 +348,12 @@ impl Report {
             r.bytes_read += t.bytes_read;
             // Same bounds on both sides: adding cannot fail.
             let _ = r.latency.add(&t.latency);
+            if let Some(u) = &t.u_latency {
+                let _ = r
+                    .uncorrected_latency
+                    .get_or_insert_with(new_latency_histogram)
+                    .add(u);
+            }
             r.status.add(&t.status);
             r.errors.add(&t.errors);
             if t.tls.handshakes > 0 {
@@ -406,39 +422,44 @@ impl Report {
     /// Mean, deviation, maximum and the usual percentiles of [`Report::latency`].
     #[must_use]
     pub fn latency_summary(&self) -> LatencySummary {
-        let h = &self.latency;
-        if h.is_empty() {
-            return LatencySummary {
-                min: 0,
-                mean: 0.0,
-                stdev: 0.0,
-                max: 0,
-                p50: 0,
-                p75: 0,
-                p90: 0,
-                p99: 0,
-                p99_9: 0,
-                p99_99: 0,
-                within_stdev: 0.0,
-            };
-        }
-        let (mean, stdev) = (h.mean(), h.stdev());
-        let lo = (mean - stdev).max(0.0) as u64;
-        let hi = (mean + stdev) as u64;
-        let within = h.count_between(lo, hi) as f64 / h.len() as f64;
-        LatencySummary {
-            min: h.min(),
-            mean,
-            stdev,
-            max: h.max(),
-            p50: h.value_at_quantile(0.5),
-            p75: h.value_at_quantile(0.75),
-            p90: h.value_at_quantile(0.9),
-            p99: h.value_at_quantile(0.99),
-            p99_9: h.value_at_quantile(0.999),
-            p99_99: h.value_at_quantile(0.9999),
-            within_stdev: within.min(1.0),
-        }
+        summarize(&self.latency)
+    }
+}
+
+/// Mean, deviation, maximum and the usual percentiles of a latency histogram (microseconds).
+#[must_use]
+pub fn summarize(h: &Histogram<u64>) -> LatencySummary {
+    if h.is_empty() {
+        return LatencySummary {
+            min: 0,
+            mean: 0.0,
+            stdev: 0.0,
+            max: 0,
+            p50: 0,
+            p75: 0,
+            p90: 0,
+            p99: 0,
+            p99_9: 0,
+            p99_99: 0,
+            within_stdev: 0.0,
+        };
+    }
+    let (mean, stdev) = (h.mean(), h.stdev());
+    let lo = (mean - stdev).max(0.0) as u64;
+    let hi = (mean + stdev) as u64;
+    let within = h.count_between(lo, hi) as f64 / h.len() as f64;
+    LatencySummary {
+        min: h.min(),
+        mean,
+        stdev,
+        max: h.max(),
+        p50: h.value_at_quantile(0.5),
+        p75: h.value_at_quantile(0.75),
+        p90: h.value_at_quantile(0.9),
+        p99: h.value_at_quantile(0.99),
+        p99_9: h.value_at_quantile(0.999),
+        p99_99: h.value_at_quantile(0.9999),
+        within_stdev: within.min(1.0),
     }
 }
 

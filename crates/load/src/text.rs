@@ -68,7 +68,15 @@ pub fn render(report: &Report, detailed: bool) -> String {
     units(&mut s, &metric(max), 9);
     let _ = writeln!(s, "{:>8.2}%", within * 100.0);
     if detailed {
-        hdr_block(&mut s, report);
+        hdr_block(&mut s, &report.latency, "Recorded Latency");
+    }
+    if let Some(u) = &report.uncorrected_latency {
+        s.push('\n');
+        hdr_block(
+            &mut s,
+            u,
+            "Uncorrected Latency (measured without taking delayed starts into account)",
+        );
     }
     let _ = writeln!(
         s,
@@ -135,19 +143,16 @@ pub fn render(report: &Report, detailed: bool) -> String {
     s
 }
 
-/// wrk2's `--latency` block: its eight percentiles, then the full spectrum, then a rule.
-fn hdr_block(s: &mut String, report: &Report) {
-    let h = &report.latency;
-    let _ = writeln!(
-        s,
-        "  Latency Distribution (HdrHistogram - Recorded Latency)"
-    );
+/// wrk2's `--latency` (and `-U`) block: its eight percentiles, then the full spectrum, then a
+/// rule.
+fn hdr_block(s: &mut String, h: &hdrhistogram::Histogram<u64>, what: &str) {
+    let _ = writeln!(s, "  Latency Distribution (HdrHistogram - {what})");
     for p in [50.0, 75.0, 90.0, 99.0, 99.9, 99.99, 99.999, 100.0] {
         let _ = write!(s, "{p:>7.3}%");
         units(s, &time_us(h.value_at_percentile(p) as f64), 10);
         s.push('\n');
     }
-    spectrum(s, report);
+    spectrum(s, h);
     let _ = writeln!(
         s,
         "----------------------------------------------------------"
@@ -208,8 +213,7 @@ fn run_length(d: std::time::Duration) -> String {
 
 /// HdrHistogram's percentile distribution, as wrk2 and HistogramLogProcessor print it (values
 /// in milliseconds).
-fn spectrum(s: &mut String, report: &Report) {
-    let h = &report.latency;
+fn spectrum(s: &mut String, h: &hdrhistogram::Histogram<u64>) {
     let _ = writeln!(s, "\n  Detailed Percentile spectrum:");
     let _ = writeln!(
         s,

@@ -142,6 +142,8 @@ struct Conn {
     sent: SendTimes,
     /// Requests counted in `sent` whose bytes are not written yet.
     owed: usize,
+    /// `-U`: the actual send times of the requests written and unanswered, oldest first.
+    actual: Option<SendTimes>,
     /// Bytes of the batch buffer still to write after a short write.
     partial: Option<(usize, usize)>,
     reader: ResponseReader,
@@ -207,6 +209,7 @@ impl<'a> Worker<'a> {
                 state: ConnState::Idle,
                 sent: SendTimes::with_capacity(depth),
                 owed: 0,
+                actual: plan.uncorrected.then(|| SendTimes::with_capacity(depth)),
                 partial: None,
                 reader: ResponseReader::new(),
                 carry: Vec::new(),
@@ -233,6 +236,7 @@ impl<'a> Worker<'a> {
         stats.intervals = plan
             .latency_intervals
             .map(crate::report::IntervalStats::new);
+        stats.u_latency = plan.uncorrected.then(crate::report::new_latency_histogram);
         let sweep_every =
             (plan.timeout / 20).clamp(Duration::from_millis(1), Duration::from_millis(100));
         Ok(Self {
@@ -656,6 +660,9 @@ impl<'a> Worker<'a> {
                     let range = batch.range(conn.cursor, k);
                     conn.cursor = batch.window(conn.cursor, k).1;
                     conn.owed -= k;
+                    if let Some(actual) = &mut conn.actual {
+                        actual.push(now, k);
+                    }
                     if self.measuring {
                         self.stats.requests += k as u64;
                     }
@@ -784,6 +791,12 @@ impl<'a> Worker<'a> {
                         i += consumed;
                         completed += 1;
                         let sent = conn.sent.pop().unwrap_or(now);
+                        record_uncorrected(
+                            &mut self.stats,
+                            conn.actual.as_mut(),
+                            self.measuring && sent >= self.measure_start,
+                            now,
+                        );
                         if let Some(mut done) = run.push(sent, response.status) {
                             done.flush(&mut self.stats, self.measuring, self.measure_start, now);
                         }
@@ -835,6 +848,9 @@ impl<'a> Worker<'a> {
             conn.scheduled -= unanswered;
         }
         conn.sent.clear();
+        if let Some(actual) = &mut conn.actual {
+            actual.clear();
+        }
         self.close(idx);
         self.connect(idx, now);
     }
@@ -849,6 +865,12 @@ impl<'a> Worker<'a> {
         match conn.reader.eof(held) {
             Ok(Some(response)) => {
                 let sent = conn.sent.pop().unwrap_or(now);
+                record_uncorrected(
+                    &mut self.stats,
+                    conn.actual.as_mut(),
+                    self.measuring && sent >= self.measure_start,
+                    now,
+                );
                 let mut one = Recorded::empty(now);
                 one.push(sent, response.status);
                 one.flush(&mut self.stats, self.measuring, self.measure_start, now);
@@ -883,6 +905,9 @@ impl<'a> Worker<'a> {
             }
         }
         conn.sent.clear();
+        if let Some(actual) = &mut conn.actual {
+            actual.clear();
+        }
         self.close(idx);
         self.connect(idx, now);
     }
@@ -949,6 +974,26 @@ impl<'a> Worker<'a> {
                     self.fail(idx, Failure::Timeout, now);
                 }
             }
+        }
+    }
+}
+
+/// `-U`: the response to the oldest written request came at `now`; its latency from the actual
+/// send goes into the uncorrected histogram (one record per response: -U is a diagnostic).
+fn record_uncorrected(
+    stats: &mut ThreadStats,
+    actual: Option<&mut SendTimes>,
+    counted: bool,
+    now: Instant,
+) {
+    let (Some(actual), Some(h)) = (actual, &mut stats.u_latency) else {
+        return;
+    };
+    if let Some(t) = actual.pop() {
+        if counted {
+            let us =
+                u64::try_from(now.saturating_duration_since(t).as_micros()).unwrap_or(u64::MAX);
+            h.saturating_record(us);
         }
     }
 }

@@ -146,6 +146,25 @@ fn wrk_flags() {
     let err = String::from_utf8_lossy(&script.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("Lua scripts are not supported"), "{err}");
+    // -U (with -R): wrk2's uncorrected block after the recorded one; without -R a usage error.
+    let out = output(
+        BIN,
+        &[
+            "load", "-t1", "-c2", "-d1s", "-R", "500", "-L", "-U", "-q", &url,
+        ],
+    );
+    let rec = out
+        .find("(HdrHistogram - Recorded Latency)")
+        .expect("recorded block");
+    let unc = out
+        .find("(HdrHistogram - Uncorrected Latency")
+        .expect("uncorrected block");
+    assert!(rec < unc, "{out}");
+    let u = Command::new(BIN)
+        .args(["load", "-U", &url])
+        .output()
+        .unwrap();
+    assert_eq!(u.status.code(), Some(2));
     // A missing argument is named.
     let none = Command::new(BIN).arg("load").output().unwrap();
     let err = String::from_utf8_lossy(&none.stderr);
