@@ -41,6 +41,11 @@ impl PathError {
 
 /// Decodes and normalises `raw` (a request path, still percent-encoded) into `out`.
 ///
+/// Hand-written rather than `percent-encoding`'s decoder: this runs on every static request
+/// (the 100-byte-file figures in docs/PERFORMANCE.md), decoding, resolving dot-segments and
+/// refusing `%2F`, NUL and malformed escapes in one pass into a reused buffer, where the crate
+/// decodes through an iterator and passes malformed escapes through unchanged.
+///
 /// # Errors
 /// [`PathError`] when the path must not be served.
 pub fn normalize(raw: &str, allow_dotfiles: bool, out: &mut Vec<u8>) -> Result<(), PathError> {
@@ -121,24 +126,36 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
-/// Appends `bytes` percent-encoded for use in a URL path: unreserved characters and a few safe
-/// sub-delimiters stay, everything else (including `%`, `?`, `#`, spaces and non-ASCII) becomes
-/// `%XX`. With `keep_slash`, `/` stays (whole paths); without, it is encoded (one name).
+/// What stays literal in one path segment (RFC 3986 `pchar`, minus `&` and `'`, which HTML
+/// attributes and shells trip over): letters, digits, `-._~!$()*+,;=:@`. Everything else,
+/// including `%`, `?`, `#`, spaces and non-ASCII, becomes `%XX`.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'!')
+    .remove(b'$')
+    .remove(b'(')
+    .remove(b')')
+    .remove(b'*')
+    .remove(b'+')
+    .remove(b',')
+    .remove(b';')
+    .remove(b'=')
+    .remove(b':')
+    .remove(b'@');
+
+/// The same for a whole path: `/` stays too.
+const PATH: &percent_encoding::AsciiSet = &SEGMENT.remove(b'/');
+
+/// Appends `bytes` percent-encoded for use in a URL path (directory listings, redirects: off the
+/// request hot path, so the `percent-encoding` crate does it). With `keep_slash`, `/` stays
+/// (whole paths); without, it is encoded (one name).
 pub fn encode_path(bytes: &[u8], keep_slash: bool, out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in bytes {
-        let keep = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'(' | b')' | b'*' | b'+'
-            )
-            || matches!(b, b',' | b';' | b'=' | b':' | b'@')
-            || (keep_slash && b == b'/');
-        if keep {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
+    let set = if keep_slash { PATH } else { SEGMENT };
+    for chunk in percent_encoding::percent_encode(bytes, set) {
+        out.extend_from_slice(chunk.as_bytes());
     }
 }
 
