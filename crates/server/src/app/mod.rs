@@ -266,7 +266,7 @@ enum Undecodable {
 
 /// Percent-decodes `segment` into `out` (RFC 3986 §2.1), returning the decoded bytes.
 /// Hand-written: it runs on every app request, into a stack buffer, and must refuse a malformed
-/// escape (404) that `percent-encoding`'s decoder would pass through unchanged.
+/// escape (400) that `percent-encoding`'s decoder would pass through unchanged.
 fn percent_decode<'o>(segment: &str, out: &'o mut [u8]) -> Result<&'o [u8], Undecodable> {
     let bytes = segment.as_bytes();
     let mut i = 0;
