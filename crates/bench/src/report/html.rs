@@ -5,8 +5,6 @@
 //! and write the count into `data-charts-rendered` on the page and the console, which the
 //! browser test reads.
 
-use std::fmt::Write as _;
-
 use super::charts::Chart;
 use super::{Point, Summary};
 use crate::doctor::{Check, Status};
@@ -64,25 +62,87 @@ fn median_us(ps: &[Point]) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
-fn checks_table(s: &mut String, checks: &[Check]) {
-    s.push_str("<table><tr><th class=\"l\">check</th><th class=\"l\">value</th><th class=\"l\">needs</th><th class=\"l\">status</th><th class=\"l\">fix</th></tr>");
-    for c in checks {
-        let (class, word) = match c.status {
-            Status::Ok => ("ok", "ok"),
-            Status::Warn => ("warn", "warn"),
-            Status::Fail => ("fail", "FAIL"),
-            Status::Info => ("", "info"),
-        };
-        let _ = write!(
-            s,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l {class}\">{word}</td><td class=\"l\">{}</td></tr>",
-            esc(&c.name),
-            esc(&c.value),
-            esc(&c.need),
-            c.fix.as_deref().map(esc).unwrap_or_default()
-        );
-    }
-    s.push_str("</table>");
+/// One row of an environment-check table, its cells ready for the page.
+struct CheckRow<'a> {
+    name: &'a str,
+    value: &'a str,
+    need: &'a str,
+    class: &'static str,
+    word: &'static str,
+    fix: &'a str,
+}
+
+fn check_rows(checks: &[Check]) -> Vec<CheckRow<'_>> {
+    checks
+        .iter()
+        .map(|c| {
+            let (class, word) = match c.status {
+                Status::Ok => ("ok", "ok"),
+                Status::Warn => ("warn", "warn"),
+                Status::Fail => ("fail", "FAIL"),
+                Status::Info => ("", "info"),
+            };
+            CheckRow {
+                name: &c.name,
+                value: &c.value,
+                need: &c.need,
+                class,
+                word,
+                fix: c.fix.as_deref().unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+struct MachineCells {
+    cpus: usize,
+    model: String,
+    smt: String,
+    governor: String,
+    kernel: String,
+    memory_mib: u64,
+}
+
+struct Figure<'a> {
+    id: &'a str,
+    series: String,
+    /// The chart itself, inserted as it is (inline SVG, made here).
+    svg: &'a str,
+    title: &'a str,
+}
+
+struct Section<'a> {
+    id: String,
+    name: &'a str,
+    figures: Vec<Figure<'a>>,
+    /// Every level of every target: 15 cells, formatted.
+    levels: Vec<[String; 15]>,
+}
+
+/// The page: `templates/report.stpl`, which HTML-escapes every value but the style, the script
+/// and the charts (made here).
+#[derive(sailfish::TemplateSimple)]
+#[template(path = "report.stpl")]
+struct Page<'a> {
+    style: &'a str,
+    script: &'a str,
+    name: &'a str,
+    description: &'a str,
+    started: &'a str,
+    finished: &'a str,
+    status: &'a str,
+    rows: usize,
+    duration_s: f64,
+    rounds: u32,
+    version: &'a str,
+    machine: MachineCells,
+    baseline: &'a str,
+    /// One row per scenario × target: 11 cells, formatted.
+    summary: Vec<[String; 11]>,
+    scenarios: Vec<Section<'a>>,
+    checks: Vec<Vec<CheckRow<'a>>>,
+    spec_file: &'a str,
+    spec_text: &'a str,
 }
 
 /// The whole page.
@@ -94,51 +154,9 @@ pub fn page(
     charts: &[(String, Chart, String)],
 ) -> String {
     let h = &res.header;
-    let mut s = String::with_capacity(1 << 20);
-    let _ = write!(
-        s,
-        "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\"><head><meta charset=\"utf-8\"/><meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"/>\
-<title>lowlat bench: {name}</title><style>{STYLE}</style></head><body>\n<h1>lowlat bench: {name}</h1>\n",
-        name = esc(&h.spec_name)
-    );
-    if !h.spec_description.is_empty() {
-        let _ = writeln!(s, "<p>{}</p>", esc(&h.spec_description));
-    }
-    let _ = writeln!(
-        s,
-        "<p class=\"note\">Started {} · finished {} · status <b>{}</b> · {} rows · {} s per measurement × {} round(s) · lowlat {}</p>",
-        esc(&h.started),
-        esc(if res.finished.is_empty() { "–" } else { &res.finished }),
-        esc(&res.status),
-        res.rows.len(),
-        h.duration_s,
-        h.rounds,
-        esc(&h.lowlat_version)
-    );
-
     let m = &h.machine;
-    let _ = writeln!(
-        s,
-        "<h2 id=\"machine\">Machine</h2><table><tr><th class=\"l\">CPU</th><td class=\"l\">{} × {}</td></tr><tr><th class=\"l\">SMT siblings</th><td class=\"l\">{}</td></tr>\
-<tr><th class=\"l\">governor</th><td class=\"l\">{}</td></tr><tr><th class=\"l\">kernel</th><td class=\"l\">{}</td></tr><tr><th class=\"l\">memory</th><td class=\"l\">{} MiB</td></tr></table>",
-        m.cpus,
-        esc(&m.cpu_model),
-        esc(&m.smt_groups.join(" ")),
-        esc(&if m.governors.is_empty() { "none exposed".to_string() } else { m.governors.join(", ") }),
-        esc(&m.kernel),
-        m.memory_mib
-    );
-
-    // Summary: one line per scenario × target, then every level in a fold-out.
-    let _ = writeln!(
-        s,
-        "<h2 id=\"summary\">Summary</h2><p class=\"note\">Ratios compare each target with the baseline, <b>{}</b>: \
-req/s ÷ baseline above 1 is faster; µs/req ÷ baseline below 1 is cheaper. Server µs/req is the busy time of the \
-server's cores (kernel work included) per request: it still ranks servers when the load generator is the bottleneck \
-(\"client-bound\": req/s then understates the server).</p>",
-        esc(baseline)
-    );
-    s.push_str("<table class=\"summary\"><tr><th class=\"l\">scenario</th><th class=\"l\">target</th><th>peak req/s</th><th>at conns</th><th>req/s ÷ baseline</th><th>median server µs/req</th><th>µs/req ÷ baseline</th><th>p99 ms at peak</th><th>max RSS MiB</th><th>errors</th><th class=\"l\">bound by (at peak)</th></tr>\n");
+    let mut summary_rows = Vec::new();
+    let mut sections = Vec::new();
     for (scenario, per_target) in summary {
         let base = per_target
             .iter()
@@ -146,89 +164,108 @@ server's cores (kernel work included) per request: it still ranks servers when t
             .map(|(_, p)| p);
         let base_peak = base.and_then(|p| peak(p)).map(|p| p.rps_mean);
         let base_us = base.and_then(|p| median_us(p));
+        let mut levels = Vec::new();
         for (t, ps) in per_target {
-            let Some(pk) = peak(ps) else { continue };
-            let us = median_us(ps);
-            let _ = writeln!(
-                s,
-                "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{}</td><td class=\"l\">{}</td></tr>",
-                esc(scenario),
-                esc(t),
-                pk.rps_mean,
-                pk.connections,
-                ratio(Some(pk.rps_mean), base_peak),
-                fmt_opt(us, 2),
-                ratio(us, base_us),
-                pk.p99_us / 1000.0,
-                ps.iter().map(|p| p.rss_mib).fold(0.0, f64::max),
-                ps.iter().map(|p| p.errors).sum::<u64>(),
-                pk.bound_by.as_str()
-            );
-        }
-    }
-    s.push_str("</table>\n");
-
-    for (scenario, per_target) in summary {
-        let sid = super::slug(scenario);
-        let _ = writeln!(s, "<h2 id=\"s-{sid}\">Scenario {}</h2>", esc(scenario));
-        for (section, chart, svg) in charts {
-            if section != scenario {
-                continue;
+            if let Some(pk) = peak(ps) {
+                let us = median_us(ps);
+                summary_rows.push([
+                    scenario.clone(),
+                    t.clone(),
+                    format!("{:.0}", pk.rps_mean),
+                    pk.connections.to_string(),
+                    ratio(Some(pk.rps_mean), base_peak),
+                    fmt_opt(us, 2),
+                    ratio(us, base_us),
+                    format!("{:.2}", pk.p99_us / 1000.0),
+                    format!("{:.1}", ps.iter().map(|p| p.rss_mib).fold(0.0, f64::max)),
+                    ps.iter().map(|p| p.errors).sum::<u64>().to_string(),
+                    pk.bound_by.as_str().to_string(),
+                ]);
             }
-            let _ = writeln!(
-                s,
-                "<figure class=\"chart\" id=\"{}\" data-series=\"{}\">{}<figcaption>{}</figcaption></figure>",
-                esc(&chart.id),
-                esc(&chart.series.iter().map(|x| x.name.as_str()).collect::<Vec<_>>().join("|")),
-                strip_xml_decl(svg),
-                esc(&chart.title)
-            );
-        }
-        let base = per_target
-            .iter()
-            .find(|(t, _)| t == baseline)
-            .map(|(_, p)| p);
-        let _ = writeln!(s, "<details><summary>Every level of {}</summary><table><tr><th class=\"l\">target</th><th>conns</th><th>rounds</th><th>req/s mean</th><th>min</th><th>max</th><th>req/s ÷ baseline</th><th>server µs/req</th><th>µs/req ÷ baseline</th><th>p50 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>errors</th><th class=\"l\">bound by</th></tr>", esc(scenario));
-        for (t, ps) in per_target {
             for p in ps {
                 let b = base.and_then(|b| b.iter().find(|x| x.connections == p.connections));
-                let _ = writeln!(
-                    s,
-                    "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.0}</td><td>{:.1}</td><td>{}</td><td class=\"l\">{}</td></tr>",
-                    esc(t),
-                    p.connections,
-                    p.rounds,
-                    p.rps_mean,
-                    p.rps_min,
-                    p.rps_max,
+                levels.push([
+                    t.clone(),
+                    p.connections.to_string(),
+                    p.rounds.to_string(),
+                    format!("{:.0}", p.rps_mean),
+                    format!("{:.0}", p.rps_min),
+                    format!("{:.0}", p.rps_max),
                     ratio(Some(p.rps_mean), b.map(|b| b.rps_mean)),
                     fmt_opt(p.us_per_req, 2),
                     ratio(p.us_per_req, b.and_then(|b| b.us_per_req)),
-                    p.p50_us / 1000.0,
-                    p.p99_us / 1000.0,
-                    p.cpu_pct,
-                    p.rss_mib,
-                    p.errors,
-                    p.bound_by.as_str()
-                );
+                    format!("{:.3}", p.p50_us / 1000.0),
+                    format!("{:.3}", p.p99_us / 1000.0),
+                    format!("{:.0}", p.cpu_pct),
+                    format!("{:.1}", p.rss_mib),
+                    p.errors.to_string(),
+                    p.bound_by.as_str().to_string(),
+                ]);
             }
         }
-        s.push_str("</table></details>\n");
+        let figures = charts
+            .iter()
+            .filter(|(section, _, _)| section == scenario)
+            .map(|(_, chart, svg)| Figure {
+                id: &chart.id,
+                series: chart
+                    .series
+                    .iter()
+                    .map(|x| x.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+                svg: strip_xml_decl(svg),
+                title: &chart.title,
+            })
+            .collect();
+        sections.push(Section {
+            id: super::slug(scenario),
+            name: scenario,
+            figures,
+            levels,
+        });
     }
-
-    s.push_str("<h2 id=\"environment\">Environment check</h2>");
-    checks_table(&mut s, &h.doctor);
+    let mut checks = vec![check_rows(&h.doctor)];
     if !res.target_checks.is_empty() {
-        checks_table(&mut s, &res.target_checks);
+        checks.push(check_rows(&res.target_checks));
     }
-    let _ = writeln!(
-        s,
-        "<h2 id=\"spec\">Spec</h2><p class=\"note\">{}</p><pre>{}</pre>",
-        esc(&h.spec_file),
-        esc(&h.spec_text)
-    );
-    let _ = write!(s, "<script>{SCRIPT}</script>\n</body></html>\n");
-    s
+    let page = Page {
+        style: STYLE,
+        script: SCRIPT,
+        name: &h.spec_name,
+        description: &h.spec_description,
+        started: &h.started,
+        finished: if res.finished.is_empty() {
+            "–"
+        } else {
+            &res.finished
+        },
+        status: &res.status,
+        rows: res.rows.len(),
+        duration_s: h.duration_s,
+        rounds: h.rounds,
+        version: &h.lowlat_version,
+        machine: MachineCells {
+            cpus: m.cpus,
+            model: m.cpu_model.clone(),
+            smt: m.smt_groups.join(" "),
+            governor: if m.governors.is_empty() {
+                "none exposed".to_string()
+            } else {
+                m.governors.join(", ")
+            },
+            kernel: m.kernel.clone(),
+            memory_mib: m.memory_mib,
+        },
+        baseline,
+        summary: summary_rows,
+        scenarios: sections,
+        checks,
+        spec_file: &h.spec_file,
+        spec_text: &h.spec_text,
+    };
+    // Rendering into a String cannot fail with these fields; an empty page would say so.
+    sailfish::TemplateSimple::render_once(page).unwrap_or_default()
 }
 
 fn strip_xml_decl(svg: &str) -> &str {
