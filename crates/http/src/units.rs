@@ -15,15 +15,9 @@ pub const MAX_DURATION_SECS: f64 = 1e9;
 /// # Errors
 /// A message naming the text and what would have been understood.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 250us, 500ms, 10s, 2m, 1h)"))?;
-    let scale = match unit.trim() {
+    let (n, unit) = number_and_unit(text)
+        .ok_or_else(|| format!("{text:?} is not a duration (e.g. 250us, 500ms, 10s, 2m, 1h)"))?;
+    let scale = match unit {
         "" | "s" | "sec" | "secs" => 1.0,
         "ms" => 1e-3,
         "us" | "µs" => 1e-6,
@@ -49,15 +43,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// # Errors
 /// A message naming the text.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (e.g. 512, 16k, 1.5m, 1g)"))?;
-    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+    let (n, unit) = number_and_unit(text)
+        .ok_or_else(|| format!("{text:?} is not a size (e.g. 512, 16k, 1.5m, 1g)"))?;
+    let multiplier: f64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" | "kib" => 1024.0,
         "m" | "mb" | "mib" => 1024.0 * 1024.0,
@@ -75,6 +63,16 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     // Checked just above: a non-negative whole number below 2^64.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     Ok(bytes as u64)
+}
+
+/// Splits `1.5m` into its number and its unit (trimmed); `None` when there is no number.
+fn number_and_unit(text: &str) -> Option<(f64, &str)> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    Some((number.parse().ok()?, unit.trim()))
 }
 
 /// Parses a count with an optional decimal suffix: `1000`, `10k`, `1.5k`, `2M`, `1G`.
