@@ -164,6 +164,28 @@ pub enum BenchCommand {
     Report(ReportArgs),
     /// Check the kernel and process settings a sweep needs.
     Doctor(DoctorArgs),
+    /// Compare two runs cell by cell (NEW ÷ BASE with intervals; exit 3 when slower).
+    Compare(CompareArgs),
+}
+
+/// Arguments of `lowlat bench compare`.
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The reference run's results.json.
+    #[arg(value_name = "BASE.json")]
+    pub base: PathBuf,
+    /// The run to judge against it.
+    #[arg(value_name = "NEW.json")]
+    pub new: PathBuf,
+    /// Smallest change in cost that counts (5%), beyond the interval.
+    #[arg(long, value_name = "RATE", default_value = "5%", value_parser = lowlat_load::thresholds::parse_rate)]
+    pub threshold: f64,
+    /// Compare runs of different specs or machines anyway.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `lowlat bench report`.
@@ -200,6 +222,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
     let result = match args.command {
         Some(BenchCommand::Report(r)) => report(&r),
         Some(BenchCommand::Doctor(d)) => doctor(&d),
+        Some(BenchCommand::Compare(c)) => compare(&c),
         None => sweep(&args),
     };
     match result {
@@ -213,6 +236,33 @@ pub fn run(args: BenchArgs) -> ExitCode {
             })
         }
     }
+}
+
+fn compare(c: &CompareArgs) -> Result<ExitCode, BenchError> {
+    let base = crate::results::read(&c.base)?;
+    let new = crate::results::read(&c.new)?;
+    let notes = crate::compare::compatible(&base, &new, c.force)?;
+    let cmp = crate::compare::compare(&base, &new, c.threshold, notes);
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&cmp).unwrap_or_else(|_| "{}".into())
+        );
+    } else {
+        print!("{}", crate::compare::render_text(&cmp));
+    }
+    if cmp.regressed() {
+        eprintln!(
+            "lowlat bench: slower beyond the {:.1}% threshold in {} cell(s)",
+            c.threshold * 100.0,
+            cmp.cells
+                .iter()
+                .filter(|x| x.verdict == crate::compare::Verdict::Slower)
+                .count()
+        );
+        return Ok(ExitCode::from(crate::compare::EXIT_SLOWER));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn report(r: &ReportArgs) -> Result<ExitCode, BenchError> {

@@ -13,6 +13,10 @@ pub enum BenchError {
     #[error("{0}")]
     Spec(#[from] Box<SpecError>),
 
+    /// Two runs that cannot be compared (other spec, other machine).
+    #[error("cannot compare: {0}")]
+    Compare(String),
+
     /// A target's command could not be started.
     #[error("target {target}: cannot start {program:?}: {source}")]
     Start {

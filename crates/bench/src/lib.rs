@@ -16,11 +16,13 @@
 //! - [`results`]: the results file format, written incrementally (JSON + CSV), and its reader.
 //! - [`machine`] and [`doctor`]: the machine description and the environment check.
 //! - [`report`]: charts (SVG, PNG) and the self-contained HTML report.
+//! - [`compare`]: two runs cell by cell, with bootstrap intervals and a verdict (a CI gate).
 //! - [`cli`]: `lowlat bench` flags, subcommands and one-line errors.
 //! - `sys`: the few system calls std lacks; all of the crate's `unsafe`.
 //! - [`error`]: the [`BenchError`] type.
 
 pub mod cli;
+pub mod compare;
 pub mod doctor;
 pub mod error;
 pub mod load;

@@ -1,0 +1,137 @@
+//! `lowlat bench compare` on the recorded TLS run (3 rounds per cell) and copies of it changed
+//! on purpose: identical runs show no measurable change; a 20% regression is caught and exits 3;
+//! too few rounds are said, not guessed; runs of another machine are refused unless forced.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use lowlat_bench::compare::{compare, compatible, Verdict};
+use lowlat_bench::results::{self, Results};
+
+fn recorded() -> Results {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/results/tls/results.json");
+    results::read(&p).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The same run with every cell's cost raised by `factor` (µs/req and latency up, req/s down).
+fn slowed(r: &Results, factor: f64) -> Results {
+    let mut r = r.clone();
+    for row in &mut r.rows {
+        row.rps /= factor;
+        row.server_us_per_req = row.server_us_per_req.map(|v| v * factor);
+        row.p50_us = (row.p50_us as f64 * factor) as u64;
+        row.p99_us = (row.p99_us as f64 * factor) as u64;
+    }
+    r
+}
+
+fn write(dir: &Path, name: &str, r: &Results) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_string(r).unwrap()).unwrap();
+    p
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: lowlat_bench::cli::BenchArgs,
+}
+
+fn cli(argv: &[&str]) -> String {
+    let cli = Cli::try_parse_from(std::iter::once("bench").chain(argv.iter().copied())).unwrap();
+    format!("{:?}", lowlat_bench::cli::run(cli.args))
+}
+
+/// A run against itself: every cell without a measurable change, exit 0.
+#[test]
+fn identical_runs_show_no_change() {
+    let base = recorded();
+    let cmp = compare(&base, &base, 0.05, Vec::new());
+    assert!(!cmp.cells.is_empty());
+    for c in &cmp.cells {
+        assert_eq!(c.verdict, Verdict::NoMeasurableChange, "{c:?}");
+        let r = c.us_per_req.unwrap();
+        assert!(
+            (r.ratio - 1.0).abs() < 1e-9 && r.low <= 1.0 && r.high >= 1.0,
+            "{r:?}"
+        );
+    }
+    assert!(!cmp.regressed());
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "a.json", &base);
+    let p = p.display().to_string();
+    assert_eq!(cli(&["compare", &p, &p]), "ExitCode(unix_exit_status(0))");
+}
+
+/// 20% more server time per request in every cell: each is slower, the gate exits 3; the
+/// reverse comparison calls every cell faster.
+#[test]
+fn a_regression_is_caught() {
+    let base = recorded();
+    let worse = slowed(&base, 1.2);
+    let cmp = compare(&base, &worse, 0.05, Vec::new());
+    for c in &cmp.cells {
+        assert_eq!(c.verdict, Verdict::Slower, "{c:?}");
+        let r = c.us_per_req.unwrap();
+        assert!((r.ratio - 1.2).abs() < 1e-9, "{r:?}");
+    }
+    assert!(cmp.regressed());
+    let back = compare(&worse, &base, 0.05, Vec::new());
+    assert!(back.cells.iter().all(|c| c.verdict == Verdict::Faster));
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        write(dir.path(), "a.json", &base),
+        write(dir.path(), "b.json", &worse),
+    );
+    let out = cli(&[
+        "compare",
+        &a.display().to_string(),
+        &b.display().to_string(),
+    ]);
+    assert_eq!(out, "ExitCode(unix_exit_status(3))");
+    // A 2% change is inside a 5% threshold: no verdict of slower.
+    let cmp = compare(&base, &slowed(&base, 1.02), 0.05, Vec::new());
+    assert!(!cmp.regressed());
+}
+
+/// Two rounds a side: the cells are not judged, and the text says how to fix it.
+#[test]
+fn too_few_rounds_are_said() {
+    let mut base = recorded();
+    base.rows.retain(|r| r.round < 2);
+    let cmp = compare(&base, &slowed(&base, 1.5), 0.05, Vec::new());
+    assert!(cmp.cells.iter().all(|c| c.verdict == Verdict::Undecided));
+    assert!(!cmp.regressed(), "an undecided cell does not fail the gate");
+    let text = lowlat_bench::compare::render_text(&cmp);
+    assert!(text.contains("fewer than 3 rounds"), "{text}");
+}
+
+/// Another machine is refused, naming the difference, unless forced; another spec likewise.
+#[test]
+fn mismatched_runs_are_refused() {
+    let base = recorded();
+    let mut other = base.clone();
+    other.header.machine.cpu_model = "Some Other CPU".into();
+    let e = compatible(&base, &other, false).unwrap_err().to_string();
+    assert!(
+        e.contains("different machines") && e.contains("Some Other CPU"),
+        "{e}"
+    );
+    let notes = compatible(&base, &other, true).unwrap();
+    assert!(
+        notes.iter().any(|n| n.contains("compared anyway")),
+        "{notes:?}"
+    );
+    let mut spec = base.clone();
+    spec.header.spec_name = "other".into();
+    let e = compatible(&base, &spec, false).unwrap_err().to_string();
+    assert!(e.contains("different specs"), "{e}");
+    // A cell only one run measured is listed, not compared.
+    let mut fewer = base.clone();
+    fewer.rows.retain(|r| r.target != "h2o");
+    let cmp = compare(&base, &fewer, 0.05, Vec::new());
+    assert!(
+        cmp.only_in_base.iter().any(|k| k.contains("/h2o/")),
+        "{cmp:?}"
+    );
+}
