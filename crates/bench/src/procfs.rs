@@ -50,6 +50,88 @@ pub fn parse_stat(pid: u32, s: &str) -> Option<ProcSample> {
     })
 }
 
+/// What the kernel was asked to do by one process, cumulative since it started.
+///
+/// `syscr`/`syscw` are the kernel's own counts of read-class and write-class system calls
+/// (`read`, `readv`, `pread`, `write`, `writev`, `sendfile`, …); socket calls that bypass the
+/// VFS (`recvfrom`, `sendto`, `sendmsg`, `recvmsg`) are not among them, so a server that
+/// answers with `recv`/`send` shows fewer than it makes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelCounters {
+    pub syscr: u64,
+    pub syscw: u64,
+    /// Context switches the process asked for (it blocked: waiting in epoll, on a lock).
+    pub voluntary_switches: u64,
+    /// Context switches forced on it (preempted).
+    pub involuntary_switches: u64,
+    /// Page faults served without I/O.
+    pub minor_faults: u64,
+}
+
+impl KernelCounters {
+    /// `self - earlier`, each counter at least 0.
+    #[must_use]
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            syscr: self.syscr.saturating_sub(earlier.syscr),
+            syscw: self.syscw.saturating_sub(earlier.syscw),
+            voluntary_switches: self
+                .voluntary_switches
+                .saturating_sub(earlier.voluntary_switches),
+            involuntary_switches: self
+                .involuntary_switches
+                .saturating_sub(earlier.involuntary_switches),
+            minor_faults: self.minor_faults.saturating_sub(earlier.minor_faults),
+        }
+    }
+
+    pub fn add(&mut self, o: &Self) {
+        self.syscr += o.syscr;
+        self.syscw += o.syscw;
+        self.voluntary_switches += o.voluntary_switches;
+        self.involuntary_switches += o.involuntary_switches;
+        self.minor_faults += o.minor_faults;
+    }
+}
+
+/// Reads a process's [`KernelCounters`]: /proc/PID/io, the context switches of every thread
+/// (/proc/PID/task/*/status: the process's own status shows its first thread only), and the
+/// process-wide minor faults of /proc/PID/stat. `None` when the process is gone or /proc/PID/io
+/// may not be read.
+#[must_use]
+pub fn kernel_counters(pid: u32) -> Option<KernelCounters> {
+    let io = fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    let field = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut c = KernelCounters {
+        syscr: field(&io, "syscr:"),
+        syscw: field(&io, "syscw:"),
+        ..KernelCounters::default()
+    };
+    if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(st) = fs::read_to_string(t.path().join("status")) {
+                c.voluntary_switches += field(&st, "voluntary_ctxt_switches:");
+                c.involuntary_switches += field(&st, "nonvoluntary_ctxt_switches:");
+            }
+        }
+    }
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.rfind(')')?;
+    // After the comm: state(0) ppid(1) pgrp(2) session(3) tty(4) tpgid(5) flags(6) minflt(7)
+    c.minor_faults = stat
+        .get(close + 2..)?
+        .split_ascii_whitespace()
+        .nth(7)?
+        .parse()
+        .ok()?;
+    Some(c)
+}
+
 fn ppid_of(pid: u32) -> Option<u32> {
     let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let close = s.rfind(')')?;

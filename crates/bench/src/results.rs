@@ -115,6 +115,22 @@ pub struct Row {
     /// results written before TLS was measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<String>,
+    /// What the server's process tree asked of the kernel, per response (absent where
+    /// /proc/PID/io could not be read, and in older results).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_per_req: Option<KernelPerReq>,
+}
+
+/// Kernel work per response, from /proc (see [`crate::procfs::KernelCounters`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct KernelPerReq {
+    /// Read-class system calls (`read`, `readv`, `pread`; not `recvfrom`/`recvmsg`).
+    pub syscr: f64,
+    /// Write-class system calls (`write`, `writev`, `sendfile`; not `sendto`/`sendmsg`).
+    pub syscw: f64,
+    pub voluntary_switches: f64,
+    pub involuntary_switches: f64,
+    pub minor_faults: f64,
 }
 
 /// Everything but the rows: written once at the start.
@@ -165,7 +181,7 @@ pub struct Writer {
     target_checks: Vec<Check>,
 }
 
-const CSV_COLUMNS: [&str; 29] = [
+const CSV_COLUMNS: [&str; 34] = [
     "target",
     "scenario",
     "connections",
@@ -195,6 +211,11 @@ const CSV_COLUMNS: [&str; 29] = [
     "bound_by",
     "attempts",
     "tls",
+    "syscr_per_req",
+    "syscw_per_req",
+    "voluntary_switches_per_req",
+    "involuntary_switches_per_req",
+    "minor_faults_per_req",
 ];
 
 impl Writer {
@@ -319,7 +340,8 @@ fn opt(v: Option<f64>) -> String {
 }
 
 /// One row's fields, in [`CSV_COLUMNS`] order.
-fn csv_record(r: &Row) -> [String; 29] {
+fn csv_record(r: &Row) -> [String; 34] {
+    let k = |f: fn(&KernelPerReq) -> f64| opt(r.kernel_per_req.as_ref().map(f));
     [
         r.target.clone(),
         r.scenario.clone(),
@@ -350,6 +372,11 @@ fn csv_record(r: &Row) -> [String; 29] {
         r.bound_by.as_str().to_string(),
         r.attempts.to_string(),
         r.tls.clone().unwrap_or_default(),
+        k(|k| k.syscr),
+        k(|k| k.syscw),
+        k(|k| k.voluntary_switches),
+        k(|k| k.involuntary_switches),
+        k(|k| k.minor_faults),
     ]
 }
 

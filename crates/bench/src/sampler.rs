@@ -48,6 +48,9 @@ pub struct Measured {
     pub rss_mean_kb: u64,
     /// Processes seen in the server's tree (excluded from "foreign" CPU).
     pub pids: Vec<u32>,
+    /// What the server's tree asked of the kernel during the measurement; `None` where
+    /// /proc/PID/io could not be read.
+    pub kernel: Option<procfs::KernelCounters>,
 }
 
 /// A running sampler; [`Sampler::finish`] stops it and returns the measurement.
@@ -145,6 +148,9 @@ fn sample_loop(w: &Watch, stop: &AtomicBool) -> Measured {
     let start = Instant::now();
     let c_start = procfs::core_times();
     tree.read(w, page_kb);
+    // Kernel counters at the start and the end only: they are cumulative, and reading every
+    // thread's status each 100 ms would cost the server's core what it measures.
+    let k_start = tree_counters(w.root);
     let mut c_prev: Vec<CoreTimes> = c_start.clone();
     let mut t_prev = start;
     let mut samples = Vec::new();
@@ -179,6 +185,14 @@ fn sample_loop(w: &Watch, stop: &AtomicBool) -> Measured {
         }
     }
     let wall = start.elapsed();
+    let kernel = k_start.map(|k0| {
+        let mut total = procfs::KernelCounters::default();
+        for (pid, now) in tree_counters(w.root).unwrap_or_default() {
+            // A process first seen now (a new worker) counts from zero.
+            total.add(&now.since(&k0.get(&pid).copied().unwrap_or_default()));
+        }
+        total
+    });
     let busy = procfs::busy_jiffies(&c_start, &c_prev, &w.server_cpus);
     let rss: Vec<u64> = samples.iter().map(|s| s.rss_kb).collect();
     Measured {
@@ -195,5 +209,17 @@ fn sample_loop(w: &Watch, stop: &AtomicBool) -> Measured {
         },
         pids: tree.seen,
         samples,
+        kernel,
     }
+}
+
+/// Every process of the tree with its kernel counters; `None` when the root's cannot be read.
+fn tree_counters(root: u32) -> Option<HashMap<u32, procfs::KernelCounters>> {
+    procfs::kernel_counters(root)?;
+    Some(
+        procfs::proc_tree(root)
+            .into_iter()
+            .filter_map(|pid| Some((pid, procfs::kernel_counters(pid)?)))
+            .collect(),
+    )
 }

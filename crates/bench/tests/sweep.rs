@@ -16,8 +16,9 @@ use lowlat_bench::runner::{self, RunOptions};
 
 const TARGETS: [&str; 2] = ["lowlat", "nginx"];
 const LEVELS: [u32; 2] = [2, 8];
-/// Charts per scenario: req/s, µs/req, latency, CPU, RSS, CPU over time, RSS over time.
-const CHARTS: usize = 7;
+/// Charts per scenario: req/s, µs/req, latency, CPU, kernel work per request (the tests run
+/// where /proc/PID/io of the targets can be read), RSS, CPU over time, RSS over time.
+const CHARTS: usize = 8;
 
 const NGINX_CONF: &str = r"daemon off;
 master_process on;

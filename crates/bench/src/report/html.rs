@@ -120,8 +120,8 @@ struct Page<'a> {
     version: &'a str,
     machine: MachineCells,
     baseline: &'a str,
-    /// One row per scenario × target: 11 cells, formatted.
-    summary: Vec<[String; 11]>,
+    /// One row per scenario × target: 13 cells, formatted.
+    summary: Vec<[String; 13]>,
     scenarios: Vec<Section<'a>>,
     checks: Vec<Vec<CheckRow<'a>>>,
     spec_file: &'a str,
@@ -162,6 +162,8 @@ pub fn page(
                     format!("{:.2}", pk.p99_us / 1000.0),
                     format!("{:.1}", ps.iter().map(|p| p.rss_mib).fold(0.0, f64::max)),
                     ps.iter().map(|p| p.errors).sum::<u64>().to_string(),
+                    fmt_opt(pk.syscalls_per_req, 2),
+                    fmt_opt(pk.switches_per_req, 2),
                     pk.bound_by.as_str().to_string(),
                 ]);
             }

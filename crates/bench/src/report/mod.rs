@@ -52,6 +52,10 @@ pub struct Point {
     pub rss_mib: f64,
     pub errors: u64,
     pub bound_by: BoundBy,
+    /// Read- and write-class system calls of the server per request (median over rounds).
+    pub syscalls_per_req: Option<f64>,
+    /// Context switches (voluntary + involuntary) of the server per request.
+    pub switches_per_req: Option<f64>,
 }
 
 /// (scenario, [(target, points by level)]), scenarios and targets in spec order.
@@ -112,6 +116,19 @@ pub fn summarise(res: &Results) -> Summary {
                         rss_mib: med(&|r| r.rss_peak_kb as f64 / 1024.0),
                         errors: at.iter().map(|r| r.errors).sum(),
                         bound_by: bounds[bounds.len() / 2],
+                        syscalls_per_req: median(
+                            at.iter()
+                                .filter_map(|r| r.kernel_per_req.map(|k| k.syscr + k.syscw))
+                                .collect(),
+                        ),
+                        switches_per_req: median(
+                            at.iter()
+                                .filter_map(|r| {
+                                    r.kernel_per_req
+                                        .map(|k| k.voluntary_switches + k.involuntary_switches)
+                                })
+                                .collect(),
+                        ),
                     }
                 })
                 .collect();
@@ -267,6 +284,36 @@ pub fn build_charts(
                     .collect(),
             ),
         ));
+        if per_target
+            .iter()
+            .any(|(_, ps)| ps.iter().any(|p| p.syscalls_per_req.is_some()))
+        {
+            let mut kernel = Vec::new();
+            for t in &targets {
+                kernel.push(line(
+                    &format!("{t} syscalls"),
+                    t,
+                    &|p| p.syscalls_per_req,
+                    false,
+                ));
+                kernel.push(line(
+                    &format!("{t} context switches"),
+                    t,
+                    &|p| p.switches_per_req,
+                    true,
+                ));
+            }
+            out.push((
+                scenario.clone(),
+                chart(
+                    "kernel",
+                    "kernel work per request: read/write-class system calls (solid), context switches (dashed)",
+                    "per request",
+                    false,
+                    kernel,
+                ),
+            ));
+        }
         out.push((
             scenario.clone(),
             chart(

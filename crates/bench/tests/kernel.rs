@@ -1,0 +1,105 @@
+//! Kernel work per request, from /proc: a server known to make exactly one `read(2)` and one
+//! `write(2)` per request (a few lines of Python on raw descriptors) is measured at one of each.
+
+mod common;
+
+use std::sync::atomic::AtomicBool;
+
+use lowlat_bench::results;
+use lowlat_bench::runner::{self, RunOptions};
+
+const SERVER: &str = r#"
+import os, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(16)
+resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+while True:
+    c, _ = s.accept()
+    fd = c.fileno()
+    try:
+        while True:
+            # One read(2) per request (it arrives whole) and one write(2) per response.
+            if not os.read(fd, 65536):
+                break
+            os.write(fd, resp)
+    except OSError:
+        pass  # a client that reset the connection
+    c.close()
+"#;
+
+#[test]
+fn one_read_and_one_write_per_request() {
+    let dir = common::scratch("kernel");
+    let script = dir.join("server.py");
+    std::fs::write(&script, SERVER).unwrap();
+    let port = common::free_port();
+    let text = format!(
+        r#"
+name = "ci-kernel"
+[run]
+retries = 0
+duration = "1s"
+rounds = 2
+warmup = "200ms"
+pause = "100ms"
+levels = [1]
+[loader]
+threads = 1
+cpus = [1]
+timeout = "3s"
+[[target]]
+name = "py"
+command = ["python3", "{script}", "{port}"]
+url = "http://127.0.0.1:{port}"
+cpus = [0]
+[[scenario]]
+name = "hello"
+path = "/"
+"#,
+        script = script.display()
+    );
+    let spec = lowlat_bench::spec::load(&common::write_spec(&dir, "k.toml", &text))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let opts = RunOptions {
+        out_dir: dir.join("out"),
+        progress: false,
+        force: true,
+    };
+    let path = runner::run(
+        &spec,
+        &lowlat_bench::load::Engine,
+        &opts,
+        &AtomicBool::new(false),
+    )
+    .unwrap_or_else(|e| panic!("sweep failed: {e}"));
+    let res = results::read(&path).unwrap();
+    assert_eq!(res.rows.len(), 2);
+    for r in &res.rows {
+        assert!(r.requests > 200, "{} requests", r.requests);
+        let k = r.kernel_per_req.expect("kernel counters");
+        assert!(
+            (0.9..1.1).contains(&k.syscr),
+            "read-class per request {}",
+            k.syscr
+        );
+        assert!(
+            (0.9..1.1).contains(&k.syscw),
+            "write-class per request {}",
+            k.syscw
+        );
+        // It blocks in read(2) for each request: about one voluntary switch each.
+        assert!(k.voluntary_switches > 0.5, "{k:?}");
+        assert!(k.minor_faults < 1.0, "{k:?}");
+    }
+    // The CSV carries the same columns.
+    let csv = std::fs::read_to_string(path.with_extension("csv")).unwrap();
+    assert!(
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with("minor_faults_per_req"),
+        "{csv}"
+    );
+}
