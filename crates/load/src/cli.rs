@@ -17,6 +17,8 @@ use crate::progress::ProgressLine;
 #[command(
     version,
     disable_version_flag = true,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
     about = "Generate HTTP/1.1 load (http:// and https://): wrk's flags, wrk2's constant rate, pipelining",
     after_help = "Examples:\n  lowlat load -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n  \
                   lowlat load -t1 -c256 --pipeline 16 -d10s http://127.0.0.1:8080/plaintext\n  \
@@ -24,9 +26,18 @@ use crate::progress::ProgressLine;
                   lowlat load -n 100k -c64 http://127.0.0.1:8080/a@3 http://127.0.0.1:8080/b@1"
 )]
 pub struct LoadArgs {
+    #[command(subcommand)]
+    pub command: Option<LoadCommand>,
     /// URLs to load; `URL@W` gives a weight (default 1).
     #[arg(required = true, value_name = "URL")]
     pub urls: Vec<String>,
+    /// Start at this wall-clock time (RFC 3339, e.g. 2026-11-24T10:00:00Z, or +30s from now),
+    /// so that agents started by any scheduler begin together; a time past starts at once.
+    #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
+    pub start_at: Option<SystemTime>,
+    /// Name this agent in the report, the JSON and the --hdr-log (for `lowlat load merge`).
+    #[arg(long, value_name = "NAME", value_parser = parse_tag)]
+    pub tag: Option<String>,
     /// Threads, each with its own event loop.
     #[arg(short, long, default_value_t = 2)]
     pub threads: usize,
@@ -115,6 +126,42 @@ pub struct LoadArgs {
     pub tls_resume: bool,
 }
 
+/// `lowlat load` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum LoadCommand {
+    /// Merge the --hdr-log files of agents that ran together into one report.
+    Merge(MergeArgs),
+}
+
+/// Arguments of `lowlat load merge`.
+#[derive(Debug, clap::Args)]
+pub struct MergeArgs {
+    /// Interval logs written with --hdr-log, one per agent.
+    #[arg(required = true, value_name = "LOG")]
+    pub logs: Vec<std::path::PathBuf>,
+    /// Print the merged report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_start_at(s: &str) -> Result<SystemTime, String> {
+    if let Some(rel) = s.strip_prefix('+') {
+        return Ok(SystemTime::now() + parse_duration(rel)?);
+    }
+    humantime::parse_rfc3339_weak(s)
+        .map_err(|e| format!("{s:?} is not a time ({e}; e.g. 2026-11-24T10:00:00Z or +30s)"))
+}
+
+fn parse_tag(s: &str) -> Result<String, String> {
+    // The interval log's tag field ends at a comma; spaces would split the text report's line.
+    if s.is_empty() || s.len() > 64 || !s.bytes().all(|b| b.is_ascii_graphic() && b != b',') {
+        return Err(format!(
+            "{s:?} is not a tag (1 to 64 printable characters, no comma or space)"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
 fn parse_header(s: &str) -> Result<(String, String), String> {
     let (name, value) = s
         .split_once(':')
@@ -146,7 +193,51 @@ pub fn run(args: LoadArgs) -> ExitCode {
     }
 }
 
+fn merge(m: &MergeArgs) -> Result<ExitCode, String> {
+    let logs = m
+        .logs
+        .iter()
+        .map(|p| crate::merge::read_log(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let merged = crate::merge::merge(logs);
+    if m.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::merge::to_json(&merged))
+                .map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", crate::merge::render_text(&merged));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sleeps until `at` (a wall-clock time), if it is still to come.
+fn wait_until(at: SystemTime, quiet: bool, stop: &AtomicBool) {
+    if let Ok(wait) = at.duration_since(SystemTime::now()) {
+        if !quiet {
+            eprintln!(
+                "lowlat load: starting at {} (in {:.1}s)",
+                humantime::format_rfc3339_millis(at),
+                wait.as_secs_f64()
+            );
+        }
+        let until = std::time::Instant::now() + wait;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let now = std::time::Instant::now();
+            if now >= until {
+                break;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(100)));
+        }
+    }
+}
+
 fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
+    if let Some(LoadCommand::Merge(m)) = &args.command {
+        return merge(m);
+    }
     if let Some(script) = &args.script {
         eprintln!(
             "lowlat load: Lua scripts are not supported ({}); use -H, -m, --body and weighted URLs (URL@W) instead",
@@ -165,6 +256,9 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
     // Bad input is one line on stderr, before any banner.
     cfg.check().map_err(|e| e.to_string())?;
+    if let Some(at) = args.start_at {
+        wait_until(at, args.quiet || args.json, &stop);
+    }
     if !args.json {
         print!("{}", crate::text::banner(&cfg));
     }
@@ -184,6 +278,9 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
         if thresholds.any() {
             v["thresholds"] = serde_json::to_value(&outcomes).unwrap_or_default();
         }
+        if let Some(tag) = &args.tag {
+            v["tag"] = serde_json::Value::from(tag.as_str());
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
@@ -193,11 +290,14 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
         for o in &outcomes {
             println!("{}", crate::thresholds::describe(o));
         }
+        if let Some(tag) = &args.tag {
+            println!("Tag: {tag}");
+        }
     }
     if let Some(path) = &args.hdr_log {
         let mut f = std::fs::File::create(path)
             .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        crate::hdrlog::write_log(&mut f, &report, started)
+        crate::hdrlog::write_log(&mut f, &report, started, args.tag.as_deref())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     if report.errors.tls > 0 {

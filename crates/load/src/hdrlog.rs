@@ -11,7 +11,7 @@
 use std::io::{self, Write};
 use std::time::{Duration, SystemTime};
 
-use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use hdrhistogram::serialization::V2DeflateSerializer;
 
 use crate::report::Report;
@@ -21,7 +21,13 @@ use crate::report::Report;
 /// # Errors
 /// The writer's I/O errors, or a histogram that cannot be serialised (reported as
 /// `InvalidData`).
-pub fn write_log(out: &mut impl Write, report: &Report, started: SystemTime) -> io::Result<()> {
+pub fn write_log(
+    out: &mut impl Write,
+    report: &Report,
+    started: SystemTime,
+    tag: Option<&str>,
+) -> io::Result<()> {
+    let tag = tag.and_then(Tag::new);
     let mut text = Vec::new();
     let mut serializer = V2DeflateSerializer::new();
     // Two writers on one buffer: the crate's writer has no legend line, which Java's readers
@@ -50,7 +56,7 @@ pub fn write_log(out: &mut impl Write, report: &Report, started: SystemTime) -> 
         };
     for (start, length, h) in intervals {
         writer
-            .write_histogram(h, start, length, None)
+            .write_histogram(h, start, length, tag)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e:?}")))?;
     }
     out.write_all(&text)

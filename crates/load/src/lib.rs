@@ -64,6 +64,7 @@
 //! - [`text`], [`json`], [`hdrlog`]: wrk-like text, JSON (schema in `schema/report.schema.json`),
 //!   HdrHistogram interval log.
 //! - `progress`: the live line on a terminal.
+//! - [`merge`]: `lowlat load merge` — the interval logs of several agents as one report.
 //! - [`thresholds`]: pass/fail limits for CI (`--max-error-rate`, `--max-p99`, `--min-rps`).
 //! - [`cli`]: `lowlat load` flags and exit codes.
 //! - `sys`: the few system calls std lacks (thread CPU time, affinity, timerfd); all `unsafe`.
@@ -75,6 +76,7 @@ mod engine;
 pub mod error;
 pub mod hdrlog;
 pub mod json;
+pub mod merge;
 mod plan;
 mod progress;
 pub mod report;

@@ -303,6 +303,13 @@ pub struct LatencySummary {
 }
 
 impl Report {
+    /// A report of nothing: no request, no time. Tools that assemble a report from elsewhere
+    /// (logs, other runs) start from it.
+    #[must_use]
+    pub fn empty() -> Self {
+        Self::merge(Vec::new(), false)
+    }
+
     pub(crate) fn merge(threads: Vec<ThreadStats>, interrupted: bool) -> Self {
         let mut r = Self {
             requests: 0,

@@ -55,7 +55,7 @@ fn json_matches_schema() {
 fn hdr_log_round_trip() {
     let (_, r) = sample_run();
     let mut log = Vec::new();
-    lowlat_load::hdrlog::write_log(&mut log, &r, SystemTime::now()).unwrap();
+    lowlat_load::hdrlog::write_log(&mut log, &r, SystemTime::now(), None).unwrap();
     let text = String::from_utf8(log.clone()).unwrap();
     assert!(text.contains("#[StartTime: "), "{text}");
     assert!(text.contains(
@@ -108,7 +108,7 @@ fn hdr_log_intervals() {
     assert_eq!(total, r.latency.len());
     assert!(r.intervals.windows(2).all(|w| w[0].start < w[1].start));
     let mut log = Vec::new();
-    lowlat_load::hdrlog::write_log(&mut log, &r, SystemTime::now()).unwrap();
+    lowlat_load::hdrlog::write_log(&mut log, &r, SystemTime::now(), None).unwrap();
     let mut merged: Option<Histogram<u64>> = None;
     let mut count = 0;
     for entry in IntervalLogIterator::new(&log) {
