@@ -186,6 +186,9 @@ pub struct CompareArgs {
     /// Print the comparison as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also write an HTML page: the table and each scenario's charts with both runs on them.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// Arguments of `lowlat bench report`.
@@ -243,6 +246,16 @@ fn compare(c: &CompareArgs) -> Result<ExitCode, BenchError> {
     let new = crate::results::read(&c.new)?;
     let notes = crate::compare::compatible(&base, &new, c.force)?;
     let cmp = crate::compare::compare(&base, &new, c.threshold, notes);
+    if let Some(path) = &c.html {
+        let page = crate::compare::html(
+            &base,
+            &new,
+            &c.base.display().to_string(),
+            &c.new.display().to_string(),
+            &cmp,
+        )?;
+        std::fs::write(path, page).map_err(|e| BenchError::io(path, e))?;
+    }
     if c.json {
         println!(
             "{}",

@@ -350,6 +350,143 @@ pub fn render_text(c: &Comparison) -> String {
     s
 }
 
+/// The comparison page: the table, then each scenario's req/s and µs/req charts with both runs
+/// on them (BASE dashed, NEW solid, one colour per target), in the report's style.
+///
+/// # Errors
+/// [`BenchError::Chart`] when a chart cannot be drawn.
+pub fn html(
+    base: &Results,
+    new: &Results,
+    base_name: &str,
+    new_name: &str,
+    c: &Comparison,
+) -> Result<String, BenchError> {
+    use crate::report::charts::{Chart, Series};
+    let (bs, ns) = (
+        crate::report::summarise(base),
+        crate::report::summarise(new),
+    );
+    let color_of = |t: &str| base.header.targets.iter().position(|x| x == t).unwrap_or(0);
+    let mut figures = Vec::new();
+    for (scenario, base_targets) in &bs {
+        let Some((_, new_targets)) = ns.iter().find(|(s, _)| s == scenario) else {
+            continue;
+        };
+        type Pick = fn(&crate::report::Point) -> Option<f64>;
+        let metrics: [(&str, &str, &str, Pick); 2] = [
+            ("rps", "requests per second", "requests / s", |p| {
+                Some(p.rps_mean)
+            }),
+            (
+                "us-per-req",
+                "server-core µs per request (lower is better)",
+                "µs of server cores / request",
+                |p| p.us_per_req,
+            ),
+        ];
+        for (id, title, y, pick) in metrics {
+            let mut series = Vec::new();
+            for (label, targets, dashed) in
+                [("BASE", base_targets, true), ("NEW", new_targets, false)]
+            {
+                for (t, ps) in targets {
+                    series.push(Series {
+                        name: format!("{t} {label}"),
+                        color: color_of(t),
+                        points: ps
+                            .iter()
+                            .filter_map(|p| Some((f64::from(p.connections), pick(p)?)))
+                            .collect(),
+                        band: vec![],
+                        dashed,
+                        hollow: vec![],
+                    });
+                }
+            }
+            let chart = Chart {
+                id: format!("{}-{id}", crate::report::slug(scenario)),
+                title: format!("{scenario}: {title} (BASE dashed, NEW solid)"),
+                x_label: "concurrent connections".into(),
+                y_label: y.into(),
+                log_x: false,
+                log_y: false,
+                y_from_zero: true,
+                series,
+            };
+            let svg = chart.svg()?;
+            figures.push((
+                chart.id.clone(),
+                crate::report::html::strip_xml_decl(&svg).to_owned(),
+                chart.title.clone(),
+            ));
+        }
+    }
+    let fmt = |r: &Option<Ratio>| match r {
+        Some(r) => format!("{:.3} [{:.3}–{:.3}]", r.ratio, r.low, r.high),
+        None => "–".into(),
+    };
+    let rows = c
+        .cells
+        .iter()
+        .map(|x| {
+            [
+                x.scenario.clone(),
+                x.target.clone(),
+                x.connections.to_string(),
+                format!("{}/{}", x.base_rounds, x.new_rounds),
+                fmt(&x.rps),
+                fmt(&x.us_per_req),
+                fmt(&x.p50),
+                fmt(&x.p99),
+                fmt(&x.rss),
+                x.verdict.as_str().to_owned(),
+                match x.verdict {
+                    Verdict::Slower => "fail",
+                    Verdict::Faster => "ok",
+                    _ => "",
+                }
+                .to_owned(),
+            ]
+        })
+        .collect();
+    let mut notes = c.notes.clone();
+    for (what, list) in [
+        ("only in BASE", &c.only_in_base),
+        ("only in NEW", &c.only_in_new),
+    ] {
+        if !list.is_empty() {
+            notes.push(format!("{what}: {}", list.join(", ")));
+        }
+    }
+    let page = ComparePage {
+        style: crate::report::html::STYLE,
+        name: &base.header.spec_name,
+        base: base_name,
+        new: new_name,
+        threshold: format!("{:.1}%", c.threshold * 100.0),
+        rows,
+        notes,
+        figures,
+    };
+    Ok(sailfish::TemplateSimple::render_once(page).unwrap_or_default())
+}
+
+#[derive(sailfish::TemplateSimple)]
+#[template(path = "compare.stpl")]
+struct ComparePage<'a> {
+    style: &'a str,
+    name: &'a str,
+    base: &'a str,
+    new: &'a str,
+    threshold: String,
+    /// 11 cells: the table's 10 and the verdict's CSS class.
+    rows: Vec<[String; 11]>,
+    notes: Vec<String>,
+    /// (id, inline SVG, caption)
+    figures: Vec<(String, String, String)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -135,3 +135,26 @@ fn mismatched_runs_are_refused() {
         "{cmp:?}"
     );
 }
+
+/// `--html`: a well-formed page with the table (slower cells marked) and, per scenario, the
+/// req/s and µs/req charts carrying both runs' lines.
+#[test]
+fn html_page_overlays_both_runs() {
+    let base = recorded();
+    let worse = slowed(&base, 1.2);
+    let cmp = compare(&base, &worse, 0.05, Vec::new());
+    let page = lowlat_bench::compare::html(&base, &worse, "base.json", "new.json", &cmp).unwrap();
+    let body = page.trim_start_matches("<!DOCTYPE html>");
+    let doc = roxmltree::Document::parse(body).unwrap_or_else(|e| panic!("{e}"));
+    let figures: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("figure"))
+        .collect();
+    assert_eq!(figures.len(), 2 * base.header.scenarios.len());
+    assert!(page.contains("lowlat BASE") && page.contains("lowlat NEW"));
+    let slower = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("td") && n.attribute("class") == Some("l fail"))
+        .count();
+    assert_eq!(slower, cmp.cells.len());
+}

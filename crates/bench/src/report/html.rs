@@ -10,7 +10,7 @@ use super::{Point, Summary};
 use crate::doctor::{Check, Status};
 use crate::results::Results;
 
-const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1000px;padding:0 1em;color:#222}\
+pub(crate) const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1000px;padding:0 1em;color:#222}\
 h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ddd}table{border-collapse:collapse;margin:1em 0;font-size:.9em}\
 td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}\
 figure{margin:1.5em 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:.85em;color:#555}\
@@ -253,7 +253,7 @@ pub fn page(
     sailfish::TemplateSimple::render_once(page).unwrap_or_default()
 }
 
-fn strip_xml_decl(svg: &str) -> &str {
+pub(crate) fn strip_xml_decl(svg: &str) -> &str {
     match svg.find("<svg") {
         Some(at) => &svg[at..],
         None => svg,
