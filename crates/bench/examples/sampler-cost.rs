@@ -33,6 +33,7 @@ fn main() {
         rss_exclude: Vec::new(),
         server_cpus: vec![0],
         loader_cpus: vec![1],
+        perf: false,
     });
     std::thread::sleep(Duration::from_secs(secs));
     let m = sampler.finish();

@@ -58,6 +58,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub rounds: Option<u32>,
 
+    /// Also count the server's instructions and CPU cycles per request (perf_event_open;
+    /// where the machine has no hardware counters, the report says so and goes on).
+    #[arg(long)]
+    pub perf_counters: bool,
+
     /// Length of each measurement instead of the spec's `[run] duration` ("5s", "500ms").
     #[arg(long, value_name = "DURATION", value_parser = parse_measure_duration)]
     pub duration: Option<Duration>,
@@ -361,6 +366,7 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
         out_dir,
         progress: !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
         force: args.force,
+        perf_counters: args.perf_counters,
     };
     eprintln!(
         "lowlat bench: {} — {} measurements, about {}; results in {}",

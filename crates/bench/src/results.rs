@@ -119,6 +119,12 @@ pub struct Row {
     /// /proc/PID/io could not be read, and in older results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_per_req: Option<KernelPerReq>,
+    /// `--perf-counters`: the server tree's instructions and CPU cycles per response (absent
+    /// where the machine has no hardware counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions_per_req: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles_per_req: Option<f64>,
 }
 
 /// Kernel work per response, from /proc (see [`crate::procfs::KernelCounters`]).
@@ -181,7 +187,7 @@ pub struct Writer {
     target_checks: Vec<Check>,
 }
 
-const CSV_COLUMNS: [&str; 34] = [
+const CSV_COLUMNS: [&str; 36] = [
     "target",
     "scenario",
     "connections",
@@ -216,6 +222,8 @@ const CSV_COLUMNS: [&str; 34] = [
     "voluntary_switches_per_req",
     "involuntary_switches_per_req",
     "minor_faults_per_req",
+    "instructions_per_req",
+    "cycles_per_req",
 ];
 
 impl Writer {
@@ -340,7 +348,7 @@ fn opt(v: Option<f64>) -> String {
 }
 
 /// One row's fields, in [`CSV_COLUMNS`] order.
-fn csv_record(r: &Row) -> [String; 34] {
+fn csv_record(r: &Row) -> [String; 36] {
     let k = |f: fn(&KernelPerReq) -> f64| opt(r.kernel_per_req.as_ref().map(f));
     [
         r.target.clone(),
@@ -377,6 +385,8 @@ fn csv_record(r: &Row) -> [String; 34] {
         k(|k| k.voluntary_switches),
         k(|k| k.involuntary_switches),
         k(|k| k.minor_faults),
+        opt(r.instructions_per_req),
+        opt(r.cycles_per_req),
     ]
 }
 

@@ -32,6 +32,8 @@ pub struct RunOptions {
     pub progress: bool,
     /// Run even when the environment check fails.
     pub force: bool,
+    /// Count the server's instructions and cycles per request (`--perf-counters`).
+    pub perf_counters: bool,
 }
 
 /// Warm-up connections: enough to touch every worker's code paths, few enough not to need the
@@ -108,6 +110,7 @@ pub fn run(
         &pb,
         stop,
         max_conns,
+        opts.perf_counters,
     );
     pb.finish_and_clear();
     match outcome {
@@ -159,7 +162,12 @@ fn sweep(
     pb: &ProgressBar,
     stop: &AtomicBool,
     max_conns: u32,
+    perf_counters: bool,
 ) -> Result<(), BenchError> {
+    let mut perf = PerfState {
+        on: perf_counters,
+        said: false,
+    };
     let spec_dir = spec
         .spec_dir
         .canonicalize()
@@ -200,6 +208,7 @@ fn sweep(
         let cores = Cores::of(target, &running, spec, machine);
         for scenario in scenarios {
             run_scenario(
+                &mut perf,
                 spec,
                 driver,
                 target,
@@ -259,7 +268,15 @@ impl Cores {
 }
 
 #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename these
+/// `--perf-counters`: asked for, and whether their absence was already said.
+struct PerfState {
+    on: bool,
+    said: bool,
+}
+
+#[allow(clippy::too_many_arguments)] // one call site
 fn run_scenario(
+    perf: &mut PerfState,
     spec: &Spec,
     driver: &dyn LoadDriver,
     target: &Target,
@@ -329,7 +346,8 @@ fn run_scenario(
             let mut attempts = 0;
             let row = loop {
                 attempts += 1;
-                let (outcome, measured, foreign) = measure_once(
+                let (outcome, mut measured, foreign) = measure_once(
+                    perf.on,
                     driver,
                     &plan_for(level, spec.run.duration),
                     running,
@@ -341,6 +359,22 @@ fn run_scenario(
                     return Err(interrupted());
                 }
                 running.check_alive()?;
+                if let Some(Err(why)) = &measured.perf {
+                    if !perf.said {
+                        perf.said = true;
+                        say(pb, format!(
+                            "  --perf-counters: no instructions or cycles here ({why}); the rows go without them"
+                        ));
+                        writer.add_target_check(crate::doctor::Check {
+                            name: "perf counters".into(),
+                            value: why.clone(),
+                            need: "hardware counters through perf_event_open (--perf-counters)".into(),
+                            status: crate::doctor::Status::Info,
+                            fix: Some("run on a machine (or VM) that exposes the CPU's performance counters, with kernel.perf_event_paranoid ≤ 2".into()),
+                        })?;
+                    }
+                    measured.perf = None;
+                }
                 let row = make_row(
                     target, scenario, level, round, attempts, spec, cores, &outcome, measured,
                     foreign,
@@ -401,6 +435,7 @@ fn pause(d: Duration, stop: &AtomicBool) {
 type Foreign = (f64, Vec<String>);
 
 fn measure_once(
+    perf_counters: bool,
     driver: &dyn LoadDriver,
     plan: &LoadPlan,
     running: &RunningTarget,
@@ -414,6 +449,7 @@ fn measure_once(
         rss_exclude: running.rss_exclude.clone(),
         server_cpus: cores.server.clone(),
         loader_cpus: cores.loader.clone(),
+        perf: perf_counters,
     });
     let t0 = Instant::now();
     let outcome = driver.run(plan, stop);
@@ -506,6 +542,14 @@ fn make_row(
         foreign_top: foreign.1,
         bound_by: BoundBy::decide(loader_sat, server_sat),
         attempts,
+        instructions_per_req: match m.perf {
+            Some(Ok((i, _))) if o.responses > 0 => Some(i as f64 / o.responses as f64),
+            _ => None,
+        },
+        cycles_per_req: match m.perf {
+            Some(Ok((_, c))) if o.responses > 0 => Some(c as f64 / o.responses as f64),
+            _ => None,
+        },
         kernel_per_req: m.kernel.filter(|_| o.responses > 0).map(|k| {
             let n = o.responses as f64;
             crate::results::KernelPerReq {

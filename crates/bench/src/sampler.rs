@@ -51,6 +51,9 @@ pub struct Measured {
     /// What the server's tree asked of the kernel during the measurement; `None` where
     /// /proc/PID/io could not be read.
     pub kernel: Option<procfs::KernelCounters>,
+    /// With [`Watch::perf`]: the tree's (instructions, cycles), or why they could not be
+    /// counted (no hardware counters in this VM, `perf_event_paranoid`).
+    pub perf: Option<Result<(u64, u64), String>>,
 }
 
 /// A running sampler; [`Sampler::finish`] stops it and returns the measurement.
@@ -66,6 +69,8 @@ pub struct Watch {
     pub rss_exclude: Vec<String>,
     pub server_cpus: Vec<usize>,
     pub loader_cpus: Vec<usize>,
+    /// Also count the tree's instructions and cycles (`--perf-counters`).
+    pub perf: bool,
 }
 
 impl Sampler {
@@ -151,6 +156,7 @@ fn sample_loop(w: &Watch, stop: &AtomicBool) -> Measured {
     // Kernel counters at the start and the end only: they are cumulative, and reading every
     // thread's status each 100 ms would cost the server's core what it measures.
     let k_start = tree_counters(w.root);
+    let perf = w.perf.then(|| open_perf(w.root));
     let mut c_prev: Vec<CoreTimes> = c_start.clone();
     let mut t_prev = start;
     let mut samples = Vec::new();
@@ -193,6 +199,15 @@ fn sample_loop(w: &Watch, stop: &AtomicBool) -> Measured {
         }
         total
     });
+    let perf = perf.map(|opened| {
+        let counters = opened?;
+        let mut sums = (0u64, 0u64);
+        for (instructions, cycles) in &counters {
+            sums.0 += instructions.value().map_err(|e| e.to_string())?;
+            sums.1 += cycles.value().map_err(|e| e.to_string())?;
+        }
+        Ok(sums)
+    });
     let busy = procfs::busy_jiffies(&c_start, &c_prev, &w.server_cpus);
     let rss: Vec<u64> = samples.iter().map(|s| s.rss_kb).collect();
     Measured {
@@ -210,7 +225,30 @@ fn sample_loop(w: &Watch, stop: &AtomicBool) -> Measured {
         pids: tree.seen,
         samples,
         kernel,
+        perf,
     }
+}
+
+type PerfPair = (crate::sys::PerfCounter, crate::sys::PerfCounter);
+
+/// Opens an instructions and a cycles counter on every thread of the tree (inherited by the
+/// threads and processes they start later).
+fn open_perf(root: u32) -> Result<Vec<PerfPair>, String> {
+    use crate::sys::{perf_counter, PerfEvent};
+    let mut out = Vec::new();
+    for pid in procfs::proc_tree(root) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let open = |e| perf_counter(tid, e).map_err(|err| format!("perf_event_open: {err}"));
+            out.push((open(PerfEvent::Instructions)?, open(PerfEvent::Cycles)?));
+        }
+    }
+    Ok(out)
 }
 
 /// Every process of the tree with its kernel counters; `None` when the root's cannot be read.

@@ -17,6 +17,7 @@ fn opts(dir: &std::path::Path) -> RunOptions {
         out_dir: dir.join("out"),
         progress: false,
         force: true,
+        perf_counters: false,
     }
 }
 

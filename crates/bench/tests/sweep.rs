@@ -96,7 +96,7 @@ headers = {{ Accept = "text/plain" }}
         let spec_path = common::write_spec(&dir, "ci.toml", &spec_text);
         let spec = lowlat_bench::spec::load(&spec_path).unwrap_or_else(|e| panic!("{e}"));
         let out = dir.join("out");
-        let opts = RunOptions { out_dir: out.clone(), progress: false, force: true };
+        let opts = RunOptions { out_dir: out.clone(), progress: false, force: true, perf_counters: false };
         let results = runner::run(&spec, &lowlat_bench::load::Engine, &opts, &AtomicBool::new(false)).unwrap_or_else(|e| panic!("sweep failed: {e}"));
         report::render(&results, &ReportOptions { png: true, ..ReportOptions::default() }).unwrap_or_else(|e| panic!("report failed: {e}"));
         Swept { dir: out, results }

@@ -71,6 +71,7 @@ fn sweep(
         out_dir: dir.join("out"),
         progress: false,
         force: true,
+        perf_counters: false,
     };
     runner::run(
         &spec,
