@@ -350,8 +350,8 @@ pub fn render_text(c: &Comparison) -> String {
     s
 }
 
-/// The comparison page: the table, then each scenario's req/s and µs/req charts with both runs
-/// on them (BASE dashed, NEW solid, one colour per target), in the report's style.
+/// The comparison page: the table, then each scenario's charts (req/s, µs/req, p50, p99, CPU,
+/// RSS) with both runs on them (BASE dashed, NEW solid, one colour per target), in the report's style.
 ///
 /// # Errors
 /// [`BenchError::Chart`] when a chart cannot be drawn.
@@ -374,7 +374,7 @@ pub fn html(
             continue;
         };
         type Pick = fn(&crate::report::Point) -> Option<f64>;
-        let metrics: [(&str, &str, &str, Pick); 2] = [
+        let metrics: [(&str, &str, &str, Pick); 6] = [
             ("rps", "requests per second", "requests / s", |p| {
                 Some(p.rps_mean)
             }),
@@ -384,6 +384,14 @@ pub fn html(
                 "µs of server cores / request",
                 |p| p.us_per_req,
             ),
+            ("p50", "latency p50", "ms", |p| Some(p.p50_us / 1000.0)),
+            ("p99", "latency p99", "ms", |p| Some(p.p99_us / 1000.0)),
+            ("cpu", "server CPU (process tree)", "% of one core", |p| {
+                Some(p.cpu_pct)
+            }),
+            ("rss", "server memory (peak RSS)", "MiB", |p| {
+                Some(p.rss_mib)
+            }),
         ];
         for (id, title, y, pick) in metrics {
             let mut series = Vec::new();
