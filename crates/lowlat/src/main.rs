@@ -7,7 +7,7 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(
     name = "lowlat",
-    version,
+    version = env!("LOWLAT_LONG_VERSION"),
     about = "A fast, low-latency HTTP/1.1 server, load generator and benchmark harness"
 )]
 struct Cli {
@@ -23,6 +23,13 @@ enum Command {
     Load(lowlat_load::cli::LoadArgs),
     /// Run benchmark sweeps from a spec and render reports.
     Bench(lowlat_bench::cli::BenchArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `lowlat man > /usr/local/share/man/man1/lowlat.1`.
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -34,6 +41,21 @@ fn main() -> ExitCode {
         Command::Serve(args) => lowlat_server::cli::run(args),
         Command::Load(args) => lowlat_load::cli::run(args),
         Command::Bench(args) => lowlat_bench::cli::run(args),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "lowlat", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("lowlat man: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
     }
 }
 
