@@ -212,3 +212,68 @@ fn second_server_on_same_port_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.starts_with("lowlat serve: cannot bind"), "{err}");
 }
+
+/// The error log: JSON lines with a level and a message when asked; at debug level a file that
+/// cannot be opened is logged with its errno, at the default level it is not (nothing on the
+/// request path above debug); shutdown is logged.
+#[test]
+fn error_log_levels_and_json() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("index.html"), "hi\n").unwrap();
+    for (level, expect_debug) in [("debug", true), ("info", false)] {
+        let mut child = Command::new(BIN)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                "1",
+                "--log-format",
+                "json",
+            ])
+            .args(["--log-level", level, "--root"])
+            .arg(root.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let first: serde_json::Value =
+            serde_json::from_str(&lines.next().unwrap().unwrap()).expect("a JSON line");
+        assert_eq!(first["level"], "INFO");
+        let msg = first["fields"]["message"].as_str().unwrap().to_owned();
+        let addr: SocketAddr = msg
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /missing.html HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 404"), "{reply}");
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        assert!(child.wait().unwrap().success());
+        let rest: Vec<serde_json::Value> = lines
+            .map(|l| serde_json::from_str(&l.unwrap()).expect("every line is JSON"))
+            .collect();
+        let opened = rest.iter().any(|v| {
+            v["level"] == "DEBUG"
+                && v["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("cannot open"))
+                && v["fields"]["errno"] == 2
+        });
+        assert_eq!(opened, expect_debug, "{level}: {rest:?}");
+        assert!(
+            rest.iter().any(|v| v["fields"]["message"] == "stopped"),
+            "{rest:?}"
+        );
+    }
+}

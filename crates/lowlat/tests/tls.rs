@@ -235,7 +235,7 @@ fn expired_certificate_warns_at_start() {
     let expired = pki.expired_leaf("expired", &["localhost"]);
     let serve = Serve::start(&expired.cert, &expired.key);
     assert!(
-        serve.banner.contains("warning") && serve.banner.contains("expired.crt"),
+        serve.banner.contains("WARN") && serve.banner.contains("expired.crt"),
         "{}",
         serve.banner
     );

@@ -37,6 +37,13 @@ pub struct ServeArgs {
     /// Cryptography library under TLS
     #[arg(long, value_name = "LIB", default_value = "aws-lc-rs", value_parser = parse_crypto)]
     pub tls_crypto: CryptoBackend,
+    /// Error log level: error, warn, info, debug (every failed file open), trace [default:
+    /// RUST_LOG, else info]
+    #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub log_level: Option<String>,
+    /// Error log format on stderr
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
     /// Worker threads, one event loop each [default: number of CPUs]
     #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: Option<u16>,
@@ -243,8 +250,8 @@ fn parse_crypto(text: &str) -> Result<CryptoBackend, String> {
 fn warn_expired(ctx: &TlsContext) {
     for cert in &ctx.certificates().certs {
         if cert.expired {
-            eprintln!(
-                "lowlat serve: warning: the certificate in {} expired on {} (served anyway)",
+            tracing::warn!(
+                "the certificate in {} expired on {} (served anyway)",
                 cert.paths.cert.display(),
                 cert.not_after
             );
@@ -252,9 +259,34 @@ fn warn_expired(ctx: &TlsContext) {
     }
 }
 
+/// Starts the error log on stderr: `--log-level` (else `RUST_LOG`, else info), text or JSON.
+/// Nothing on the request path is logged above debug level.
+fn init_logging(args: &ServeArgs) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match &args.log_level {
+        Some(level) => EnvFilter::new(level),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // An error log nobody reads any more (a closed pipe) must not stop the server: the
+        // subscriber would otherwise report the failed write with `eprintln!`, which panics.
+        .log_internal_errors(false)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // A second start in one process (tests) keeps the first subscriber.
+    let _ = if args.log_format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
 /// Runs `lowlat serve`; returns the process exit code.
 #[must_use]
 pub fn run(args: ServeArgs) -> ExitCode {
+    init_logging(&args);
     raise_fd_limit();
     let service = match service(&args) {
         Ok(service) => service,
@@ -337,8 +369,8 @@ fn shadowed(root: Option<&std::path::Path>, route: &str) -> bool {
     let path = root.join(route.trim_start_matches('/'));
     let found = path.symlink_metadata().is_ok();
     if found {
-        eprintln!(
-            "lowlat serve: {route} is served from {} (a file there wins over the built-in route)",
+        tracing::info!(
+            "{route} is served from {} (a file there wins over the built-in route)",
             path.display()
         );
     }
@@ -372,12 +404,13 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
         .map(|a| format!("http://{a}"))
         .chain(running.tls_addrs().iter().map(|a| format!("https://{a}")))
         .collect();
-    eprintln!(
-        "lowlat serve: listening on {} ({workers} worker{})",
+    tracing::info!(
+        "listening on {} ({workers} worker{})",
         addrs.join(" "),
         if workers == 1 { "" } else { "s" }
     );
     let handle = running.shutdown_handle();
+    let grace = args.grace;
     std::thread::Builder::new()
         .name("lowlat-signals".into())
         .spawn(move || {
@@ -389,14 +422,21 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
                 }
                 count += 1;
                 if count == 1 {
+                    tracing::info!(
+                        "shutting down: no new connections; requests in flight get up to {:?}",
+                        grace
+                    );
                     handle.shutdown();
                 } else {
+                    tracing::warn!("second signal: exiting at once");
                     std::process::exit(1);
                 }
             }
         })
         .map_err(ServerError::Signals)?;
-    running.wait()
+    let result = running.wait();
+    tracing::info!("stopped");
+    result
 }
 
 /// SIGHUP: re-reads the certificates; connections already open keep theirs.
@@ -406,14 +446,14 @@ fn reload(tls: Option<&TlsContext>) {
     };
     match tls.reload() {
         Ok(store) => {
-            eprintln!(
-                "lowlat serve: SIGHUP: reloaded {} certificate{}",
+            tracing::info!(
+                "SIGHUP: reloaded {} certificate{}",
                 store.certs.len(),
                 if store.certs.len() == 1 { "" } else { "s" }
             );
             warn_expired(tls);
         }
-        Err(e) => eprintln!("lowlat serve: SIGHUP: {e}; the certificates in use are kept"),
+        Err(e) => tracing::error!("SIGHUP: {e}; the certificates in use are kept"),
     }
 }
 

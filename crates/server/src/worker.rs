@@ -132,6 +132,7 @@ impl Worker {
                         if let Some(paused) = paused {
                             accept_paused = true;
                             accept_retry_at = paused.then_some(now + ACCEPT_BACKOFF);
+                            say_paused(self.index, paused, conns.len());
                         }
                     }
                     continue;
@@ -250,6 +251,24 @@ impl Worker {
     }
 }
 
+/// Says why accepting paused: once per pause, never per connection.
+fn say_paused(worker: usize, out_of_descriptors: bool, open: usize) {
+    if out_of_descriptors {
+        tracing::warn!(
+            worker,
+            open,
+            "accept failed (out of descriptors or memory): new connections wait in the backlog; \
+             retrying in 100 ms"
+        );
+    } else {
+        tracing::info!(
+            worker,
+            open,
+            "connection limit reached (--max-conns): new connections wait in the backlog"
+        );
+    }
+}
+
 /// Accepts until the backlog is empty. Returns `Some(false)` when the connection limit stopped
 /// it, `Some(true)` when the process ran out of descriptors or memory (back off), `None` when
 /// the backlog was drained.
@@ -293,7 +312,10 @@ fn accept_all(
                 Some(libc::ECONNABORTED | libc::EINTR | libc::EPROTO | libc::EPERM) => {}
                 // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) or anything
                 // unexpected: back off instead of spinning on an error that will repeat.
-                _ => return Some(true),
+                _ => {
+                    tracing::debug!(errno = e.raw_os_error(), "accept: {e}");
+                    return Some(true);
+                }
             },
         }
     }

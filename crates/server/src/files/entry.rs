@@ -443,7 +443,11 @@ pub fn open_checked(cfg: &FilesConfig, root: &Path, path: &Path) -> Result<(File
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
-        .map_err(|e| error_status(&e))?;
+        .map_err(|e| {
+            // On the request path: said only at debug level.
+            tracing::debug!(path = %path.display(), errno = e.raw_os_error(), "cannot open: {e}");
+            error_status(&e)
+        })?;
     let meta = file.metadata().map_err(|e| error_status(&e))?;
     if !cfg.follow_symlinks_outside && !contained(&file, path, root, cfg.dotfiles) {
         return Err(404);
