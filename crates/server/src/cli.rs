@@ -44,6 +44,12 @@ pub struct ServeArgs {
     /// Error log format on stderr
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Log every request to this file (off by default; SIGUSR1 reopens it)
+    #[arg(long, value_name = "PATH")]
+    pub access_log: Option<PathBuf>,
+    /// Access log format: nginx's combined, or one JSON object a line
+    #[arg(long, value_name = "FORMAT", default_value = "combined", value_parser = ["combined", "json"], requires = "access_log")]
+    pub access_log_format: String,
     /// Worker threads, one event loop each [default: number of CPUs]
     #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: Option<u16>,
@@ -124,7 +130,18 @@ impl ServeArgs {
         if !self.tls_listen.is_empty() && self.cert.is_empty() {
             return Err("--tls-listen needs a certificate (--cert FILE --key FILE)".into());
         }
+        let access_log = self.access_log.as_ref().map(|path| {
+            Arc::new(crate::access_log::AccessLogConfig::new(
+                path.clone(),
+                if self.access_log_format == "json" {
+                    crate::access_log::Format::Json
+                } else {
+                    crate::access_log::Format::Combined
+                },
+            ))
+        });
         let mut cfg = ServerConfig {
+            access_log,
             listen,
             tls_listen: ListenAddr::flatten(&self.tls_listen),
             tls_handshake_timeout: self.tls_handshake_timeout,
@@ -389,12 +406,18 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
         warn_expired(tls);
     }
     cfg.tls.clone_from(&tls);
+    if let Some(log) = &cfg.access_log {
+        log.check()
+            .map_err(|e| ServerError::Config(format!("cannot open {}: {e}", log.path.display())))?;
+    }
+    let access_log = cfg.access_log.clone();
     let workers = cfg.workers;
     let server = Server::bind(cfg, service)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGUSR1,
     ])
     .map_err(ServerError::Signals)?;
     let running = server.start()?;
@@ -418,6 +441,13 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
             for signal in signals.forever() {
                 if signal == signal_hook::consts::SIGHUP {
                     reload(tls.as_deref());
+                    continue;
+                }
+                if signal == signal_hook::consts::SIGUSR1 {
+                    if let Some(log) = &access_log {
+                        tracing::info!("SIGUSR1: reopening {}", log.path.display());
+                        log.reopen();
+                    }
                     continue;
                 }
                 count += 1;

@@ -40,6 +40,9 @@ pub struct ServerConfig {
     pub tls: Option<Arc<TlsContext>>,
     /// Longest time from accept to a finished TLS handshake.
     pub tls_handshake_timeout: Duration,
+    /// Where and how requests are logged; `None`: no access log (the default, as the peers'
+    /// benchmark configurations run).
+    pub access_log: Option<Arc<crate::access_log::AccessLogConfig>>,
     /// Worker threads, each with its own event loop.
     pub workers: usize,
     /// Pin worker `i` to the `i`-th CPU this process may run on.
@@ -65,6 +68,7 @@ impl Default for ServerConfig {
             tls_listen: Vec::new(),
             tls: None,
             tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+            access_log: None,
             workers: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             pin: false,
             backlog: DEFAULT_BACKLOG,

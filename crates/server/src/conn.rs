@@ -77,6 +77,8 @@ struct ChunkState {
 pub(crate) struct Conn {
     /// The socket, in clear or under TLS.
     pub(crate) io: Transport,
+    /// The client's address (for the access log).
+    peer: std::net::SocketAddr,
     /// Read buffer, fully initialised; `rlen` bytes of it hold data. Empty (no capacity) while
     /// the connection has no unanswered bytes.
     rbuf: Vec<u8>,
@@ -120,7 +122,12 @@ pub(crate) struct Conn {
 impl Conn {
     /// A connection just accepted; `first_deadline` is the keep-alive deadline in clear and the
     /// handshake deadline over TLS.
-    pub(crate) fn new(io: Transport, now: Instant, first_deadline: Duration) -> Self {
+    pub(crate) fn new(
+        io: Transport,
+        peer: std::net::SocketAddr,
+        now: Instant,
+        first_deadline: Duration,
+    ) -> Self {
         let wait = if io.is_handshaking() {
             Wait::Handshake
         } else {
@@ -128,6 +135,7 @@ impl Conn {
         };
         Self {
             io,
+            peer,
             rbuf: Vec::new(),
             rlen: 0,
             wbuf: Vec::new(),
@@ -419,7 +427,22 @@ impl Conn {
                 req.version,
             );
             ctx.router.dispatch(&req, body, ctx.worker, &mut res);
-            let (sent, close, file) = res.finish();
+            let done = res.finish();
+            if let Some(log) = ctx.access_log.as_deref_mut() {
+                log.record(&crate::access_log::Entry {
+                    remote: self.peer,
+                    method: req.method_token,
+                    target: req.target,
+                    version: req.version,
+                    status: if done.sent { done.status } else { 500 },
+                    bytes: done.body_bytes,
+                    duration: ctx.now.saturating_duration_since(self.head_started),
+                    user_agent: req.header("user-agent"),
+                    referer: req.header("referer"),
+                    worker: ctx.worker,
+                });
+            }
+            let (sent, close, file) = (done.sent, done.close, done.file);
             if !sent {
                 Self::write_status(&mut self.wbuf, ctx, 500, req.version, true);
             }

@@ -72,6 +72,19 @@ pub struct Response<'a> {
     sent: bool,
     close: bool,
     file: Option<FileBody>,
+    /// What was sent, for the access log.
+    status: u16,
+    body_bytes: u64,
+}
+
+/// What a finished response left for the connection: whether one was written, whether to
+/// close after it, a file region still to send, and what the access log records.
+pub(crate) struct Finished {
+    pub(crate) sent: bool,
+    pub(crate) close: bool,
+    pub(crate) file: Option<FileBody>,
+    pub(crate) status: u16,
+    pub(crate) body_bytes: u64,
 }
 
 impl<'a> Response<'a> {
@@ -97,6 +110,8 @@ impl<'a> Response<'a> {
             sent: false,
             close: false,
             file: None,
+            status: 0,
+            body_bytes: 0,
         }
     }
 
@@ -135,8 +150,10 @@ impl<'a> Response<'a> {
             ..ResponseHead::new(status, content_type, body.len() as u64)
         };
         head.encode(self.date, self.out);
+        self.status = status;
         if !self.head_only {
             self.out.extend_from_slice(body);
+            self.body_bytes = body.len() as u64;
         }
     }
 
@@ -159,6 +176,7 @@ impl<'a> Response<'a> {
             ..ResponseHead::new(status, content_type, length.unwrap_or(0))
         };
         head.encode(self.date, self.out);
+        self.status = status;
     }
 
     /// Renders a body with `render` into a reused scratch buffer, then sends it: for bodies built
@@ -195,6 +213,7 @@ impl<'a> Response<'a> {
         }
         self.send_head(status, content_type, extra, Some(file.len));
         if !self.head_only && file.len > 0 {
+            self.body_bytes = file.len;
             self.file = Some(file);
         }
     }
@@ -222,8 +241,14 @@ impl<'a> Response<'a> {
         self.sent
     }
 
-    pub(crate) fn finish(self) -> (bool, bool, Option<FileBody>) {
-        (self.sent, self.close, self.file)
+    pub(crate) fn finish(self) -> Finished {
+        Finished {
+            sent: self.sent,
+            close: self.close,
+            file: self.file,
+            status: self.status,
+            body_bytes: self.body_bytes,
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 //! - `listener`: binding the per-worker `SO_REUSEPORT` sockets.
 //! - `transport`: the transport layer — bytes in clear or through TLS, under the protocol layer.
 //! - [`tls`]: the shared rustls configuration, certificates chosen by SNI, reload.
+//! - [`access_log`]: one line per request (combined or JSON), buffered per worker.
 //! - `worker`: one thread's event loop: accept, drive connections, sweep deadlines, shut down.
 //! - `conn`: the HTTP/1.1 protocol layer: one connection's read → answer every request → one
 //!   write cycle, bodies, closing — over whichever transport it was accepted on.
@@ -21,6 +22,7 @@
 //! - [`app`]: the dynamic app, 1000 prefix-routed responders as JSON or HTML.
 //! - [`cli`]: the `lowlat serve` command line.
 
+pub mod access_log;
 pub mod app;
 pub mod builtin;
 pub mod cli;

@@ -44,6 +44,8 @@ pub(crate) struct WorkerCtx<'a> {
     pub(crate) scratch: &'a mut Vec<u8>,
     /// Reused buffer for file chunks on their way into TLS records.
     pub(crate) file_chunk: &'a mut Vec<u8>,
+    /// This worker's access log, when there is one.
+    pub(crate) access_log: Option<&'a mut crate::access_log::WorkerLog>,
     /// Connections to drive again after this turn (their file send yielded).
     pub(crate) deferred: &'a mut Vec<Token>,
     /// The connection being driven.
@@ -84,6 +86,10 @@ impl Worker {
         let mut date = DateCache::new();
         let mut scratch = Vec::new();
         let mut file_chunk = Vec::new();
+        let mut access_log = cfg
+            .access_log
+            .as_ref()
+            .map(|c| crate::access_log::WorkerLog::new(std::sync::Arc::clone(c), Instant::now()));
         let mut deferred = Vec::new();
         let mut deferred_now = Vec::new();
         let sweep_every =
@@ -149,6 +155,7 @@ impl Worker {
                     date: &date,
                     scratch: &mut scratch,
                     file_chunk: &mut file_chunk,
+                    access_log: access_log.as_mut(),
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -181,6 +188,7 @@ impl Worker {
                     date: &date,
                     scratch: &mut scratch,
                     file_chunk: &mut file_chunk,
+                    access_log: access_log.as_mut(),
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -193,6 +201,9 @@ impl Worker {
                 }
             }
 
+            if let Some(log) = &mut access_log {
+                log.tick(now);
+            }
             if now >= next_sweep {
                 next_sweep = now + sweep_every;
                 let mut ctx = WorkerCtx {
@@ -203,6 +214,7 @@ impl Worker {
                     date: &date,
                     scratch: &mut scratch,
                     file_chunk: &mut file_chunk,
+                    access_log: access_log.as_mut(),
                     deferred: &mut deferred,
                     token: Token(0),
                     worker: self.index,
@@ -284,7 +296,7 @@ fn accept_all(
             return Some(false);
         }
         match listener.sock.accept() {
-            Ok((mut stream, _)) => {
+            Ok((mut stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 let entry = conns.vacant_entry();
                 let token = Token(entry.key() + FIRST_CONN);
@@ -304,7 +316,7 @@ fn accept_all(
                     },
                     _ => (Transport::Plain(stream), cfg.keepalive_timeout),
                 };
-                entry.insert(Conn::new(io, now, first_deadline));
+                entry.insert(Conn::new(io, peer, now, first_deadline));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
             Err(e) => match e.raw_os_error() {
