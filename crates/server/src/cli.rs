@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// Error log format on stderr
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (a listener of its own; off by
+    /// default)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
     /// Log every request to this file (off by default; SIGUSR1 reopens it)
     #[arg(long, value_name = "PATH")]
     pub access_log: Option<PathBuf>,
@@ -412,6 +416,10 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
     }
     let access_log = cfg.access_log.clone();
     let workers = cfg.workers;
+    let registry = args
+        .metrics
+        .map(|_| Arc::new(crate::metrics::Registry::new(workers)));
+    cfg.metrics.clone_from(&registry);
     let server = Server::bind(cfg, service)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -420,6 +428,11 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
         signal_hook::consts::SIGUSR1,
     ])
     .map_err(ServerError::Signals)?;
+    if let (Some(addr), Some(registry)) = (args.metrics, registry) {
+        let bound = crate::metrics::serve(addr, registry)
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        tracing::info!("metrics on http://{bound}/metrics");
+    }
     let running = server.start()?;
     let addrs: Vec<String> = running
         .local_addrs()

@@ -43,6 +43,8 @@ pub struct ServerConfig {
     /// Where and how requests are logged; `None`: no access log (the default, as the peers'
     /// benchmark configurations run).
     pub access_log: Option<Arc<crate::access_log::AccessLogConfig>>,
+    /// Where the workers publish their counters for `--metrics`; `None`: not published.
+    pub metrics: Option<Arc<crate::metrics::Registry>>,
     /// Worker threads, each with its own event loop.
     pub workers: usize,
     /// Pin worker `i` to the `i`-th CPU this process may run on.
@@ -69,6 +71,7 @@ impl Default for ServerConfig {
             tls: None,
             tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
             access_log: None,
+            metrics: None,
             workers: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             pin: false,
             backlog: DEFAULT_BACKLOG,

@@ -428,6 +428,12 @@ impl Conn {
             );
             ctx.router.dispatch(&req, body, ctx.worker, &mut res);
             let done = res.finish();
+            let took = ctx.now.saturating_duration_since(self.head_started);
+            ctx.counters.response(
+                if done.sent { done.status } else { 500 },
+                done.body_bytes,
+                took,
+            );
             if let Some(log) = ctx.access_log.as_deref_mut() {
                 log.record(&crate::access_log::Entry {
                     remote: self.peer,
@@ -436,7 +442,7 @@ impl Conn {
                     version: req.version,
                     status: if done.sent { done.status } else { 500 },
                     bytes: done.body_bytes,
-                    duration: ctx.now.saturating_duration_since(self.head_started),
+                    duration: took,
                     user_agent: req.header("user-agent"),
                     referer: req.header("referer"),
                     worker: ctx.worker,
@@ -492,6 +498,7 @@ impl Conn {
 
     /// Writes the response for a refused request (the connection closes after it).
     fn write_error(wbuf: &mut Vec<u8>, ctx: &mut WorkerCtx<'_>, e: ParseError) {
+        ctx.counters.parse_error(e);
         Self::write_status(wbuf, ctx, e.status(), Version::Http11, true);
     }
 
@@ -666,6 +673,7 @@ impl Conn {
             return;
         }
         self.closed = true;
+        ctx.counters.closed += 1;
         let _ = ctx.registry.deregister(self.io.socket());
         self.give_back(ctx);
     }

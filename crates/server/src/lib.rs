@@ -11,6 +11,7 @@
 //! - `transport`: the transport layer — bytes in clear or through TLS, under the protocol layer.
 //! - [`tls`]: the shared rustls configuration, certificates chosen by SNI, reload.
 //! - [`access_log`]: one line per request (combined or JSON), buffered per worker.
+//! - [`metrics`]: per-worker counters, published once per loop turn, served as Prometheus text.
 //! - `worker`: one thread's event loop: accept, drive connections, sweep deadlines, shut down.
 //! - `conn`: the HTTP/1.1 protocol layer: one connection's read → answer every request → one
 //!   write cycle, bodies, closing — over whichever transport it was accepted on.
@@ -31,6 +32,7 @@ mod conn;
 pub mod files;
 pub mod handler;
 mod listener;
+pub mod metrics;
 mod pool;
 pub mod router;
 pub mod tls;

@@ -46,6 +46,8 @@ pub(crate) struct WorkerCtx<'a> {
     pub(crate) file_chunk: &'a mut Vec<u8>,
     /// This worker's access log, when there is one.
     pub(crate) access_log: Option<&'a mut crate::access_log::WorkerLog>,
+    /// This worker's counts (published for `--metrics`).
+    pub(crate) counters: &'a mut crate::metrics::Counters,
     /// Connections to drive again after this turn (their file send yielded).
     pub(crate) deferred: &'a mut Vec<Token>,
     /// The connection being driven.
@@ -86,6 +88,7 @@ impl Worker {
         let mut date = DateCache::new();
         let mut scratch = Vec::new();
         let mut file_chunk = Vec::new();
+        let mut counters = crate::metrics::Counters::default();
         let mut access_log = cfg
             .access_log
             .as_ref()
@@ -133,11 +136,18 @@ impl Worker {
                 if token.0 < FIRST_CONN {
                     if !shutting_down && !accept_paused {
                         let listener = &self.listeners[token.0];
-                        let paused =
-                            accept_all(listener, &mut conns, self.poll.registry(), cfg, now);
+                        let paused = accept_all(
+                            listener,
+                            &mut conns,
+                            self.poll.registry(),
+                            cfg,
+                            now,
+                            &mut counters,
+                        );
                         if let Some(paused) = paused {
                             accept_paused = true;
                             accept_retry_at = paused.then_some(now + ACCEPT_BACKOFF);
+                            counters.accept_pauses += 1;
                             say_paused(self.index, paused, conns.len());
                         }
                     }
@@ -156,6 +166,7 @@ impl Worker {
                     scratch: &mut scratch,
                     file_chunk: &mut file_chunk,
                     access_log: access_log.as_mut(),
+                    counters: &mut counters,
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -189,6 +200,7 @@ impl Worker {
                     scratch: &mut scratch,
                     file_chunk: &mut file_chunk,
                     access_log: access_log.as_mut(),
+                    counters: &mut counters,
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -215,21 +227,29 @@ impl Worker {
                     scratch: &mut scratch,
                     file_chunk: &mut file_chunk,
                     access_log: access_log.as_mut(),
+                    counters: &mut counters,
                     deferred: &mut deferred,
                     token: Token(0),
                     worker: self.index,
                     now,
                     shutting_down,
                 };
+                let mut idle = 0;
                 conns.retain(|key, conn| {
                     ctx.token = Token(key + FIRST_CONN);
-                    if now >= conn.deadline
-                        || (shutting_down && conn.wait == Wait::Idle && conn.is_idle())
-                    {
+                    let timed_out = now >= conn.deadline;
+                    if timed_out || (shutting_down && conn.wait == Wait::Idle && conn.is_idle()) {
+                        ctx.counters.timed_out += u64::from(timed_out);
                         conn.expire(&mut ctx);
                     }
+                    idle += u64::from(!conn.closed && conn.is_idle());
                     !conn.closed
                 });
+                if let Some(registry) = &cfg.metrics {
+                    counters.open = conns.len() as u64;
+                    counters.idle = idle;
+                    registry.publish(self.index, &counters);
+                }
             }
 
             if shutting_down {
@@ -247,9 +267,14 @@ impl Worker {
                 accept_paused = false;
                 accept_retry_at = None;
                 for listener in &self.listeners {
-                    if let Some(paused) =
-                        accept_all(listener, &mut conns, self.poll.registry(), cfg, now)
-                    {
+                    if let Some(paused) = accept_all(
+                        listener,
+                        &mut conns,
+                        self.poll.registry(),
+                        cfg,
+                        now,
+                        &mut counters,
+                    ) {
                         accept_paused = true;
                         accept_retry_at = paused.then_some(now + ACCEPT_BACKOFF);
                         break;
@@ -290,6 +315,7 @@ fn accept_all(
     registry: &Registry,
     cfg: &ServerConfig,
     now: Instant,
+    counters: &mut crate::metrics::Counters,
 ) -> Option<bool> {
     loop {
         if conns.len() >= cfg.max_conns_per_worker {
@@ -317,6 +343,7 @@ fn accept_all(
                     _ => (Transport::Plain(stream), cfg.keepalive_timeout),
                 };
                 entry.insert(Conn::new(io, peer, now, first_deadline));
+                counters.accepted += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
             Err(e) => match e.raw_os_error() {

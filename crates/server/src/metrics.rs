@@ -1,0 +1,313 @@
+//! Metrics for dashboards: Prometheus's text format on a listener of its own (`--metrics
+//! ADDR:PORT`, off by default, never the public port), summed over the workers' counters.
+//!
+//! Each worker counts in plain integers of its own ([`Counters`], no atomic on the request path)
+//! and publishes a copy into its slot of the shared [`Registry`] once per turn of its event loop
+//! — relaxed stores of a few dozen words, not per request. A scrape sums the slots, so a figure
+//! may lag by one loop turn; counters never go backwards.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lowlat_http::ParseError;
+
+/// Upper bounds of the request-duration histogram, in microseconds (Prometheus `le`).
+pub const DURATION_BUCKETS_US: [u64; 12] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000, 10_000_000,
+];
+
+/// The parse-error kinds, in the order of [`Counters::parse_errors`].
+const PARSE_KINDS: [(ParseError, &str); 12] = [
+    (ParseError::Malformed, "malformed"),
+    (ParseError::UriTooLong, "uri_too_long"),
+    (ParseError::HeadTooLarge, "head_too_large"),
+    (ParseError::TooManyHeaders, "too_many_headers"),
+    (ParseError::VersionNotSupported, "version_not_supported"),
+    (ParseError::BadContentLength, "bad_content_length"),
+    (ParseError::BadTransferEncoding, "bad_transfer_encoding"),
+    (ParseError::BadChunk, "bad_chunk"),
+    (ParseError::BadHost, "bad_host"),
+    (ParseError::BodyTooLarge, "body_too_large"),
+    (ParseError::Timeout, "timeout"),
+    (ParseError::PlainHttpOnTls, "plain_http_on_tls"),
+];
+
+/// One worker's counts, owned by the worker.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counters {
+    /// Responses by status class: 1xx … 5xx.
+    pub(crate) responses: [u64; 5],
+    pub(crate) body_bytes: u64,
+    pub(crate) accepted: u64,
+    pub(crate) closed: u64,
+    pub(crate) timed_out: u64,
+    /// Accepting paused: the connection limit or out of descriptors (connections wait).
+    pub(crate) accept_pauses: u64,
+    pub(crate) parse_errors: [u64; PARSE_KINDS.len()],
+    /// Request durations: one count per bucket of [`DURATION_BUCKETS_US`], then `+Inf`.
+    pub(crate) duration_buckets: [u64; DURATION_BUCKETS_US.len() + 1],
+    pub(crate) duration_sum_us: u64,
+    /// Gauges, set at publication.
+    pub(crate) open: u64,
+    pub(crate) idle: u64,
+}
+
+impl Counters {
+    /// A response was written.
+    #[inline]
+    pub(crate) fn response(&mut self, status: u16, body_bytes: u64, duration: Duration) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.responses[class] += 1;
+        self.body_bytes += body_bytes;
+        let us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        let bucket = DURATION_BUCKETS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(DURATION_BUCKETS_US.len());
+        self.duration_buckets[bucket] += 1;
+        self.duration_sum_us = self.duration_sum_us.saturating_add(us);
+    }
+
+    /// A request was refused before a handler saw it.
+    pub(crate) fn parse_error(&mut self, e: ParseError) {
+        if let Some(i) = PARSE_KINDS.iter().position(|(k, _)| *k == e) {
+            self.parse_errors[i] += 1;
+        }
+    }
+
+    fn words(&self) -> impl Iterator<Item = u64> + '_ {
+        self.responses
+            .iter()
+            .copied()
+            .chain([
+                self.body_bytes,
+                self.accepted,
+                self.closed,
+                self.timed_out,
+                self.accept_pauses,
+            ])
+            .chain(self.parse_errors.iter().copied())
+            .chain(self.duration_buckets.iter().copied())
+            .chain([self.duration_sum_us, self.open, self.idle])
+    }
+}
+
+/// Words in one published copy of [`Counters`].
+const WORDS: usize = 5 + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3;
+
+/// Every worker's last published counts.
+#[derive(Debug)]
+pub struct Registry {
+    slots: Vec<[AtomicU64; WORDS]>,
+}
+
+impl Registry {
+    /// Room for `workers` workers.
+    #[must_use]
+    pub fn new(workers: usize) -> Self {
+        Self {
+            slots: (0..workers)
+                .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    /// Worker `index` publishes its counts (relaxed stores: each word is read whole).
+    pub(crate) fn publish(&self, index: usize, c: &Counters) {
+        if let Some(slot) = self.slots.get(index) {
+            for (word, v) in slot.iter().zip(c.words()) {
+                word.store(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn sum(&self) -> [u64; WORDS] {
+        let mut out = [0u64; WORDS];
+        for slot in &self.slots {
+            for (o, w) in out.iter_mut().zip(slot) {
+                *o += w.load(Ordering::Relaxed);
+            }
+        }
+        out
+    }
+
+    /// The Prometheus text exposition of the sums.
+    #[must_use]
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let v = self.sum();
+        let mut at = 0;
+        let mut take = |n: usize| {
+            let s = &v[at..at + n];
+            at += n;
+            s.to_vec()
+        };
+        let responses = take(5);
+        let [body, accepted, closed, timed_out, pauses] = take(5)[..] else {
+            return String::new();
+        };
+        let parse = take(PARSE_KINDS.len());
+        let buckets = take(DURATION_BUCKETS_US.len() + 1);
+        let [sum_us, open, idle] = take(3)[..] else {
+            return String::new();
+        };
+        let mut s = String::new();
+        let family = |s: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        family(
+            &mut s,
+            "lowlat_responses_total",
+            "counter",
+            "Responses written, by status class.",
+        );
+        for (i, n) in responses.iter().enumerate() {
+            let _ = writeln!(s, "lowlat_responses_total{{class=\"{}xx\"}} {n}", i + 1);
+        }
+        family(
+            &mut s,
+            "lowlat_response_body_bytes_total",
+            "counter",
+            "Response body bytes sent (heads not included).",
+        );
+        let _ = writeln!(s, "lowlat_response_body_bytes_total {body}");
+        family(
+            &mut s,
+            "lowlat_connections_accepted_total",
+            "counter",
+            "Connections accepted.",
+        );
+        let _ = writeln!(s, "lowlat_connections_accepted_total {accepted}");
+        family(
+            &mut s,
+            "lowlat_connections_closed_total",
+            "counter",
+            "Connections closed.",
+        );
+        let _ = writeln!(s, "lowlat_connections_closed_total {closed}");
+        family(
+            &mut s,
+            "lowlat_connections_timed_out_total",
+            "counter",
+            "Connections closed by a timeout (idle, head, body, write, handshake).",
+        );
+        let _ = writeln!(s, "lowlat_connections_timed_out_total {timed_out}");
+        family(&mut s, "lowlat_accept_pauses_total", "counter", "Times accepting paused: the connection limit, or out of descriptors (new connections wait in the backlog).");
+        let _ = writeln!(s, "lowlat_accept_pauses_total {pauses}");
+        family(
+            &mut s,
+            "lowlat_connections_open",
+            "gauge",
+            "Connections open.",
+        );
+        let _ = writeln!(s, "lowlat_connections_open {open}");
+        family(
+            &mut s,
+            "lowlat_connections_idle",
+            "gauge",
+            "Open connections idle between requests.",
+        );
+        let _ = writeln!(s, "lowlat_connections_idle {idle}");
+        family(
+            &mut s,
+            "lowlat_parse_errors_total",
+            "counter",
+            "Requests refused before a handler, by kind.",
+        );
+        for ((_, kind), n) in PARSE_KINDS.iter().zip(&parse) {
+            let _ = writeln!(s, "lowlat_parse_errors_total{{kind=\"{kind}\"}} {n}");
+        }
+        family(
+            &mut s,
+            "lowlat_request_duration_seconds",
+            "histogram",
+            "From a request's first byte to its response written into the output buffer.",
+        );
+        let mut cumulative = 0;
+        for (i, n) in buckets.iter().enumerate() {
+            cumulative += n;
+            match DURATION_BUCKETS_US.get(i) {
+                Some(le) => {
+                    let _ = writeln!(
+                        s,
+                        "lowlat_request_duration_seconds_bucket{{le=\"{}\"}} {cumulative}",
+                        *le as f64 / 1e6
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        s,
+                        "lowlat_request_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            "lowlat_request_duration_seconds_sum {}",
+            sum_us as f64 / 1e6
+        );
+        let _ = writeln!(s, "lowlat_request_duration_seconds_count {cumulative}");
+        s
+    }
+}
+
+/// Serves `GET /metrics` on `addr` from a thread of its own (scrapes are rare; the workers are
+/// not disturbed). Returns the bound address.
+///
+/// # Errors
+/// When the address cannot be bound.
+pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("lowlat-metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                answer(conn, &registry);
+            }
+        })?;
+    Ok(bound)
+}
+
+/// One scrape: read a head (at most 8 KiB, 2 s), answer, close.
+fn answer(mut conn: TcpStream, registry: &Registry) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+    let mut buf = [0u8; 8192];
+    let mut len = 0;
+    while len < buf.len() && !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut buf[len..]) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => len += n,
+        }
+    }
+    let head = &buf[..len];
+    let (status, ctype, body) = if head.starts_with(b"GET /metrics ") {
+        (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            registry.render(),
+        )
+    } else if head.starts_with(b"GET ") || head.starts_with(b"HEAD ") {
+        (
+            "404 Not Found",
+            "text/plain",
+            "metrics are at /metrics\n".to_owned(),
+        )
+    } else {
+        (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics\n".to_owned(),
+        )
+    };
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
