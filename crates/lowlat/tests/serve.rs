@@ -277,3 +277,59 @@ fn error_log_levels_and_json() {
         );
     }
 }
+
+/// `--config FILE`: the file's settings serve; a flag overrides its key; `--check-config` says
+/// ok (exit 0) or lists every problem with its line (exit 1), starting nothing.
+#[test]
+fn config_file_and_check_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("www");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("hello.txt"), "from the config\n").unwrap();
+    let cfg = dir.path().join("lowlat.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "# a site\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\nroot = \"{}\"\nmax_body = \"64k\"\n",
+            root.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--check-config", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration ok"));
+
+    let mut server = ServeProcess::start("", &format!("--config {} --workers 2", cfg.display()));
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.ends_with("from the config\n"), "{reply}");
+    server.signal("TERM");
+    assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "workers = 0\nmax_bodee = \"1m\"\nroot = \"/nonexistent/dir\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--check-config", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("bad.toml:1: workers:"), "{err}");
+    assert!(err.contains("bad.toml:2: max_bodee: unknown key"), "{err}");
+    assert!(
+        err.lines().all(|l| l.starts_with("lowlat serve: ")),
+        "{err}"
+    );
+}

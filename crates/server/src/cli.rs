@@ -17,6 +17,13 @@ use crate::{Server, ServerError, Service, WorkerInfo};
 #[derive(Debug, clap::Args)]
 #[allow(clippy::struct_excessive_bools)] // independent on/off flags
 pub struct ServeArgs {
+    /// Read settings from this TOML file (every flag is a key named like it; flags on the
+    /// command line override it; see lowlat.example.toml)
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Check the configuration (file and flags), print one line per problem, and exit 0 or 1
+    #[arg(long)]
+    pub check_config: bool,
     /// Address to listen on in clear, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8080 unless
     /// --tls-listen is given]
     #[arg(short, long = "listen", value_name = "ADDR:PORT", value_parser = parse_listen)]
@@ -307,6 +314,25 @@ fn init_logging(args: &ServeArgs) {
 /// Runs `lowlat serve`; returns the process exit code.
 #[must_use]
 pub fn run(args: ServeArgs) -> ExitCode {
+    let args = match &args.config {
+        Some(path) => match crate::config_file::merged(path, &command_line()) {
+            Ok(mut merged) => {
+                merged.check_config = args.check_config;
+                merged.config.clone_from(&args.config);
+                merged
+            }
+            Err(errors) => {
+                for e in &errors {
+                    eprintln!("lowlat serve: {e}");
+                }
+                return ExitCode::from(1);
+            }
+        },
+        None => args,
+    };
+    if args.check_config {
+        return check_config(&args);
+    }
     init_logging(&args);
     raise_fd_limit();
     let service = match service(&args) {
@@ -322,6 +348,52 @@ pub fn run(args: ServeArgs) -> ExitCode {
             eprintln!("lowlat serve: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// This process's own `lowlat serve` arguments: everything after `serve` (or after the
+/// program's name, for a binary that is only `serve`).
+fn command_line() -> Vec<String> {
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    match all.iter().position(|a| a == "serve") {
+        Some(i) => all[i + 1..].to_vec(),
+        None => all,
+    }
+}
+
+/// `--check-config`: everything a start would check short of binding, one line per problem.
+fn check_config(args: &ServeArgs) -> ExitCode {
+    let mut problems = Vec::new();
+    if let Err(e) = args.to_config() {
+        problems.push(e);
+    }
+    if let Err(e) = args.tls_context() {
+        problems.push(e);
+    }
+    if let Err(e) = service(args) {
+        problems.push(e);
+    }
+    if let Some(path) = &args.access_log {
+        if let Err(e) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            problems.push(format!("cannot open {}: {e}", path.display()));
+        }
+    }
+    if problems.is_empty() {
+        let what = args
+            .config
+            .as_ref()
+            .map_or_else(|| "the flags".to_owned(), |p| p.display().to_string());
+        println!("lowlat serve: {what}: configuration ok");
+        ExitCode::SUCCESS
+    } else {
+        for p in problems {
+            eprintln!("lowlat serve: {p}");
+        }
+        ExitCode::from(1)
     }
 }
 

@@ -22,12 +22,14 @@
 //! - [`files`]: static files under a document root (or the embedded default site).
 //! - [`app`]: the dynamic app, 1000 prefix-routed responders as JSON or HTML.
 //! - [`cli`]: the `lowlat serve` command line.
+//! - [`config_file`]: `--config FILE`, every flag as a TOML key, checked by its flag's parser.
 
 pub mod access_log;
 pub mod app;
 pub mod builtin;
 pub mod cli;
 pub mod config;
+pub mod config_file;
 mod conn;
 pub mod files;
 pub mod handler;

@@ -1,0 +1,214 @@
+//! `lowlat serve --config FILE`: the same settings as the flags, in TOML. Every flag has a key
+//! named like it (`--max-body 1m` is `max_body = "1m"`, `--listen` is `listen = [..]`, a switch
+//! such as `--autoindex` is `autoindex = true`), so the file can never lag behind the flags: a key
+//! is checked by the very parser of its flag. Flags on the command line override the file (a
+//! list flag replaces the file's whole list).
+//!
+//! Errors name the file, the line and the key, all of them at once, for `--check-config` (as
+//! `nginx -t`) as much as for a start.
+
+use std::path::Path;
+
+use clap::{Args, Command, FromArgMatches};
+
+use crate::cli::ServeArgs;
+
+/// The flags a config file may not set: they name the file itself.
+const NOT_IN_FILE: [&str; 2] = ["config", "check-config"];
+
+fn command() -> Command {
+    ServeArgs::augment_args(Command::new("lowlat serve").no_binary_name(true))
+}
+
+/// Reads `path` and merges it under the command line's own flags.
+///
+/// # Errors
+/// One message per problem, each `FILE:LINE: key: reason`.
+pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| vec![format!("cannot read {}: {e}", path.display())])?;
+    let shown = path.display().to_string();
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        let line = e.span().map_or(0, |s| {
+            text[..s.start.min(text.len())].matches('\n').count() + 1
+        });
+        vec![format!("{shown}:{line}: {}", e.message())]
+    })?;
+    let mut cmd = command();
+    // Resolves every argument's defaults (how many values it takes) as parsing would.
+    cmd.build();
+    let mut errors = Vec::new();
+    let mut file_tokens: Vec<(String, Vec<String>)> = Vec::new();
+    for (key, value) in &table {
+        let line = line_of(&text, key);
+        let at = |reason: &str| format!("{shown}:{line}: {key}: {reason}");
+        let flag = key.replace('_', "-");
+        let known = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(flag.as_str()));
+        let Some(arg) = known.filter(|_| !NOT_IN_FILE.contains(&flag.as_str())) else {
+            errors.push(at("unknown key"));
+            continue;
+        };
+        let takes_value = arg.get_num_args().is_some_and(|n| n.takes_values());
+        let tokens = match tokens_of(&flag, value, takes_value) {
+            Ok(t) => t,
+            Err(reason) => {
+                errors.push(at(&reason));
+                continue;
+            }
+        };
+        // The key's own check: its flag's parser, alone.
+        if let Err(e) = command().try_get_matches_from(&tokens) {
+            if !matches!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument) {
+                errors.push(at(&first_line(&e)));
+                continue;
+            }
+        }
+        file_tokens.push((flag, tokens));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // The command line wins: a flag it gives drops the file's value(s) for that flag.
+    let on_cli: Vec<String> = cli.iter().filter_map(|t| long_name(&cmd, t)).collect();
+    let mut argv: Vec<String> = file_tokens
+        .into_iter()
+        .filter(|(flag, _)| !on_cli.contains(flag))
+        .flat_map(|(_, t)| t)
+        .collect();
+    argv.extend(cli.iter().cloned());
+    let matches = command()
+        .try_get_matches_from(&argv)
+        .map_err(|e| vec![first_line(&e)])?;
+    ServeArgs::from_arg_matches(&matches).map_err(|e| vec![first_line(&e)])
+}
+
+/// The command-line tokens one key stands for.
+fn tokens_of(flag: &str, value: &toml::Value, takes_value: bool) -> Result<Vec<String>, String> {
+    let scalar = |v: &toml::Value| -> Result<String, String> {
+        match v {
+            toml::Value::String(s) => Ok(s.clone()),
+            toml::Value::Integer(i) => Ok(i.to_string()),
+            toml::Value::Float(f) => Ok(f.to_string()),
+            _ => Err("must be a string or a number".into()),
+        }
+    };
+    let long = format!("--{flag}");
+    match (value, takes_value) {
+        (toml::Value::Boolean(true), false) => Ok(vec![long]),
+        (toml::Value::Boolean(false), false) => Ok(Vec::new()),
+        (_, false) => Err("is a switch: true or false".into()),
+        (toml::Value::Array(items), true) => {
+            let mut out = Vec::new();
+            for item in items {
+                out.push(long.clone());
+                out.push(scalar(item)?);
+            }
+            Ok(out)
+        }
+        (v, true) => Ok(vec![long, scalar(v)?]),
+    }
+}
+
+/// The long name of the flag a command-line token sets (`--listen`, `--listen=…`, `-l`).
+fn long_name(cmd: &Command, token: &str) -> Option<String> {
+    if let Some(rest) = token.strip_prefix("--") {
+        return Some(rest.split('=').next().unwrap_or(rest).to_owned());
+    }
+    let short = token.strip_prefix('-')?.chars().next()?;
+    cmd.get_arguments()
+        .find(|a| a.get_short() == Some(short))
+        .and_then(|a| a.get_long().map(str::to_owned))
+}
+
+fn first_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("invalid value");
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+}
+
+/// The line on which `key` is set (the first `key =` at the start of a line).
+fn line_of(text: &str, key: &str) -> usize {
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+        .map_or(0, |i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn keys_become_flags_and_the_command_line_wins() {
+        let f = write(
+            "listen = [\"127.0.0.1:9001\", \"127.0.0.1:9002\"]\nworkers = 3\nmax_body = \"2m\"\nautoindex = true\npin = false\n",
+        );
+        let a = merged(f.path(), &[]).unwrap();
+        assert_eq!(a.listen.len(), 2);
+        assert_eq!(a.workers, Some(3));
+        assert_eq!(a.max_body, 2 << 20);
+        assert!(a.files.autoindex);
+        assert!(!a.pin);
+        let cli = [
+            "--listen".to_owned(),
+            "127.0.0.1:9100".to_owned(),
+            "-w".into(),
+            "1".into(),
+        ];
+        let a = merged(f.path(), &cli).unwrap();
+        assert_eq!(
+            a.listen.len(),
+            1,
+            "a list on the command line replaces the file's"
+        );
+        assert_eq!(a.workers, Some(1));
+        assert_eq!(a.max_body, 2 << 20, "the file's other keys stay");
+    }
+
+    #[test]
+    fn every_error_names_its_line_and_key() {
+        let f = write(
+            "workers = 2\nmax_body = \"12q\"\nno_such_key = 1\nautoindex = \"yes\"\nlisten = [\"nonsense\"]\nconfig = \"x\"\n",
+        );
+        let errors = merged(f.path(), &[]).unwrap_err();
+        let shown = f.path().display().to_string();
+        let want = [
+            (2, "max_body", "unknown unit"),
+            (3, "no_such_key", "unknown key"),
+            (4, "autoindex", "switch"),
+            (5, "listen", "nonsense"),
+            (6, "config", "unknown key"),
+        ];
+        assert_eq!(errors.len(), want.len(), "{errors:#?}");
+        for (line, key, words) in want {
+            let prefix = format!("{shown}:{line}: {key}: ");
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.starts_with(&prefix) && e.contains(words)),
+                "{prefix} … {words} in {errors:#?}"
+            );
+        }
+        let bad = write("workers = [\n");
+        let e = merged(bad.path(), &[]).unwrap_err();
+        assert!(
+            e[0].starts_with(&format!("{}:", bad.path().display())),
+            "{e:?}"
+        );
+    }
+}
