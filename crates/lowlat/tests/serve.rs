@@ -333,3 +333,64 @@ fn config_file_and_check_config() {
         "{err}"
     );
 }
+
+/// SIGHUP re-reads the config file under load: `lowlat load` running through five reloads sees
+/// no error, the next request sees the new settings, and a broken file is refused and the
+/// settings in use are kept.
+#[test]
+fn config_reload_under_load_has_no_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("www");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    let cfg = dir.path().join("lowlat.toml");
+    let write = |max_age: u32| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "workers = 1\nroot = \"{}\"\ncache_control = \"max-age={max_age}\"\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+    };
+    write(1);
+    let mut server = ServeProcess::start("", &format!("--config {}", cfg.display()));
+    let url = format!("http://{}/a.txt", server.addr);
+    let load = Command::new(BIN)
+        .args(["load", "-t1", "-c8", "-d3s", "-q", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for age in 2..7 {
+        std::thread::sleep(Duration::from_millis(400));
+        write(age);
+        server.signal("HUP");
+    }
+    let out = load.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    assert!(!report.contains("Socket errors"), "{report}");
+    assert!(!report.contains("Non-2xx"), "{report}");
+    std::thread::sleep(Duration::from_millis(200));
+    let cache_control = |addr| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /a.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+            .lines()
+            .find_map(|l| l.strip_prefix("Cache-Control: ").map(str::to_owned))
+            .unwrap_or_default()
+    };
+    assert_eq!(cache_control(server.addr), "max-age=6");
+    // A broken file: refused, the settings in use stay.
+    std::fs::write(&cfg, "cache_control = [\n").unwrap();
+    server.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(cache_control(server.addr), "max-age=6");
+    server.signal("TERM");
+    assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
+}

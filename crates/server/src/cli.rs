@@ -518,6 +518,9 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
         if workers == 1 { "" } else { "s" }
     );
     let handle = running.shutdown_handle();
+    let reloader = running.reload_handle();
+    let config_path = args.config.clone();
+    let old_args = format!("{:?}", restart_settings(args));
     let grace = args.grace;
     std::thread::Builder::new()
         .name("lowlat-signals".into())
@@ -525,6 +528,9 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
             let mut count = 0;
             for signal in signals.forever() {
                 if signal == signal_hook::consts::SIGHUP {
+                    if let Some(path) = &config_path {
+                        reload_config(path, &reloader, &old_args);
+                    }
                     reload(tls.as_deref());
                     continue;
                 }
@@ -552,6 +558,75 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
     let result = running.wait();
     tracing::info!("stopped");
     result
+}
+
+/// The settings a reload cannot change (sockets, threads, limits, logs): a change to one is kept
+/// for the next start.
+fn restart_settings(a: &ServeArgs) -> impl std::fmt::Debug + '_ {
+    (
+        (
+            &a.listen,
+            &a.tls_listen,
+            a.workers,
+            a.pin,
+            a.backlog,
+            a.max_conns,
+        ),
+        (a.max_uri, a.max_head, a.max_headers, a.max_body),
+        (
+            a.keepalive_timeout,
+            a.header_timeout,
+            a.body_timeout,
+            a.write_timeout,
+            a.grace,
+        ),
+        (&a.cert, &a.key, a.tls_handshake_timeout, a.tls_crypto),
+        (
+            &a.log_level,
+            &a.log_format,
+            &a.access_log,
+            &a.access_log_format,
+            a.metrics,
+        ),
+    )
+}
+
+/// SIGHUP with `--config`: re-reads the file (under the same command line) and serves the new
+/// files and app settings from the next request on; a file that does not check is refused and
+/// the configuration in use stays.
+fn reload_config(path: &std::path::Path, reloader: &crate::ReloadHandle, old: &str) {
+    let new = match crate::config_file::merged(path, &command_line()) {
+        Ok(new) => new,
+        Err(errors) => {
+            for e in errors {
+                tracing::error!("SIGHUP: {e}");
+            }
+            tracing::error!(
+                "SIGHUP: {}: not reloaded; the configuration in use is kept",
+                path.display()
+            );
+            return;
+        }
+    };
+    match service(&new) {
+        Ok(svc) => {
+            reloader.set_service(svc);
+            tracing::info!(
+                "SIGHUP: {}: reloaded (files, the app and the built-in routes)",
+                path.display()
+            );
+            if format!("{:?}", restart_settings(&new)) != old {
+                tracing::warn!(
+                    "SIGHUP: {}: addresses, workers, limits, timeouts, certificates' paths and logs change only at a restart",
+                    path.display()
+                );
+            }
+        }
+        Err(e) => tracing::error!(
+            "SIGHUP: {}: {e}; the configuration in use is kept",
+            path.display()
+        ),
+    }
 }
 
 /// SIGHUP: re-reads the certificates; connections already open keep theirs.

@@ -138,6 +138,7 @@ impl Server {
     /// When a worker thread or its event loop cannot be created.
     pub fn start(self) -> Result<Running, ServerError> {
         let shutdown = Arc::new(AtomicBool::new(false));
+        let slot = Arc::new(ServiceSlot::new(Arc::clone(&self.service)));
         let cpus = allowed_cpus();
         let mut wakers = Vec::new();
         let mut threads = Vec::new();
@@ -160,6 +161,7 @@ impl Server {
                     })
                     .collect(),
                 shutdown: Arc::clone(&shutdown),
+                services: Arc::clone(&slot),
             };
             let service = Arc::clone(&self.service);
             let pin = self
@@ -182,12 +184,69 @@ impl Server {
         Ok(Running {
             addrs: self.addrs,
             plain_count: self.plain_count,
+            reload: ReloadHandle {
+                slot,
+                wakers: wakers.clone(),
+            },
             shutdown: ShutdownHandle {
                 flag: shutdown,
                 wakers,
             },
             threads,
         })
+    }
+}
+
+/// The service the workers serve, replaceable while they run (a reload). Workers notice a new
+/// generation at their next loop turn (one relaxed load per turn) and build their routers from
+/// the new service on their own thread; a request is answered wholly by the router of the turn
+/// it completed in.
+pub(crate) struct ServiceSlot {
+    generation: std::sync::atomic::AtomicU64,
+    service: std::sync::RwLock<Service>,
+}
+
+impl ServiceSlot {
+    fn new(service: Service) -> Self {
+        Self {
+            generation: std::sync::atomic::AtomicU64::new(0),
+            service: std::sync::RwLock::new(service),
+        }
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn current(&self) -> Service {
+        Arc::clone(
+            &self
+                .service
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+/// Replaces the service of a running server: new requests see the new one.
+#[derive(Clone)]
+pub struct ReloadHandle {
+    slot: Arc<ServiceSlot>,
+    wakers: Vec<Arc<mio::Waker>>,
+}
+
+impl ReloadHandle {
+    /// Puts `service` in place; every worker builds its router from it at its next loop turn.
+    pub fn set_service(&self, service: Service) {
+        *self
+            .slot
+            .service
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = service;
+        self.slot.generation.fetch_add(1, Ordering::AcqRel);
+        for waker in &self.wakers {
+            let _ = waker.wake();
+        }
     }
 }
 
@@ -213,6 +272,7 @@ impl ShutdownHandle {
 pub struct Running {
     addrs: Vec<SocketAddr>,
     plain_count: usize,
+    reload: ReloadHandle,
     shutdown: ShutdownHandle,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
 }
@@ -234,6 +294,12 @@ impl Running {
     #[must_use]
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()
+    }
+
+    /// A handle that replaces the service while the server runs.
+    #[must_use]
+    pub fn reload_handle(&self) -> ReloadHandle {
+        self.reload.clone()
     }
 
     /// Waits until every worker has exited.

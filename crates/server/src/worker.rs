@@ -70,6 +70,8 @@ pub(crate) struct Worker {
     pub(crate) poll: Poll,
     pub(crate) listeners: Vec<Listener>,
     pub(crate) shutdown: Arc<AtomicBool>,
+    /// The service to build the router from, replaced on reload.
+    pub(crate) services: Arc<crate::ServiceSlot>,
 }
 
 impl Worker {
@@ -102,8 +104,16 @@ impl Worker {
         let mut accept_retry_at: Option<Instant> = None;
         let mut shutting_down = false;
         let mut grace_deadline = None;
+        // The router was built from generation 0; a reload before this thread started shows.
+        let mut generation = 0;
 
         loop {
+            // A reload: the next requests are answered by a router built from the new service.
+            let latest = self.services.generation();
+            if latest != generation {
+                generation = latest;
+                router = (self.services.current())(&crate::WorkerInfo { index: self.index });
+            }
             let now = Instant::now();
             let timeout = if deferred.is_empty() {
                 next_sweep.saturating_duration_since(now)
