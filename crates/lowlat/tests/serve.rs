@@ -394,3 +394,77 @@ fn config_reload_under_load_has_no_errors() {
     server.signal("TERM");
     assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
 }
+
+/// Virtual hosts: `[[site]]` tables chosen by `Host` (any case, with or without a port, a
+/// wildcard for one label); a request naming no listed site goes to the first; a site inherits
+/// the file's top-level settings of what it serves. Bad sites are refused with their lines.
+#[test]
+fn sites_by_host() {
+    let dir = tempfile::tempdir().unwrap();
+    for (site, body) in [("a", "site a\n"), ("b", "site b\n")] {
+        let root = dir.path().join(site);
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("index.html"), body).unwrap();
+        std::fs::write(root.join("page.txt"), body).unwrap();
+    }
+    let cfg = dir.path().join("sites.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "workers = 1\ncache_control = \"max-age=60\"\n\n[[site]]\nserver_names = [\"a.test\"]\nroot = \"{a}\"\n\n[[site]]\nserver_names = [\"b.test\", \"*.b.test\"]\nroot = \"{b}\"\ncache_control = \"no-store\"\n",
+            a = dir.path().join("a").display(),
+            b = dir.path().join("b").display()
+        ),
+    )
+    .unwrap();
+    let mut server = ServeProcess::start("", &format!("--config {}", cfg.display()));
+    let get = |host: &str| {
+        let mut s = TcpStream::connect(server.addr).unwrap();
+        write!(
+            s,
+            "GET /page.txt HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    assert!(get("a.test").ends_with("site a\n"));
+    let b = get("B.TEST:8080");
+    assert!(b.ends_with("site b\n"), "{b}");
+    assert!(b.contains("Cache-Control: no-store"), "{b}");
+    assert!(get("www.b.test").ends_with("site b\n"));
+    let other = get("unknown.test");
+    assert!(
+        other.ends_with("site a\n"),
+        "the first site is the default: {other}"
+    );
+    assert!(
+        other.contains("Cache-Control: max-age=60"),
+        "inherited: {other}"
+    );
+    server.signal("TERM");
+    assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[site]]\nroot = \"/tmp\"\n\n[[site]]\nserver_names = [\"x.test\"]\nworkers = 3\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--check-config", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("bad.toml:1: site[0].server_names: missing"),
+        "{err}"
+    );
+    assert!(
+        err.contains("bad.toml:6: site[1].workers: unknown key in a site"),
+        "{err}"
+    );
+}

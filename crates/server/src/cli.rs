@@ -106,6 +106,10 @@ pub struct ServeArgs {
     /// Do not mount the built-in GET /json
     #[arg(long)]
     pub no_json: bool,
+    /// Sites chosen by `Host` (`[[site]]` tables of a config file; no flag): the first is the
+    /// default, for a request naming no listed site.
+    #[arg(skip)]
+    pub sites: Vec<SiteArgs>,
     #[command(flatten)]
     pub files: crate::files::FilesArgs,
     #[command(flatten)]
@@ -426,31 +430,90 @@ fn raise_fd_limit() {
 /// A one-line reason when the static or app flags are unusable.
 pub fn service(args: &ServeArgs) -> Result<Service, String> {
     let workers = args.to_config().map_or(1, |c| c.workers);
-    let files = crate::files::FilesConfig::from_args(&args.files, workers)?;
-    let mut app = crate::app::AppShared::from_args(&args.app)?;
-    let root = args.files.root.as_deref();
-    let plaintext_on = !args.no_plaintext && !shadowed(root, crate::builtin::PATHS[0]);
-    let json_on = !args.no_json && !shadowed(root, crate::builtin::PATHS[1]);
-    if app
-        .as_ref()
-        .is_some_and(|a| !a.prefix().is_empty() && shadowed(root, a.prefix()))
-    {
-        app = None;
-    }
-    // Check once, here, that the routes fit together, so the per-worker builds cannot fail.
+    let default_site = SiteArgs {
+        server_names: Vec::new(),
+        files: args.files.clone(),
+        app: args.app.clone(),
+        no_plaintext: args.no_plaintext,
+        no_json: args.no_json,
+    };
+    let sites: Vec<(Vec<String>, SiteService)> = if args.sites.is_empty() {
+        vec![(Vec::new(), SiteService::new(&default_site, workers)?)]
+    } else {
+        args.sites
+            .iter()
+            .map(|s| {
+                SiteService::new(s, workers)
+                    .map(|svc| (s.server_names.clone(), svc))
+                    .map_err(|e| format!("site {}: {e}", s.server_names.join(", ")))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    // The first site is the default (a request naming no listed site goes to it); the others
+    // are chosen by Host. Check once, here, that the routes fit together, so the per-worker
+    // builds cannot fail.
     let build = move |info: &WorkerInfo| -> Result<Router, RouteError> {
-        let mut router = Router::new();
-        crate::builtin::mount_some(&mut router, plaintext_on, json_on)?;
-        if let Some(app) = &app {
-            crate::app::mount(&mut router, app, info)?;
+        let mut router = sites[0].1.build(info)?;
+        for (names, site) in &sites[1..] {
+            router.add_site(names, site.build(info)?);
         }
-        crate::files::mount(&mut router, &files);
         Ok(router)
     };
     build(&WorkerInfo { index: 0 }).map_err(|e| e.to_string())?;
     Ok(Arc::new(move |info: &WorkerInfo| {
         build(info).unwrap_or_else(|_| Router::new())
     }))
+}
+
+/// One site's settings: the names it answers to and what it serves.
+#[derive(Debug, Clone)]
+pub struct SiteArgs {
+    /// Host names (`example.com`, `*.example.com`).
+    pub server_names: Vec<String>,
+    pub files: crate::files::FilesArgs,
+    pub app: crate::app::AppArgs,
+    pub no_plaintext: bool,
+    pub no_json: bool,
+}
+
+/// One site, ready to build a router on each worker.
+struct SiteService {
+    files: Arc<crate::files::FilesConfig>,
+    app: Option<Arc<crate::app::AppShared>>,
+    plaintext_on: bool,
+    json_on: bool,
+}
+
+impl SiteService {
+    fn new(site: &SiteArgs, workers: usize) -> Result<Self, String> {
+        let files = crate::files::FilesConfig::from_args(&site.files, workers)?;
+        let mut app = crate::app::AppShared::from_args(&site.app)?;
+        let root = site.files.root.as_deref();
+        let plaintext_on = !site.no_plaintext && !shadowed(root, crate::builtin::PATHS[0]);
+        let json_on = !site.no_json && !shadowed(root, crate::builtin::PATHS[1]);
+        if app
+            .as_ref()
+            .is_some_and(|a| !a.prefix().is_empty() && shadowed(root, a.prefix()))
+        {
+            app = None;
+        }
+        Ok(Self {
+            files,
+            app,
+            plaintext_on,
+            json_on,
+        })
+    }
+
+    fn build(&self, info: &WorkerInfo) -> Result<Router, RouteError> {
+        let mut router = Router::new();
+        crate::builtin::mount_some(&mut router, self.plaintext_on, self.json_on)?;
+        if let Some(app) = &self.app {
+            crate::app::mount(&mut router, app, info)?;
+        }
+        crate::files::mount(&mut router, &self.files);
+        Ok(router)
+    }
 }
 
 /// Whether the document root has something at `route` (a file or a directory), which then wins

@@ -39,7 +39,12 @@ pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
     cmd.build();
     let mut errors = Vec::new();
     let mut file_tokens: Vec<(String, Vec<String>)> = Vec::new();
+    let mut site_tables = None;
     for (key, value) in &table {
+        if key == "site" {
+            site_tables = Some(value);
+            continue;
+        }
         let line = line_of(&text, key);
         let at = |reason: &str| format!("{shown}:{line}: {key}: {reason}");
         let flag = key.replace('_', "-");
@@ -67,6 +72,10 @@ pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
         }
         file_tokens.push((flag, tokens));
     }
+    let sites = match site_tables {
+        Some(value) => sites(&text, &shown, value, &file_tokens, &mut errors),
+        None => Vec::new(),
+    };
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -81,7 +90,155 @@ pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
     let matches = command()
         .try_get_matches_from(&argv)
         .map_err(|e| vec![first_line(&e)])?;
-    ServeArgs::from_arg_matches(&matches).map_err(|e| vec![first_line(&e)])
+    let mut args = ServeArgs::from_arg_matches(&matches).map_err(|e| vec![first_line(&e)])?;
+    args.sites = sites;
+    Ok(args)
+}
+
+/// The flags a `[[site]]` may set: what it serves, not how the server runs.
+fn site_flags() -> Vec<String> {
+    let mut cmd = crate::app::AppArgs::augment_args(crate::files::FilesArgs::augment_args(
+        Command::new("site"),
+    ));
+    cmd.build();
+    cmd.get_arguments()
+        .filter_map(|a| a.get_long().map(str::to_owned))
+        .chain(["no-plaintext".to_owned(), "no-json".to_owned()])
+        .filter(|f| f != "help")
+        .collect()
+}
+
+/// Reads the `[[site]]` tables. Each starts from the file's top-level settings of what a site
+/// serves and overrides them with its own keys.
+fn sites(
+    text: &str,
+    shown: &str,
+    value: &toml::Value,
+    top: &[(String, Vec<String>)],
+    errors: &mut Vec<String>,
+) -> Vec<crate::cli::SiteArgs> {
+    let header = line_of(text, "[[site]]").max(1);
+    let toml::Value::Array(tables) = value else {
+        errors.push(format!("{shown}:{header}: site: must be [[site]] tables"));
+        return Vec::new();
+    };
+    let allowed = site_flags();
+    let mut out = Vec::new();
+    for (i, t) in tables.iter().enumerate() {
+        let start = nth_site_line(text, i);
+        let at = |key: &str, reason: &str| {
+            format!(
+                "{shown}:{}: site[{i}].{key}: {reason}",
+                line_in_site(text, start, key)
+            )
+        };
+        let Some(t) = t.as_table() else {
+            errors.push(format!("{shown}:{start}: site[{i}]: must be a table"));
+            continue;
+        };
+        let names: Vec<String> = match t.get("server_names") {
+            Some(toml::Value::Array(a)) if !a.is_empty() => {
+                let names: Option<Vec<String>> =
+                    a.iter().map(|v| v.as_str().map(str::to_owned)).collect();
+                if let Some(n) = names {
+                    n
+                } else {
+                    errors.push(at("server_names", "must be a list of host names"));
+                    continue;
+                }
+            }
+            _ => {
+                errors.push(format!(
+                    "{shown}:{start}: site[{i}].server_names: missing: the host names this site answers"
+                ));
+                continue;
+            }
+        };
+        let mut own: Vec<(String, Vec<String>)> = Vec::new();
+        let mut bad = false;
+        for (key, value) in t {
+            if key == "server_names" {
+                continue;
+            }
+            let flag = key.replace('_', "-");
+            if !allowed.contains(&flag) {
+                errors.push(at(
+                    key,
+                    "unknown key in a site (a site sets what it serves: root, index, autoindex, cache_control, the app…)",
+                ));
+                bad = true;
+                continue;
+            }
+            let mut cmd = command();
+            cmd.build();
+            let takes_value = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(flag.as_str()))
+                .and_then(clap::Arg::get_num_args)
+                .is_some_and(|n| n.takes_values());
+            match tokens_of(&flag, value, takes_value) {
+                Ok(tokens) => {
+                    if let Err(e) = command().try_get_matches_from(&tokens) {
+                        errors.push(at(key, &first_line(&e)));
+                        bad = true;
+                    } else {
+                        own.push((flag, tokens));
+                    }
+                }
+                Err(reason) => {
+                    errors.push(at(key, &reason));
+                    bad = true;
+                }
+            }
+        }
+        if bad {
+            continue;
+        }
+        let mut argv: Vec<String> = top
+            .iter()
+            .filter(|(f, _)| allowed.contains(f) && !own.iter().any(|(o, _)| o == f))
+            .flat_map(|(_, t)| t.iter().cloned())
+            .collect();
+        argv.extend(own.into_iter().flat_map(|(_, t)| t));
+        match command()
+            .try_get_matches_from(&argv)
+            .map_err(|e| first_line(&e))
+            .and_then(|m| ServeArgs::from_arg_matches(&m).map_err(|e| first_line(&e)))
+        {
+            Ok(a) => out.push(crate::cli::SiteArgs {
+                server_names: names,
+                files: a.files,
+                app: a.app,
+                no_plaintext: a.no_plaintext,
+                no_json: a.no_json,
+            }),
+            Err(e) => errors.push(format!("{shown}:{start}: site[{i}]: {e}")),
+        }
+    }
+    out
+}
+
+/// The line of the `i`-th `[[site]]` header.
+fn nth_site_line(text: &str, i: usize) -> usize {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == "[[site]]")
+        .nth(i)
+        .map_or(0, |(n, _)| n + 1)
+}
+
+/// The line on which `key` is set within the site table starting at line `start`.
+fn line_in_site(text: &str, start: usize, key: &str) -> usize {
+    text.lines()
+        .enumerate()
+        .skip(start)
+        .take_while(|(_, l)| !l.trim_start().starts_with('['))
+        .find(|(_, l)| {
+            l.trim_start()
+                .strip_prefix(key)
+                .is_some_and(|r| r.trim_start().starts_with('='))
+        })
+        .map_or(start, |(n, _)| n + 1)
 }
 
 /// The command-line tokens one key stands for.

@@ -59,6 +59,9 @@ pub struct Router {
     other_path: String,
     /// Reused for the `Location` line of a trailing-slash redirect.
     location: Vec<u8>,
+    /// Other sites, chosen by the request's `Host` (lower-case names, without port); a request
+    /// for no listed name is answered by this router itself, the default site.
+    sites: Vec<(Vec<String>, Router)>,
 }
 
 impl Router {
@@ -66,6 +69,40 @@ impl Router {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Adds a site: requests whose `Host` is one of `names` (a name, or `*.example.com` for one
+    /// label under it) go to `router`. Names are matched without case and without the port.
+    pub fn add_site(&mut self, names: &[String], router: Router) {
+        let names = names
+            .iter()
+            .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
+            .collect();
+        self.sites.push((names, router));
+    }
+
+    fn site_for(&mut self, host: Option<&[u8]>) -> Option<&mut Router> {
+        let host = std::str::from_utf8(host?).ok()?;
+        // `example.com:8080` and `[::1]:8080`: the name without its port.
+        let name = if host.starts_with('[') {
+            host.split(']').next().map_or(host, |h| &host[..=h.len()])
+        } else {
+            host.rsplit_once(':')
+                .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+                .map_or(host, |(h, _)| h)
+        };
+        let name = name.trim_end_matches('.');
+        let parent = name.split_once('.').map(|(_, p)| p);
+        self.sites
+            .iter_mut()
+            .find(|(names, _)| {
+                names.iter().any(|n| {
+                    n.eq_ignore_ascii_case(name)
+                        || n.strip_prefix("*.")
+                            .is_some_and(|w| parent.is_some_and(|p| p.eq_ignore_ascii_case(w)))
+                })
+            })
+            .map(|(_, r)| r)
     }
 
     /// Routes `GET` (and so `HEAD`) on `pattern` to `handler`.
@@ -175,6 +212,11 @@ impl Router {
         worker: usize,
         res: &mut Response<'_>,
     ) {
+        if !self.sites.is_empty() {
+            if let Some(site) = self.site_for(head.header("host")) {
+                return site.dispatch(head, body, worker, res);
+            }
+        }
         let Self {
             tree,
             routes,
@@ -183,6 +225,7 @@ impl Router {
             fallback,
             other_path,
             location,
+            sites: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,
