@@ -18,9 +18,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve HTTP/1.1: built-in endpoints, static files, the dynamic app.
-    Serve(lowlat_server::cli::ServeArgs),
+    Serve(Box<lowlat_server::cli::ServeArgs>),
     /// Generate HTTP load (wrk's flags, wrk2's constant rate, pipelining).
-    Load(lowlat_load::cli::LoadArgs),
+    Load(Box<lowlat_load::cli::LoadArgs>),
     /// Run benchmark sweeps from a spec and render reports.
     Bench(lowlat_bench::cli::BenchArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -38,8 +38,8 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     match cli.command {
-        Command::Serve(args) => lowlat_server::cli::run(args),
-        Command::Load(args) => lowlat_load::cli::run(args),
+        Command::Serve(args) => lowlat_server::cli::run(*args),
+        Command::Load(args) => lowlat_load::cli::run(*args),
         Command::Bench(args) => lowlat_bench::cli::run(args),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

@@ -411,7 +411,7 @@ fn sites_by_host() {
     std::fs::write(
         &cfg,
         format!(
-            "workers = 1\ncache_control = \"max-age=60\"\n\n[[site]]\nserver_names = [\"a.test\"]\nroot = \"{a}\"\n\n[[site]]\nserver_names = [\"b.test\", \"*.b.test\"]\nroot = \"{b}\"\ncache_control = \"no-store\"\n",
+            "workers = 1\ncache_control = \"max-age=60\"\nadd_header = [\"X-Everywhere: yes\"]\n\n[[site]]\nserver_names = [\"a.test\"]\nroot = \"{a}\"\n\n[[site]]\nserver_names = [\"b.test\", \"*.b.test\"]\nroot = \"{b}\"\ncache_control = \"no-store\"\nadd_header = [\"X-Site: b\"]\n",
             a = dir.path().join("a").display(),
             b = dir.path().join("b").display()
         ),
@@ -433,6 +433,10 @@ fn sites_by_host() {
     let b = get("B.TEST:8080");
     assert!(b.ends_with("site b\n"), "{b}");
     assert!(b.contains("Cache-Control: no-store"), "{b}");
+    assert!(
+        b.contains("\r\nX-Site: b\r\n") && !b.contains("X-Everywhere"),
+        "{b}"
+    );
     assert!(get("www.b.test").ends_with("site b\n"));
     let other = get("unknown.test");
     assert!(
@@ -441,6 +445,10 @@ fn sites_by_host() {
     );
     assert!(
         other.contains("Cache-Control: max-age=60"),
+        "inherited: {other}"
+    );
+    assert!(
+        other.contains("\r\nX-Everywhere: yes\r\n"),
         "inherited: {other}"
     );
     server.signal("TERM");

@@ -100,6 +100,9 @@ pub struct ServeArgs {
     /// On SIGINT/SIGTERM, how long requests in flight may take to finish
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
+    /// Add this header line to every response, as nginx's add_header (repeatable)
+    #[arg(long = "add-header", value_name = "NAME: VALUE", value_parser = parse_add_header)]
+    pub add_header: Vec<String>,
     /// Do not mount the built-in GET /plaintext
     #[arg(long)]
     pub no_plaintext: bool,
@@ -436,6 +439,7 @@ pub fn service(args: &ServeArgs) -> Result<Service, String> {
         app: args.app.clone(),
         no_plaintext: args.no_plaintext,
         no_json: args.no_json,
+        add_header: args.add_header.clone(),
     };
     let sites: Vec<(Vec<String>, SiteService)> = if args.sites.is_empty() {
         vec![(Vec::new(), SiteService::new(&default_site, workers)?)]
@@ -474,6 +478,8 @@ pub struct SiteArgs {
     pub app: crate::app::AppArgs,
     pub no_plaintext: bool,
     pub no_json: bool,
+    /// Header lines added to every response of the site.
+    pub add_header: Vec<String>,
 }
 
 /// One site, ready to build a router on each worker.
@@ -482,6 +488,7 @@ struct SiteService {
     app: Option<Arc<crate::app::AppShared>>,
     plaintext_on: bool,
     json_on: bool,
+    add_header: Vec<String>,
 }
 
 impl SiteService {
@@ -502,6 +509,7 @@ impl SiteService {
             app,
             plaintext_on,
             json_on,
+            add_header: site.add_header.clone(),
         })
     }
 
@@ -512,8 +520,38 @@ impl SiteService {
             crate::app::mount(&mut router, app, info)?;
         }
         crate::files::mount(&mut router, &self.files);
+        router.set_extra_headers(&self.add_header);
         Ok(router)
     }
+}
+
+/// Parses `Name: value` for `--add-header`: a token name, a value without CR or LF, and not a
+/// header the server frames itself.
+fn parse_add_header(text: &str) -> Result<String, String> {
+    let (name, value) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?} is not \"Name: value\""))?;
+    let name = name.trim();
+    let value = value.trim();
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(token) {
+        return Err(format!("{name:?} is not a header name"));
+    }
+    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(format!("the value of {name} holds a line break"));
+    }
+    for framed in [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "date",
+        "server",
+    ] {
+        if name.eq_ignore_ascii_case(framed) {
+            return Err(format!("{name} is set by the server itself"));
+        }
+    }
+    Ok(format!("{name}: {value}"))
 }
 
 /// Whether the document root has something at `route` (a file or a directory), which then wins

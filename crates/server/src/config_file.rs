@@ -103,7 +103,11 @@ fn site_flags() -> Vec<String> {
     cmd.build();
     cmd.get_arguments()
         .filter_map(|a| a.get_long().map(str::to_owned))
-        .chain(["no-plaintext".to_owned(), "no-json".to_owned()])
+        .chain([
+            "no-plaintext".to_owned(),
+            "no-json".to_owned(),
+            "add-header".to_owned(),
+        ])
         .filter(|f| f != "help")
         .collect()
 }
@@ -211,6 +215,7 @@ fn sites(
                 app: a.app,
                 no_plaintext: a.no_plaintext,
                 no_json: a.no_json,
+                add_header: a.add_header,
             }),
             Err(e) => errors.push(format!("{shown}:{start}: site[{i}]: {e}")),
         }

@@ -241,6 +241,23 @@ impl<'a> Response<'a> {
         self.sent
     }
 
+    /// Where the next response's bytes begin in the output buffer.
+    pub(crate) fn out_len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Adds header lines (each ending in CRLF) to the head written from `start`: a site's
+    /// `--add-header` lines, after the handler's own.
+    pub(crate) fn insert_head_lines(&mut self, start: usize, lines: &[u8]) {
+        if !self.sent {
+            return;
+        }
+        if let Some(end) = self.out[start..].windows(4).position(|w| w == b"\r\n\r\n") {
+            let at = start + end + 2;
+            self.out.splice(at..at, lines.iter().copied());
+        }
+    }
+
     pub(crate) fn finish(self) -> Finished {
         Finished {
             sent: self.sent,

@@ -62,6 +62,8 @@ pub struct Router {
     /// Other sites, chosen by the request's `Host` (lower-case names, without port); a request
     /// for no listed name is answered by this router itself, the default site.
     sites: Vec<(Vec<String>, Router)>,
+    /// Header lines added to every response of this router (a site's `--add-header`).
+    extra_headers: Vec<u8>,
 }
 
 impl Router {
@@ -217,6 +219,30 @@ impl Router {
                 return site.dispatch(head, body, worker, res);
             }
         }
+        if self.extra_headers.is_empty() {
+            return self.dispatch_here(head, body, worker, res);
+        }
+        let start = res.out_len();
+        self.dispatch_here(head, body, worker, res);
+        res.insert_head_lines(start, &self.extra_headers);
+    }
+
+    /// Header lines (each `Name: value`) to add to every response of this router.
+    pub fn set_extra_headers(&mut self, lines: &[String]) {
+        self.extra_headers.clear();
+        for l in lines {
+            self.extra_headers.extend_from_slice(l.as_bytes());
+            self.extra_headers.extend_from_slice(b"\r\n");
+        }
+    }
+
+    fn dispatch_here(
+        &mut self,
+        head: &Request<'_, '_>,
+        body: &[u8],
+        worker: usize,
+        res: &mut Response<'_>,
+    ) {
         let Self {
             tree,
             routes,
@@ -226,6 +252,7 @@ impl Router {
             other_path,
             location,
             sites: _,
+            extra_headers: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,
