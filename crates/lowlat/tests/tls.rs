@@ -249,3 +249,65 @@ fn flags(base: &[&str], pair: &[&Path; 2]) -> Vec<String> {
     v.push(pair[1].display().to_string());
     v
 }
+
+/// A `[[site]]`'s `cert`/`key` is one more certificate, chosen by SNI among the names it lists;
+/// the first site's is the default.
+#[test]
+fn site_certificates_in_the_config_file() {
+    let pki = Pki::new();
+    let a = pki.leaf("a", &["a.test"], KeyKind::EcdsaP256);
+    let b = pki.leaf("b", &["b.test"], KeyKind::EcdsaP256);
+    let cfg = pki.dir().join("sites.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "workers = 1\ntls_listen = [\"127.0.0.1:0\"]\n\n[[site]]\nserver_names = [\"a.test\"]\ncert = \"{}\"\nkey = \"{}\"\n\n[[site]]\nserver_names = [\"b.test\"]\ncert = \"{}\"\nkey = \"{}\"\n",
+            a.cert.display(),
+            a.key.display(),
+            b.cert.display(),
+            b.key.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr: SocketAddr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("https://"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+    for (name, want) in [
+        ("b.test", "b.test"),
+        ("a.test", "a.test"),
+        ("other.test", "a.test"),
+    ] {
+        let out = Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &addr.to_string(),
+                "-servername",
+                name,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("CN = {want}")) || text.contains(&format!("CN={want}")),
+            "{name}: {text}"
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -72,8 +72,16 @@ pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
         }
         file_tokens.push((flag, tokens));
     }
+    let mut site_certs = Vec::new();
     let sites = match site_tables {
-        Some(value) => sites(&text, &shown, value, &file_tokens, &mut errors),
+        Some(value) => sites(
+            &text,
+            &shown,
+            value,
+            &file_tokens,
+            &mut errors,
+            &mut site_certs,
+        ),
         None => Vec::new(),
     };
     if !errors.is_empty() {
@@ -92,6 +100,10 @@ pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
         .map_err(|e| vec![first_line(&e)])?;
     let mut args = ServeArgs::from_arg_matches(&matches).map_err(|e| vec![first_line(&e)])?;
     args.sites = sites;
+    for (cert, key) in site_certs {
+        args.cert.push(cert.into());
+        args.key.push(key.into());
+    }
     Ok(args)
 }
 
@@ -120,6 +132,7 @@ fn sites(
     value: &toml::Value,
     top: &[(String, Vec<String>)],
     errors: &mut Vec<String>,
+    certs: &mut Vec<(String, String)>,
 ) -> Vec<crate::cli::SiteArgs> {
     let header = line_of(text, "[[site]]").max(1);
     let toml::Value::Array(tables) = value else {
@@ -160,8 +173,23 @@ fn sites(
         };
         let mut own: Vec<(String, Vec<String>)> = Vec::new();
         let mut bad = false;
+        // A site's certificate: one more --cert/--key pair (chosen by SNI among the names it
+        // lists, as every pair is).
+        match (t.get("cert"), t.get("key")) {
+            (Some(toml::Value::String(c)), Some(toml::Value::String(k))) => {
+                certs.push((c.clone(), k.clone()));
+            }
+            (None, None) => {}
+            _ => {
+                errors.push(at(
+                    "cert",
+                    "a site's cert and key are two file names, given together",
+                ));
+                bad = true;
+            }
+        }
         for (key, value) in t {
-            if key == "server_names" {
+            if key == "server_names" || key == "cert" || key == "key" {
                 continue;
             }
             let flag = key.replace('_', "-");
