@@ -53,6 +53,10 @@ pub(crate) struct Counters {
     /// Gauges, set at publication.
     pub(crate) open: u64,
     pub(crate) idle: u64,
+    /// The worker's file cache, read at publication.
+    pub(crate) cache_hits: u64,
+    pub(crate) cache_misses: u64,
+    pub(crate) cache_bytes: u64,
 }
 
 impl Counters {
@@ -92,11 +96,12 @@ impl Counters {
             .chain(self.parse_errors.iter().copied())
             .chain(self.duration_buckets.iter().copied())
             .chain([self.duration_sum_us, self.open, self.idle])
+            .chain([self.cache_hits, self.cache_misses, self.cache_bytes])
     }
 }
 
 /// Words in one published copy of [`Counters`].
-const WORDS: usize = 5 + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3;
+const WORDS: usize = 5 + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3 + 3;
 
 /// Every worker's last published counts.
 #[derive(Debug)]
@@ -152,6 +157,9 @@ impl Registry {
         let parse = take(PARSE_KINDS.len());
         let buckets = take(DURATION_BUCKETS_US.len() + 1);
         let [sum_us, open, idle] = take(3)[..] else {
+            return String::new();
+        };
+        let [hits, misses, cache_bytes] = take(3)[..] else {
             return String::new();
         };
         let mut s = String::new();
@@ -251,6 +259,27 @@ impl Registry {
             sum_us as f64 / 1e6
         );
         let _ = writeln!(s, "lowlat_request_duration_seconds_count {cumulative}");
+        family(
+            &mut s,
+            "lowlat_file_cache_lookups_total",
+            "counter",
+            "Static-file cache lookups, by result.",
+        );
+        let _ = writeln!(
+            s,
+            "lowlat_file_cache_lookups_total{{result=\"hit\"}} {hits}"
+        );
+        let _ = writeln!(
+            s,
+            "lowlat_file_cache_lookups_total{{result=\"miss\"}} {misses}"
+        );
+        family(
+            &mut s,
+            "lowlat_file_cache_bytes",
+            "gauge",
+            "Bytes the static-file caches hold.",
+        );
+        let _ = writeln!(s, "lowlat_file_cache_bytes {cache_bytes}");
         s
     }
 }

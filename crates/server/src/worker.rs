@@ -258,6 +258,10 @@ impl Worker {
                 if let Some(registry) = &cfg.metrics {
                     counters.open = conns.len() as u64;
                     counters.idle = idle;
+                    let (hits, misses, bytes) = crate::files::cache_stats();
+                    counters.cache_hits = hits;
+                    counters.cache_misses = misses;
+                    counters.cache_bytes = bytes as u64;
                     registry.publish(self.index, &counters);
                 }
             }

@@ -121,3 +121,59 @@ fn counts_match_the_requests_made() {
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
     server.stop();
 }
+
+/// The static-file cache in the metrics: a first request misses, the next ones hit, and the
+/// cache holds the file's bytes.
+#[test]
+fn file_cache_lookups() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: lowlat_server::cli::ServeArgs,
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("f.txt"), "x".repeat(1000)).unwrap();
+    let cli = Cli::try_parse_from([
+        "serve",
+        "--workers",
+        "1",
+        "--root",
+        root.path().to_str().unwrap(),
+    ])
+    .unwrap();
+    let registry = Arc::new(Registry::new(1));
+    let cfg = lowlat_server::ServerConfig {
+        metrics: Some(Arc::clone(&registry)),
+        keepalive_timeout: Duration::from_millis(400),
+        ..support::config(1)
+    };
+    let server = TestServer::start(cfg, lowlat_server::cli::service(&cli.serve).unwrap());
+    let metrics = lowlat_server::metrics::serve("127.0.0.1:0".parse().unwrap(), registry).unwrap();
+    for _ in 0..3 {
+        roundtrip(
+            server.addr,
+            b"GET /f.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let m = loop {
+        let m = parse(&scrape(metrics, "/metrics").1);
+        if m["lowlat_file_cache_lookups_total{result=\"hit\"}"] >= 2.0 || Instant::now() > deadline
+        {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        m["lowlat_file_cache_lookups_total{result=\"miss\"}"], 1.0,
+        "{m:?}"
+    );
+    assert_eq!(
+        m["lowlat_file_cache_lookups_total{result=\"hit\"}"], 2.0,
+        "{m:?}"
+    );
+    assert!(m["lowlat_file_cache_bytes"] >= 1000.0, "{m:?}");
+    server.stop();
+}

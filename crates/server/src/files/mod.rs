@@ -303,7 +303,17 @@ impl Handler for StaticFiles {
         };
 
         let now = Instant::now();
-        if let Some(entry) = cache.get_mut(path) {
+        let held = cache.used_bytes();
+        let cached = cache.get_mut(path);
+        CACHE_STATS.with(|c| {
+            let (hits, misses, _) = c.get();
+            c.set(if cached.is_some() {
+                (hits + 1, misses, held)
+            } else {
+                (hits, misses + 1, held)
+            });
+        });
+        if let Some(entry) = cached {
             let mut current = true;
             if now.duration_since(entry.checked) >= cfg.cache_valid {
                 current = entry.still_current(cfg.precompressed);
@@ -515,4 +525,15 @@ fn send(v: &Variant, status: u16, extra: &[u8], start: u64, len: u64, res: &mut 
             },
         ),
     }
+}
+
+thread_local! {
+    /// This worker's file-cache lookups (hits, misses) and the bytes the cache holds, for the
+    /// metrics: the cache belongs to the worker's thread, and so do these (no atomics).
+    static CACHE_STATS: std::cell::Cell<(u64, u64, usize)> = const { std::cell::Cell::new((0, 0, 0)) };
+}
+
+/// (hits, misses, bytes held) of the calling worker's file cache.
+pub(crate) fn cache_stats() -> (u64, u64, usize) {
+    CACHE_STATS.with(std::cell::Cell::get)
 }
