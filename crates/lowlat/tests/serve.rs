@@ -27,8 +27,12 @@ impl ServeProcess {
             .spawn()
             .expect("spawn lowlat");
         let stderr = child.stderr.take().unwrap();
+        // Lines before "listening on" (the metrics listener's) are skipped.
+        let mut reader = BufReader::new(stderr);
         let mut line = String::new();
-        BufReader::new(stderr).read_line(&mut line).unwrap();
+        while reader.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
+            line.clear();
+        }
         let addr = line
             .split_whitespace()
             .find_map(|w| w.strip_prefix("http://"))
@@ -408,10 +412,14 @@ fn sites_by_host() {
         std::fs::write(root.join("page.txt"), body).unwrap();
     }
     let cfg = dir.path().join("sites.toml");
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     std::fs::write(
         &cfg,
         format!(
-            "workers = 1\ncache_control = \"max-age=60\"\nadd_header = [\"X-Everywhere: yes\"]\n\n[[site]]\nserver_names = [\"a.test\"]\nroot = \"{a}\"\n\n[[site]]\nserver_names = [\"b.test\", \"*.b.test\"]\nroot = \"{b}\"\ncache_control = \"no-store\"\nadd_header = [\"X-Site: b\"]\n",
+            "workers = 1\nmetrics = \"{metrics}\"\ncache_control = \"max-age=60\"\nadd_header = [\"X-Everywhere: yes\"]\n\n[[site]]\nserver_names = [\"a.test\"]\nroot = \"{a}\"\n\n[[site]]\nserver_names = [\"b.test\", \"*.b.test\"]\nroot = \"{b}\"\ncache_control = \"no-store\"\nadd_header = [\"X-Site: b\"]\n",
             a = dir.path().join("a").display(),
             b = dir.path().join("b").display()
         ),
@@ -451,6 +459,28 @@ fn sites_by_host() {
         other.contains("\r\nX-Everywhere: yes\r\n"),
         "inherited: {other}"
     );
+    // Responses are counted by site, labelled with the site's first name.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let scraped = loop {
+        let mut s = TcpStream::connect(metrics).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        if text.contains("lowlat_responses_total{site=\"b.test\",class=\"2xx\"} 2\n")
+            || std::time::Instant::now() > deadline
+        {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for line in [
+        "lowlat_responses_total{site=\"a.test\",class=\"2xx\"} 2\n",
+        "lowlat_responses_total{site=\"b.test\",class=\"2xx\"} 2\n",
+        "lowlat_responses_total{site=\"b.test\",class=\"4xx\"} 0\n",
+    ] {
+        assert!(scraped.contains(line), "{line}: {scraped}");
+    }
     server.signal("TERM");
     assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
 

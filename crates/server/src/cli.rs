@@ -592,6 +592,9 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
     let registry = args
         .metrics
         .map(|_| Arc::new(crate::metrics::Registry::new(workers)));
+    if let Some(r) = &registry {
+        r.set_sites(site_labels(args));
+    }
     cfg.metrics.clone_from(&registry);
     let server = Server::bind(cfg, service)?;
     let mut signals = signal_hook::iterator::Signals::new([
@@ -601,7 +604,7 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
         signal_hook::consts::SIGUSR1,
     ])
     .map_err(ServerError::Signals)?;
-    if let (Some(addr), Some(registry)) = (args.metrics, registry) {
+    if let (Some(addr), Some(registry)) = (args.metrics, registry.clone()) {
         let bound = crate::metrics::serve(addr, registry)
             .map_err(|source| ServerError::Bind { addr, source })?;
         tracing::info!("metrics on http://{bound}/metrics");
@@ -630,7 +633,7 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
             for signal in signals.forever() {
                 if signal == signal_hook::consts::SIGHUP {
                     if let Some(path) = &config_path {
-                        reload_config(path, &reloader, &old_args);
+                        reload_config(path, &reloader, &old_args, registry.as_deref());
                     }
                     reload(tls.as_deref());
                     continue;
@@ -659,6 +662,23 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
     let result = running.wait();
     tracing::info!("stopped");
     result
+}
+
+/// The `site` label of each router index on `/metrics`: a site's first server name, in the
+/// order the router numbers them (the first site is the default).
+fn site_labels(args: &ServeArgs) -> Vec<String> {
+    if args.sites.is_empty() {
+        return vec!["default".to_owned()];
+    }
+    args.sites
+        .iter()
+        .map(|s| {
+            s.server_names
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "default".to_owned())
+        })
+        .collect()
 }
 
 /// The settings a reload cannot change (sockets, threads, limits, logs): a change to one is kept
@@ -695,7 +715,12 @@ fn restart_settings(a: &ServeArgs) -> impl std::fmt::Debug + '_ {
 /// SIGHUP with `--config`: re-reads the file (under the same command line) and serves the new
 /// files and app settings from the next request on; a file that does not check is refused and
 /// the configuration in use stays.
-fn reload_config(path: &std::path::Path, reloader: &crate::ReloadHandle, old: &str) {
+fn reload_config(
+    path: &std::path::Path,
+    reloader: &crate::ReloadHandle,
+    old: &str,
+    registry: Option<&crate::metrics::Registry>,
+) {
     let new = match crate::config_file::merged(path, &command_line()) {
         Ok(new) => new,
         Err(errors) => {
@@ -712,6 +737,9 @@ fn reload_config(path: &std::path::Path, reloader: &crate::ReloadHandle, old: &s
     match service(&new) {
         Ok(svc) => {
             reloader.set_service(svc);
+            if let Some(r) = registry {
+                r.set_sites(site_labels(&new));
+            }
             tracing::info!(
                 "SIGHUP: {}: reloaded (files, the app and the built-in routes)",
                 path.display()

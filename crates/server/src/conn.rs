@@ -426,10 +426,11 @@ impl Conn {
                 keep_alive,
                 req.version,
             );
-            ctx.router.dispatch(&req, body, ctx.worker, &mut res);
+            let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
             let done = res.finish();
             let took = ctx.now.saturating_duration_since(self.head_started);
             ctx.counters.response(
+                site,
                 if done.sent { done.status } else { 500 },
                 done.body_bytes,
                 took,

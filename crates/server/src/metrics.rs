@@ -38,8 +38,9 @@ const PARSE_KINDS: [(ParseError, &str); 12] = [
 /// One worker's counts, owned by the worker.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Counters {
-    /// Responses by status class: 1xx … 5xx.
-    pub(crate) responses: [u64; 5],
+    /// Responses by site (the router's index, the last slot shared by any beyond it) and
+    /// status class: 1xx … 5xx.
+    pub(crate) responses: [[u64; 5]; MAX_SITES],
     pub(crate) body_bytes: u64,
     pub(crate) accepted: u64,
     pub(crate) closed: u64,
@@ -62,9 +63,15 @@ pub(crate) struct Counters {
 impl Counters {
     /// A response was written.
     #[inline]
-    pub(crate) fn response(&mut self, status: u16, body_bytes: u64, duration: Duration) {
+    pub(crate) fn response(
+        &mut self,
+        site: usize,
+        status: u16,
+        body_bytes: u64,
+        duration: Duration,
+    ) {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
-        self.responses[class] += 1;
+        self.responses[site.min(MAX_SITES - 1)][class] += 1;
         self.body_bytes += body_bytes;
         let us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
         let bucket = DURATION_BUCKETS_US
@@ -85,6 +92,7 @@ impl Counters {
     fn words(&self) -> impl Iterator<Item = u64> + '_ {
         self.responses
             .iter()
+            .flatten()
             .copied()
             .chain([
                 self.body_bytes,
@@ -101,12 +109,18 @@ impl Counters {
 }
 
 /// Words in one published copy of [`Counters`].
-const WORDS: usize = 5 + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3 + 3;
+const WORDS: usize = 5 * MAX_SITES + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3 + 3;
+
+/// Sites counted apart in `lowlat_responses_total`; any beyond share the last label, `other`.
+pub(crate) const MAX_SITES: usize = 32;
 
 /// Every worker's last published counts.
 #[derive(Debug)]
 pub struct Registry {
     slots: Vec<[AtomicU64; WORDS]>,
+    /// The `site` label of each router index (the first name of each `[[site]]`), replaced at
+    /// a reload.
+    sites: std::sync::Mutex<Vec<String>>,
 }
 
 impl Registry {
@@ -117,6 +131,14 @@ impl Registry {
             slots: (0..workers)
                 .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
                 .collect(),
+            sites: std::sync::Mutex::new(vec!["default".to_owned()]),
+        }
+    }
+
+    /// Names the sites, in the router's order (the default site first), for the `site` label.
+    pub fn set_sites(&self, names: Vec<String>) {
+        if let Ok(mut sites) = self.sites.lock() {
+            *sites = names;
         }
     }
 
@@ -150,7 +172,7 @@ impl Registry {
             at += n;
             s.to_vec()
         };
-        let responses = take(5);
+        let responses = take(5 * MAX_SITES);
         let [body, accepted, closed, timed_out, pauses] = take(5)[..] else {
             return String::new();
         };
@@ -170,10 +192,24 @@ impl Registry {
             &mut s,
             "lowlat_responses_total",
             "counter",
-            "Responses written, by status class.",
+            "Responses written, by site and status class.",
         );
-        for (i, n) in responses.iter().enumerate() {
-            let _ = writeln!(s, "lowlat_responses_total{{class=\"{}xx\"}} {n}", i + 1);
+        let sites = self.sites.lock().map(|g| g.clone()).unwrap_or_default();
+        let shown = sites.len().clamp(1, MAX_SITES);
+        for (i, by_class) in responses.chunks(5).take(shown).enumerate() {
+            let site = if i == MAX_SITES - 1 && sites.len() > MAX_SITES {
+                "other"
+            } else {
+                sites.get(i).map_or("default", String::as_str)
+            };
+            for (c, n) in by_class.iter().enumerate() {
+                let _ = writeln!(
+                    s,
+                    "lowlat_responses_total{{site=\"{}\",class=\"{}xx\"}} {n}",
+                    label(site),
+                    c + 1
+                );
+            }
         }
         family(
             &mut s,
@@ -339,4 +375,16 @@ fn answer(mut conn: TcpStream, registry: &Registry) {
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+/// A label value escaped as the text format asks (backslash, quote, newline).
+fn label(v: &str) -> std::borrow::Cow<'_, str> {
+    if v.contains(['\\', '"', '\n']) {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+            .into()
+    } else {
+        v.into()
+    }
 }

@@ -83,7 +83,7 @@ impl Router {
         self.sites.push((names, router));
     }
 
-    fn site_for(&mut self, host: Option<&[u8]>) -> Option<&mut Router> {
+    fn site_for(&mut self, host: Option<&[u8]>) -> Option<(usize, &mut Router)> {
         let host = std::str::from_utf8(host?).ok()?;
         // `example.com:8080` and `[::1]:8080`: the name without its port.
         let name = if host.starts_with('[') {
@@ -97,14 +97,15 @@ impl Router {
         let parent = name.split_once('.').map(|(_, p)| p);
         self.sites
             .iter_mut()
-            .find(|(names, _)| {
+            .enumerate()
+            .find(|(_, (names, _))| {
                 names.iter().any(|n| {
                     n.eq_ignore_ascii_case(name)
                         || n.strip_prefix("*.")
                             .is_some_and(|w| parent.is_some_and(|p| p.eq_ignore_ascii_case(w)))
                 })
             })
-            .map(|(_, r)| r)
+            .map(|(i, (_, r))| (i, r))
     }
 
     /// Routes `GET` (and so `HEAD`) on `pattern` to `handler`.
@@ -206,25 +207,29 @@ impl Router {
         Ok(())
     }
 
-    /// Finds the handler for `head` and lets it answer through `res`.
+    /// Finds the handler for `head` and lets it answer through `res`. Returns which site
+    /// answered: 0 for this router (the default site), `i + 1` for the `i`th added site.
     pub fn dispatch(
         &mut self,
         head: &Request<'_, '_>,
         body: &[u8],
         worker: usize,
         res: &mut Response<'_>,
-    ) {
+    ) -> usize {
         if !self.sites.is_empty() {
-            if let Some(site) = self.site_for(head.header("host")) {
-                return site.dispatch(head, body, worker, res);
+            if let Some((i, site)) = self.site_for(head.header("host")) {
+                site.dispatch(head, body, worker, res);
+                return i + 1;
             }
         }
         if self.extra_headers.is_empty() {
-            return self.dispatch_here(head, body, worker, res);
+            self.dispatch_here(head, body, worker, res);
+            return 0;
         }
         let start = res.out_len();
         self.dispatch_here(head, body, worker, res);
         res.insert_head_lines(start, &self.extra_headers);
+        0
     }
 
     /// Header lines (each `Name: value`) to add to every response of this router.

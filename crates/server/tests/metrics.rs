@@ -86,8 +86,14 @@ fn counts_match_the_requests_made() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(m["lowlat_responses_total{class=\"2xx\"}"], 30.0, "{m:?}");
-    assert_eq!(m["lowlat_responses_total{class=\"4xx\"}"], 7.0, "{m:?}");
+    assert_eq!(
+        m["lowlat_responses_total{site=\"default\",class=\"2xx\"}"], 30.0,
+        "{m:?}"
+    );
+    assert_eq!(
+        m["lowlat_responses_total{site=\"default\",class=\"4xx\"}"], 7.0,
+        "{m:?}"
+    );
     assert_eq!(
         m["lowlat_parse_errors_total{kind=\"malformed\"}"], 1.0,
         "{m:?}"
