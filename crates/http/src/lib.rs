@@ -1,4 +1,4 @@
-//! lowlat's HTTP/1.1 codec: pure functions and small state machines over byte slices.
+//! lowlat's HTTP/1.1 and HTTP/2 codec: pure functions and small state machines over byte slices.
 //!
 //! Nothing here does I/O or owns a socket; the server and the load generator drive it over their
 //! own buffers. Parsing borrows from the caller's buffer and never allocates; "not enough bytes
@@ -10,6 +10,7 @@
 //!   decision — which refuses the request-smuggling shapes of RFC 9112 §6.3.
 //! - [`response`]: encoding a response head into an output buffer; status reason phrases.
 //! - [`body`]: body framing — [`body::ChunkedDecoder`] for `Transfer-Encoding: chunked`.
+//! - [`h2`]: HTTP/2 frames, request header blocks (HPACK) and the response header block.
 //! - [`client`]: the other side — parsing response heads, for the load generator.
 //! - [`date`]: the `Date` header value, formatted at most once per second.
 //! - [`limits`]: the default size limits, each a named constant.
@@ -21,6 +22,7 @@ pub mod body;
 pub mod client;
 pub mod date;
 pub mod error;
+pub mod h2;
 pub mod limits;
 pub mod request;
 pub mod response;
@@ -37,9 +39,11 @@ pub enum Status<T> {
     Partial,
 }
 
-/// The HTTP version of a message. HTTP/0.9 and 2+ never get this far (505 or 400).
+/// The HTTP version of a message. HTTP/0.9 and 3 never get this far (505 or 400); HTTP/2
+/// requests come from the [`h2`] codec, not from the HTTP/1.1 parser.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
     Http10,
     Http11,
+    Http2,
 }

@@ -275,7 +275,7 @@ fn scan_fields(headers: &[Header<'_>], version: Version) -> Result<Fields, Parse
         }
     };
     let keep_alive = match version {
-        Version::Http11 => !close,
+        Version::Http11 | Version::Http2 => !close,
         Version::Http10 => keep_alive_token && !close,
     };
     Ok(Fields {

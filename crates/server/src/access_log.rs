@@ -208,6 +208,7 @@ impl WorkerLog {
         b.extend_from_slice(match e.version {
             Version::Http11 => b" HTTP/1.1\" ",
             Version::Http10 => b" HTTP/1.0\" ",
+            Version::Http2 => b" HTTP/2.0\" ",
         });
         b.extend_from_slice(ip.format(e.status).as_bytes());
         b.push(b' ');
@@ -246,6 +247,7 @@ impl WorkerLog {
             protocol: match e.version {
                 Version::Http11 => "HTTP/1.1",
                 Version::Http10 => "HTTP/1.0",
+                Version::Http2 => "HTTP/2.0",
             },
             status: e.status,
             bytes: e.bytes,
