@@ -11,6 +11,8 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 # lowlat bench's sweep test runs nginx beside lowlat; its lifecycle tests use python3's http.server.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# HTTP/2 is tested with curl --http2, nghttp and h2load (Debian's nghttp2-client).
+command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 # lowlat bench's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
@@ -21,4 +23,9 @@ if [ ${#need[@]} -gt 0 ]; then
     # nginx's package starts a daemon on port 80; the tests start their own on free ports.
     if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop nginx 2>/dev/null || true; fi
     if [ -x /etc/init.d/nginx ]; then $sudo /etc/init.d/nginx stop >/dev/null 2>&1 || true; fi
+fi
+# h2spec (the HTTP/2 conformance suite) from the Go module proxy, into $(go env GOPATH)/bin.
+if ! command -v h2spec >/dev/null 2>&1 && command -v go >/dev/null 2>&1 \
+    && [ ! -x "$(go env GOPATH)/bin/h2spec" ]; then
+    GOFLAGS=-mod=mod go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
 fi

@@ -114,6 +114,8 @@ pub struct ServeArgs {
     #[arg(skip)]
     pub sites: Vec<SiteArgs>,
     #[command(flatten)]
+    pub h2: crate::h2::config::H2Args,
+    #[command(flatten)]
     pub files: crate::files::FilesArgs,
     #[command(flatten)]
     pub app: crate::app::AppArgs,
@@ -172,6 +174,7 @@ impl ServeArgs {
             body_timeout: self.body_timeout,
             write_timeout: self.write_timeout,
             grace: self.grace,
+            h2: self.h2.to_config(),
             ..ServerConfig::default()
         };
         if let Some(workers) = self.workers {
@@ -203,8 +206,12 @@ impl ServeArgs {
                 key: key.clone(),
             })
             .collect();
-        let ctx = TlsContext::new(&pairs, self.tls_crypto, crate::tls::ALPN_HTTP1)
-            .map_err(|e| e.to_string())?;
+        let alpn = if self.h2.no_h2 {
+            crate::tls::ALPN_HTTP1
+        } else {
+            crate::tls::ALPN_H2_HTTP1
+        };
+        let ctx = TlsContext::new(&pairs, self.tls_crypto, alpn).map_err(|e| e.to_string())?;
         Ok(Some(Arc::new(ctx)))
     }
 }
@@ -701,7 +708,13 @@ fn restart_settings(a: &ServeArgs) -> impl std::fmt::Debug + '_ {
             a.write_timeout,
             a.grace,
         ),
-        (&a.cert, &a.key, a.tls_handshake_timeout, a.tls_crypto),
+        (
+            &a.cert,
+            &a.key,
+            a.tls_handshake_timeout,
+            a.tls_crypto,
+            &a.h2,
+        ),
         (
             &a.log_level,
             &a.log_format,

@@ -61,6 +61,8 @@ pub struct ServerConfig {
     pub write_timeout: Duration,
     /// How long a graceful shutdown waits for requests in flight.
     pub grace: Duration,
+    /// HTTP/2: whether it is offered, and its limits.
+    pub h2: crate::h2::H2Config,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +85,7 @@ impl Default for ServerConfig {
             body_timeout: DEFAULT_BODY_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             grace: DEFAULT_GRACE,
+            h2: crate::h2::H2Config::default(),
         }
     }
 }
@@ -97,6 +100,7 @@ impl ServerConfig {
             self.body_timeout,
             self.write_timeout,
             self.tls_handshake_timeout,
+            self.h2.settings_timeout,
         ]
         .into_iter()
         .min()

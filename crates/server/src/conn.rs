@@ -113,6 +113,8 @@ pub(crate) struct Conn {
     fin_seen: bool,
     /// The connection is finished; the worker removes it.
     pub(crate) closed: bool,
+    /// The client speaks HTTP/2: [`crate::proto`] hands the connection over.
+    h2: bool,
     /// When the current request head started arriving.
     head_started: Instant,
     pub(crate) wait: Wait,
@@ -153,6 +155,7 @@ impl Conn {
             eof: false,
             fin_seen: false,
             closed: false,
+            h2: false,
             head_started: now,
             wait,
             deadline: now + first_deadline,
@@ -205,6 +208,10 @@ impl Conn {
                 }
             }
             if self.unparsed && self.rlen > 0 {
+                if self.speaks_h2(ctx) {
+                    // Handed over as it is: the HTTP/2 side reads the preface from `rbuf`.
+                    return;
+                }
                 self.process(ctx);
                 if !self.wbuf.is_empty() || self.file.is_some() || self.closing {
                     continue;
@@ -230,6 +237,42 @@ impl Conn {
         }
         self.release_idle_buffers(ctx);
         self.arm_deadline(ctx);
+    }
+
+    /// Whether the bytes received start HTTP/2: ALPN agreed on `h2`, or `--h2c` is on and they
+    /// are the HTTP/2 preface. A prefix of the preface waits for the rest (no HTTP/1.1 request
+    /// starts with `PRI * HTTP/2.0`).
+    fn speaks_h2(&mut self, ctx: &WorkerCtx<'_>) -> bool {
+        if self.io.alpn() == Some(b"h2") {
+            self.h2 = true;
+        } else if ctx.cfg.h2.h2c && !self.io.is_tls() {
+            let preface = lowlat_http::h2::frame::PREFACE;
+            let n = self.rlen.min(preface.len());
+            if self.rbuf[..n] == preface[..n] {
+                if n < preface.len() {
+                    self.unparsed = false;
+                    return true;
+                }
+                self.h2 = true;
+            }
+        }
+        self.h2
+    }
+
+    /// Whether the connection is to continue as HTTP/2 (see [`Conn::into_h2`]).
+    pub(crate) fn wants_h2(&self) -> bool {
+        self.h2 && !self.closed
+    }
+
+    /// The transport and what was read, for the HTTP/2 side; the rest goes back to the pool.
+    pub(crate) fn into_h2(
+        mut self,
+        ctx: &mut WorkerCtx<'_>,
+    ) -> (Transport, std::net::SocketAddr, Vec<u8>, usize) {
+        if self.wbuf.capacity() > 0 {
+            ctx.pool.give_write(std::mem::take(&mut self.wbuf));
+        }
+        (self.io, self.peer, self.rbuf, self.rlen)
     }
 
     /// One `read(2)` into the spare room of the read buffer.

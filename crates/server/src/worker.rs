@@ -19,8 +19,9 @@ use mio::{Events, Interest, Poll, Registry, Token};
 use slab::Slab;
 
 use crate::config::ServerConfig;
-use crate::conn::{Conn, Wait};
+use crate::conn::Conn;
 use crate::pool::BufferPool;
+use crate::proto::Connection;
 use crate::router::Router;
 use crate::transport::Transport;
 
@@ -85,7 +86,7 @@ impl Worker {
                 .register(&mut l.sock, Token(i), Interest::READABLE)?;
         }
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
-        let mut conns: Slab<Conn> = Slab::new();
+        let mut conns: Slab<Connection> = Slab::new();
         let mut pool = BufferPool::default();
         let mut date = DateCache::new();
         let mut scratch = Vec::new();
@@ -189,7 +190,7 @@ impl Worker {
                     event.is_read_closed(),
                     event.is_writable() || event.is_write_closed(),
                 );
-                if conn.closed {
+                if conn.closed() {
                     conns.remove(key);
                 }
             }
@@ -218,7 +219,7 @@ impl Worker {
                     shutting_down,
                 };
                 conn.drive(&mut ctx);
-                if conn.closed {
+                if conn.closed() {
                     conns.remove(key);
                 }
             }
@@ -247,13 +248,15 @@ impl Worker {
                 let mut idle = 0;
                 conns.retain(|key, conn| {
                     ctx.token = Token(key + FIRST_CONN);
-                    let timed_out = now >= conn.deadline;
-                    if timed_out || (shutting_down && conn.wait == Wait::Idle && conn.is_idle()) {
-                        ctx.counters.timed_out += u64::from(timed_out);
+                    let timed_out = now >= conn.deadline();
+                    if timed_out {
+                        ctx.counters.timed_out += 1;
                         conn.expire(&mut ctx);
+                    } else if shutting_down {
+                        conn.shut_down(&mut ctx);
                     }
-                    idle += u64::from(!conn.closed && conn.is_idle());
-                    !conn.closed
+                    idle += u64::from(!conn.closed() && conn.is_idle());
+                    !conn.closed()
                 });
                 if let Some(registry) = &cfg.metrics {
                     counters.open = conns.len() as u64;
@@ -325,7 +328,7 @@ fn say_paused(worker: usize, out_of_descriptors: bool, open: usize) {
 /// the backlog was drained.
 fn accept_all(
     listener: &Listener,
-    conns: &mut Slab<Conn>,
+    conns: &mut Slab<Connection>,
     registry: &Registry,
     cfg: &ServerConfig,
     now: Instant,
@@ -356,7 +359,7 @@ fn accept_all(
                     },
                     _ => (Transport::Plain(stream), cfg.keepalive_timeout),
                 };
-                entry.insert(Conn::new(io, peer, now, first_deadline));
+                entry.insert(Connection::H1(Conn::new(io, peer, now, first_deadline)));
                 counters.accepted += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,

@@ -100,11 +100,17 @@ impl FrameHeader {
     }
 }
 
-/// Appends a frame header.
-pub fn write_header(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
+/// A frame header's bytes.
+#[must_use]
+pub fn header_bytes(len: usize, kind: u8, flags: u8, stream: u32) -> [u8; HEADER_LEN] {
     let len = u32::try_from(len).unwrap_or(MAX_MAX_FRAME).to_be_bytes();
     let s = stream.to_be_bytes();
-    out.extend_from_slice(&[len[1], len[2], len[3], kind, flags, s[0], s[1], s[2], s[3]]);
+    [len[1], len[2], len[3], kind, flags, s[0], s[1], s[2], s[3]]
+}
+
+/// Appends a frame header.
+pub fn write_header(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
+    out.extend_from_slice(&header_bytes(len, kind, flags, stream));
 }
 
 /// The payload of a DATA or HEADERS frame without its padding (RFC 9113 §6.1).

@@ -10,7 +10,7 @@
 //! Choices, each a deliberate default:
 //! - TLS 1.3 and 1.2 only, with rustls's cipher suites (AEADs with forward secrecy only: AES-GCM
 //!   and ChaCha20-Poly1305).
-//! - ALPN offers `http/1.1` (the list is a parameter, so `h2` is one more entry).
+//! - ALPN offers `h2` then `http/1.1` (or `http/1.1` alone with `--no-h2`).
 //! - Resumption: stateless tickets whose key rotates (every 6 hours, the previous key still
 //!   accepted) and lives only in this process — a restart invalidates them, nothing is written to
 //!   disk. TLS 1.2 session IDs use a bounded in-memory cache. No 0-RTT data (replayable).
@@ -30,6 +30,8 @@ pub use certs::{CertPaths, CertStore, LoadedCert};
 
 /// ALPN for a server that speaks HTTP/1.1 only.
 pub const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
+/// ALPN offering HTTP/2 first (rustls picks the server's first protocol the client lists).
+pub const ALPN_H2_HTTP1: &[&[u8]] = &[b"h2", b"http/1.1"];
 
 /// TLS 1.2 sessions remembered for ID-based resumption (about 100 bytes each).
 const SESSION_CACHE_ENTRIES: usize = 10_240;

@@ -1,0 +1,142 @@
+//! One HTTP/2 stream while it needs state: a request whose body is still arriving, or a
+//! response whose body waits for flow-control window. A request that arrives whole and is
+//! answered whole within the window never gets one.
+//!
+//! Also here: turning the HTTP/1.1-form head a handler wrote into HTTP/2 fields, so every
+//! handler, the router and the static files serve both protocols unchanged.
+
+use std::time::Instant;
+
+use lowlat_http::h2::RequestHead;
+
+use crate::handler::FileBody;
+
+/// Where a stream is in its life (RFC 9113 §5.1), for the states that need an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// The request's body is arriving.
+    Open,
+    /// The request is complete; the response is being sent.
+    HalfClosedRemote,
+    /// Both sides are done: the entry is removed at the end of the round.
+    Done,
+}
+
+/// A stream with state.
+pub(crate) struct Stream {
+    pub(crate) id: u32,
+    pub(crate) state: State,
+    /// What we may still send on it.
+    pub(crate) send_window: i64,
+    /// What the client may still send on it.
+    pub(crate) recv_window: i64,
+    /// When its head arrived (the access log's duration).
+    pub(crate) started: Instant,
+    /// The request head, kept while the body arrives.
+    pub(crate) head: Option<Box<RequestHead>>,
+    /// The request body received so far.
+    pub(crate) body: Vec<u8>,
+    /// Response body bytes from memory still to send (`out[out_pos..]`).
+    pub(crate) out: Vec<u8>,
+    pub(crate) out_pos: usize,
+    /// A file region to send after `out`.
+    pub(crate) file: Option<FileBody>,
+}
+
+impl Stream {
+    pub(crate) fn receiving(
+        id: u32,
+        head: Box<RequestHead>,
+        send_window: i64,
+        recv_window: i64,
+        now: Instant,
+    ) -> Self {
+        Self {
+            id,
+            state: State::Open,
+            send_window,
+            recv_window,
+            started: now,
+            head: Some(head),
+            body: Vec::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            file: None,
+        }
+    }
+
+    /// Bytes of response body still to send.
+    pub(crate) fn pending(&self) -> u64 {
+        (self.out.len() - self.out_pos) as u64 + self.file.as_ref().map_or(0, |f| f.len)
+    }
+}
+
+/// Fields HTTP/2 forbids in a response (RFC 9113 §8.2.2).
+const HOP_BY_HOP: [&[u8]; 5] = [
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"transfer-encoding",
+    b"upgrade",
+];
+
+/// Reads the head a handler wrote in HTTP/1.1 form at the start of `buf` (`HTTP/1.1 200 OK`,
+/// fields, blank line), lower-casing the names in place. Returns the status, the fields to
+/// send (connection-specific ones dropped) as ranges of `buf`, and where the body starts.
+pub(crate) fn translate_head(
+    buf: &mut [u8],
+    fields: &mut Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+) -> Option<(u16, usize)> {
+    fields.clear();
+    let status = std::str::from_utf8(buf.get(9..12)?).ok()?.parse().ok()?;
+    let mut at = buf.iter().position(|&b| b == b'\n')? + 1;
+    loop {
+        let end = at + buf[at..].iter().position(|&b| b == b'\n')?;
+        let line_end = if end > at && buf[end - 1] == b'\r' {
+            end - 1
+        } else {
+            end
+        };
+        if line_end == at {
+            return Some((status, end + 1));
+        }
+        let colon = at + buf[at..line_end].iter().position(|&b| b == b':')?;
+        buf[at..colon].make_ascii_lowercase();
+        let mut v = colon + 1;
+        while v < line_end && (buf[v] == b' ' || buf[v] == b'\t') {
+            v += 1;
+        }
+        if !HOP_BY_HOP.contains(&&buf[at..colon]) {
+            fields.push((at..colon, v..line_end));
+        }
+        at = end + 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_translate() {
+        let mut buf =
+            b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nConnection: close\r\nX-A:  b\r\n\r\nbody"
+                .to_vec();
+        let mut fields = Vec::new();
+        let (status, body) = translate_head(&mut buf, &mut fields).unwrap();
+        assert_eq!(status, 404);
+        assert_eq!(&buf[body..], b"body");
+        let got: Vec<(&[u8], &[u8])> = fields
+            .iter()
+            .map(|(n, v)| (&buf[n.clone()], &buf[v.clone()]))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(&b"content-type"[..], &b"text/plain"[..]), (b"x-a", b"b")]
+        );
+        assert_eq!(
+            translate_head(&mut b"HTTP/1.1 2".to_vec(), &mut fields),
+            None
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! The protocol a connection speaks, over its transport: HTTP/1.1 ([`crate::conn`]) until it
+//! turns out to be HTTP/2 ([`crate::h2`]) — ALPN `h2` after a TLS handshake, or the HTTP/2
+//! preface in clear with `--h2c`. The worker holds every connection as a [`Connection`] and
+//! never needs to know which protocol it speaks.
+
+use std::time::Instant;
+
+use crate::conn::{Conn, Wait};
+use crate::h2::H2Conn;
+use crate::worker::WorkerCtx;
+
+/// A client connection, in the protocol it speaks.
+pub(crate) enum Connection {
+    H1(Conn),
+    H2(Box<H2Conn>),
+    /// Only while [`Connection::switch`] moves the transport from one protocol to the other.
+    Switching,
+}
+
+impl Connection {
+    /// Handles a readiness event; a connection found to speak HTTP/2 switches here.
+    pub(crate) fn on_event(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        readable: bool,
+        read_closed: bool,
+        writable: bool,
+    ) {
+        match self {
+            Self::H1(c) => {
+                c.on_event(ctx, readable, read_closed, writable);
+                self.switch(ctx);
+            }
+            Self::H2(c) => c.on_event(ctx, readable, read_closed, writable),
+            Self::Switching => {}
+        }
+    }
+
+    /// Makes all the progress possible without blocking.
+    pub(crate) fn drive(&mut self, ctx: &mut WorkerCtx<'_>) {
+        match self {
+            Self::H1(c) => {
+                c.drive(ctx);
+                self.switch(ctx);
+            }
+            Self::H2(c) => c.drive(ctx),
+            Self::Switching => {}
+        }
+    }
+
+    fn switch(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if !matches!(self, Self::H1(c) if c.wants_h2()) {
+            return;
+        }
+        let Self::H1(c) = std::mem::replace(self, Self::Switching) else {
+            return;
+        };
+        let (io, peer, rbuf, rlen) = c.into_h2(ctx);
+        let mut h2 = Box::new(H2Conn::new(io, peer, rbuf, rlen, ctx));
+        h2.drive(ctx);
+        *self = Self::H2(h2);
+    }
+
+    pub(crate) fn closed(&self) -> bool {
+        match self {
+            Self::H1(c) => c.closed,
+            Self::H2(c) => c.closed,
+            Self::Switching => true,
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        match self {
+            Self::H1(c) => c.deadline,
+            Self::H2(c) => c.deadline,
+            Self::Switching => Instant::now(),
+        }
+    }
+
+    /// Whether the connection waits between requests with nothing in flight.
+    pub(crate) fn is_idle(&self) -> bool {
+        match self {
+            Self::H1(c) => c.wait == Wait::Idle && c.is_idle(),
+            Self::H2(c) => c.wait == Wait::Idle && c.is_idle(),
+            Self::Switching => false,
+        }
+    }
+
+    /// The deadline passed.
+    pub(crate) fn expire(&mut self, ctx: &mut WorkerCtx<'_>) {
+        match self {
+            Self::H1(c) => c.expire(ctx),
+            Self::H2(c) => c.expire(ctx),
+            Self::Switching => {}
+        }
+    }
+
+    /// Shutdown began: idle connections close now; an HTTP/2 one announces GOAWAY and closes
+    /// once its streams are done.
+    pub(crate) fn shut_down(&mut self, ctx: &mut WorkerCtx<'_>) {
+        match self {
+            Self::H1(c) => {
+                if c.wait == Wait::Idle && c.is_idle() {
+                    c.expire(ctx);
+                }
+            }
+            Self::H2(c) => c.drive(ctx),
+            Self::Switching => {}
+        }
+    }
+}
