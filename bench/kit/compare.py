@@ -17,7 +17,8 @@ wrk's core is the bottleneck, as it often is on two cores), and appends every ru
 {port} and {www} in --lowlat are filled in (the document root holds 100.html, 99 'X' and a
 newline, and 1m.bin, 1 MiB). Scenarios: plaintext, plaintext-pipe, json, static, static-pipe,
 big (1 MiB file, MB/s); over TLS: tls-plaintext, tls-static,
-tls-handshake (a new connection, so a full handshake, per request), tls-big. For TLS, --lowlat may use
+tls-handshake (a new connection, so a full handshake, per request), tls-big; over HTTP/2 (TLS,
+ALPN h2, loaded by h2load with --streams streams per connection): h2-plaintext, h2-static. For TLS, --lowlat may use
 {tls_port}, {cert} and {key} (a self-signed ECDSA P-256 pair made in the run directory). Peers: nginx, lighttpd, h2o, varnish (caching a file from a throw-away origin),
 may-minihttp, and "ceiling" (ceiling/ceiling.c:
 no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh first.
@@ -58,6 +59,9 @@ SCENARIOS = {
     "tls-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
     "tls-handshake": ("/100.html", 1, [64], ["lowlat", "nginx", "h2o"]),  # a full handshake per request
     "tls-big": ("/1m.bin", 1, [16], ["lowlat", "nginx", "h2o"]),
+    # HTTP/2 over TLS (ALPN h2), loaded by h2load with --streams streams per connection
+    "h2-plaintext": ("/plaintext", 1, [16, 256], ["lowlat", "nginx"]),
+    "h2-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
 }
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
@@ -297,6 +301,26 @@ def wrk_argv(url, conns, depth, seconds, close=False):
     return argv + [url]
 
 
+def h2load_argv(url, conns, streams, seconds):
+    return ["taskset", "-c", "1", "h2load", "-t1", "-c", str(conns), "-m", str(streams), "-D", str(seconds),
+            "-H", "Accept: text/plain,text/html;q=0.9,*/*;q=0.7", url]
+
+
+def parse_h2load(out):
+    r = {"p50_ms": None, "p90_ms": None, "p99_ms": None}
+    m = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s, ([\d.]+)(B|KB|MB|GB)/s", out)
+    r["rps"] = float(m.group(1)) if m else None
+    r["mb_s"] = to_mb(m.group(2) + m.group(3)) if m else None
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, \d+ succeeded, (\d+) failed, (\d+) errored, "
+                  r"(\d+) timeout", out)
+    r["socket_errors"] = sum(int(x) for x in m.groups()) if m else 0
+    m = re.search(r"status codes: \d+ 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+    r["non_2xx"] = sum(int(x) for x in m.groups()) if m else 0
+    m = re.search(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)", out)
+    r["p50_ms"] = to_ms(m.group(3)) if m else None  # h2load gives no percentiles: its mean
+    return r
+
+
 def measure(srv, argv, seconds):
     mine = set(srv.pids())
     for p in srv.rss_pids():
@@ -318,7 +342,7 @@ def measure(srv, argv, seconds):
     now = srv.pids()
     srv_ticks = sum((ticks(p) or (0, 0))[0] - s0.get(p, 0) for p in now)
     foreign, top = foreign_ticks(a0, a1, set(now) | mine)
-    rec = parse_wrk(out)
+    rec = parse_h2load(out) if "h2load" in argv else parse_wrk(out)
     rec.update({
         "server_cpu_pct": round(100.0 * srv_ticks / CLK / wall, 1),
         "server_rss_kb": sum(vm_hwm_kb(p) for p in srv.rss_pids()),
@@ -339,6 +363,7 @@ def main():
     ap.add_argument("--scenarios", default="plaintext,plaintext-pipe,static,static-pipe",
                     help=f"comma list out of {','.join(SCENARIOS)}")
     ap.add_argument("--targets", default="", help="comma list; default: every target a scenario names")
+    ap.add_argument("--streams", default="100", help="h2-* scenarios: streams per connection, e.g. '1 10 100'")
     ap.add_argument("--conns", default="", help="connection levels, e.g. '16 256 1024' (default per scenario)")
     ap.add_argument("--duration", type=int, default=10, help="seconds per run (default 10)")
     ap.add_argument("--reps", type=int, default=3, help="runs per level; the median is reported (default 3)")
@@ -384,34 +409,44 @@ def main():
                 path, depth, levels, serves = SCENARIOS[s]
                 if target not in serves:
                     continue
-                tls, close = s.startswith("tls-"), s == "tls-handshake"
+                tls, close = s.startswith(("tls-", "h2-")), s == "tls-handshake"
                 url = (f"https://127.0.0.1:{srv.port + TLS_PORT_OFFSET}{path}" if tls
                        else f"http://127.0.0.1:{srv.port}{path}")
-                subprocess.run(wrk_argv(url, 64, 1, 2, close), capture_output=True, timeout=60)  # warm-up
-                for conns in ([int(c) for c in args.conns.split()] if args.conns else levels):
+                h2 = s.startswith("h2-")
+                if h2:
+                    subprocess.run(h2load_argv(url, 16, 10, 2), capture_output=True, timeout=60)  # warm-up
+                else:
+                    subprocess.run(wrk_argv(url, 64, 1, 2, close), capture_output=True, timeout=60)  # warm-up
+                runs = [(c, m) for c in ([int(c) for c in args.conns.split()] if args.conns else levels)
+                        for m in ([int(m) for m in args.streams.split()] if h2 else [depth])]
+                for conns, depth in runs:
+                    label = f"{s}-m{depth}" if h2 else s
                     for rep in range(args.reps):
                         for attempt in range(4):
-                            rec = measure(srv, wrk_argv(url, conns, depth, args.duration, close), args.duration)
+                            argv = (h2load_argv(url, conns, depth, args.duration) if h2
+                                    else wrk_argv(url, conns, depth, args.duration, close))
+                            rec = measure(srv, argv, args.duration)
                             if rec["foreign_cpu_pct"] <= args.foreign_max:
                                 break
                             log(f"  neighbour used {rec['foreign_cpu_pct']}% CPU {rec['foreign_top']}: repeating")
                             time.sleep(5)
-                        rec.update(target=target, scenario=s, conns=conns, pipeline=depth, rep=rep,
+                        rec.update(target=target, scenario=label, conns=conns, pipeline=depth, rep=rep,
                                    ts=time.strftime("%Y-%m-%dT%H:%M:%S"))
                         if rec["rps"] is None:
-                            log(f"  wrk gave no result:\n{rec['wrk_tail']}")
-                        results.setdefault((s, conns, target), []).append(rec)
+                            log(f"  the load generator gave no result:\n{rec['wrk_tail']}")
+                        results.setdefault((label, conns, target), []).append(rec)
                         if raw:
                             raw.write(json.dumps(rec) + "\n")
                             raw.flush()
-                        log(f"  {target:12s} {s:14s} c={conns:<5d} rps={rec['rps']} p99={rec['p99_ms']}ms "
+                        log(f"  {target:12s} {label:14s} c={conns:<5d} rps={rec['rps']} p99={rec['p99_ms']}ms "
                             f"cpu={rec['server_cpu_pct']}% rss={rec['server_rss_kb']}kB "
                             f"errors={rec['socket_errors'] + rec['non_2xx']}")
         finally:
             srv.stop()
             time.sleep(1)
 
-    print(table(results, scenarios, targets))
+    labels = list(dict.fromkeys(sc for (sc, _, _) in results))
+    print(table(results, labels, targets))
 
 
 def median(recs, key):

@@ -1,15 +1,16 @@
 //! HTTP/2's codec (RFC 9113, RFC 7541): frames in [`frame`], request header blocks in [`head`],
-//! and the response header block in [`encode_response`]. Decoding is `loona-hpack`'s (a
-//! maintained HPACK with a callback decoder that borrows from its table, so fields are checked
-//! and counted before anything is copied); the framing is small enough to be written
-//! here, where it shares the connection's buffers.
+//! HPACK in [`hpack`] (decoding) and [`encode_response`] (a response's header block). Both are
+//! written here: the crates measured allocate per field or rebuild their Huffman tables per
+//! string (see [`hpack`]).
 
 pub mod frame;
 pub mod head;
+pub mod hpack;
+mod hpack_tables;
 
 pub use frame::{ErrorCode, FrameHeader, Settings};
 pub use head::{HeadError, RequestHead};
-pub use loona_hpack::Decoder;
+pub use hpack::{Decoder, HpackError};
 
 /// Response fields whose names are in HPACK's static table (RFC 7541 Appendix A), by index.
 const STATIC_NAMES: [(&[u8], u8); 27] = [
@@ -120,7 +121,10 @@ mod tests {
                 ],
                 &mut out,
             );
-            let got = Decoder::new().decode(&out).unwrap();
+            let mut got = Vec::new();
+            Decoder::default()
+                .decode(&out, |n, v| got.push((n.to_vec(), v.to_vec())))
+                .unwrap();
             assert_eq!(
                 got,
                 vec![

@@ -65,7 +65,7 @@ pub(crate) struct H2Conn {
     /// A handler's response in HTTP/1.1 form, before translation.
     res_buf: Vec<u8>,
     res_fields: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
-    decoder: Decoder<'static>,
+    decoder: Decoder,
     /// The head being decoded (moved into its stream when a body follows).
     head: Box<RequestHead>,
     /// A header block split over CONTINUATION frames, and what it belongs to.
@@ -127,8 +127,7 @@ impl H2Conn {
         if rbuf.len() < want.max(crate::pool::BUF_CAPACITY) {
             rbuf.resize(want.max(crate::pool::BUF_CAPACITY), 0);
         }
-        let mut decoder = Decoder::new();
-        decoder.set_max_allowed_table_size(cfg.header_table_size as usize);
+        let decoder = Decoder::new(cfg.header_table_size as usize);
         let mut wbuf = ctx.pool.take_write();
         frame::write_settings(
             &mut wbuf,
