@@ -31,11 +31,14 @@ const ENTRY_OVERHEAD: usize = 32;
 /// Integers beyond this are refused (no legitimate length or index comes near).
 const MAX_INTEGER: usize = 1 << 28;
 
+/// A dynamic table entry: name and value.
+type Entry = (Box<[u8]>, Box<[u8]>);
+
 /// A decoder's state: the dynamic table, shared by every block on a connection.
 #[derive(Debug)]
 pub struct Decoder {
     /// Newest first.
-    table: VecDeque<(Box<[u8]>, Box<[u8]>)>,
+    table: VecDeque<Entry>,
     size: usize,
     max_size: usize,
     /// What our SETTINGS_HEADER_TABLE_SIZE allows the encoder to ask for.
@@ -123,7 +126,7 @@ impl Decoder {
         Ok(())
     }
 
-    fn insert(&mut self, entry: (Box<[u8]>, Box<[u8]>)) {
+    fn insert(&mut self, entry: Entry) {
         let size = entry.0.len() + entry.1.len() + ENTRY_OVERHEAD;
         if size > self.max_size {
             // An entry larger than the table empties it (RFC 7541 §4.4).
@@ -148,10 +151,7 @@ impl Decoder {
 }
 
 /// Entry `index` of the static table (1..=61) or the dynamic one (62..).
-fn entry(
-    table: &VecDeque<(Box<[u8]>, Box<[u8]>)>,
-    index: usize,
-) -> Result<(&[u8], &[u8]), HpackError> {
+fn entry(table: &VecDeque<Entry>, index: usize) -> Result<(&[u8], &[u8]), HpackError> {
     match index {
         0 => Err(HpackError::BadIndex),
         1..=61 => Ok(STATIC[index - 1]),
