@@ -1,5 +1,7 @@
-//! HPACK decoding (RFC 7541): integers, string literals (plain or Huffman-coded), the static
-//! and dynamic tables, and dynamic table size updates.
+//! HPACK (RFC 7541). [`Decoder`]: integers, string literals (plain or Huffman-coded), the
+//! static and dynamic tables, dynamic table size updates. [`Encoder`]: a response's fields,
+//! each sent once as a literal that enters the client's dynamic table and afterwards as a
+//! one- or two-byte index, while it stays in the table.
 //!
 //! Hand-written, not taken from a crate: `loona-hpack` (the maintained `hpack`) rebuilds a hash
 //! map of the Huffman code for every Huffman-coded string and walks it bit by bit, and measured
@@ -148,6 +150,175 @@ impl Decoder {
             self.size -= n.len() + v.len() + ENTRY_OVERHEAD;
         }
     }
+}
+
+/// Response fields larger than this are sent as literals, never indexed: a large value would
+/// push every small repeated field out of the client's table.
+const MAX_INDEXED_ENTRY: usize = 512;
+/// The most of the client's table the encoder uses (the protocol's default size).
+const ENCODER_TABLE: usize = 4096;
+
+/// Response fields whose names are in HPACK's static table (RFC 7541 Appendix A), by index.
+const STATIC_NAMES: [(&[u8], u8); 27] = [
+    (b"accept-ranges", 18),
+    (b"access-control-allow-origin", 20),
+    (b"age", 21),
+    (b"allow", 22),
+    (b"cache-control", 24),
+    (b"content-disposition", 25),
+    (b"content-encoding", 26),
+    (b"content-language", 27),
+    (b"content-length", 28),
+    (b"content-location", 29),
+    (b"content-range", 30),
+    (b"content-type", 31),
+    (b"date", 33),
+    (b"etag", 34),
+    (b"expires", 36),
+    (b"last-modified", 44),
+    (b"link", 45),
+    (b"location", 46),
+    (b"proxy-authenticate", 48),
+    (b"refresh", 52),
+    (b"retry-after", 53),
+    (b"server", 54),
+    (b"set-cookie", 55),
+    (b"strict-transport-security", 56),
+    (b"vary", 59),
+    (b"via", 60),
+    (b"www-authenticate", 61),
+];
+
+/// An encoder's state: a mirror of the client's dynamic table, as our blocks have filled it.
+///
+/// Hand-written like the decoder: responses repeat most of their fields (server, type,
+/// validators, length of the same file), so after the first response a head is a few index
+/// bytes — less to encrypt and send, and less for the client to decode; the peers' encoders do
+/// the same. `loona-hpack`'s encoder indexed only fields whose name is in no table.
+#[derive(Debug)]
+pub struct Encoder {
+    /// Newest first, as the client's decoder holds them.
+    table: VecDeque<Entry>,
+    size: usize,
+    max_size: usize,
+    /// A smaller table size to announce at the start of the next block.
+    size_update: Option<usize>,
+}
+
+impl Default for Encoder {
+    fn default() -> Self {
+        Self {
+            table: VecDeque::new(),
+            size: 0,
+            max_size: ENCODER_TABLE,
+            size_update: None,
+        }
+    }
+}
+
+impl Encoder {
+    /// The client's SETTINGS_HEADER_TABLE_SIZE: the table the encoder may use shrinks to fit
+    /// (announced in the next block); it never grows past the protocol's default.
+    pub fn set_peer_table_size(&mut self, size: u32) {
+        let size = (size as usize).min(ENCODER_TABLE);
+        if size != self.max_size {
+            self.max_size = size;
+            self.size_update = Some(self.size_update.map_or(size, |u| u.min(size)));
+            self.evict(0);
+        }
+    }
+
+    /// Appends the block of a response: `:status`, then `fields` (names in lower case).
+    pub fn encode_response<'a>(
+        &mut self,
+        status: u16,
+        fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        out: &mut Vec<u8>,
+    ) {
+        if let Some(size) = self.size_update.take() {
+            put_integer(size, 5, 0x20, out);
+            if size != self.max_size {
+                put_integer(self.max_size, 5, 0x20, out);
+            }
+        }
+        match status {
+            200 => out.push(0x80 | 8),
+            204 => out.push(0x80 | 9),
+            206 => out.push(0x80 | 10),
+            304 => out.push(0x80 | 11),
+            400 => out.push(0x80 | 12),
+            404 => out.push(0x80 | 13),
+            500 => out.push(0x80 | 14),
+            _ => {
+                let mut code = itoa::Buffer::new();
+                out.push(8); // literal without indexing, name :status
+                put_string(code.format(status).as_bytes(), out);
+            }
+        }
+        for (name, value) in fields {
+            self.field(name, value, out);
+        }
+    }
+
+    fn field(&mut self, name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+        if let Some(i) = self
+            .table
+            .iter()
+            .position(|(n, v)| v.len() == value.len() && **v == *value && **n == *name)
+        {
+            return put_integer(62 + i, 7, 0x80, out);
+        }
+        let static_name = STATIC_NAMES.iter().find(|(n, _)| *n == name).map(|e| e.1);
+        let size = name.len() + value.len() + ENTRY_OVERHEAD;
+        let index = size <= MAX_INDEXED_ENTRY.min(self.max_size);
+        let (prefix, flags) = if index { (6, 0x40) } else { (4, 0x00) };
+        match static_name {
+            Some(i) => put_integer(usize::from(i), prefix, flags, out),
+            None => {
+                out.push(flags);
+                put_string(name, out);
+            }
+        }
+        put_string(value, out);
+        if index {
+            self.evict(size);
+            self.size += size;
+            self.table.push_front((Box::from(name), Box::from(value)));
+        }
+    }
+
+    /// Evicts the oldest entries until `room` more bytes fit, as the client's decoder does.
+    fn evict(&mut self, room: usize) {
+        while self.size + room > self.max_size {
+            let Some((n, v)) = self.table.pop_back() else {
+                break;
+            };
+            self.size -= n.len() + v.len() + ENTRY_OVERHEAD;
+        }
+    }
+}
+
+/// An integer with an `n`-bit prefix, the first byte's high bits `flags` (RFC 7541 §5.1).
+fn put_integer(mut v: usize, n: u8, flags: u8, out: &mut Vec<u8>) {
+    let max = (1usize << n) - 1;
+    if v < max {
+        out.push(flags | v as u8);
+        return;
+    }
+    out.push(flags | max as u8);
+    v -= max;
+    while v >= 128 {
+        out.push((v % 128) as u8 | 0x80);
+        v /= 128;
+    }
+    out.push(v as u8);
+}
+
+/// A string literal, not Huffman-coded (RFC 7541 §5.2): Huffman coding would save a fifth of
+/// the bytes of a field sent once, and cost a table walk on both sides.
+fn put_string(s: &[u8], out: &mut Vec<u8>) {
+    put_integer(s.len(), 7, 0x00, out);
+    out.extend_from_slice(s);
 }
 
 /// Entry `index` of the static table (1..=61) or the dynamic one (62..).
@@ -410,6 +581,53 @@ mod tests {
             huffman_decode(&[0x00], &mut out),
             Err(HpackError::BadHuffman)
         );
+    }
+
+    /// Responses encoded one after another decode to the same fields with a decoder that
+    /// keeps its table across them; repeated fields shrink to indexes; a smaller peer table is
+    /// announced and respected.
+    #[test]
+    fn encoder_and_decoder_stay_in_step() {
+        let mut enc = Encoder::default();
+        let mut dec = Decoder::default();
+        let long = "L".repeat(600);
+        let date = |i: usize| format!("Tue, 24 Nov 2026 11:00:{i:02} GMT");
+        let mut sizes = Vec::new();
+        for i in 0..200 {
+            if i == 100 {
+                enc.set_peer_table_size(100);
+            }
+            let d = date(i / 10);
+            let len = (i % 7).to_string();
+            let fields: Vec<(&[u8], &[u8])> = vec![
+                (b"server", b"lowlat"),
+                (b"date", d.as_bytes()),
+                (b"content-length", len.as_bytes()),
+                (b"x-long", long.as_bytes()),
+            ];
+            let mut out = Vec::new();
+            enc.encode_response(
+                if i % 3 == 0 { 200 } else { 418 },
+                fields.iter().copied(),
+                &mut out,
+            );
+            sizes.push(out.len());
+            let mut got = Vec::new();
+            dec.decode(&out, |n, v| got.push((n.to_vec(), v.to_vec())))
+                .unwrap();
+            assert_eq!(got.len(), 5);
+            for ((n, v), (gn, gv)) in fields.iter().zip(&got[1..]) {
+                assert_eq!((&gn[..], &gv[..]), (*n, *v), "response {i}");
+            }
+            assert!(dec.size <= enc.max_size.max(100));
+            assert_eq!(dec.size, enc.size, "response {i}");
+        }
+        assert!(
+            sizes[1] < 620 + 20,
+            "server and the length indexed: {}",
+            sizes[1]
+        );
+        assert_eq!(dec.max_size, 100);
     }
 
     #[test]

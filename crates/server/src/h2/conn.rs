@@ -22,7 +22,7 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use lowlat_http::h2::frame::{self, flag, kind, ErrorCode, FrameHeader, HEADER_LEN, MAX_WINDOW};
-use lowlat_http::h2::{Decoder, HeadError, RequestHead, Settings};
+use lowlat_http::h2::{Decoder, Encoder, HeadError, RequestHead, Settings};
 use lowlat_http::request::{Header, Method, Request};
 use lowlat_http::Version;
 
@@ -66,6 +66,7 @@ pub(crate) struct H2Conn {
     res_buf: Vec<u8>,
     res_fields: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
     decoder: Decoder,
+    encoder: Encoder,
     /// The head being decoded (moved into its stream when a body follows).
     head: Box<RequestHead>,
     /// A header block split over CONTINUATION frames, and what it belongs to.
@@ -151,6 +152,7 @@ impl H2Conn {
             res_buf: Vec::new(),
             res_fields: Vec::new(),
             decoder,
+            encoder: Encoder::default(),
             head: Box::default(),
             block: Vec::new(),
             pending: None,
@@ -770,7 +772,7 @@ impl H2Conn {
         let mut block = std::mem::take(&mut self.block);
         block.clear();
         let res_buf = &self.res_buf;
-        lowlat_http::h2::encode_response(
+        self.encoder.encode_response(
             status,
             self.res_fields
                 .iter()
@@ -987,6 +989,8 @@ impl H2Conn {
         if let Err(code) = self.peer_settings.apply(&self.rbuf[p]) {
             return self.conn_error(code, "bad SETTINGS");
         }
+        self.encoder
+            .set_peer_table_size(self.peer_settings.header_table_size);
         let delta = i64::from(self.peer_settings.initial_window_size) - old_window;
         if delta != 0 {
             for s in &mut self.streams {
