@@ -404,7 +404,7 @@ impl H2Conn {
                     self.peer_goaway = true;
                 }
             }
-            kind::WINDOW_UPDATE => self.window_update(h, p),
+            kind::WINDOW_UPDATE => self.window_update(ctx.now, h, p),
             kind::CONTINUATION => self.continuation(ctx, h, p),
             // Unknown frame types are ignored (RFC 9113 §4.1).
             _ => {}
@@ -815,7 +815,8 @@ impl H2Conn {
         let i = match entry {
             Some(i) => i,
             None => {
-                let mut s = Stream::receiving(id, Box::default(), stream_window, 0, Instant::now());
+                let mut s =
+                    Stream::receiving(id, Box::default(), stream_window, 0, self.last_progress);
                 s.head = None;
                 s.state = State::HalfClosedRemote;
                 self.streams.push(s);
@@ -1004,7 +1005,7 @@ impl H2Conn {
         frame::write_settings_ack(&mut self.wbuf);
     }
 
-    fn window_update(&mut self, h: FrameHeader, p: std::ops::Range<usize>) {
+    fn window_update(&mut self, now: Instant, h: FrameHeader, p: std::ops::Range<usize>) {
         if p.len() != 4 {
             return self.conn_error(ErrorCode::FrameSize, "WINDOW_UPDATE of the wrong size");
         }
@@ -1018,7 +1019,7 @@ impl H2Conn {
             if self.send_window > MAX_WINDOW {
                 return self.conn_error(ErrorCode::FlowControl, "window above 2^31-1");
             }
-            self.last_progress = Instant::now();
+            self.last_progress = now;
             return;
         }
         if h.stream > self.last_stream {
@@ -1034,7 +1035,7 @@ impl H2Conn {
         if s.send_window > MAX_WINDOW {
             return self.stream_error(h.stream, ErrorCode::FlowControl);
         }
-        self.last_progress = Instant::now();
+        self.last_progress = now;
     }
 
     /// Opens a new counting second when the last one is over.
