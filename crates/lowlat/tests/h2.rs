@@ -595,7 +595,7 @@ fn request_bodies() {
     let server = Serve::start(&["--max-body", "64k"]);
     let mut c = Raw::connect(server.http);
     let mut out = Vec::new();
-    let mut block = Raw::block("/100.html");
+    let block = Raw::block("/100.html");
     frame::write_headers(&mut out, 1, &block, false, 16_384);
     for last in [false, true] {
         frame::write_data_header(&mut out, 1, 1000, last);
