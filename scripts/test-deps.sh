@@ -13,6 +13,8 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 # HTTP/2 is tested with curl --http2, nghttp and h2load (Debian's nghttp2-client).
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
+# lowlat load --h2 is checked against h2o, the reference HTTP/2 server.
+command -v h2o >/dev/null 2>&1 || need+=(h2o)
 # lowlat bench's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
@@ -21,8 +23,10 @@ if [ ${#need[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
     # nginx's package starts a daemon on port 80; the tests start their own on free ports.
-    if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop nginx 2>/dev/null || true; fi
-    if [ -x /etc/init.d/nginx ]; then $sudo /etc/init.d/nginx stop >/dev/null 2>&1 || true; fi
+    for daemon in nginx h2o; do
+        if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop $daemon 2>/dev/null || true; fi
+        if [ -x /etc/init.d/$daemon ]; then $sudo /etc/init.d/$daemon stop >/dev/null 2>&1 || true; fi
+    done
 fi
 # h2spec (the HTTP/2 conformance suite) from the Go module proxy, into $(go env GOPATH)/bin.
 if ! command -v h2spec >/dev/null 2>&1 && command -v go >/dev/null 2>&1 \

@@ -104,7 +104,7 @@ pub fn preflight(target: &Target, vars: &BTreeMap<String, String>) -> Result<(),
     if target.url.starts_with("https://") && (tls.cacert.is_some() || !tls.insecure) {
         // The trust anchors load now (a missing or empty --cacert file is found before any
         // target starts); the system's roots when none is given.
-        lowlat_load::tls::client_config(&tls).map_err(|e| prep("tls", e.to_string()))?;
+        lowlat_load::tls::client_config(&tls, false).map_err(|e| prep("tls", e.to_string()))?;
     }
     let Launch::Command {
         argv,
@@ -403,7 +403,7 @@ fn probe(url: &str, ready: &Readiness, tls: &lowlat_load::TlsOptions) -> Result<
     s.set_write_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| e.to_string())?;
     if https {
-        let cfg = lowlat_load::tls::client_config(tls).map_err(|e| e.to_string())?;
+        let cfg = lowlat_load::tls::client_config(tls, false).map_err(|e| e.to_string())?;
         let name = lowlat_load::tls::server_name(
             host.rsplit_once(':')
                 .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))

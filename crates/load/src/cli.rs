@@ -71,12 +71,19 @@ pub struct LoadArgs {
     /// Requests in flight per connection.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub pipeline: u32,
+    /// Speak HTTP/2: ALPN h2 for https:// (the run fails if the server does not offer it),
+    /// prior knowledge (h2c) for http://.
+    #[arg(long, conflicts_with_all = ["pipeline", "http10", "no_keepalive"])]
+    pub h2: bool,
+    /// With --h2: streams in flight per connection (h2load's -m).
+    #[arg(short = 'm', long, value_name = "N", requires = "h2", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub streams: Option<u32>,
     /// Constant throughput in requests/s over all connections (wrk2's -R); latency is measured
     /// from each request's scheduled send time.
     #[arg(short = 'R', long, value_parser = parse_rate)]
     pub rate: Option<f64>,
-    /// Request method.
-    #[arg(short, long, default_value = "GET")]
+    /// Request method (curl's -X; -m is h2load's streams).
+    #[arg(short = 'X', long, default_value = "GET")]
     pub method: String,
     /// Request body.
     #[arg(long, conflicts_with = "body_file")]
@@ -344,7 +351,11 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
         connections: args.connections,
         duration: args.duration,
         requests: args.requests,
-        pipeline: args.pipeline,
+        pipeline: if args.h2 {
+            args.streams.unwrap_or(1)
+        } else {
+            args.pipeline
+        },
         rate: args.rate,
         method: args.method.clone(),
         headers: args.headers.clone(),
@@ -362,5 +373,6 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
             resume: args.tls_resume,
         },
         uncorrected_latency: args.u_latency,
+        h2: args.h2,
     })
 }

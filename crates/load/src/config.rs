@@ -103,6 +103,9 @@ pub struct LoadConfig {
     /// `-U` does ([`crate::Report::uncorrected_latency`]): the figure coordinated omission
     /// hides behind, printed beside the corrected one.
     pub uncorrected_latency: bool,
+    /// Speak HTTP/2: ALPN `h2` for `https://`, prior knowledge (h2c) for `http://`;
+    /// `pipeline` is then the number of streams in flight per connection (h2load's `-m`).
+    pub h2: bool,
 }
 
 /// TLS settings for `https://` targets (ignored for `http://`).
@@ -139,6 +142,7 @@ impl Default for LoadConfig {
             latency_intervals: None,
             tls: TlsOptions::default(),
             uncorrected_latency: false,
+            h2: false,
         }
     }
 }

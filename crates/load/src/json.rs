@@ -48,6 +48,8 @@ struct JsonConfig<'a> {
     threads: usize,
     connections: usize,
     pipeline: u32,
+    /// HTTP/2 streams in flight per connection; null over HTTP/1.1.
+    h2_streams: Option<u32>,
     rate: Option<f64>,
     duration_secs: Option<f64>,
     requests: Option<u64>,
@@ -132,7 +134,8 @@ pub fn to_json(report: &Report, cfg: &LoadConfig) -> serde_json::Value {
                 .collect(),
             threads: cfg.threads,
             connections: cfg.connections,
-            pipeline: cfg.pipeline,
+            pipeline: if cfg.h2 { 1 } else { cfg.pipeline },
+            h2_streams: cfg.h2.then_some(cfg.pipeline),
             rate: cfg.rate,
             duration_secs: cfg.duration.map(|d| d.as_secs_f64()),
             requests: cfg.requests,

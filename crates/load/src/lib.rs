@@ -74,6 +74,7 @@ pub mod cli;
 pub mod config;
 mod engine;
 pub mod error;
+mod h2;
 pub mod hdrlog;
 pub mod json;
 pub mod merge;

@@ -131,6 +131,9 @@ pub(crate) struct Group {
     pub requests: RequestBatch,
     /// For `https://`: the name the TLS session asks for and verifies.
     pub tls: Option<rustls::pki_types::ServerName<'static>>,
+    /// With `--h2`: the requests as HTTP/2 fields, and the weighted cycle through them.
+    pub h2_requests: Vec<crate::h2::H2Request>,
+    pub h2_cycle: Vec<usize>,
 }
 
 /// One connection's place in the run.
@@ -164,6 +167,8 @@ pub(crate) struct Plan {
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// Rate mode with `-U`: also record latency from the actual send.
     pub uncorrected: bool,
+    /// HTTP/2, `pipeline` streams in flight per connection.
+    pub h2: bool,
 }
 
 impl Plan {
@@ -208,11 +213,21 @@ impl Plan {
             } else {
                 None
             };
+            let h2_requests = if cfg.h2 {
+                members
+                    .iter()
+                    .map(|(u, _)| build_h2_request(cfg, u))
+                    .collect()
+            } else {
+                Vec::new()
+            };
             built.push(Group {
                 addr,
                 authority: first.authority(),
                 requests: lay_out(&requests, &cycle, cfg.pipeline as usize, is_head(cfg)),
                 tls,
+                h2_requests,
+                h2_cycle: if cfg.h2 { cycle.clone() } else { Vec::new() },
             });
             weights.push(members.iter().map(|(_, w)| u64::from(*w)).sum::<u64>());
         }
@@ -247,13 +262,14 @@ impl Plan {
             .rate
             .map(|r| Duration::from_secs_f64(cfg.connections as f64 / r));
         let tls = if built.iter().any(|g| g.tls.is_some()) {
-            Some(crate::tls::client_config(&cfg.tls)?)
+            Some(crate::tls::client_config(&cfg.tls, cfg.h2)?)
         } else {
             None
         };
         Ok(Self {
             tls,
             uncorrected: cfg.uncorrected_latency && cfg.rate.is_some(),
+            h2: cfg.h2,
             groups: built,
             threads,
             budgets,
@@ -294,6 +310,15 @@ fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
     }
     if cfg.targets.iter().any(|t| t.weight == 0) {
         return err("URL weights must be at least 1".into());
+    }
+    if cfg.h2 {
+        if cfg.http10 || !cfg.keep_alive {
+            return err("--h2 keeps connections open and speaks HTTP/2, not HTTP/1.0".into());
+        }
+        // Request bodies are sent without waiting for window: within the protocol's default.
+        if cfg.body.as_ref().is_some_and(|b| b.len() > 65_535) {
+            return err("with --h2 a request body can be at most 65535 bytes".into());
+        }
     }
     if cfg.threads == 0 || cfg.threads > MAX_THREADS {
         return err(format!(
@@ -453,6 +478,52 @@ fn build_request(cfg: &LoadConfig, url: &Url) -> Result<Vec<u8>, LoadError> {
         ));
     }
     Ok(r)
+}
+
+/// One request as HTTP/2 fields: `:method`, `:scheme`, `:authority` (the URL's, or a `Host`
+/// given with `-H`), `:path`, then the other fields with their names in lower case, without
+/// HTTP/1.1's connection-specific ones.
+fn build_h2_request(cfg: &LoadConfig, url: &Url) -> crate::h2::H2Request {
+    let authority = cfg
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .map_or_else(|| url.authority(), |(_, v)| v.trim().to_owned());
+    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = vec![
+        (b":method".to_vec(), cfg.method.as_bytes().to_vec()),
+        (
+            b":scheme".to_vec(),
+            if url.tls { &b"https"[..] } else { b"http" }.to_vec(),
+        ),
+        (b":authority".to_vec(), authority.into_bytes()),
+        (b":path".to_vec(), url.target.as_bytes().to_vec()),
+    ];
+    for (k, v) in &cfg.headers {
+        let k = k.to_ascii_lowercase();
+        if matches!(
+            k.as_str(),
+            "host"
+                | "connection"
+                | "keep-alive"
+                | "proxy-connection"
+                | "transfer-encoding"
+                | "upgrade"
+        ) || (k == "te" && !v.trim().eq_ignore_ascii_case("trailers"))
+        {
+            continue;
+        }
+        fields.push((k.into_bytes(), v.trim().as_bytes().to_vec()));
+    }
+    if let Some(body) = &cfg.body {
+        fields.push((
+            b"content-length".to_vec(),
+            body.len().to_string().into_bytes(),
+        ));
+    }
+    crate::h2::H2Request {
+        fields,
+        body: cfg.body.clone(),
+    }
 }
 
 /// Smooth weighted round-robin (as nginx balances upstreams): `a@3, b@1` gives `a a b a`

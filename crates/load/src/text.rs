@@ -25,7 +25,13 @@ pub fn banner(cfg: &LoadConfig) -> String {
         cfg.threads, cfg.connections
     );
     let mut extra = Vec::new();
-    if cfg.pipeline > 1 {
+    if cfg.h2 {
+        extra.push(format!(
+            "HTTP/2, {} stream{} per connection",
+            cfg.pipeline,
+            if cfg.pipeline == 1 { "" } else { "s" }
+        ));
+    } else if cfg.pipeline > 1 {
         extra.push(format!("pipeline {}", cfg.pipeline));
     }
     if let Some(r) = cfg.rate {

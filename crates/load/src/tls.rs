@@ -29,12 +29,12 @@ use crate::error::LoadError;
 /// Sessions a thread remembers for resumption: one per connection is plenty.
 const SESSION_CACHE: usize = 4096;
 
-/// Builds the client configuration for a run (one per thread, so session caches are not shared
+/// Builds the client configuration for a run (ALPN `h2` with `h2`, else `http/1.1`) (one per thread, so session caches are not shared
 /// across threads).
 ///
 /// # Errors
 /// [`LoadError::Tls`] for an unusable `--cacert` or an empty system root store.
-pub fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, LoadError> {
+pub fn client_config(opts: &TlsOptions, h2: bool) -> Result<Arc<ClientConfig>, LoadError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
@@ -49,7 +49,13 @@ pub fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, LoadError> 
             .with_root_certificates(roots(opts.cacert.as_deref())?)
             .with_no_client_auth()
     };
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // With --h2 only h2 is offered: a server that cannot speak it fails the run clearly
+    // rather than measuring HTTP/1.1 under an HTTP/2 label.
+    cfg.alpn_protocols = vec![if h2 {
+        b"h2".to_vec()
+    } else {
+        b"http/1.1".to_vec()
+    }];
     cfg.resumption = if opts.resume {
         Resumption::in_memory_sessions(SESSION_CACHE)
     } else {

@@ -104,6 +104,17 @@ impl SendTimes {
         self.runs.clear();
         self.len = 0;
     }
+
+    /// The send time of the `i`-th oldest request.
+    fn nth(&self, mut i: usize) -> Option<Instant> {
+        for &(t, n) in &self.runs {
+            if i < n as usize {
+                return Some(t);
+            }
+            i -= n as usize;
+        }
+        None
+    }
 }
 
 /// What a connection is doing.
@@ -160,6 +171,8 @@ struct Conn {
     timer: Option<Instant>,
     /// When an idle connection may reconnect.
     wake: Option<Instant>,
+    /// With `--h2`: the connection's HTTP/2 session, once it is open.
+    h2: Option<Box<crate::h2::Session>>,
 }
 
 /// The loop and everything it owns.
@@ -218,6 +231,7 @@ impl<'a> Worker<'a> {
                 scheduled: 0,
                 timer: None,
                 wake: None,
+                h2: None,
             })
             .collect::<Vec<_>>();
         let timerfd = if plan.conn_interval.is_some() {
@@ -315,7 +329,8 @@ impl<'a> Worker<'a> {
                     }
                     ConnState::Handshaking => self.handshake(idx, now),
                     ConnState::Open => {
-                        let pending = conn.stream.as_ref().is_some_and(Stream::has_pending);
+                        let pending = conn.stream.as_ref().is_some_and(Stream::has_pending)
+                            || conn.h2.as_ref().is_some_and(|h| h.has_output());
                         if ev.is_writable() && (conn.partial.is_some() || pending) {
                             self.flush(idx, now);
                         }
@@ -415,6 +430,7 @@ impl<'a> Worker<'a> {
         }
         conn.generation = conn.generation.wrapping_add(1);
         conn.reader = ResponseReader::new();
+        conn.h2 = None;
         conn.carry.clear();
         conn.partial = None;
         conn.owed = 0;
@@ -505,6 +521,10 @@ impl<'a> Worker<'a> {
     /// The connection is ready for requests (TCP connected, TLS handshake done).
     fn opened(&mut self, idx: usize, now: Instant) {
         let conn = &mut self.conns[idx];
+        if self.plan.h2 {
+            let group = &self.groups[conn.spec.group];
+            conn.h2 = Some(Box::new(crate::h2::Session::new(group.h2_requests.len())));
+        }
         conn.state = ConnState::Open;
         conn.waiting_since = now;
         if self.plan.conn_interval.is_some() {
@@ -530,6 +550,11 @@ impl<'a> Worker<'a> {
                         .negotiated_cipher_suite()
                         .map_or("unknown", crate::tls::suite_name);
                     let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                    if self.plan.h2 && session.alpn_protocol() != Some(b"h2") {
+                        let e = io::Error::other("the server does not offer HTTP/2 (ALPN h2)");
+                        self.handshake_failed(idx, &e, now);
+                        return;
+                    }
                     self.stats.tls.record(version, suite, resumed);
                 }
                 self.opened(idx, now);
@@ -542,8 +567,13 @@ impl<'a> Worker<'a> {
     /// run, as a failed connect does), remember the first reason, retry after a back-off.
     fn handshake_failed(&mut self, idx: usize, err: &io::Error, now: Instant) {
         if self.stats.tls_error.is_none() {
+            let hint = if self.plan.h2 && err.to_string().contains("NoApplicationProtocol") {
+                " (the server does not offer HTTP/2: ALPN h2)"
+            } else {
+                ""
+            };
             self.stats.tls_error = Some(format!(
-                "TLS handshake with {} failed: {err}",
+                "TLS handshake with {} failed: {err}{hint}",
                 self.groups[self.conns[idx].spec.group].authority
             ));
         }
@@ -570,7 +600,7 @@ impl<'a> Worker<'a> {
     /// Closed loop: queue up to `k` more requests (within the budget and the depth) and write.
     fn send_more(&mut self, idx: usize, k: usize, now: Instant) {
         let conn = &mut self.conns[idx];
-        let room = self.depth.saturating_sub(conn.sent.len());
+        let room = depth_of(conn, self.depth).saturating_sub(conn.sent.len());
         let mut k = k.min(room);
         if self.measuring {
             if let Some(b) = &mut self.budget {
@@ -604,7 +634,8 @@ impl<'a> Worker<'a> {
         );
         let due = |k: u64| self.start + phase + interval.mul_f64(k as f64);
         let mut queued = 0;
-        while conn.sent.len() < self.depth {
+        let depth = depth_of(conn, self.depth);
+        while conn.sent.len() < depth {
             let t = due(conn.scheduled);
             if t > now {
                 break;
@@ -624,7 +655,7 @@ impl<'a> Worker<'a> {
             queued += 1;
         }
         conn.owed += queued;
-        if conn.sent.len() < self.depth && self.budget != Some(0) {
+        if conn.sent.len() < depth && self.budget != Some(0) {
             let next = due(conn.scheduled);
             if conn.timer.is_none_or(|t| t > next) {
                 conn.timer = Some(next);
@@ -638,6 +669,9 @@ impl<'a> Worker<'a> {
 
     /// Writes what is owed: first the rest of a short write, then the owed requests, one write.
     fn flush(&mut self, idx: usize, now: Instant) {
+        if self.plan.h2 {
+            return self.flush_h2(idx, now);
+        }
         let conn = &mut self.conns[idx];
         let Some(stream) = &mut conn.stream else {
             return;
@@ -689,6 +723,114 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+    }
+
+    /// HTTP/2: the owed requests become frames behind any control frames waiting, then one
+    /// write of all of it.
+    fn flush_h2(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let (Some(stream), Some(h2)) = (&mut conn.stream, &mut conn.h2) else {
+            return;
+        };
+        match stream.flush_pending() {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(_) => {
+                self.fail(idx, Failure::Write, now);
+                return;
+            }
+        }
+        if conn.owed > 0 {
+            let group = &self.groups[conn.spec.group];
+            let k = conn.owed;
+            // The owed requests are the newest in `sent`; each stream keeps its own time.
+            let first = conn.sent.len() - k;
+            for i in 0..k {
+                let sent = conn.sent.nth(first + i).unwrap_or(now);
+                let index = group.h2_cycle[conn.cursor];
+                h2.request(index, &group.h2_requests[index], sent);
+                conn.cursor = (conn.cursor + 1) % group.h2_cycle.len();
+            }
+            conn.owed = 0;
+            if let Some(actual) = &mut conn.actual {
+                actual.push(now, k);
+            }
+            if self.measuring {
+                self.stats.requests += k as u64;
+            }
+        }
+        while h2.has_output() {
+            match stream.write(&h2.out[h2.out_pos..]) {
+                Ok(n) => {
+                    h2.out_pos += n;
+                    if h2.has_output() {
+                        return; // The socket buffer is full: wait for a writable event.
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.fail(idx, Failure::Write, now);
+                    return;
+                }
+            }
+        }
+        h2.written();
+    }
+
+    /// HTTP/2: reads the frames in `self.buf[..n]`; completed streams are recorded.
+    fn consume_h2(&mut self, idx: usize, n: usize, now: Instant) -> Result<Consumed, Failure> {
+        let conn = &mut self.conns[idx];
+        let Some(mut h2) = conn.h2.take() else {
+            return Err(Failure::Protocol);
+        };
+        let mut run = Recorded::empty(now);
+        let mut completed = 0;
+        let stats = &mut self.stats;
+        let (measuring, measure_start) = (self.measuring, self.measure_start);
+        let result = h2.read(&self.buf[..n], |event| {
+            completed += 1;
+            conn.sent.pop();
+            match event {
+                crate::h2::Event::Response { sent, status } => {
+                    record_uncorrected(
+                        stats,
+                        conn.actual.as_mut(),
+                        measuring && sent >= measure_start,
+                        now,
+                    );
+                    if let Some(mut done) = run.push(sent, status) {
+                        done.flush(stats, measuring, measure_start, now);
+                    }
+                }
+                crate::h2::Event::Reset { sent } => {
+                    if let Some(actual) = &mut conn.actual {
+                        actual.pop();
+                    }
+                    if measuring && sent >= measure_start {
+                        stats.errors.protocol += 1;
+                    }
+                }
+            }
+        });
+        run.flush(&mut self.stats, self.measuring, self.measure_start, now);
+        let drained = h2.drained();
+        let exhausted = h2.exhausted() && h2.in_flight() == 0;
+        let acks = h2.has_output();
+        conn.h2 = Some(h2);
+        if result.is_err() {
+            return Err(Failure::Protocol);
+        }
+        if drained || exhausted {
+            // GOAWAY: what the server will not answer goes back to the budget, on a new
+            // connection; stream ids used up likewise.
+            self.closed_by_server(idx, now);
+            return Ok(Consumed::Closed);
+        }
+        if acks {
+            self.flush_h2(idx, now);
+        }
+        Ok(Consumed::More(completed))
     }
 
     /// Reads until drained, completing responses; then sends what they made room for.
@@ -751,6 +893,9 @@ impl<'a> Worker<'a> {
 
     /// Walks the responses in `self.buf[..n]` (after any held head bytes).
     fn consume(&mut self, idx: usize, n: usize, now: Instant) -> Result<Consumed, Failure> {
+        if self.plan.h2 {
+            return self.consume_h2(idx, n, now);
+        }
         let conn = &mut self.conns[idx];
         let head_method = self.groups[conn.spec.group].requests.head;
         let mut carry = std::mem::take(&mut conn.carry);
@@ -857,6 +1002,15 @@ impl<'a> Worker<'a> {
 
     fn on_eof(&mut self, idx: usize, now: Instant) {
         let conn = &mut self.conns[idx];
+        if self.plan.h2 {
+            if conn.sent.is_empty() {
+                self.close(idx);
+                self.connect(idx, now);
+            } else {
+                self.fail(idx, Failure::Read, now);
+            }
+            return;
+        }
         let held = if conn.reader.wants_head() {
             conn.carry.len()
         } else {
@@ -980,6 +1134,12 @@ impl<'a> Worker<'a> {
 
 /// `-U`: the response to the oldest written request came at `now`; its latency from the actual
 /// send goes into the uncorrected histogram (one record per response: -U is a diagnostic).
+/// Requests a connection may have in flight: the depth (`--pipeline`, or `-m` streams), within
+/// what an HTTP/2 server allows (SETTINGS_MAX_CONCURRENT_STREAMS).
+fn depth_of(conn: &Conn, depth: usize) -> usize {
+    conn.h2.as_ref().map_or(depth, |h| depth.min(h.max_streams))
+}
+
 fn record_uncorrected(
     stats: &mut ThreadStats,
     actual: Option<&mut SendTimes>,

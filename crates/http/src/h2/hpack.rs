@@ -203,6 +203,7 @@ pub struct Encoder {
     max_size: usize,
     /// A smaller table size to announce at the start of the next block.
     size_update: Option<usize>,
+    generation: u64,
 }
 
 impl Default for Encoder {
@@ -212,6 +213,7 @@ impl Default for Encoder {
             size: 0,
             max_size: ENCODER_TABLE,
             size_update: None,
+            generation: 0,
         }
     }
 }
@@ -225,6 +227,7 @@ impl Encoder {
             self.max_size = size;
             self.size_update = Some(self.size_update.map_or(size, |u| u.min(size)));
             self.evict(0);
+            self.generation += 1;
         }
     }
 
@@ -260,6 +263,30 @@ impl Encoder {
         }
     }
 
+    /// Appends a block of `fields` (a request's, pseudo-fields first, names in lower case).
+    pub fn encode_fields<'a>(
+        &mut self,
+        fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        out: &mut Vec<u8>,
+    ) {
+        if let Some(size) = self.size_update.take() {
+            put_integer(size, 5, 0x20, out);
+            if size != self.max_size {
+                put_integer(self.max_size, 5, 0x20, out);
+            }
+        }
+        for (name, value) in fields {
+            self.field(name, value, out);
+        }
+    }
+
+    /// Bumped whenever the table changes: a block encoded at the same count encodes the same
+    /// fields to the same bytes (all of them indexed), so it can be reused.
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     fn field(&mut self, name: &[u8], value: &[u8], out: &mut Vec<u8>) {
         if let Some(i) = self
             .table
@@ -284,6 +311,7 @@ impl Encoder {
             self.evict(size);
             self.size += size;
             self.table.push_front((Box::from(name), Box::from(value)));
+            self.generation += 1;
         }
     }
 

@@ -1,0 +1,339 @@
+//! The HTTP/2 side of a load connection (`--h2`): requests as HEADERS (and DATA) frames on
+//! consecutive streams, several in flight (`-m`), and responses read back as frames — the
+//! codec's HPACK on both sides, so a connection's requests shrink to a few index bytes after
+//! the first.
+//!
+//! Streams complete in any order, so each keeps its own send time (in a ring indexed by stream
+//! number): latency is never charged to the wrong request. Flow control is kept out of the
+//! way: the client opens its windows to the maximum at the start and tops the connection's up
+//! as data arrives, so the server is never held back by the load generator.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use lowlat_http::h2::frame::{self, flag, kind, FrameHeader, HEADER_LEN, MAX_WINDOW};
+use lowlat_http::h2::{Decoder, Encoder};
+
+/// One request as HTTP/2 fields: pseudo-fields first, names in lower case.
+#[derive(Debug, Clone)]
+pub(crate) struct H2Request {
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub body: Option<Vec<u8>>,
+}
+
+/// What reading frames found, for the worker to count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Event {
+    /// A response ended: its request's send time and its status.
+    Response { sent: Instant, status: u16 },
+    /// The server reset a stream: its request failed.
+    Reset { sent: Instant },
+}
+
+/// Why the connection cannot go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum H2Error {
+    /// A frame that makes no sense, or a header block that does not decode.
+    Protocol,
+}
+
+/// A stream in flight.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    sent: Instant,
+    status: u16,
+    done: bool,
+}
+
+/// One connection's HTTP/2 state.
+pub(crate) struct Session {
+    enc: Encoder,
+    dec: Decoder,
+    /// Stream number (id = 2n + 1) of `slots[0]`.
+    base: u32,
+    slots: VecDeque<Slot>,
+    live: usize,
+    next: u32,
+    /// Frames to write; `out_pos` of them are written.
+    pub out: Vec<u8>,
+    pub out_pos: usize,
+    /// An incomplete frame held between reads.
+    carry: Vec<u8>,
+    /// A header block continued in CONTINUATION frames: its stream and bytes.
+    block: Option<(u32, bool, Vec<u8>)>,
+    /// DATA bytes received since the connection window was last topped up.
+    received: u64,
+    /// The server's SETTINGS_MAX_CONCURRENT_STREAMS.
+    pub max_streams: usize,
+    /// GOAWAY received: the last stream the server will answer.
+    pub goaway: Option<u32>,
+    /// Per request of the cycle: the encoder generation its cached block is valid for.
+    cache: Vec<(u64, Vec<u8>)>,
+}
+
+impl Session {
+    /// A new session for a connection that sends `requests` distinct requests; queues the
+    /// preface, our SETTINGS and the connection window's opening.
+    pub fn new(requests: usize) -> Self {
+        let mut out = frame::PREFACE.to_vec();
+        frame::write_settings(
+            &mut out,
+            &[
+                (frame::setting::ENABLE_PUSH, 0),
+                (frame::setting::INITIAL_WINDOW_SIZE, MAX_WINDOW as u32),
+            ],
+        );
+        frame::write_window_update(&mut out, 0, MAX_WINDOW as u32 - frame::DEFAULT_WINDOW);
+        Self {
+            enc: Encoder::default(),
+            dec: Decoder::default(),
+            base: 0,
+            slots: VecDeque::new(),
+            live: 0,
+            next: 0,
+            out,
+            out_pos: 0,
+            carry: Vec::new(),
+            block: None,
+            received: 0,
+            max_streams: usize::MAX,
+            goaway: None,
+            cache: vec![(u64::MAX, Vec::new()); requests],
+        }
+    }
+
+    /// Streams in flight.
+    pub fn in_flight(&self) -> usize {
+        self.live
+    }
+
+    /// Whether stream ids are nearly used up (the connection must be replaced).
+    pub fn exhausted(&self) -> bool {
+        self.next >= (1 << 30) - 1
+    }
+
+    /// Frames wait to be written.
+    pub fn has_output(&self) -> bool {
+        self.out_pos < self.out.len()
+    }
+
+    /// Drops what is written.
+    pub fn written(&mut self) {
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+    }
+
+    /// Queues request `index` of the cycle on the next stream, sent (or scheduled) at `sent`.
+    pub fn request(&mut self, index: usize, req: &H2Request, sent: Instant) {
+        let id = 2 * self.next + 1;
+        self.next += 1;
+        if self.slots.is_empty() {
+            self.base = self.next - 1;
+        }
+        self.slots.push_back(Slot {
+            sent,
+            status: 0,
+            done: false,
+        });
+        self.live += 1;
+        let (generation, cached) = &mut self.cache[index];
+        if *generation != self.enc.generation() {
+            cached.clear();
+            self.enc
+                .encode_fields(req.fields.iter().map(|(n, v)| (&n[..], &v[..])), cached);
+            // Encoding may have added to the table: then the next encoding differs (indexed).
+            *generation = self.enc.generation();
+        }
+        let end_stream = req.body.is_none();
+        frame::write_headers(&mut self.out, id, cached, end_stream, 16_384);
+        if let Some(body) = &req.body {
+            let mut chunks = body.chunks(16_384).peekable();
+            if chunks.peek().is_none() {
+                frame::write_data_header(&mut self.out, id, 0, true);
+            }
+            while let Some(c) = chunks.next() {
+                frame::write_data_header(&mut self.out, id, c.len(), chunks.peek().is_none());
+                self.out.extend_from_slice(c);
+            }
+        }
+    }
+
+    /// Reads the frames in `data` (after any held bytes), reporting completed streams.
+    ///
+    /// # Errors
+    /// [`H2Error::Protocol`] for a connection error by the server or an undecodable frame.
+    pub fn read(&mut self, data: &[u8], mut on: impl FnMut(Event)) -> Result<(), H2Error> {
+        let mut carry = std::mem::take(&mut self.carry);
+        let from_carry = !carry.is_empty();
+        if from_carry {
+            carry.extend_from_slice(data);
+        }
+        let input: &[u8] = if from_carry { &carry } else { data };
+        let mut at = 0;
+        let result = loop {
+            let Some(h) = FrameHeader::parse(&input[at..]) else {
+                break Ok(());
+            };
+            let end = at + HEADER_LEN + h.len as usize;
+            if end > input.len() {
+                break Ok(());
+            }
+            let payload = &input[at + HEADER_LEN..end];
+            at = end;
+            if let Err(e) = self.frame(h, payload, &mut on) {
+                break Err(e);
+            }
+        };
+        let rest = input[at..].to_vec();
+        carry.clear();
+        carry.extend_from_slice(&rest);
+        self.carry = carry;
+        if self.received > u64::from(MAX_WINDOW as u32 / 2) {
+            frame::write_window_update(&mut self.out, 0, self.received as u32);
+            self.received = 0;
+        }
+        result
+    }
+
+    fn frame(
+        &mut self,
+        h: FrameHeader,
+        payload: &[u8],
+        on: &mut impl FnMut(Event),
+    ) -> Result<(), H2Error> {
+        if let Some((stream, _, _)) = &self.block {
+            if h.kind != kind::CONTINUATION || h.stream != *stream {
+                return Err(H2Error::Protocol);
+            }
+        }
+        match h.kind {
+            kind::DATA => {
+                self.received += u64::from(h.len);
+                if h.has(flag::END_STREAM) {
+                    self.end(h.stream, on);
+                }
+            }
+            kind::HEADERS => {
+                let mut fragment = frame::unpad(h.flags, payload).map_err(|_| H2Error::Protocol)?;
+                if h.has(flag::PRIORITY) {
+                    fragment = fragment.get(5..).ok_or(H2Error::Protocol)?;
+                }
+                if h.has(flag::END_HEADERS) {
+                    self.head(h.stream, fragment)?;
+                    if h.has(flag::END_STREAM) {
+                        self.end(h.stream, on);
+                    }
+                } else {
+                    self.block = Some((h.stream, h.has(flag::END_STREAM), fragment.to_vec()));
+                }
+            }
+            kind::CONTINUATION => {
+                let Some((stream, end_stream, mut block)) = self.block.take() else {
+                    return Err(H2Error::Protocol);
+                };
+                block.extend_from_slice(payload);
+                if h.has(flag::END_HEADERS) {
+                    self.head(stream, &block)?;
+                    if end_stream {
+                        self.end(stream, on);
+                    }
+                } else {
+                    self.block = Some((stream, end_stream, block));
+                }
+            }
+            kind::RST_STREAM => {
+                if let Some(slot) = self.finish(h.stream) {
+                    on(Event::Reset { sent: slot.sent });
+                }
+            }
+            kind::SETTINGS if !h.has(flag::ACK) => {
+                let mut s = lowlat_http::h2::Settings::default();
+                s.apply(payload).map_err(|_| H2Error::Protocol)?;
+                if let Some(n) = s.max_concurrent_streams {
+                    self.max_streams = n as usize;
+                }
+                self.enc.set_peer_table_size(s.header_table_size);
+                frame::write_settings_ack(&mut self.out);
+            }
+            kind::PING if !h.has(flag::ACK) => {
+                let data: [u8; 8] = payload.try_into().map_err(|_| H2Error::Protocol)?;
+                frame::write_ping(&mut self.out, true, &data);
+            }
+            kind::GOAWAY => {
+                let last = payload.get(..4).ok_or(H2Error::Protocol)?;
+                let code = payload.get(4..8).ok_or(H2Error::Protocol)?;
+                if code != [0, 0, 0, 0] {
+                    return Err(H2Error::Protocol);
+                }
+                let last = u32::from_be_bytes([last[0], last[1], last[2], last[3]]) & 0x7fff_ffff;
+                self.goaway = Some(last);
+            }
+            kind::PUSH_PROMISE => return Err(H2Error::Protocol),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A response head: its status is kept for the stream's end.
+    fn head(&mut self, stream: u32, block: &[u8]) -> Result<(), H2Error> {
+        let mut status = 0u16;
+        self.dec
+            .decode(block, |n, v| {
+                if n == b":status" {
+                    status = std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                }
+            })
+            .map_err(|_| H2Error::Protocol)?;
+        // An interim (1xx) head or trailers leave the final status in place.
+        if (200..600).contains(&status) {
+            if let Some(slot) = self.slot(stream) {
+                slot.status = status;
+            }
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, stream: u32, on: &mut impl FnMut(Event)) {
+        if let Some(slot) = self.finish(stream) {
+            on(Event::Response {
+                sent: slot.sent,
+                status: slot.status,
+            });
+        }
+    }
+
+    fn slot(&mut self, stream: u32) -> Option<&mut Slot> {
+        let n = stream.checked_sub(1)? / 2;
+        let i = n.checked_sub(self.base)? as usize;
+        self.slots.get_mut(i).filter(|s| !s.done)
+    }
+
+    /// Marks a stream done; returns its slot the first time.
+    fn finish(&mut self, stream: u32) -> Option<Slot> {
+        let slot = self.slot(stream)?;
+        slot.done = true;
+        let copy = *slot;
+        self.live -= 1;
+        while self.slots.front().is_some_and(|s| s.done) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        Some(copy)
+    }
+
+    /// With GOAWAY: whether every stream the server will still answer is done.
+    pub fn drained(&self) -> bool {
+        let Some(last) = self.goaway else {
+            return false;
+        };
+        self.slots
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.done || 2 * (self.base + i as u32) + 1 > last)
+    }
+}

@@ -1,0 +1,232 @@
+//! `lowlat load --h2` for real: exact counts at 1, 10 and 100 streams per connection over TLS
+//! (ALPN h2) and h2c against `lowlat serve`'s engine in process, constant rate over HTTP/2, a
+//! clear failure against a server that does not offer h2, and exact counts against h2o.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lowlat_load::{LoadConfig, Report, Target, TlsOptions};
+use lowlat_server::tls::{CertPaths, CryptoBackend, TlsContext, ALPN_H2_HTTP1, ALPN_HTTP1};
+use lowlat_server::{builtin_service, Running, Server, ServerConfig};
+use lowlat_testkit::pki::{KeyKind, Pki};
+
+/// `lowlat serve`'s engine with a TLS listener (offering `alpn`) and an h2c listener.
+fn server(pki: &Pki, alpn: &[&[u8]]) -> (Running, String, String) {
+    let leaf = pki.leaf("srv", &["localhost", "127.0.0.1"], KeyKind::EcdsaP256);
+    let tls = TlsContext::new(
+        &[CertPaths {
+            cert: leaf.cert,
+            key: leaf.key,
+        }],
+        CryptoBackend::default(),
+        alpn,
+    )
+    .unwrap();
+    let mut cfg = ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        tls_listen: vec!["127.0.0.1:0".parse().unwrap()],
+        tls: Some(Arc::new(tls)),
+        workers: 1,
+        grace: Duration::from_secs(1),
+        ..ServerConfig::default()
+    };
+    cfg.h2.h2c = true;
+    let running = Server::bind(cfg, builtin_service())
+        .unwrap()
+        .start()
+        .unwrap();
+    let https = format!("https://localhost:{}", running.tls_addrs()[0].port());
+    let http = format!("http://127.0.0.1:{}", running.local_addrs()[0].port());
+    (running, https, http)
+}
+
+fn stop(running: Running) {
+    running.shutdown_handle().shutdown();
+    running.wait().unwrap();
+}
+
+fn run(cfg: &LoadConfig) -> Report {
+    lowlat_load::run(cfg, &AtomicBool::new(false)).unwrap()
+}
+
+fn h2(url: &str, n: u64, streams: u32, tls: TlsOptions) -> LoadConfig {
+    LoadConfig {
+        targets: vec![Target::new(url)],
+        threads: 1,
+        connections: 4,
+        requests: Some(n),
+        duration: Some(Duration::from_secs(30)),
+        pipeline: streams,
+        h2: true,
+        tls,
+        ..LoadConfig::default()
+    }
+}
+
+fn trusting(pki: &Pki) -> TlsOptions {
+    TlsOptions {
+        cacert: Some(pki.ca_path()),
+        ..TlsOptions::default()
+    }
+}
+
+#[test]
+fn exact_counts_over_tls_and_h2c() {
+    let pki = Pki::new();
+    let (server, https, http) = server(&pki, ALPN_H2_HTTP1);
+    for streams in [1, 10, 100] {
+        for base in [&https, &http] {
+            let cfg = h2(
+                &format!("{base}/plaintext"),
+                20_000,
+                streams,
+                trusting(&pki),
+            );
+            let r = run(&cfg);
+            assert_eq!(r.responses, 20_000, "{base} -m {streams}");
+            assert_eq!(r.status.success, 20_000);
+            assert_eq!(r.errors.total(), 0, "{:?} {:?}", r.errors, r.tls_error);
+            // 13 body bytes per response, and a few of head.
+            assert!(r.bytes_read > 20_000 * 13, "{}", r.bytes_read);
+            let text = lowlat_load::text::banner(&cfg);
+            let per = if streams == 1 { "stream" } else { "streams" };
+            assert!(
+                text.contains(&format!("HTTP/2, {streams} {per} per connection")),
+                "{text}"
+            );
+        }
+    }
+    stop(server);
+}
+
+#[test]
+fn constant_rate_over_h2() {
+    let pki = Pki::new();
+    let (server, https, _) = server(&pki, ALPN_H2_HTTP1);
+    let cfg = LoadConfig {
+        requests: None,
+        duration: Some(Duration::from_secs(2)),
+        rate: Some(1000.0),
+        ..h2(&format!("{https}/plaintext"), 1, 10, trusting(&pki))
+    };
+    let r = run(&cfg);
+    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
+    assert!(
+        (1800..=2200).contains(&r.responses),
+        "{} responses for 1000/s over 2 s",
+        r.responses
+    );
+    // Latency from the schedule: well under the 1 ms interval on loopback.
+    assert!(r.latency.value_at_quantile(0.5) < 5_000);
+    stop(server);
+}
+
+#[test]
+fn a_server_without_h2_fails_clearly() {
+    let pki = Pki::new();
+    let (server, https, _) = server(&pki, ALPN_HTTP1);
+    let cfg = h2(&format!("{https}/plaintext"), 100, 10, trusting(&pki));
+    let r = run(&cfg);
+    assert_eq!(r.responses, 0);
+    assert!(r.errors.tls > 0, "{:?}", r.errors);
+    let why = r.tls_error.unwrap_or_default();
+    assert!(why.contains("HTTP/2"), "{why}");
+    stop(server);
+}
+
+/// h2o: the reference HTTP/2 server, on a free port with TLS.
+struct H2o {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl H2o {
+    fn start(cert: &Path, key: &Path) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("100.html"), [b'X'; 100]).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let user = if runs_as_root() { "user: root\n" } else { "" };
+        let conf = format!(
+            "{user}num-threads: 1\npid-file: {run}/h2o.pid\nerror-log: {run}/error.log\n\
+             listen:\n  host: 127.0.0.1\n  port: {port}\n  ssl:\n    certificate-file: {}\n\
+             \x20   key-file: {}\nhosts:\n  \"default\":\n    paths:\n      \"/\":\n\
+             \x20       file.dir: {run}\n",
+            cert.display(),
+            key.display(),
+            run = dir.path().display()
+        );
+        let conf_path = dir.path().join("h2o.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let bin = ["/usr/bin/h2o", "/usr/sbin/h2o", "/usr/local/bin/h2o"]
+            .into_iter()
+            .find(|p| Path::new(p).is_file())
+            .expect("h2o is not installed: run scripts/test-deps.sh");
+        let child = Command::new(bin)
+            .arg("-c")
+            .arg(&conf_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("h2o");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "h2o did not start: {}",
+                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for H2o {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether the tests run as root (h2o then needs a `user:` line to start).
+fn runs_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next().map(|u| u == "0"))
+        .unwrap_or(false)
+}
+
+#[test]
+fn against_h2o() {
+    let pki = Pki::new();
+    let leaf = pki.leaf("h2o", &["localhost", "127.0.0.1"], KeyKind::EcdsaP256);
+    let h2o = H2o::start(&leaf.cert, &leaf.key);
+    for streams in [1, 100] {
+        let cfg = h2(
+            &format!("https://localhost:{}/100.html", h2o.port),
+            10_000,
+            streams,
+            trusting(&pki),
+        );
+        let r = run(&cfg);
+        assert_eq!(r.responses, 10_000, "-m {streams}");
+        assert_eq!(r.status.success, 10_000);
+        assert_eq!(r.errors.total(), 0, "{:?} {:?}", r.errors, r.tls_error);
+        assert!(r.bytes_read >= 10_000 * 100);
+    }
+}
