@@ -15,6 +15,8 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 # lowlat load --h2 is checked against h2o, the reference HTTP/2 server.
 command -v h2o >/dev/null 2>&1 || need+=(h2o)
+# h2spec (below) is built with Go.
+command -v go >/dev/null 2>&1 || command -v h2spec >/dev/null 2>&1 || need+=(golang-go)
 # lowlat bench's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
@@ -29,7 +31,6 @@ if [ ${#need[@]} -gt 0 ]; then
     done
 fi
 # h2spec (the HTTP/2 conformance suite) from the Go module proxy, into $(go env GOPATH)/bin.
-if ! command -v h2spec >/dev/null 2>&1 && command -v go >/dev/null 2>&1 \
-    && [ ! -x "$(go env GOPATH)/bin/h2spec" ]; then
+if ! command -v h2spec >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/h2spec" ]; then
     GOFLAGS=-mod=mod go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
 fi

@@ -442,11 +442,14 @@ fn plan_text(spec: &crate::spec::Spec) -> String {
     for sc in &spec.scenarios {
         let _ = writeln!(
             s,
-            "  scenario {}: {} {} pipeline {} keepalive {} targets {} levels {:?}",
+            "  scenario {}: {} {} {} keepalive {} targets {} levels {:?}",
             sc.name,
             sc.method,
             sc.path,
-            sc.pipeline,
+            sc.h2.map_or_else(
+                || format!("pipeline {}", sc.pipeline),
+                |m| format!("HTTP/2 {m} streams"),
+            ),
             sc.keepalive,
             sc.targets.join(","),
             sc.levels

@@ -26,6 +26,8 @@ pub struct LoadPlan {
     pub pin_cpus: Vec<usize>,
     /// For `https://`: verification and resumption.
     pub tls: lowlat_load::TlsOptions,
+    /// Speak HTTP/2; `pipeline` is then the streams in flight per connection.
+    pub h2: bool,
 }
 
 /// What one measurement brought back.
@@ -100,6 +102,7 @@ impl LoadDriver for Engine {
             keep_alive: plan.keepalive,
             pin_cpus: plan.pin_cpus.clone(),
             tls: plan.tls.clone(),
+            h2: plan.h2,
             ..lowlat_load::LoadConfig::default()
         };
         let r = lowlat_load::run(&cfg, stop).map_err(|e| e.to_string())?;

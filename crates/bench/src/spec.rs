@@ -171,6 +171,9 @@ pub struct Scenario {
     pub levels: Vec<u32>,
     /// Over https, resume TLS sessions on reconnects (matters with `keepalive = false`).
     pub tls_resume: bool,
+    /// HTTP/2 with this many streams in flight per connection (ALPN h2 for https, h2c for
+    /// http); `None`: HTTP/1.1.
+    pub h2: Option<u32>,
 }
 
 // ------------------------------------------------------------------ raw TOML shapes
@@ -273,6 +276,8 @@ struct RawScenario {
     targets: Option<Spanned<Vec<Spanned<String>>>>,
     levels: Option<Spanned<RawLevels>>,
     tls_resume: Option<bool>,
+    #[serde(default)]
+    h2: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -776,6 +781,24 @@ impl Cx<'_> {
             None => 1,
         };
         let keepalive = s.keepalive.unwrap_or(true);
+        let h2 = match &s.h2 {
+            Some(m) if *m.get_ref() == 0 || *m.get_ref() > 10_000 => {
+                return Err(self.err(
+                    &m.span(),
+                    f("h2"),
+                    "streams per connection: must be 1–10000",
+                ));
+            }
+            Some(m) if pipeline > 1 || !keepalive => {
+                return Err(self.err(
+                    &m.span(),
+                    f("h2"),
+                    "HTTP/2 multiplexes streams on kept-alive connections: no pipeline, keepalive = true",
+                ));
+            }
+            Some(m) => Some(*m.get_ref()),
+            None => None,
+        };
         if !keepalive && pipeline > 1 {
             return Err(self.err(
                 &s.pipeline.as_ref().map_or(0..0, Spanned::span),
@@ -826,6 +849,7 @@ impl Cx<'_> {
             targets: chosen,
             levels,
             tls_resume: s.tls_resume.unwrap_or(false),
+            h2,
         })
     }
 
