@@ -13,6 +13,10 @@ limit: epoll, canned requests, responses counted by length, nothing parsed.
 
 `--lowlat` is a command prefix; it gets `-t1 -c N -d Ns URL` (and `--pipeline 16` in the
 pipelined scenario) and must print wrk's "Requests/sec:" and "N requests in" lines.
+
+HTTP/2: `--h2 M` compares h2load and `lowlat load --h2` with M streams per connection, against
+h2o over TLS (ALPN h2) on /100.html (`--server lowlat-h2 --lowlat-serve "CMD"` to load
+`lowlat serve` instead; CMD gets {port}, {tls_port}, {cert}, {key}, {www}).
 """
 import argparse
 import os
@@ -41,6 +45,26 @@ def run_h2load(url, conns, secs, depth):
     out = subprocess.run(argv, capture_output=True, text=True, timeout=secs + 60).stdout
     m = re.search(r"requests: \d+ total, \d+ started, (\d+) done", out)
     return (int(m.group(1)) if m else None), out
+
+
+def run_h2load_h2(streams):
+    def run(url, conns, secs, depth):
+        argv = ["taskset", "-c", "1", "h2load", "-t1", "-c", str(conns), "-m", str(streams), "-D", str(secs),
+                url]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=secs + 60).stdout
+        m = re.search(r"requests: \d+ total, \d+ started, (\d+) done", out)
+        return (int(m.group(1)) if m else None), out
+    return run
+
+
+def run_custom_h2(prefix, streams):
+    def run(url, conns, secs, depth):
+        argv = ["taskset", "-c", "1", *prefix.split(), "--h2", "-m", str(streams), "-k", "-t1", "-c", str(conns),
+                "-d", f"{secs}s", url]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=secs + 60).stdout
+        m = re.search(r"(\d+) requests in", out)
+        return (int(m.group(1)) if m else None), out
+    return run
 
 
 def run_ab(url, conns, secs, depth):
@@ -90,7 +114,10 @@ def run_custom(prefix):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lowlat", help="command prefix of `lowlat load`")
-    ap.add_argument("--server", default="ceiling", choices=["ceiling", "nginx"])
+    ap.add_argument("--server", default="", choices=["", "ceiling", "nginx", "h2o", "lowlat-h2"],
+                    help="default: ceiling (HTTP/1.1), h2o (--h2)")
+    ap.add_argument("--h2", type=int, default=0, metavar="M", help="HTTP/2 with M streams per connection")
+    ap.add_argument("--lowlat-serve", default="", help="with --server lowlat-h2: the lowlat serve command")
     ap.add_argument("--conns", default="16 256 1024")
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--reps", type=int, default=2)
@@ -103,13 +130,26 @@ def main():
     os.makedirs(www, exist_ok=True)
     with open(os.path.join(www, "100.html"), "w") as f:
         f.write("X" * 99 + "\n")
-    loaders = {"wrk": run_wrk, "h2load": run_h2load, "ab": run_ab}
-    if args.lowlat:
-        loaders["lowlat load"] = run_custom(args.lowlat)
-    srv = compare.make_server(args.server, args, args.run_dir, www)
+    args.server = args.server or ("h2o" if args.h2 else "ceiling")
+    if args.h2:
+        compare.make_cert(args.run_dir)
+        loaders = {"h2load": run_h2load_h2(args.h2)}
+        if args.lowlat:
+            loaders["lowlat load"] = run_custom_h2(args.lowlat, args.h2)
+    else:
+        loaders = {"wrk": run_wrk, "h2load": run_h2load, "ab": run_ab}
+        if args.lowlat:
+            loaders["lowlat load"] = run_custom(args.lowlat)
+    if args.server == "lowlat-h2":
+        args.lowlat = args.lowlat_serve
+        srv = compare.make_server("lowlat", args, args.run_dir, www)
+    else:
+        srv = compare.make_server(args.server, args, args.run_dir, www)
     srv.start()
     path = "/plaintext" if args.server == "ceiling" else "/100.html"
     url = f"http://127.0.0.1:{srv.port}{path}"
+    if args.h2:
+        url = f"https://127.0.0.1:{srv.port + compare.TLS_PORT_OFFSET}{path}"
     if args.server == "ceiling" and os.path.exists(os.path.join(compare.BUILD, "ceiling-client")):
         loaders["ceiling-client"] = run_ceiling_client(response_length(srv.port, path))
     rows = []
@@ -135,9 +175,12 @@ def main():
                         rows.append((depth, conns, name, statistics.median(rates), statistics.median(costs)))
     finally:
         srv.stop()
-    print(f"| pipeline | conns | load generator | req/s | client µs/req | µs/req ÷ wrk's |\n|---|---|---|---|---|---|")
+    ref = "h2load" if args.h2 else "wrk"
+    print(f"| {'streams' if args.h2 else 'pipeline'} | conns | load generator | req/s | client µs/req "
+          f"| µs/req ÷ {ref}'s |\n|---|---|---|---|---|---|")
     for depth, conns, name, rate, cost in rows:
-        wrk = next((c for d, n_, nm, _, c in rows if d == depth and n_ == conns and nm == "wrk"), None)
+        depth = args.h2 or depth
+        wrk = next((c for d, n_, nm, _, c in rows if (args.h2 or d) == depth and n_ == conns and nm == ref), None)
         print(f"| {depth} | {conns} | {name} | {rate:.0f} | {cost:.2f} | {cost / wrk:.2f} |" if wrk else
               f"| {depth} | {conns} | {name} | {rate:.0f} | {cost:.2f} | - |")
 

@@ -124,9 +124,8 @@ impl H2Conn {
         ctx: &mut WorkerCtx<'_>,
     ) -> Self {
         let cfg = &ctx.cfg.h2;
-        let want = cfg.max_frame_size as usize + HEADER_LEN;
-        if rbuf.len() < want.max(crate::pool::BUF_CAPACITY) {
-            rbuf.resize(want.max(crate::pool::BUF_CAPACITY), 0);
+        if rbuf.len() < crate::pool::BUF_CAPACITY {
+            rbuf.resize(crate::pool::BUF_CAPACITY, 0);
         }
         let decoder = Decoder::new(cfg.header_table_size as usize);
         let mut wbuf = ctx.pool.take_write();
@@ -214,6 +213,9 @@ impl H2Conn {
 
     /// Makes all the progress possible without blocking, then arms the deadline.
     pub(crate) fn drive(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
         if ctx.shutting_down && !self.goaway {
             self.go_away(ErrorCode::NoError);
         }
@@ -261,17 +263,39 @@ impl H2Conn {
         if self.closed {
             return;
         }
+        self.release_idle_buffers(ctx);
         self.arm_deadline(ctx);
+    }
+
+    /// Buffers go back to the worker's pool whenever they are empty, as HTTP/1.1's do: many
+    /// connections then share a few warm buffers instead of each holding its own.
+    fn release_idle_buffers(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if self.rlen == 0 && !self.rbuf.is_empty() {
+            ctx.pool.give_read(std::mem::take(&mut self.rbuf));
+        }
+        if self.wbuf.len() == self.wpos && self.wbuf.capacity() > 0 {
+            self.wbuf.clear();
+            self.wpos = 0;
+            ctx.pool.give_write(std::mem::take(&mut self.wbuf));
+        }
     }
 
     /// One read into the free end of the read buffer. `Some(true)`: bytes arrived;
     /// `Some(false)`: nothing more now; `None`: the connection is gone.
     fn read(&mut self, ctx: &mut WorkerCtx<'_>) -> Option<bool> {
+        if self.rbuf.is_empty() {
+            self.rbuf = ctx.pool.take_read();
+        }
         if self.rlen == self.rbuf.len() {
-            // A frame larger than the buffer was refused by `process`; this is a full buffer
-            // of complete frames not yet processed, which cannot happen after `process`.
-            self.read_ready = false;
-            return Some(false);
+            // `process` left one incomplete frame at the start, larger than the buffer (it
+            // refused any larger than SETTINGS_MAX_FRAME_SIZE): make room for all of it.
+            let need = FrameHeader::parse(&self.rbuf[..self.rlen])
+                .map_or(0, |h| HEADER_LEN + h.len as usize);
+            if need <= self.rbuf.len() {
+                self.read_ready = false;
+                return Some(false);
+            }
+            self.rbuf.resize(need, 0);
         }
         loop {
             return match self.io.read(&mut self.rbuf[self.rlen..]) {
@@ -1198,6 +1222,10 @@ impl H2Conn {
         if self.wbuf.capacity() > 0 {
             ctx.pool.give_write(std::mem::take(&mut self.wbuf));
         }
+        if !self.rbuf.is_empty() {
+            ctx.pool.give_read(std::mem::take(&mut self.rbuf));
+        }
+        self.rlen = 0;
         self.streams.clear();
     }
 
