@@ -49,7 +49,7 @@ def cell_url(compare, scenario, port, path):
     """The URL a scenario loads, and whether each request closes its connection: TLS scenarios go
     to the target's TLS port (its port + compare.TLS_PORT_OFFSET), tls-handshake with a full
     handshake per request, as compare.py does."""
-    if scenario.startswith("tls-"):
+    if scenario.startswith(("tls-", "h2-", "h1-")):
         return (f"https://127.0.0.1:{port + compare.TLS_PORT_OFFSET}{path}",
                 scenario == "tls-handshake")
     return f"http://127.0.0.1:{port}{path}", False
@@ -63,6 +63,7 @@ def main():
     ap.add_argument("--scenarios", default="plaintext,plaintext-pipe", help="compare.py's scenario names")
     ap.add_argument("--targets", default="", help="comma list; default: every target a scenario names")
     ap.add_argument("--conns", default="", help="connection levels, e.g. '16 256 1024' (default per scenario)")
+    ap.add_argument("--streams", default="100", help="h2-* scenarios (h2load): streams per connection, e.g. '1 100'")
     ap.add_argument("--duration", type=int, default=10, help="seconds per run (default 10)")
     ap.add_argument("--reps", type=int, default=3, help="rounds (default 3)")
     ap.add_argument("--foreign-max", type=float, default=10.0,
@@ -102,11 +103,21 @@ def main():
 
     targets = [t for t in compare.PORTS
                if any(t in compare.SCENARIOS[s][3] for s in scenarios) and (not only or t in only)]
-    cells = []  # (scenario, path, depth, conns, target)
+    cells = []  # (scenario, path, depth, conns, target); depth is the streams for h2-*
     for s in scenarios:
         path, depth, default_levels, serves = compare.SCENARIOS[s]
-        for conns in levels or default_levels:
-            cells += [(s, path, depth, conns, t) for t in targets if t in serves]
+        depths = [int(m) for m in args.streams.split()] if s.startswith("h2-") else [depth]
+        for depth in depths:
+            for conns in levels or default_levels:
+                cells += [(s, path, depth, conns, t) for t in targets if t in serves]
+
+    def label(s, depth):
+        return f"{s}-m{depth}" if s.startswith("h2-") else s
+
+    def argv_for(s, url, conns, depth, secs, close):
+        if s.startswith(("h2-", "h1-")):
+            return compare.h2load_argv(url, conns, depth, secs, s.startswith("h1-"))
+        return compare.wrk_argv(url, conns, depth, secs, close)
 
     servers = {}
     results = {}  # (scenario, conns, target) -> [records], one per round
@@ -123,34 +134,35 @@ def main():
             servers[t] = srv
         for s, path, _, _, t in sorted({(c[0], c[1], 0, 0, c[4]) for c in cells}):  # warm-up
             url, close = cell_url(compare, s, servers[t].port, path)
-            compare.subprocess.run(compare.wrk_argv(url, 64, 1, 2, close), capture_output=True, timeout=60)
+            compare.subprocess.run(argv_for(s, url, 16, 10, 2, close), capture_output=True, timeout=60)
         for rep in range(args.reps):
             compare.log(f"round {rep + 1} of {args.reps}")
             for s, path, depth, conns, t in cells:
                 url, close = cell_url(compare, s, servers[t].port, path)
                 for _ in range(args.attempts):
-                    rec = compare.measure(servers[t], compare.wrk_argv(url, conns, depth, args.duration, close),
+                    rec = compare.measure(servers[t], argv_for(s, url, conns, depth, args.duration, close),
                                           args.duration)
                     if rec["foreign_cpu_pct"] <= args.foreign_max:
                         break
                     compare.log(f"  neighbour used {rec['foreign_cpu_pct']}% CPU {rec['foreign_top']}: repeating")
                     time.sleep(5)
-                rec.update(target=t, scenario=s, conns=conns, pipeline=depth, rep=rep,
+                rec.update(target=t, scenario=label(s, depth), conns=conns, pipeline=depth, rep=rep,
                            ts=time.strftime("%Y-%m-%dT%H:%M:%S"))
                 if rec["rps"] is None:
-                    compare.log(f"  wrk gave no result:\n{rec['wrk_tail']}")
-                results.setdefault((s, conns, t), []).append(rec)
+                    compare.log(f"  the load generator gave no result:\n{rec['wrk_tail']}")
+                results.setdefault((label(s, depth), conns, t), []).append(rec)
                 if raw:
                     raw.write(json.dumps(rec) + "\n")
                     raw.flush()
                 cost = compare.cost_us([rec])
-                compare.log(f"  {t:12s} {s:14s} c={conns:<5d} rps={rec['rps']} µs/req={cost and round(cost, 2)} "
+                compare.log(f"  {t:12s} {label(s, depth):14s} c={conns:<5d} rps={rec['rps']} µs/req={cost and round(cost, 2)} "
                             f"p99={rec['p99_ms']}ms rss={rec['server_rss_kb']}kB "
                             f"errors={rec['socket_errors'] + rec['non_2xx']}")
     finally:
         for srv in servers.values():
             srv.stop()
 
+    scenarios = list(dict.fromkeys(sc for (sc, _, _) in results))
     print(compare.table(results, scenarios, targets))
     print()
     print("Per-round ratios of lowlat to each peer (median, min–max over rounds; each round measures "

@@ -18,7 +18,8 @@ wrk's core is the bottleneck, as it often is on two cores), and appends every ru
 newline, and 1m.bin, 1 MiB). Scenarios: plaintext, plaintext-pipe, json, static, static-pipe,
 big (1 MiB file, MB/s); over TLS: tls-plaintext, tls-static,
 tls-handshake (a new connection, so a full handshake, per request), tls-big; over HTTP/2 (TLS,
-ALPN h2, loaded by h2load with --streams streams per connection): h2-plaintext, h2-static. For TLS, --lowlat may use
+ALPN h2, loaded by h2load with --streams streams per connection): h2-plaintext, h2-static, and
+h1-static (HTTP/1.1 over TLS by h2load --h1, the same client). For TLS, --lowlat may use
 {tls_port}, {cert} and {key} (a self-signed ECDSA P-256 pair made in the run directory). Peers: nginx, lighttpd, h2o, varnish (caching a file from a throw-away origin),
 may-minihttp, and "ceiling" (ceiling/ceiling.c:
 no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh first.
@@ -62,6 +63,8 @@ SCENARIOS = {
     # HTTP/2 over TLS (ALPN h2), loaded by h2load with --streams streams per connection
     "h2-plaintext": ("/plaintext", 1, [16, 256], ["lowlat", "nginx"]),
     "h2-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
+    # HTTP/1.1 over TLS loaded by h2load --h1: the same client as h2-*, for 1-stream comparisons
+    "h1-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
 }
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
@@ -301,9 +304,9 @@ def wrk_argv(url, conns, depth, seconds, close=False):
     return argv + [url]
 
 
-def h2load_argv(url, conns, streams, seconds):
+def h2load_argv(url, conns, streams, seconds, h1=False):
     return ["taskset", "-c", "1", "h2load", "-t1", "-c", str(conns), "-m", str(streams), "-D", str(seconds),
-            "-H", "Accept: text/plain,text/html;q=0.9,*/*;q=0.7", url]
+            "-H", "Accept: text/plain,text/html;q=0.9,*/*;q=0.7"] + (["--h1"] if h1 else []) + [url]
 
 
 def parse_h2load(out):
@@ -409,11 +412,11 @@ def main():
                 path, depth, levels, serves = SCENARIOS[s]
                 if target not in serves:
                     continue
-                tls, close = s.startswith(("tls-", "h2-")), s == "tls-handshake"
+                tls, close = s.startswith(("tls-", "h2-", "h1-")), s == "tls-handshake"
                 url = (f"https://127.0.0.1:{srv.port + TLS_PORT_OFFSET}{path}" if tls
                        else f"http://127.0.0.1:{srv.port}{path}")
-                h2 = s.startswith("h2-")
-                if h2:
+                h2, h1 = s.startswith("h2-"), s.startswith("h1-")
+                if h2 or h1:
                     subprocess.run(h2load_argv(url, 16, 10, 2), capture_output=True, timeout=60)  # warm-up
                 else:
                     subprocess.run(wrk_argv(url, 64, 1, 2, close), capture_output=True, timeout=60)  # warm-up
@@ -423,7 +426,7 @@ def main():
                     label = f"{s}-m{depth}" if h2 else s
                     for rep in range(args.reps):
                         for attempt in range(4):
-                            argv = (h2load_argv(url, conns, depth, args.duration) if h2
+                            argv = (h2load_argv(url, conns, depth, args.duration, h1) if h2 or h1
                                     else wrk_argv(url, conns, depth, args.duration, close))
                             rec = measure(srv, argv, args.duration)
                             if rec["foreign_cpu_pct"] <= args.foreign_max:

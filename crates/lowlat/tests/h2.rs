@@ -612,3 +612,53 @@ fn request_bodies() {
     c.send(&out);
     assert_eq!(c.response(3).0, 413);
 }
+
+/// SIGTERM while a large response is in flight: GOAWAY (NO_ERROR, naming that stream) comes
+/// first, the response still completes, then the connection closes.
+#[test]
+fn graceful_shutdown_finishes_streams_in_flight() {
+    let server = Serve::start(&["--grace", "10s"]);
+    let mut c = Raw::connect_with(server.http, &[(frame::setting::INITIAL_WINDOW_SIZE, 65_535)]);
+    c.get(1, "/1m.bin", true);
+    // The head and the first window's worth of DATA; the rest waits for WINDOW_UPDATEs.
+    let mut got = 0usize;
+    while got < 65_535 {
+        let f = c.next().expect("the response starts");
+        if f.h.kind == kind::DATA {
+            got += f.payload.len();
+        }
+    }
+    let ok = Command::new("kill")
+        .arg("-TERM")
+        .arg(server.child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    std::thread::sleep(Duration::from_millis(300));
+    // Open the windows: the rest of the body must still come, after a GOAWAY for stream 1.
+    let mut wu = Vec::new();
+    frame::write_window_update(&mut wu, 0, 1 << 30);
+    frame::write_window_update(&mut wu, 1, 1 << 30);
+    c.send(&wu);
+    let mut goaway = None;
+    let mut ended = false;
+    while let Some(f) = c.next() {
+        match f.h.kind {
+            kind::GOAWAY => {
+                goaway = Some((
+                    u32::from_be_bytes(f.payload[..4].try_into().unwrap()),
+                    u32::from_be_bytes(f.payload[4..8].try_into().unwrap()),
+                ));
+            }
+            kind::DATA => {
+                got += f.payload.len();
+                ended |= f.h.has(flag::END_STREAM);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(goaway, Some((1, ErrorCode::NoError as u32)));
+    assert!(ended, "the stream in flight was not finished");
+    assert_eq!(got, 1 << 20);
+}
