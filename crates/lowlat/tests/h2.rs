@@ -618,7 +618,10 @@ fn request_bodies() {
 #[test]
 fn graceful_shutdown_finishes_streams_in_flight() {
     let server = Serve::start(&["--grace", "10s"]);
-    let mut c = Raw::connect_with(server.http, &[(frame::setting::INITIAL_WINDOW_SIZE, 65_535)]);
+    let mut c = Raw::connect_with(
+        server.http,
+        &[(frame::setting::INITIAL_WINDOW_SIZE, 65_535)],
+    );
     c.get(1, "/1m.bin", true);
     // The head and the first window's worth of DATA; the rest waits for WINDOW_UPDATEs.
     let mut got = 0usize;
