@@ -202,6 +202,12 @@ impl RequestHead {
         self.text(self.scheme.as_ref())
     }
 
+    /// How many regular fields there are.
+    #[must_use]
+    pub fn field_count(&self) -> usize {
+        self.fields.len()
+    }
+
     /// The regular fields, in order, names in lower case.
     pub fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
         self.fields.iter().map(|(n, v)| {

@@ -302,7 +302,7 @@ impl Handler for StaticFiles {
             return;
         };
 
-        let now = Instant::now();
+        let now = crate::worker::loop_now();
         let held = cache.used_bytes();
         let cached = cache.get_mut(path);
         CACHE_STATS.with(|c| {

@@ -687,31 +687,19 @@ impl H2Conn {
         if !(target.starts_with('/') || target == "*" && method_token == "OPTIONS") {
             return self.stream_error(id, ErrorCode::Protocol);
         }
-        const EMPTY: Header<'static> = Header {
-            name: "",
-            value: b"",
+        // Most requests have a few fields: a small array to fill, the full one only for many.
+        let mut small = [EMPTY_HEADER; 24];
+        let mut big;
+        let slots: &mut [Header<'_>] = if head.field_count() < small.len() {
+            &mut small
+        } else {
+            big = [EMPTY_HEADER; lowlat_http::limits::MAX_HEADERS];
+            &mut big
         };
-        let mut fields = [EMPTY; lowlat_http::limits::MAX_HEADERS];
-        let mut n = 0;
-        let mut has_host = false;
-        for (name, value) in head.fields() {
-            if n == fields.len() {
-                return self.refuse(ctx, id, 431);
-            }
-            has_host |= name == "host";
-            fields[n] = Header { name, value };
-            n += 1;
-        }
-        if let (false, Some(authority)) = (has_host, head.authority()) {
-            if n == fields.len() {
-                return self.refuse(ctx, id, 431);
-            }
-            fields[n] = Header {
-                name: "host",
-                value: authority,
-            };
-            n += 1;
-        }
+        let Some(n) = request_fields(head, slots, ctx.cfg.head.max_headers) else {
+            return self.refuse(ctx, id, 431);
+        };
+        let fields = &slots[..n];
         let (path, query) = match target.split_once('?') {
             Some((p, q)) => (p, Some(q)),
             None => (target, None),
@@ -724,7 +712,7 @@ impl H2Conn {
             path,
             query,
             version: Version::Http2,
-            headers: &fields[..n],
+            headers: fields,
             framing: if body.is_empty() {
                 lowlat_http::body::BodyFraming::None
             } else {
@@ -1282,6 +1270,36 @@ impl H2Conn {
         self.io.close_notify();
         self.close_now(ctx);
     }
+}
+
+const EMPTY_HEADER: Header<'static> = Header {
+    name: "",
+    value: b"",
+};
+
+/// The request's fields as the handlers see them, with `Host` from `:authority` when the
+/// request has no `host` field (RFC 9113 §8.3.1). `None` when they do not fit `slots` or are
+/// more than `max` (431, as over HTTP/1.1).
+fn request_fields<'a>(
+    head: &'a RequestHead,
+    slots: &mut [Header<'a>],
+    max: usize,
+) -> Option<usize> {
+    let mut n = 0;
+    let mut has_host = false;
+    for (name, value) in head.fields() {
+        has_host |= name == "host";
+        *slots.get_mut(n)? = Header { name, value };
+        n += 1;
+    }
+    if let (false, Some(authority)) = (has_host, head.authority()) {
+        *slots.get_mut(n)? = Header {
+            name: "host",
+            value: authority,
+        };
+        n += 1;
+    }
+    (n <= max).then_some(n)
 }
 
 /// Adds `id` to a bounded list of recent stream ids.
