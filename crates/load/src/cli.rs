@@ -72,8 +72,8 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub pipeline: u32,
     /// Speak HTTP/2: ALPN h2 for https:// (the run fails if the server does not offer it),
-    /// prior knowledge (h2c) for http://.
-    #[arg(long, conflicts_with_all = ["pipeline", "http10", "no_keepalive"])]
+    /// prior knowledge (h2c) for http:// (--h2c is the same flag).
+    #[arg(long, alias = "h2c", conflicts_with_all = ["pipeline", "http10", "no_keepalive"])]
     pub h2: bool,
     /// With --h2: streams in flight per connection (h2load's -m).
     #[arg(short = 'm', long, value_name = "N", requires = "h2", value_parser = clap::value_parser!(u32).range(1..=10_000))]

@@ -230,3 +230,26 @@ fn against_h2o() {
         assert!(r.bytes_read >= 10_000 * 100);
     }
 }
+
+/// The JSON report over HTTP/2 follows the schema and says how many streams ran; the
+/// HdrHistogram interval log is written as over HTTP/1.1.
+#[test]
+fn json_report_and_hdr_log_over_h2() {
+    let pki = Pki::new();
+    let (server, https, _) = server(&pki, ALPN_H2_HTTP1);
+    let cfg = LoadConfig {
+        latency_intervals: Some(Duration::from_millis(200)),
+        ..h2(&format!("{https}/json"), 2000, 16, trusting(&pki))
+    };
+    let r = run(&cfg);
+    let v = lowlat_load::json::to_json(&r, &cfg);
+    let schema: serde_json::Value = serde_json::from_str(lowlat_load::json::SCHEMA).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{v:#}");
+    assert_eq!(v["config"]["h2_streams"], 16);
+    assert_eq!(v["responses"], 2000);
+    let counted: u64 = r.intervals.iter().map(|i| i.latency.len()).sum();
+    assert_eq!(counted, 2000);
+    stop(server);
+}

@@ -43,7 +43,9 @@ thread_local! {
 
 /// The worker loop's current time; the clock itself outside a worker (tests, tools).
 pub(crate) fn loop_now() -> Instant {
-    LOOP_NOW.with(std::cell::Cell::get).unwrap_or_else(Instant::now)
+    LOOP_NOW
+        .with(std::cell::Cell::get)
+        .unwrap_or_else(Instant::now)
 }
 
 /// What a connection may use of its worker while it is driven.
