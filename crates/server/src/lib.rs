@@ -1,4 +1,4 @@
-//! lowlat's HTTP/1.1 server, in clear and over TLS: a thread-per-core engine and the handlers
+//! lowlat's HTTP/1.1 and HTTP/2 server, in clear and over TLS: a thread-per-core engine and the handlers
 //! mounted on it.
 //!
 //! Each worker thread owns an event loop, its listening sockets (`SO_REUSEPORT`), its connections
@@ -15,6 +15,8 @@
 //! - `worker`: one thread's event loop: accept, drive connections, sweep deadlines, shut down.
 //! - `conn`: the HTTP/1.1 protocol layer: one connection's read → answer every request → one
 //!   write cycle, bodies, closing — over whichever transport it was accepted on.
+//! - [`h2`]: the HTTP/2 protocol layer: frames, streams, flow control, defences, its settings.
+//! - `proto`: a connection in the protocol it speaks; the switch from HTTP/1.1 to HTTP/2.
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
