@@ -1,5 +1,5 @@
-//! lowlat's HTTP/1.1 and HTTP/2 server, in clear and over TLS: a thread-per-core engine and the handlers
-//! mounted on it.
+//! lowlat's HTTP/1.1 and HTTP/2 server, in clear and over TLS: a thread-per-core engine and the
+//! handlers mounted on it.
 //!
 //! Each worker thread owns an event loop, its listening sockets (`SO_REUSEPORT`), its connections
 //! and their buffers; a request never crosses threads. The codec (`lowlat-http`) parses and
