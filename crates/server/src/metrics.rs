@@ -1,7 +1,7 @@
 //! Metrics for dashboards: Prometheus's text format on a listener of its own (`--metrics
 //! ADDR:PORT`, off by default, never the public port), summed over the workers' counters.
 //!
-//! Each worker counts in plain integers of its own ([`Counters`], no atomic on the request path)
+//! Each worker counts in plain integers of its own (`Counters`, no atomic on the request path)
 //! and publishes a copy into its slot of the shared [`Registry`] once per turn of its event loop
 //! — relaxed stores of a few dozen words, not per request. A scrape sums the slots, so a figure
 //! may lag by one loop turn; counters never go backwards.
