@@ -665,3 +665,21 @@ fn graceful_shutdown_finishes_streams_in_flight() {
     assert!(ended, "the stream in flight was not finished");
     assert_eq!(got, 1 << 20);
 }
+
+/// A client that never acknowledges our SETTINGS: GOAWAY SETTINGS_TIMEOUT after
+/// `--h2-settings-timeout`.
+#[test]
+fn settings_never_acknowledged() {
+    let server = Serve::start(&["--h2-settings-timeout", "1s"]);
+    let mut c = Raw::connect(server.http);
+    let start = Instant::now();
+    // `until_goaway` reads frames without answering SETTINGS.
+    let code = c.until_goaway(Duration::from_secs(5));
+    assert_eq!(code, Some(ErrorCode::SettingsTimeout as u32));
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+    server.still_serves();
+}
