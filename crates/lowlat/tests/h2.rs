@@ -683,3 +683,43 @@ fn settings_never_acknowledged() {
     );
     server.still_serves();
 }
+
+/// Two large files on one connection share it: their DATA frames interleave, neither waits for
+/// the other to finish; a small response asked for after them is not held behind them.
+#[test]
+fn large_bodies_share_the_connection() {
+    let server = Serve::start(&[]);
+    let mut c = Raw::connect_with(
+        server.http,
+        &[(frame::setting::INITIAL_WINDOW_SIZE, 1 << 30)],
+    );
+    let mut wu = Vec::new();
+    frame::write_window_update(&mut wu, 0, 1 << 30);
+    c.send(&wu);
+    c.get(1, "/1m.bin", true);
+    c.get(3, "/1m.bin", true);
+    c.get(5, "/100.html", true);
+    let mut order = Vec::new(); // (stream, end) of each DATA frame
+    let mut ended = 0;
+    while ended < 3 {
+        let Some(f) = c.next() else {
+            panic!("closed or stalled after {order:?}")
+        };
+        if f.h.kind == kind::DATA {
+            let end = f.h.has(flag::END_STREAM);
+            order.push((f.h.stream, end));
+            ended += usize::from(end);
+        }
+    }
+    let first_end = order.iter().position(|&(_, end)| end).unwrap();
+    assert_eq!(
+        order[first_end].0, 5,
+        "the small response ends first: {order:?}"
+    );
+    let end_of = |s| order.iter().position(|&(st, e)| st == s && e).unwrap();
+    let first_of = |s| order.iter().position(|&(st, _)| st == s).unwrap();
+    assert!(
+        first_of(3) < end_of(1) && first_of(1) < end_of(3),
+        "not interleaved: {order:?}"
+    );
+}

@@ -242,10 +242,15 @@ impl H2Conn {
                 self.begin_linger(ctx);
             }
             if !self.lingering {
-                if budget == 0 && self.streams.iter().any(|s| s.pending() > 0) {
-                    // Other connections get their turn; this one continues after them.
-                    ctx.deferred.push(ctx.token);
-                    break;
+                if self.can_send() {
+                    if budget == 0 {
+                        // Other connections get their turn; this one continues after them.
+                        ctx.deferred.push(ctx.token);
+                        break;
+                    }
+                    // The output filled up before the budget ran out, and all of it was
+                    // written: no event will come to ask for more, so send more now.
+                    continue;
                 }
                 if self.eof || self.wbuf.len() - self.wpos >= OUTPUT_HIGH_WATER {
                     break;
@@ -265,6 +270,15 @@ impl H2Conn {
         }
         self.release_idle_buffers(ctx);
         self.arm_deadline(ctx);
+    }
+
+    /// Whether some response body can go out now (data waiting, and window for it).
+    fn can_send(&self) -> bool {
+        self.send_window > 0
+            && self
+                .streams
+                .iter()
+                .any(|s| s.state == State::HalfClosedRemote && s.send_window > 0 && s.pending() > 0)
     }
 
     /// Buffers go back to the worker's pool whenever they are empty, as HTTP/1.1's do: many
