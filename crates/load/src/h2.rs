@@ -14,6 +14,9 @@ use std::time::Instant;
 use lowlat_http::h2::frame::{self, flag, kind, FrameHeader, HEADER_LEN, MAX_WINDOW};
 use lowlat_http::h2::{Decoder, Encoder};
 
+/// SETTINGS_NO_RFC7540_PRIORITIES (RFC 9218).
+const SETTINGS_NO_RFC7540_PRIORITIES: u16 = 9;
+
 /// One request as HTTP/2 fields: pseudo-fields first, names in lower case.
 #[derive(Debug, Clone)]
 pub(crate) struct H2Request {
@@ -81,6 +84,9 @@ impl Session {
             &[
                 (frame::setting::ENABLE_PUSH, 0),
                 (frame::setting::INITIAL_WINDOW_SIZE, MAX_WINDOW as u32),
+                // RFC 9218 §2.1: no RFC 7540 priority signals from this client, as nghttp2 (and
+                // so h2load), curl and browsers say; a server then skips its dependency tree.
+                (SETTINGS_NO_RFC7540_PRIORITIES, 1),
             ],
         );
         frame::write_window_update(&mut out, 0, MAX_WINDOW as u32 - frame::DEFAULT_WINDOW);
