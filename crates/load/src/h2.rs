@@ -147,10 +147,17 @@ impl Session {
         let (generation, cached) = &mut self.cache[index];
         if *generation != self.enc.generation() {
             cached.clear();
+            let before = self.enc.generation();
             self.enc
                 .encode_fields(req.fields.iter().map(|(n, v)| (&n[..], &v[..])), cached);
-            // Encoding may have added to the table: then the next encoding differs (indexed).
-            *generation = self.enc.generation();
+            // A block that added to the table must not be sent again as it is (it would add
+            // the same entries again, out of step with our mirror of the server's table): it
+            // is reusable only when encoding left the table as it was.
+            *generation = if self.enc.generation() == before {
+                before
+            } else {
+                u64::MAX
+            };
         }
         let end_stream = req.body.is_none();
         frame::write_headers(&mut self.out, id, cached, end_stream, 16_384);
@@ -341,5 +348,60 @@ impl Session {
             .iter()
             .enumerate()
             .all(|(i, s)| s.done || 2 * (self.base + i as u32) + 1 > last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The HEADERS blocks a session sends for one request, decoded by one server-side decoder:
+    /// the same fields every time, the first block filling the table, the later ones only
+    /// indexes (a block that filled the table is never sent twice).
+    #[test]
+    fn requests_index_after_the_first_and_stay_in_step() {
+        let req = H2Request {
+            fields: vec![
+                (b":method".to_vec(), b"GET".to_vec()),
+                (b":scheme".to_vec(), b"https".to_vec()),
+                (b":authority".to_vec(), b"example.com:8443".to_vec()),
+                (b":path".to_vec(), b"/100.html".to_vec()),
+                (b"user-agent".to_vec(), b"lowlat".to_vec()),
+            ],
+            body: None,
+        };
+        let other = H2Request {
+            fields: vec![
+                (b":method".to_vec(), b"GET".to_vec()),
+                (b":scheme".to_vec(), b"https".to_vec()),
+                (b":authority".to_vec(), b"example.com:8443".to_vec()),
+                (b":path".to_vec(), b"/json".to_vec()),
+            ],
+            body: None,
+        };
+        let mut s = Session::new(2);
+        s.out.clear();
+        let now = Instant::now();
+        let mut dec = Decoder::default();
+        let mut sizes = Vec::new();
+        for i in 0..6 {
+            let (index, r) = if i % 3 == 2 { (1, &other) } else { (0, &req) };
+            s.request(index, r, now);
+            let h = FrameHeader::parse(&s.out).unwrap();
+            let block = &s.out[HEADER_LEN..HEADER_LEN + h.len as usize];
+            let mut got = Vec::new();
+            dec.decode(block, |n, v| got.push((n.to_vec(), v.to_vec())))
+                .unwrap();
+            assert_eq!(got, r.fields, "request {i}");
+            if index == 0 {
+                sizes.push(block.len());
+            }
+            s.out.clear();
+        }
+        assert!(sizes[0] > 30, "{sizes:?}");
+        assert!(
+            sizes[1..].iter().all(|&n| n == req.fields.len()),
+            "{sizes:?}"
+        );
     }
 }
