@@ -238,12 +238,7 @@ impl Encoder {
         fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
         out: &mut Vec<u8>,
     ) {
-        if let Some(size) = self.size_update.take() {
-            put_integer(size, 5, 0x20, out);
-            if size != self.max_size {
-                put_integer(self.max_size, 5, 0x20, out);
-            }
-        }
+        self.begin_block(out);
         match status {
             200 => out.push(0x80 | 8),
             204 => out.push(0x80 | 9),
@@ -269,12 +264,7 @@ impl Encoder {
         fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
         out: &mut Vec<u8>,
     ) {
-        if let Some(size) = self.size_update.take() {
-            put_integer(size, 5, 0x20, out);
-            if size != self.max_size {
-                put_integer(self.max_size, 5, 0x20, out);
-            }
-        }
+        self.begin_block(out);
         for (name, value) in fields {
             self.field(name, value, out);
         }
@@ -285,6 +275,17 @@ impl Encoder {
     #[must_use]
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// A block starts with the table size updates owed since the last one (RFC 7541 §4.2: the
+    /// smallest size, then the current one).
+    fn begin_block(&mut self, out: &mut Vec<u8>) {
+        if let Some(size) = self.size_update.take() {
+            put_integer(size, 5, 0x20, out);
+            if size != self.max_size {
+                put_integer(self.max_size, 5, 0x20, out);
+            }
+        }
     }
 
     fn field(&mut self, name: &[u8], value: &[u8], out: &mut Vec<u8>) {
