@@ -3,15 +3,17 @@
 //! clear failure against a server that does not offer h2, and exact counts against h2o.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lowlat_load::{LoadConfig, Report, Target, TlsOptions};
 use lowlat_server::tls::{CertPaths, CryptoBackend, TlsContext, ALPN_H2_HTTP1, ALPN_HTTP1};
 use lowlat_server::{builtin_service, Running, Server, ServerConfig};
 use lowlat_testkit::pki::{KeyKind, Pki};
+
+mod common;
+use common::peer::Peer;
 
 /// `lowlat serve`'s engine with a TLS listener (offering `alpn`) and an h2c listener.
 fn server(pki: &Pki, alpn: &[&[u8]]) -> (Running, String, String) {
@@ -137,71 +139,31 @@ fn a_server_without_h2_fails_clearly() {
     stop(server);
 }
 
-/// h2o: the reference HTTP/2 server, on a free port with TLS.
-struct H2o {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl H2o {
-    fn start(cert: &Path, key: &Path) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("100.html"), [b'X'; 100]).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let user = if runs_as_root() { "user: root\n" } else { "" };
-        let conf = format!(
-            "{user}num-threads: 1\npid-file: {run}/h2o.pid\nerror-log: {run}/error.log\n\
+/// h2o, the reference HTTP/2 server, on a free port with TLS, serving a 100-byte file.
+fn h2o(cert: &Path, key: &Path) -> Peer {
+    Peer::start(
+        &["/usr/bin/h2o", "/usr/sbin/h2o", "/usr/local/bin/h2o"],
+        |dir, port| {
+            std::fs::write(dir.join("100.html"), [b'X'; 100]).unwrap();
+            // As root, h2o needs a user to run as.
+            let user = if runs_as_root() { "user: root\n" } else { "" };
+            let conf = format!(
+                "{user}num-threads: 1\npid-file: {run}/h2o.pid\nerror-log: {run}/error.log\n\
              listen:\n  host: 127.0.0.1\n  port: {port}\n  ssl:\n    certificate-file: {}\n\
              \x20   key-file: {}\nhosts:\n  \"default\":\n    paths:\n      \"/\":\n\
              \x20       file.dir: {run}\n",
-            cert.display(),
-            key.display(),
-            run = dir.path().display()
-        );
-        let conf_path = dir.path().join("h2o.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let bin = ["/usr/bin/h2o", "/usr/sbin/h2o", "/usr/local/bin/h2o"]
-            .into_iter()
-            .find(|p| Path::new(p).is_file())
-            .expect("h2o is not installed: run scripts/test-deps.sh");
-        let child = Command::new(bin)
-            .arg("-c")
-            .arg(&conf_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("h2o");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "h2o did not start: {}",
-                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+                cert.display(),
+                key.display(),
+                run = dir.display()
             );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child,
-            port,
-            _dir: dir,
-        }
-    }
+            let conf_path = dir.join("h2o.conf");
+            std::fs::write(&conf_path, conf).unwrap();
+            vec!["-c".into(), conf_path.display().to_string()]
+        },
+    )
 }
 
-impl Drop for H2o {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether the tests run as root (h2o then needs a `user:` line to start).
+/// Whether the tests run as root.
 fn runs_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
@@ -215,7 +177,7 @@ fn runs_as_root() -> bool {
 fn against_h2o() {
     let pki = Pki::new();
     let leaf = pki.leaf("h2o", &["localhost", "127.0.0.1"], KeyKind::EcdsaP256);
-    let h2o = H2o::start(&leaf.cert, &leaf.key);
+    let h2o = h2o(&leaf.cert, &leaf.key);
     for streams in [1, 100] {
         let cfg = h2(
             &format!("https://localhost:{}/100.html", h2o.port),

@@ -3,8 +3,7 @@
 //! its failure counted and explained, `--insecure`, resumption, pipelining, the JSON report
 //! against its schema, and a plain-HTTP server given an https URL.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +12,9 @@ use lowlat_load::{LoadConfig, Report, Target, TlsOptions};
 use lowlat_server::tls::{CertPaths, CryptoBackend, TlsContext, ALPN_HTTP1};
 use lowlat_server::{builtin_service, Running, Server, ServerConfig};
 use lowlat_testkit::pki::{KeyKind, Pki};
+
+mod common;
+use common::peer::Peer;
 
 /// `lowlat serve`'s engine with a TLS listener for `localhost` and 127.0.0.1.
 fn tls_server(pki: &Pki) -> (Running, String) {
@@ -214,7 +216,7 @@ fn against_nginx_with_a_chain() {
     let pki = Pki::new();
     let leaf = pki.leaf("nginx", &["localhost"], KeyKind::EcdsaP256);
     for (protocols, want) in [("TLSv1.2 TLSv1.3", "TLSv1.3"), ("TLSv1.2", "TLSv1.2")] {
-        let nginx = Nginx::start(&leaf.cert, &leaf.key, protocols);
+        let nginx = nginx(&leaf.cert, &leaf.key, protocols);
         let url = format!("https://localhost:{}/plaintext", nginx.port);
         let r = run(&counted(&url, 300, trusting(&pki)));
         assert_eq!(r.responses, 300, "{:?} {:?}", r.errors, r.tls_error);
@@ -226,23 +228,13 @@ fn against_nginx_with_a_chain() {
 }
 
 /// An nginx with one TLS server block on a free port, stopped on drop.
-struct Nginx {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Nginx {
-    fn start(cert: &Path, key: &Path, protocols: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let run = dir.path().display().to_string();
-        let conf = format!(
-            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {run}/nginx.pid;\n\
+fn nginx(cert: &Path, key: &Path, protocols: &str) -> Peer {
+    Peer::start(
+        &["/usr/sbin/nginx", "/usr/bin/nginx", "/sbin/nginx"],
+        |dir, port| {
+            let run = dir.display().to_string();
+            let conf = format!(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\npid {run}/nginx.pid;\n\
              error_log {run}/error.log error;\nevents {{ worker_connections 256; }}\n\
              http {{\n access_log off;\n client_body_temp_path {run}/body;\n\
              proxy_temp_path {run}/proxy;\n fastcgi_temp_path {run}/fastcgi;\n\
@@ -251,52 +243,19 @@ impl Nginx {
              ssl_certificate_key {};\n  ssl_protocols {protocols};\n\
              location = /plaintext {{ default_type text/plain; return 200 'Hello, World!'; }}\n\
              }}\n}}\n",
-            cert.display(),
-            key.display()
-        );
-        let conf_path = dir.path().join("nginx.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let child = Command::new(nginx_bin())
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(&conf_path)
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "nginx did not start: {}",
-                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+                cert.display(),
+                key.display()
             );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child,
-            port,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn nginx_bin() -> PathBuf {
-    for p in ["/usr/sbin/nginx", "/usr/bin/nginx", "/sbin/nginx"] {
-        if Path::new(p).is_file() {
-            return PathBuf::from(p);
-        }
-    }
-    panic!("nginx is not installed: run scripts/test-deps.sh");
+            let conf_path = dir.join("nginx.conf");
+            std::fs::write(&conf_path, conf).unwrap();
+            vec![
+                "-p".into(),
+                run.clone(),
+                "-c".into(),
+                conf_path.display().to_string(),
+                "-e".into(),
+                format!("{run}/error.log"),
+            ]
+        },
+    )
 }

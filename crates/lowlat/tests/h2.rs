@@ -3,16 +3,17 @@
 //! client — cut off within a bound on the server's CPU time and memory, while another client is
 //! still served.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use lowlat_http::h2::frame::{self, flag, kind, ErrorCode, FrameHeader, HEADER_LEN};
 use lowlat_testkit::pki::{KeyKind, Pki};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lowlat");
+mod support;
+use support::BIN;
 
 /// `lowlat serve` with a clear-text (h2c) and a TLS listener on ephemeral ports.
 struct Serve {
@@ -31,33 +32,23 @@ impl Serve {
         std::fs::write(root.path().join("100.html"), [b'X'; 100]).unwrap();
         let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
         std::fs::write(root.path().join("1m.bin"), big).unwrap();
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--workers",
-                "1",
-                "--listen",
-                "127.0.0.1:0",
-                "--h2c",
-            ])
-            .args(["--tls-listen", "127.0.0.1:0", "--cert"])
-            .arg(&leaf.cert)
-            .arg("--key")
-            .arg(&leaf.key)
-            .arg("--root")
-            .arg(root.path())
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lowlat");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut banner = String::new();
-        while !banner.contains("listening on") {
-            banner.clear();
-            assert!(stderr.read_line(&mut banner).unwrap() > 0, "no banner");
-        }
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "serve",
+            "--workers",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--h2c",
+        ])
+        .args(["--tls-listen", "127.0.0.1:0", "--cert"])
+        .arg(&leaf.cert)
+        .arg("--key")
+        .arg(&leaf.key)
+        .arg("--root")
+        .arg(root.path())
+        .args(extra);
+        let (child, mut stderr, banner) = support::spawn_serve(cmd);
         // Keep draining stderr so the server never blocks on it.
         std::thread::spawn(move || {
             let mut sink = String::new();
@@ -65,14 +56,7 @@ impl Serve {
                 sink.clear();
             }
         });
-        let addr = |scheme: &str| -> SocketAddr {
-            banner
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix(scheme))
-                .unwrap_or_else(|| panic!("no {scheme} address in {banner:?}"))
-                .parse()
-                .unwrap()
-        };
+        let addr = |scheme| support::address(&banner, scheme);
         Self {
             http: addr("http://"),
             https: addr("https://"),

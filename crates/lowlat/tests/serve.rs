@@ -6,7 +6,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lowlat");
+mod support;
+use support::BIN;
 
 /// A `lowlat serve` child process and the address it printed.
 struct ServeProcess {
@@ -18,27 +19,10 @@ impl ServeProcess {
     /// Starts `sh -c "<prefix> exec lowlat serve <args>"` on an ephemeral port.
     fn start(shell_prefix: &str, args: &str) -> Self {
         let script = format!("{shell_prefix} exec {BIN} serve --listen 127.0.0.1:0 {args}");
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lowlat");
-        let stderr = child.stderr.take().unwrap();
-        // Lines before "listening on" (the metrics listener's) are skipped.
-        let mut reader = BufReader::new(stderr);
-        let mut line = String::new();
-        while reader.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
-            line.clear();
-        }
-        let addr = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .parse()
-            .unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(script);
+        let (child, _, banner) = support::spawn_serve(cmd);
+        let addr = support::address(&banner, "http://");
         Self { child, addr }
     }
 

@@ -11,7 +11,8 @@ use std::time::Duration;
 use lowlat_testkit::pki::{CertFiles, KeyKind, Pki};
 use rustls::pki_types::pem::PemObject;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lowlat");
+mod support;
+use support::BIN;
 
 /// A `lowlat serve` with one TLS listener; stderr is read line by line.
 struct Serve {
@@ -23,36 +24,14 @@ struct Serve {
 
 impl Serve {
     fn start(cert: &Path, key: &Path) -> Self {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--workers", "1", "--tls-listen", "127.0.0.1:0"])
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--workers", "1", "--tls-listen", "127.0.0.1:0"])
             .arg("--cert")
             .arg(cert)
             .arg("--key")
-            .arg(key)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lowlat");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut banner = String::new();
-        loop {
-            let mut line = String::new();
-            assert!(
-                stderr.read_line(&mut line).unwrap() > 0,
-                "no banner: {banner}"
-            );
-            banner.push_str(&line);
-            if line.contains("listening on") {
-                break;
-            }
-        }
-        let addr = banner
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("https://"))
-            .unwrap_or_else(|| panic!("no https address in {banner:?}"))
-            .parse()
-            .unwrap();
+            .arg(key);
+        let (child, stderr, banner) = support::spawn_serve(cmd);
+        let addr = support::address(&banner, "https://");
         Self {
             child,
             addr,

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod peer;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
