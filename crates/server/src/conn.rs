@@ -16,7 +16,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use crate::handler::{FileBody, Response};
-use crate::transport::{ReadFailure, Transport};
+use crate::transport::{Flushed, ReadFailure, Transport};
 use crate::worker::WorkerCtx;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
 use lowlat_http::request::{header_slots, parse_request};
@@ -115,6 +115,8 @@ pub(crate) struct Conn {
     pub(crate) closed: bool,
     /// The client speaks HTTP/2: [`crate::proto`] hands the connection over.
     h2: bool,
+    /// The first bytes were HTTP/1.1: the connection stays so.
+    http1: bool,
     /// When the current request head started arriving.
     head_started: Instant,
     pub(crate) wait: Wait,
@@ -156,6 +158,7 @@ impl Conn {
             fin_seen: false,
             closed: false,
             h2: false,
+            http1: false,
             head_started: now,
             wait,
             deadline: now + first_deadline,
@@ -241,8 +244,11 @@ impl Conn {
 
     /// Whether the bytes received start HTTP/2: ALPN agreed on `h2`, or `--h2c` is on and they
     /// are the HTTP/2 preface. A prefix of the preface waits for the rest (no HTTP/1.1 request
-    /// starts with `PRI * HTTP/2.0`).
+    /// starts with `PRI * HTTP/2.0`). Decided once, on a connection's first bytes.
     fn speaks_h2(&mut self, ctx: &WorkerCtx<'_>) -> bool {
+        if self.http1 {
+            return false;
+        }
         if self.io.alpn() == Some(b"h2") {
             self.h2 = true;
         } else if ctx.cfg.h2.h2c && !self.io.is_tls() {
@@ -256,6 +262,7 @@ impl Conn {
                 self.h2 = true;
             }
         }
+        self.http1 = !self.h2;
         self.h2
     }
 
@@ -584,43 +591,21 @@ impl Conn {
         if self.write_blocked {
             return false;
         }
-        match self.io.flush_pending() {
-            Ok(true) => {}
-            Ok(false) => {
+        let before = self.wpos;
+        // With a file to follow, the head may wait to leave with the file's first bytes.
+        let flushed = self
+            .io
+            .write_from(&self.wbuf, &mut self.wpos, self.file.is_some());
+        self.wrote |= self.wpos > before;
+        match flushed {
+            Flushed::Done => {}
+            Flushed::Blocked => {
                 self.write_blocked = true;
                 return false;
             }
-            Err(_) => {
+            Flushed::Failed => {
                 self.close_now(ctx);
                 return false;
-            }
-        }
-        while self.wpos < self.wbuf.len() {
-            let pending = &self.wbuf[self.wpos..];
-            // With a file to follow, the head may wait to leave with the file's first bytes.
-            match self.io.write(pending, self.file.is_some()) {
-                Ok(0) => {
-                    self.close_now(ctx);
-                    return false;
-                }
-                Ok(n) => {
-                    self.wpos += n;
-                    self.wrote = true;
-                    if self.wpos < self.wbuf.len() {
-                        // A short write means the send buffer is full: wait for writable.
-                        self.write_blocked = true;
-                        return false;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.write_blocked = true;
-                    return false;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.close_now(ctx);
-                    return false;
-                }
             }
         }
         if self.wpos > 0 {

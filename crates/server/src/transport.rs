@@ -53,6 +53,17 @@ pub(crate) enum ReadFailure {
     Broken,
 }
 
+/// What [`Transport::write_from`] achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flushed {
+    /// Everything was taken.
+    Done,
+    /// The socket is full: wait for a writable event.
+    Blocked,
+    /// The connection is over.
+    Failed,
+}
+
 /// A connection's socket, in clear or under TLS.
 pub(crate) enum Transport {
     Plain(TcpStream),
@@ -145,6 +156,33 @@ impl Transport {
             Self::Tls(t) if t.cleartext => write_plain(&mut t.sock, buf, false),
             Self::Tls(t) => t.write(buf, more),
         }
+    }
+
+    /// Writes `buf[*pos..]`, after any encrypted bytes still waiting, advancing `pos`: until
+    /// all of it is taken, the socket is full, or it fails. `more` as for [`Transport::write`].
+    /// The one write loop of both protocols.
+    pub(crate) fn write_from(&mut self, buf: &[u8], pos: &mut usize, more: bool) -> Flushed {
+        match self.flush_pending() {
+            Ok(true) => {}
+            Ok(false) => return Flushed::Blocked,
+            Err(_) => return Flushed::Failed,
+        }
+        while *pos < buf.len() {
+            match self.write(&buf[*pos..], more) {
+                Ok(0) => return Flushed::Failed,
+                Ok(n) => {
+                    *pos += n;
+                    if *pos < buf.len() {
+                        // A short write means the send buffer is full: wait for writable.
+                        return Flushed::Blocked;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flushed::Blocked,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Flushed::Failed,
+            }
+        }
+        Flushed::Done
     }
 
     /// Writes what TLS has encrypted but the socket did not take yet. Returns true when nothing

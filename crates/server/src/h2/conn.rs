@@ -29,7 +29,7 @@ use lowlat_http::Version;
 use super::stream::{translate_head, State, Stream};
 use crate::conn::Wait;
 use crate::handler::Response;
-use crate::transport::Transport;
+use crate::transport::{Flushed, Transport};
 use crate::worker::WorkerCtx;
 
 /// Stop reading while this much output waits to be written.
@@ -248,11 +248,14 @@ impl H2Conn {
                         ctx.deferred.push(ctx.token);
                         break;
                     }
-                    // The output filled up before the budget ran out, and all of it was
-                    // written: no event will come to ask for more, so send more now.
-                    continue;
-                }
-                if self.eof || self.wbuf.len() - self.wpos >= OUTPUT_HIGH_WATER {
+                    if self.eof || !self.read_ready {
+                        // The output filled up before the budget ran out, and all of it was
+                        // written: no event will come to ask for more, so send more now.
+                        continue;
+                    }
+                    // Else read first: new requests, window updates and resets are not held
+                    // behind the bodies already flowing.
+                } else if self.eof || self.wbuf.len() - self.wpos >= OUTPUT_HIGH_WATER {
                     break;
                 }
             }
@@ -618,7 +621,7 @@ impl H2Conn {
             }
             Err(HeadError::Malformed) => return self.stream_error(id, ErrorCode::Protocol),
             Err(HeadError::TooLarge) => {
-                self.started_now(ctx);
+                self.last_progress = ctx.now;
                 return self.refuse(ctx, id, 431);
             }
             Ok(()) => {}
@@ -633,7 +636,7 @@ impl H2Conn {
         if self.streams.len() >= ctx.cfg.h2.max_streams as usize {
             return self.stream_error(id, ErrorCode::RefusedStream);
         }
-        self.started_now(ctx);
+        self.last_progress = ctx.now;
         if end_stream {
             if self.head.content_length.is_some_and(|n| n > 0) {
                 return self.stream_error(id, ErrorCode::Protocol);
@@ -658,10 +661,6 @@ impl H2Conn {
             i64::from(ctx.cfg.h2.initial_window),
             ctx.now,
         ));
-        self.last_progress = ctx.now;
-    }
-
-    fn started_now(&mut self, ctx: &WorkerCtx<'_>) {
         self.last_progress = ctx.now;
     }
 
@@ -748,17 +747,7 @@ impl H2Conn {
         let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
         let done = res.finish();
         if !done.sent {
-            self.res_buf.clear();
-            let mut res = Response::new(
-                &mut self.res_buf,
-                ctx.scratch,
-                ctx.date.get(),
-                false,
-                true,
-                Version::Http2,
-            );
-            res.send_status(500);
-            let _ = res.finish();
+            self.status_page(ctx, 500);
         }
         let status = if done.sent { done.status } else { 500 };
         let took = ctx.now.saturating_duration_since(started);
@@ -841,11 +830,8 @@ impl H2Conn {
         let i = match entry {
             Some(i) => i,
             None => {
-                let mut s =
-                    Stream::receiving(id, Box::default(), stream_window, 0, self.last_progress);
-                s.head = None;
-                s.state = State::HalfClosedRemote;
-                self.streams.push(s);
+                self.streams
+                    .push(Stream::sending(id, stream_window, self.last_progress));
                 self.streams.len() - 1
             }
         };
@@ -1085,14 +1071,21 @@ impl H2Conn {
     /// Answers `status` on a stream whose request is refused (too large), then resets it if
     /// the client was still sending.
     fn refuse(&mut self, ctx: &mut WorkerCtx<'_>, id: u32, status: u16) {
-        let still_sending = self
-            .streams
-            .iter()
-            .find(|s| s.id == id)
-            .is_some_and(|s| s.state == State::Open);
-        if let Some(i) = self.streams.iter().position(|s| s.id == id) {
-            self.streams.swap_remove(i);
+        let still_sending = match self.streams.iter().position(|s| s.id == id) {
+            Some(i) => self.streams.swap_remove(i).state == State::Open,
+            None => false,
+        };
+        self.status_page(ctx, status);
+        ctx.counters.response(0, status, 0, Duration::ZERO);
+        self.send_response(id, None, None);
+        if still_sending {
+            frame::write_rst_stream(&mut self.wbuf, id, ErrorCode::NoError);
+            remember(&mut self.reset_ids, id);
         }
+    }
+
+    /// A plain status page (`404 Not Found\n`) in `res_buf`, for [`H2Conn::send_response`].
+    fn status_page(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {
         self.res_buf.clear();
         let mut res = Response::new(
             &mut self.res_buf,
@@ -1104,12 +1097,6 @@ impl H2Conn {
         );
         res.send_status(status);
         let _ = res.finish();
-        ctx.counters.response(0, status, 0, Duration::ZERO);
-        self.send_response(id, None, None);
-        if still_sending {
-            frame::write_rst_stream(&mut self.wbuf, id, ErrorCode::NoError);
-            remember(&mut self.reset_ids, id);
-        }
     }
 
     /// A stream error: RST_STREAM, and the stream is forgotten.
@@ -1148,40 +1135,18 @@ impl H2Conn {
         if self.write_blocked {
             return false;
         }
-        match self.io.flush_pending() {
-            Ok(true) => {}
-            Ok(false) => {
+        let before = self.wpos;
+        let flushed = self.io.write_from(&self.wbuf, &mut self.wpos, false);
+        self.wrote |= self.wpos > before;
+        match flushed {
+            Flushed::Done => {}
+            Flushed::Blocked => {
                 self.write_blocked = true;
                 return false;
             }
-            Err(_) => {
+            Flushed::Failed => {
                 self.close_now(ctx);
                 return false;
-            }
-        }
-        while self.wpos < self.wbuf.len() {
-            match self.io.write(&self.wbuf[self.wpos..], false) {
-                Ok(0) => {
-                    self.close_now(ctx);
-                    return false;
-                }
-                Ok(n) => {
-                    self.wpos += n;
-                    self.wrote = true;
-                    if self.wpos < self.wbuf.len() {
-                        self.write_blocked = true;
-                        return false;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.write_blocked = true;
-                    return false;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.close_now(ctx);
-                    return false;
-                }
             }
         }
         self.wbuf.clear();

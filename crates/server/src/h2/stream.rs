@@ -44,6 +44,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
+    /// A stream whose request body is arriving.
     pub(crate) fn receiving(
         id: u32,
         head: Box<RequestHead>,
@@ -52,12 +53,22 @@ impl Stream {
         now: Instant,
     ) -> Self {
         Self {
-            id,
             state: State::Open,
-            send_window,
-            recv_window,
-            started: now,
             head: Some(head),
+            recv_window,
+            ..Self::sending(id, send_window, now)
+        }
+    }
+
+    /// A stream whose request is complete and whose response waits to be sent.
+    pub(crate) fn sending(id: u32, send_window: i64, now: Instant) -> Self {
+        Self {
+            id,
+            state: State::HalfClosedRemote,
+            send_window,
+            recv_window: 0,
+            started: now,
+            head: None,
             body: Vec::new(),
             out: Vec::new(),
             out_pos: 0,
