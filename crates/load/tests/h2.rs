@@ -3,75 +3,22 @@
 //! clear failure against a server that does not offer h2, and exact counts against h2o.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
-use lowlat_load::{LoadConfig, Report, Target, TlsOptions};
-use lowlat_server::tls::{CertPaths, CryptoBackend, TlsContext, ALPN_H2_HTTP1, ALPN_HTTP1};
-use lowlat_server::{builtin_service, Running, Server, ServerConfig};
+use lowlat_load::{LoadConfig, TlsOptions};
+use lowlat_server::tls::{ALPN_H2_HTTP1, ALPN_HTTP1};
 use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod common;
+use common::lowlat::{counted, run, serve as server, stop, trusting};
 use common::peer::Peer;
 
-/// `lowlat serve`'s engine with a TLS listener (offering `alpn`) and an h2c listener.
-fn server(pki: &Pki, alpn: &[&[u8]]) -> (Running, String, String) {
-    let leaf = pki.leaf("srv", &["localhost", "127.0.0.1"], KeyKind::EcdsaP256);
-    let tls = TlsContext::new(
-        &[CertPaths {
-            cert: leaf.cert,
-            key: leaf.key,
-        }],
-        CryptoBackend::default(),
-        alpn,
-    )
-    .unwrap();
-    let mut cfg = ServerConfig {
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        tls_listen: vec!["127.0.0.1:0".parse().unwrap()],
-        tls: Some(Arc::new(tls)),
-        workers: 1,
-        grace: Duration::from_secs(1),
-        ..ServerConfig::default()
-    };
-    cfg.h2.h2c = true;
-    let running = Server::bind(cfg, builtin_service())
-        .unwrap()
-        .start()
-        .unwrap();
-    let https = format!("https://localhost:{}", running.tls_addrs()[0].port());
-    let http = format!("http://127.0.0.1:{}", running.local_addrs()[0].port());
-    (running, https, http)
-}
-
-fn stop(running: Running) {
-    running.shutdown_handle().shutdown();
-    running.wait().unwrap();
-}
-
-fn run(cfg: &LoadConfig) -> Report {
-    lowlat_load::run(cfg, &AtomicBool::new(false)).unwrap()
-}
-
+/// `n` requests over HTTP/2, `streams` per connection.
 fn h2(url: &str, n: u64, streams: u32, tls: TlsOptions) -> LoadConfig {
     LoadConfig {
-        targets: vec![Target::new(url)],
-        threads: 1,
-        connections: 4,
-        requests: Some(n),
-        duration: Some(Duration::from_secs(30)),
         pipeline: streams,
         h2: true,
-        tls,
-        ..LoadConfig::default()
-    }
-}
-
-fn trusting(pki: &Pki) -> TlsOptions {
-    TlsOptions {
-        cacert: Some(pki.ca_path()),
-        ..TlsOptions::default()
+        ..counted(url, n, tls)
     }
 }
 

@@ -4,72 +4,21 @@
 //! against its schema, and a plain-HTTP server given an https URL.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lowlat_load::{LoadConfig, Report, Target, TlsOptions};
-use lowlat_server::tls::{CertPaths, CryptoBackend, TlsContext, ALPN_HTTP1};
+use lowlat_load::{LoadConfig, TlsOptions};
+use lowlat_server::tls::ALPN_HTTP1;
 use lowlat_server::{builtin_service, Running, Server, ServerConfig};
 use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod common;
+use common::lowlat::{counted, run, stop, trusting};
 use common::peer::Peer;
 
-/// `lowlat serve`'s engine with a TLS listener for `localhost` and 127.0.0.1.
+/// `lowlat serve`'s engine offering HTTP/1.1 over TLS: its `https://localhost:PORT` base.
 fn tls_server(pki: &Pki) -> (Running, String) {
-    let leaf = pki.leaf("srv", &["localhost", "127.0.0.1"], KeyKind::EcdsaP256);
-    let tls = TlsContext::new(
-        &[CertPaths {
-            cert: leaf.cert,
-            key: leaf.key,
-        }],
-        CryptoBackend::default(),
-        ALPN_HTTP1,
-    )
-    .unwrap();
-    let cfg = ServerConfig {
-        listen: Vec::new(),
-        tls_listen: vec!["127.0.0.1:0".parse().unwrap()],
-        tls: Some(Arc::new(tls)),
-        workers: 1,
-        grace: Duration::from_secs(1),
-        ..ServerConfig::default()
-    };
-    let running = Server::bind(cfg, builtin_service())
-        .unwrap()
-        .start()
-        .unwrap();
-    let port = running.tls_addrs()[0].port();
-    (running, format!("https://localhost:{port}"))
-}
-
-fn stop(running: Running) {
-    running.shutdown_handle().shutdown();
-    running.wait().unwrap();
-}
-
-fn run(cfg: &LoadConfig) -> Report {
-    lowlat_load::run(cfg, &AtomicBool::new(false)).unwrap()
-}
-
-fn counted(url: &str, n: u64, tls: TlsOptions) -> LoadConfig {
-    LoadConfig {
-        targets: vec![Target::new(url)],
-        threads: 1,
-        connections: 4,
-        requests: Some(n),
-        duration: Some(Duration::from_secs(20)),
-        tls,
-        ..LoadConfig::default()
-    }
-}
-
-fn trusting(pki: &Pki) -> TlsOptions {
-    TlsOptions {
-        cacert: Some(pki.ca_path()),
-        ..TlsOptions::default()
-    }
+    let (running, https, _) = common::lowlat::serve(pki, ALPN_HTTP1);
+    (running, https)
 }
 
 /// Exact counts over TLS 1.3, with and without 16-deep pipelining; the report names the

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod lowlat;
 pub mod peer;
 
 use std::io::{Read, Write};
