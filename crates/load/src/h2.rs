@@ -199,9 +199,12 @@ impl Session {
                 break Err(e);
             }
         };
-        let rest = input[at..].to_vec();
-        carry.clear();
-        carry.extend_from_slice(&rest);
+        // An incomplete frame waits for the next read (no allocation once the carry is warm).
+        if from_carry {
+            carry.drain(..at);
+        } else {
+            carry.extend_from_slice(&data[at..]);
+        }
         self.carry = carry;
         if self.received > u64::from(MAX_WINDOW as u32 / 2) {
             frame::write_window_update(&mut self.out, 0, self.received as u32);
