@@ -65,6 +65,31 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// Parses a size that must be at least one byte (a buffer, a limit): [`parse_size`], then zero
+/// refused.
+///
+/// # Errors
+/// A message naming the text when it is not a size, or is zero.
+pub fn parse_nonzero_size(text: &str) -> Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err(format!("{text:?} must be at least 1 byte")),
+        n => Ok(n),
+    }
+}
+
+/// Parses a duration that must be positive (a timeout, an interval): [`parse_duration`], then
+/// zero refused.
+///
+/// # Errors
+/// A message naming the text when it is not a duration, or is zero.
+pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() {
+        return Err(format!("{text:?} must be positive"));
+    }
+    Ok(d)
+}
+
 /// Splits `1.5m` into its number and its unit (trimmed); `None` when there is no number.
 fn number_and_unit(text: &str) -> Option<(f64, &str)> {
     let t = text.trim();
@@ -154,6 +179,23 @@ mod tests {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
         assert!(parse_size("1.5q").unwrap_err().contains("unknown unit"));
+    }
+
+    #[test]
+    fn positive_values() {
+        assert_eq!(parse_nonzero_size("16k"), Ok(16 << 10));
+        assert!(parse_nonzero_size("0")
+            .unwrap_err()
+            .contains("at least 1 byte"));
+        assert_eq!(
+            parse_positive_duration("250ms"),
+            Ok(Duration::from_millis(250))
+        );
+        for zero in ["0", "0s", "0ms"] {
+            assert!(parse_positive_duration(zero)
+                .unwrap_err()
+                .contains("positive"));
+        }
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
 
+use super::config::FilesConfig;
 use super::path::encode_path;
-use super::FilesConfig;
 
 /// Whether the symlink `link` resolves to a place under `root` with no dot-segment below it
 /// (a dangling link resolves nowhere, and is left out).

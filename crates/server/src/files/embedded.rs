@@ -8,9 +8,9 @@
 use std::time::Instant;
 
 use super::cache::Fnv;
+use super::config::FilesConfig;
 use super::encoding::Coding;
 use super::entry::{Body, Entry, Variant};
-use super::FilesConfig;
 
 /// The welcome page.
 pub const INDEX_HTML: &[u8] = include_bytes!("embedded/index.html");

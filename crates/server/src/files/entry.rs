@@ -20,8 +20,8 @@ use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+use super::config::FilesConfig;
 use super::encoding::Coding;
-use super::FilesConfig;
 
 /// 9999-12-31T23:59:59Z: the last instant an IMF-fixdate can show (`httpdate` panics past it,
 /// and `touch -d` can set any mtime).

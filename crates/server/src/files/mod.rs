@@ -33,6 +33,7 @@
 //!   300 bytes of bookkeeping.
 //!
 //! # Layout
+//! - [`config`]: the flags and the settings every worker shares.
 //! - [`path`]: percent-decoding and normalisation of the request path.
 //! - [`entry`]: opening files safely, building cached entries, revalidation.
 //! - [`cache`]: the per-worker bounded CLOCK cache.
@@ -46,6 +47,7 @@
 pub mod autoindex;
 pub mod cache;
 pub mod conditional;
+pub mod config;
 pub mod embedded;
 pub mod encoding;
 pub mod entry;
@@ -53,10 +55,9 @@ pub mod mime;
 pub mod path;
 pub mod range;
 
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use lowlat_http::request::Method;
 
@@ -69,148 +70,7 @@ use encoding::Coding;
 use entry::{Body, Entry, Lookup, Variant};
 use range::RangeOutcome;
 
-/// Most cached entries per worker that keep a file descriptor open (large files), as nginx's
-/// `open_file_cache max=1000`; fewer when the process may open few descriptors (see
-/// [`fd_budget`]).
-pub const MAX_CACHED_FDS: usize = 1000;
-
-/// Cached descriptors each of `workers` workers may hold: at most a quarter of the process's
-/// descriptor limit in all, so that connections, listeners and the files being opened always
-/// have the rest, and at most [`MAX_CACHED_FDS`]. With the common soft limit of 1024 and two
-/// workers that is 128 each.
-#[must_use]
-pub fn fd_budget(workers: usize) -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct it is given.
-    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } == 0 {
-        usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
-    } else {
-        1024
-    };
-    (limit / 4 / workers.max(1)).min(MAX_CACHED_FDS)
-}
-
-/// Flags of `lowlat serve` for static files.
-#[derive(Debug, Clone, clap::Args)]
-#[allow(clippy::struct_excessive_bools)] // independent on/off flags
-pub struct FilesArgs {
-    /// Serve files from this directory [default: the built-in site]
-    #[arg(long, value_name = "DIR")]
-    pub root: Option<PathBuf>,
-    /// File served for a directory URL (ending in /)
-    #[arg(long, value_name = "NAME", default_value = "index.html")]
-    pub index: String,
-    /// List directories that have no index file
-    #[arg(long)]
-    pub autoindex: bool,
-    /// Serve files and directories whose name starts with a dot
-    #[arg(long)]
-    pub dotfiles: bool,
-    /// Follow symlinks that lead outside the document root
-    #[arg(long)]
-    pub follow_symlinks_outside: bool,
-    /// Do not serve precompressed siblings (x.css.br, x.css.gz)
-    #[arg(long)]
-    pub no_precompressed: bool,
-    /// Cache-Control value for files (e.g. "public, max-age=3600")
-    #[arg(long, value_name = "VALUE")]
-    pub cache_control: Option<String>,
-    /// File cache size per worker (0 turns the cache off)
-    #[arg(long, value_name = "SIZE", default_value = "64m", value_parser = parse_cache_bytes)]
-    pub cache_bytes: u64,
-    /// Largest file held in memory; larger ones are sent with sendfile
-    #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = crate::cli::parse_size)]
-    pub cache_file_max: u64,
-    /// How long a cached file is trusted before it is checked again with stat
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::cli::parse_duration)]
-    pub cache_valid: Duration,
-}
-
-fn parse_cache_bytes(text: &str) -> Result<u64, String> {
-    if text.trim() == "0" {
-        return Ok(0);
-    }
-    crate::cli::parse_size(text)
-}
-
-/// Static-file settings shared (read-only) by every worker.
-#[derive(Debug)]
-#[allow(clippy::struct_excessive_bools)] // independent on/off settings
-pub struct FilesConfig {
-    /// The document root, canonical (symlinks resolved); `None` serves the embedded site.
-    pub root: Option<PathBuf>,
-    /// Index file name for directories.
-    pub index: String,
-    pub autoindex: bool,
-    pub dotfiles: bool,
-    pub follow_symlinks_outside: bool,
-    pub precompressed: bool,
-    /// `Cache-Control` value, checked to be a valid field value.
-    pub cache_control: Option<String>,
-    /// Cache budget per worker, bytes.
-    pub cache_bytes: usize,
-    /// Files up to this size are held in memory.
-    pub cache_file_max: u64,
-    /// How long an entry is trusted without a `stat`.
-    pub cache_valid: Duration,
-    /// Start time, seconds since the epoch: the embedded site's `Last-Modified`.
-    pub started_secs: u64,
-    /// Cached entries holding a descriptor, per worker ([`fd_budget`]).
-    pub max_cached_fds: usize,
-}
-
-impl FilesConfig {
-    /// Checks the flags once at start, for a server of `workers` workers.
-    ///
-    /// # Errors
-    /// A one-line reason, e.g. a document root that does not exist.
-    pub fn from_args(args: &FilesArgs, workers: usize) -> Result<Arc<Self>, String> {
-        let root = match &args.root {
-            None => None,
-            Some(dir) => {
-                let canonical = std::fs::canonicalize(dir)
-                    .map_err(|e| format!("--root {}: {e}", dir.display()))?;
-                if !canonical.is_dir() {
-                    return Err(format!("--root {}: not a directory", dir.display()));
-                }
-                Some(canonical)
-            }
-        };
-        let index = args.index.clone();
-        if index.is_empty() || index == "." || index == ".." || index.contains(['/', '\\', '\0']) {
-            return Err(format!("--index {index:?}: must be a plain file name"));
-        }
-        if let Some(cc) = &args.cache_control {
-            // A field value (RFC 9110 §5.5): visible ASCII, spaces and tabs; no CR/LF that would
-            // let the flag inject header lines.
-            if cc.is_empty() || !cc.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
-                return Err(format!("--cache-control {cc:?}: not a valid header value"));
-            }
-        }
-        let cache_bytes = usize::try_from(args.cache_bytes)
-            .map_err(|_| format!("--cache-bytes {} is too large", args.cache_bytes))?;
-        let started_secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        Ok(Arc::new(Self {
-            root,
-            index,
-            autoindex: args.autoindex,
-            dotfiles: args.dotfiles,
-            follow_symlinks_outside: args.follow_symlinks_outside,
-            precompressed: !args.no_precompressed,
-            cache_control: args.cache_control.clone(),
-            cache_bytes,
-            cache_file_max: args.cache_file_max,
-            cache_valid: args.cache_valid,
-            started_secs,
-            max_cached_fds: fd_budget(workers),
-        }))
-    }
-}
+pub use config::{fd_budget, FilesArgs, FilesConfig, MAX_CACHED_FDS};
 
 /// Mounts the static file handler as `router`'s fallback, for one worker.
 pub fn mount(router: &mut Router, cfg: &Arc<FilesConfig>) {
@@ -302,7 +162,7 @@ impl Handler for StaticFiles {
             return;
         };
 
-        let now = crate::worker::loop_now();
+        let now = crate::clock::loop_now();
         let held = cache.used_bytes();
         let cached = cache.get_mut(path);
         CACHE_STATS.with(|c| {

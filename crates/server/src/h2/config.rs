@@ -81,7 +81,7 @@ pub struct H2Args {
     #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = parse_window)]
     pub h2_initial_window: u32,
     /// Time the client has to acknowledge our SETTINGS
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::cli::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = lowlat_http::units::parse_positive_duration)]
     pub h2_settings_timeout: Duration,
     /// Control frames (PING, SETTINGS, PRIORITY, RST_STREAM, empty frames) per second a client
     /// may send before it is cut off (ENHANCE_YOUR_CALM)
