@@ -1,0 +1,60 @@
+//! Errors and defences: stream and connection errors (RST_STREAM, GOAWAY), and the per-second
+//! counts of control frames and resets that cut off floods (rapid reset, CVE-2023-44487; ping
+//! and settings floods) with ENHANCE_YOUR_CALM.
+use std::time::Duration;
+
+use lowlat_http::h2::frame::{self, ErrorCode};
+
+use super::conn::{remember, H2Conn};
+use crate::ctx::WorkerCtx;
+
+impl H2Conn {
+    /// Opens a new counting second when the last one is over.
+    pub(super) fn count_window(&mut self, ctx: &WorkerCtx<'_>) {
+        if ctx.now.saturating_duration_since(self.flood_window) >= Duration::from_secs(1) {
+            self.flood_window = ctx.now;
+            self.control_frames = 0;
+            self.resets = 0;
+        }
+    }
+
+    /// A frame that costs work and answers no request.
+    pub(super) fn count_control(&mut self, ctx: &WorkerCtx<'_>) {
+        self.count_window(ctx);
+        self.control_frames += 1;
+        if self.control_frames > ctx.cfg.h2.max_control_per_sec {
+            self.conn_error(ErrorCode::EnhanceYourCalm, "too many control frames");
+        }
+    }
+
+    /// A stream error: RST_STREAM, and the stream is forgotten.
+    pub(super) fn stream_error(&mut self, id: u32, code: ErrorCode) {
+        if let Some(i) = self.streams.iter().position(|s| s.id == id) {
+            self.streams.swap_remove(i);
+        }
+        frame::write_rst_stream(&mut self.wbuf, id, code);
+        remember(&mut self.reset_ids, id);
+    }
+
+    /// A connection error: GOAWAY with `code`, then close once it is written.
+    pub(super) fn conn_error(&mut self, code: ErrorCode, why: &str) {
+        if self.closing {
+            return;
+        }
+        tracing::debug!(peer = %self.peer, ?code, "HTTP/2 connection error: {why}");
+        frame::write_goaway(&mut self.wbuf, self.last_stream, code, why.as_bytes());
+        self.goaway = true;
+        self.closing = true;
+        self.streams.clear();
+        self.rlen = 0;
+    }
+
+    /// GOAWAY for a graceful end: streams in flight finish, no new ones start.
+    pub(crate) fn go_away(&mut self, code: ErrorCode) {
+        if self.goaway {
+            return;
+        }
+        self.goaway = true;
+        frame::write_goaway(&mut self.wbuf, self.last_stream, code, b"");
+    }
+}

@@ -1,0 +1,266 @@
+//! Answering a complete request on a stream: the request handed to the router as HTTP/1.1's
+//! are, the response translated to HEADERS (HPACK) and as much DATA as the windows allow, the
+//! rest left on the stream for [`super::flow`]; refusals (413, 431) as short status pages.
+use std::time::{Duration, Instant};
+
+use lowlat_http::h2::frame::{self, ErrorCode};
+use lowlat_http::h2::RequestHead;
+use lowlat_http::request::{Header, Method, Request};
+use lowlat_http::Version;
+
+use super::conn::{remember, H2Conn};
+use super::stream::{translate_head, State, Stream};
+use crate::ctx::WorkerCtx;
+use crate::handler::Response;
+
+impl H2Conn {
+    /// The request on stream `i` is complete: check its length and answer it.
+    pub(super) fn request_complete(&mut self, ctx: &mut WorkerCtx<'_>, i: usize) {
+        let s = &mut self.streams[i];
+        let id = s.id;
+        let Some(head) = s.head.take() else {
+            return self.stream_error(id, ErrorCode::Internal);
+        };
+        if head
+            .content_length
+            .is_some_and(|n| n != s.body.len() as u64)
+        {
+            return self.stream_error(id, ErrorCode::Protocol);
+        }
+        s.state = State::HalfClosedRemote;
+        let body = std::mem::take(&mut s.body);
+        let started = s.started;
+        self.respond(ctx, id, &head, &body, started, Some(i));
+    }
+
+    /// Answers a request: the router writes the response in HTTP/1.1 form, which goes out as
+    /// HEADERS and as much DATA as the windows allow; the rest waits in the stream's entry.
+    pub(super) fn respond(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        id: u32,
+        head: &RequestHead,
+        body: &[u8],
+        started: Instant,
+        entry: Option<usize>,
+    ) {
+        let (Some(method_token), Some(target)) = (head.method(), head.path()) else {
+            return self.stream_error(id, ErrorCode::Protocol);
+        };
+        if !(target.starts_with('/') || target == "*" && method_token == "OPTIONS") {
+            return self.stream_error(id, ErrorCode::Protocol);
+        }
+        // Most requests have a few fields: a small array to fill, the full one only for many.
+        let mut small = [EMPTY_HEADER; 24];
+        let mut big;
+        let slots: &mut [Header<'_>] = if head.field_count() < small.len() {
+            &mut small
+        } else {
+            big = [EMPTY_HEADER; lowlat_http::limits::MAX_HEADERS];
+            &mut big
+        };
+        let Some(n) = request_fields(head, slots, ctx.cfg.head.max_headers) else {
+            return self.refuse(ctx, id, 431);
+        };
+        let fields = &slots[..n];
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (target, None),
+        };
+        let method = Method::from_token(method_token);
+        let req = Request {
+            method,
+            method_token,
+            target,
+            path,
+            query,
+            version: Version::Http2,
+            headers: fields,
+            framing: if body.is_empty() {
+                lowlat_http::body::BodyFraming::None
+            } else {
+                lowlat_http::body::BodyFraming::Length(body.len() as u64)
+            },
+            keep_alive: true,
+            expect_continue: false,
+            head_len: 0,
+        };
+        self.res_buf.clear();
+        let mut res = Response::new(
+            &mut self.res_buf,
+            ctx.scratch,
+            ctx.date.get(),
+            req.is_head(),
+            true,
+            Version::Http2,
+        );
+        let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
+        let done = res.finish();
+        if !done.sent {
+            self.status_page(ctx, 500);
+        }
+        let status = if done.sent { done.status } else { 500 };
+        let took = ctx.now.saturating_duration_since(started);
+        ctx.counters.response(site, status, done.body_bytes, took);
+        if let Some(log) = ctx.access_log.as_deref_mut() {
+            log.record(&crate::access_log::Entry {
+                remote: self.peer,
+                method: method_token,
+                target,
+                version: Version::Http2,
+                status,
+                bytes: done.body_bytes,
+                duration: took,
+                user_agent: req.header("user-agent"),
+                referer: req.header("referer"),
+                worker: ctx.worker,
+            });
+        }
+        let file = if done.sent { done.file } else { None };
+        self.send_response(id, file, entry);
+    }
+
+    /// Sends `res_buf` (an HTTP/1.1-form response) and `file` on stream `id`.
+    pub(super) fn send_response(
+        &mut self,
+        id: u32,
+        file: Option<crate::handler::FileBody>,
+        entry: Option<usize>,
+    ) {
+        let Some((status, body_at)) = translate_head(&mut self.res_buf, &mut self.res_fields)
+        else {
+            return self.stream_error(id, ErrorCode::Internal);
+        };
+        let body_len = self.res_buf.len() - body_at;
+        let file_len = file.as_ref().map_or(0, |f| f.len);
+        let empty = body_len == 0 && file_len == 0;
+        let mut block = std::mem::take(&mut self.block);
+        block.clear();
+        let res_buf = &self.res_buf;
+        self.encoder.encode_response(
+            status,
+            self.res_fields
+                .iter()
+                .map(|(n, v)| (&res_buf[n.clone()], &res_buf[v.clone()])),
+            &mut block,
+        );
+        frame::write_headers(
+            &mut self.wbuf,
+            id,
+            &block,
+            empty,
+            self.peer_settings.max_frame_size as usize,
+        );
+        self.block = block;
+        if empty {
+            return self.stream_done(id, entry);
+        }
+        // As much of an in-memory body as the windows allow goes now, copied once.
+        let stream_window = match entry {
+            Some(i) => self.streams[i].send_window,
+            None => i64::from(self.peer_settings.initial_window_size),
+        };
+        let max_frame = self.peer_settings.max_frame_size as usize;
+        let mut window = stream_window.min(self.send_window).max(0) as usize;
+        let mut at = body_at;
+        while at < self.res_buf.len() && window > 0 {
+            let n = (self.res_buf.len() - at).min(max_frame).min(window);
+            let last = at + n == self.res_buf.len() && file.is_none();
+            frame::write_data_header(&mut self.wbuf, id, n, last);
+            self.wbuf.extend_from_slice(&self.res_buf[at..at + n]);
+            at += n;
+            window -= n;
+            self.send_window -= n as i64;
+        }
+        let sent = (at - body_at) as i64;
+        if at == self.res_buf.len() && file.is_none() {
+            return self.stream_done(id, entry);
+        }
+        // The rest waits for window (or for its turn, for a file).
+        let i = match entry {
+            Some(i) => i,
+            None => {
+                self.streams
+                    .push(Stream::sending(id, stream_window, self.last_progress));
+                self.streams.len() - 1
+            }
+        };
+        let s = &mut self.streams[i];
+        s.send_window = stream_window - sent;
+        s.out.clear();
+        s.out.extend_from_slice(&self.res_buf[at..]);
+        s.out_pos = 0;
+        s.file = file;
+    }
+
+    /// The response on `id` is complete: the stream closes.
+    pub(super) fn stream_done(&mut self, id: u32, entry: Option<usize>) {
+        if let Some(i) = entry.filter(|&i| self.streams.get(i).is_some_and(|s| s.id == id)) {
+            self.streams.swap_remove(i);
+        } else if let Some(i) = self.streams.iter().position(|s| s.id == id) {
+            self.streams.swap_remove(i);
+        }
+        remember(&mut self.closed_ids, id);
+    }
+
+    /// Answers `status` on a stream whose request is refused (too large), then resets it if
+    /// the client was still sending.
+    pub(super) fn refuse(&mut self, ctx: &mut WorkerCtx<'_>, id: u32, status: u16) {
+        let still_sending = match self.streams.iter().position(|s| s.id == id) {
+            Some(i) => self.streams.swap_remove(i).state == State::Open,
+            None => false,
+        };
+        self.status_page(ctx, status);
+        ctx.counters.response(0, status, 0, Duration::ZERO);
+        self.send_response(id, None, None);
+        if still_sending {
+            frame::write_rst_stream(&mut self.wbuf, id, ErrorCode::NoError);
+            remember(&mut self.reset_ids, id);
+        }
+    }
+
+    /// A plain status page (`404 Not Found\n`) in `res_buf`, for [`H2Conn::send_response`].
+    pub(super) fn status_page(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {
+        self.res_buf.clear();
+        let mut res = Response::new(
+            &mut self.res_buf,
+            ctx.scratch,
+            ctx.date.get(),
+            false,
+            true,
+            Version::Http2,
+        );
+        res.send_status(status);
+        let _ = res.finish();
+    }
+}
+
+const EMPTY_HEADER: Header<'static> = Header {
+    name: "",
+    value: b"",
+};
+
+/// The request's fields as the handlers see them, with `Host` from `:authority` when the
+/// request has no `host` field (RFC 9113 §8.3.1). `None` when they do not fit `slots` or are
+/// more than `max` (431, as over HTTP/1.1).
+fn request_fields<'a>(
+    head: &'a RequestHead,
+    slots: &mut [Header<'a>],
+    max: usize,
+) -> Option<usize> {
+    let mut n = 0;
+    let mut has_host = false;
+    for (name, value) in head.fields() {
+        has_host |= name == "host";
+        *slots.get_mut(n)? = Header { name, value };
+        n += 1;
+    }
+    if let (false, Some(authority)) = (has_host, head.authority()) {
+        *slots.get_mut(n)? = Header {
+            name: "host",
+            value: authority,
+        };
+        n += 1;
+    }
+    (n <= max).then_some(n)
+}
