@@ -8,7 +8,7 @@ use clap::Parser;
 #[command(name = "lowlat-serve")]
 struct Cli {
     #[command(flatten)]
-    args: lowlat_server::cli::ServeArgs,
+    args: lowlat_server::settings::ServeArgs,
 }
 
 fn main() -> std::process::ExitCode {

@@ -18,7 +18,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve HTTP/1.1: built-in endpoints, static files, the dynamic app.
-    Serve(Box<lowlat_server::cli::ServeArgs>),
+    Serve(Box<lowlat_server::settings::ServeArgs>),
     /// Generate HTTP load (wrk's flags, wrk2's constant rate, pipelining).
     Load(Box<lowlat_load::cli::LoadArgs>),
     /// Run benchmark sweeps from a spec and render reports.

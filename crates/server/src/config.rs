@@ -62,7 +62,7 @@ pub struct ServerConfig {
     /// How long a graceful shutdown waits for requests in flight.
     pub grace: Duration,
     /// HTTP/2: whether it is offered, and its limits.
-    pub h2: crate::h2::H2Config,
+    pub h2: crate::h2::config::H2Config,
 }
 
 impl Default for ServerConfig {
@@ -85,7 +85,7 @@ impl Default for ServerConfig {
             body_timeout: DEFAULT_BODY_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             grace: DEFAULT_GRACE,
-            h2: crate::h2::H2Config::default(),
+            h2: crate::h2::config::H2Config::default(),
         }
     }
 }

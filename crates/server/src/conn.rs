@@ -15,9 +15,10 @@
 use std::io;
 use std::time::{Duration, Instant};
 
+use crate::ctx::WorkerCtx;
 use crate::handler::{FileBody, Response};
 use crate::transport::{Flushed, ReadFailure, Transport};
-use crate::worker::WorkerCtx;
+use crate::wait::Wait;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
 use lowlat_http::request::{header_slots, parse_request};
 use lowlat_http::{ParseError, Status, Version};
@@ -39,23 +40,6 @@ const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Extra raw bytes allowed beyond the head and body limits while a body is read: the undecoded
 /// tail of a chunked body (a size line, extensions, CRLFs) and the next pipelined request.
 const CHUNK_FRAMING_ALLOWANCE: usize = 64 * 1024;
-
-/// What the connection is waiting for; decides which timeout applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wait {
-    /// For the TLS handshake to complete (handshake timeout, from accept).
-    Handshake,
-    /// Between requests (keep-alive timeout).
-    Idle,
-    /// Inside a request head (header timeout, from its first byte).
-    Head,
-    /// Inside a request body (body timeout, between reads).
-    Body,
-    /// For the client to read what we wrote (write timeout, between writes).
-    Write,
-    /// For the client to close after our close (linger timeout).
-    Linger,
-}
 
 /// What `drive` should do next after a read.
 enum ReadOutcome {

@@ -7,12 +7,17 @@
 //!
 //! # Layout
 //! - [`config`]: every setting and its default.
+//! - `server`: binding the sockets, starting the workers, the handles that reload and stop them.
+//! - `service`: what the workers serve, and the slot a reload swaps it in.
 //! - `listener`: binding the per-worker `SO_REUSEPORT` sockets.
 //! - `transport`: the transport layer — bytes in clear or through TLS, under the protocol layer.
 //! - [`tls`]: the shared rustls configuration, certificates chosen by SNI, reload.
 //! - [`access_log`]: one line per request (combined or JSON), buffered per worker.
 //! - [`metrics`]: per-worker counters, published once per loop turn, served as Prometheus text.
 //! - `worker`: one thread's event loop: accept, drive connections, sweep deadlines, shut down.
+//! - `ctx`: what the worker lends a connection while it is driven (buffers, router, logs).
+//! - `clock`: the loop's time, read on the request path instead of the system clock.
+//! - `wait`: what a connection waits for, which decides its timeout.
 //! - `conn`: the HTTP/1.1 protocol layer: one connection's read → answer every request → one
 //!   write cycle, bodies, closing — over whichever transport it was accepted on.
 //! - [`h2`]: the HTTP/2 protocol layer: frames, streams, flow control, defences, its settings.
@@ -23,16 +28,18 @@
 //! - [`builtin`]: `/plaintext` and `/json`.
 //! - [`files`]: static files under a document root (or the embedded default site).
 //! - [`app`]: the dynamic app, 1000 prefix-routed responders as JSON or HTML.
-//! - [`cli`]: the `lowlat serve` command line.
-//! - [`config_file`]: `--config FILE`, every flag as a TOML key, checked by its flag's parser.
+//! - [`settings`]: the flags and the config file, parsed and checked; the service built from
+//!   them. Nothing it builds on (workers, protocols, handlers) imports it back.
+//! - [`cli`]: running `lowlat serve`: settings in, server started, signals handled.
 
 pub mod access_log;
 pub mod app;
 pub mod builtin;
 pub mod cli;
+mod clock;
 pub mod config;
-pub mod config_file;
 mod conn;
+mod ctx;
 pub mod files;
 pub mod h2;
 pub mod handler;
@@ -41,324 +48,16 @@ pub mod metrics;
 mod pool;
 mod proto;
 pub mod router;
+mod server;
+mod service;
+pub mod settings;
 pub mod tls;
 mod transport;
+mod wait;
 mod worker;
-
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 
 pub use config::ServerConfig;
 pub use handler::{FileBody, Handler, Req, Response};
 pub use router::Router;
-
-/// Builds the router of one worker (called once on each worker thread, so handlers may keep
-/// per-worker state without locks).
-pub type Service = Arc<dyn Fn(&WorkerInfo) -> Router + Send + Sync>;
-
-/// What a worker's router is built for.
-#[derive(Debug, Clone, Copy)]
-pub struct WorkerInfo {
-    /// The worker's index, from 0.
-    pub index: usize,
-}
-
-/// Why the server could not start or stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    #[error("cannot bind {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("cannot start worker: {0}")]
-    Worker(std::io::Error),
-    #[error("a worker failed: {0}")]
-    WorkerFailed(String),
-    #[error("cannot install signal handlers: {0}")]
-    Signals(std::io::Error),
-    #[error("invalid configuration: {0}")]
-    Config(String),
-}
-
-/// A server whose sockets are bound; [`Server::start`] starts its workers.
-pub struct Server {
-    cfg: Arc<ServerConfig>,
-    listeners: Vec<Vec<std::net::TcpListener>>,
-    addrs: Vec<SocketAddr>,
-    /// The first `plain_count` addresses are in clear, the rest TLS.
-    plain_count: usize,
-    service: Service,
-}
-
-impl Server {
-    /// Binds every listen address for every worker.
-    ///
-    /// # Errors
-    /// [`ServerError::Bind`] when an address cannot be bound; [`ServerError::Config`] for zero
-    /// workers or no address.
-    pub fn bind(cfg: ServerConfig, service: Service) -> Result<Self, ServerError> {
-        if cfg.workers == 0 {
-            return Err(ServerError::Config("--workers must be at least 1".into()));
-        }
-        if cfg.listen.is_empty() && cfg.tls_listen.is_empty() {
-            return Err(ServerError::Config("no address to listen on".into()));
-        }
-        if !cfg.tls_listen.is_empty() && cfg.tls.is_none() {
-            return Err(ServerError::Config(
-                "--tls-listen needs a certificate (--cert and --key)".into(),
-            ));
-        }
-        let all: Vec<SocketAddr> = cfg.listen.iter().chain(&cfg.tls_listen).copied().collect();
-        let (listeners, addrs) = listener::bind_all(&all, cfg.workers, cfg.backlog)
-            .map_err(|(addr, source)| ServerError::Bind { addr, source })?;
-        let plain_count = cfg.listen.len();
-        Ok(Self {
-            cfg: Arc::new(cfg),
-            listeners,
-            addrs,
-            plain_count,
-            service,
-        })
-    }
-
-    /// The addresses actually bound in clear (port 0 resolved).
-    #[must_use]
-    pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs[..self.plain_count]
-    }
-
-    /// The addresses actually bound with TLS (port 0 resolved).
-    #[must_use]
-    pub fn tls_addrs(&self) -> &[SocketAddr] {
-        &self.addrs[self.plain_count..]
-    }
-
-    /// Starts the workers.
-    ///
-    /// # Errors
-    /// When a worker thread or its event loop cannot be created.
-    pub fn start(self) -> Result<Running, ServerError> {
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let slot = Arc::new(ServiceSlot::new(Arc::clone(&self.service)));
-        let cpus = allowed_cpus();
-        let mut wakers = Vec::new();
-        let mut threads = Vec::new();
-        for (index, listeners) in self.listeners.into_iter().enumerate() {
-            let poll = mio::Poll::new().map_err(ServerError::Worker)?;
-            let waker = Arc::new(
-                mio::Waker::new(poll.registry(), worker::WAKER).map_err(ServerError::Worker)?,
-            );
-            wakers.push(waker);
-            let worker = worker::Worker {
-                index,
-                cfg: Arc::clone(&self.cfg),
-                poll,
-                listeners: listeners
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, sock)| worker::Listener {
-                        sock: mio::net::TcpListener::from_std(sock),
-                        tls: i >= self.plain_count,
-                    })
-                    .collect(),
-                shutdown: Arc::clone(&shutdown),
-                services: Arc::clone(&slot),
-            };
-            let service = Arc::clone(&self.service);
-            let pin = self
-                .cfg
-                .pin
-                .then(|| cpus.get(index % cpus.len().max(1)).copied())
-                .flatten();
-            let thread = std::thread::Builder::new()
-                .name(format!("lowlat-worker-{index}"))
-                .spawn(move || {
-                    if let Some(cpu) = pin {
-                        pin_to_cpu(cpu);
-                    }
-                    let router = service(&WorkerInfo { index });
-                    worker.run(router)
-                })
-                .map_err(ServerError::Worker)?;
-            threads.push(thread);
-        }
-        Ok(Running {
-            addrs: self.addrs,
-            plain_count: self.plain_count,
-            reload: ReloadHandle {
-                slot,
-                wakers: wakers.clone(),
-            },
-            shutdown: ShutdownHandle {
-                flag: shutdown,
-                wakers,
-            },
-            threads,
-        })
-    }
-}
-
-/// The service the workers serve, replaceable while they run (a reload). Workers notice a new
-/// generation at their next loop turn (one relaxed load per turn) and build their routers from
-/// the new service on their own thread; a request is answered wholly by the router of the turn
-/// it completed in.
-pub(crate) struct ServiceSlot {
-    generation: std::sync::atomic::AtomicU64,
-    service: std::sync::RwLock<Service>,
-}
-
-impl ServiceSlot {
-    fn new(service: Service) -> Self {
-        Self {
-            generation: std::sync::atomic::AtomicU64::new(0),
-            service: std::sync::RwLock::new(service),
-        }
-    }
-
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn current(&self) -> Service {
-        Arc::clone(
-            &self
-                .service
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
-    }
-}
-
-/// Replaces the service of a running server: new requests see the new one.
-#[derive(Clone)]
-pub struct ReloadHandle {
-    slot: Arc<ServiceSlot>,
-    wakers: Vec<Arc<mio::Waker>>,
-}
-
-impl ReloadHandle {
-    /// Puts `service` in place; every worker builds its router from it at its next loop turn.
-    pub fn set_service(&self, service: Service) {
-        *self
-            .slot
-            .service
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = service;
-        self.slot.generation.fetch_add(1, Ordering::AcqRel);
-        for waker in &self.wakers {
-            let _ = waker.wake();
-        }
-    }
-}
-
-/// Asks a running server to shut down gracefully. Cheap to clone; usable from any thread.
-#[derive(Clone)]
-pub struct ShutdownHandle {
-    flag: Arc<AtomicBool>,
-    wakers: Vec<Arc<mio::Waker>>,
-}
-
-impl ShutdownHandle {
-    /// Stops accepting, lets requests in flight finish (up to the grace period), closes idle
-    /// connections; the workers then exit.
-    pub fn shutdown(&self) {
-        self.flag.store(true, Ordering::Release);
-        for waker in &self.wakers {
-            let _ = waker.wake();
-        }
-    }
-}
-
-/// A started server.
-pub struct Running {
-    addrs: Vec<SocketAddr>,
-    plain_count: usize,
-    reload: ReloadHandle,
-    shutdown: ShutdownHandle,
-    threads: Vec<JoinHandle<std::io::Result<()>>>,
-}
-
-impl Running {
-    /// The addresses the server listens on in clear.
-    #[must_use]
-    pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs[..self.plain_count]
-    }
-
-    /// The addresses the server listens on with TLS.
-    #[must_use]
-    pub fn tls_addrs(&self) -> &[SocketAddr] {
-        &self.addrs[self.plain_count..]
-    }
-
-    /// A handle that starts a graceful shutdown.
-    #[must_use]
-    pub fn shutdown_handle(&self) -> ShutdownHandle {
-        self.shutdown.clone()
-    }
-
-    /// A handle that replaces the service while the server runs.
-    #[must_use]
-    pub fn reload_handle(&self) -> ReloadHandle {
-        self.reload.clone()
-    }
-
-    /// Waits until every worker has exited.
-    ///
-    /// # Errors
-    /// When a worker's event loop failed.
-    pub fn wait(self) -> Result<(), ServerError> {
-        let mut failure = None;
-        for thread in self.threads {
-            match thread.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failure = Some(e.to_string()),
-                Err(_) => failure = Some("a worker panicked".into()),
-            }
-        }
-        failure.map_or(Ok(()), |f| Err(ServerError::WorkerFailed(f)))
-    }
-}
-
-/// The default service: built-in endpoints only.
-#[must_use]
-pub fn builtin_service() -> Service {
-    Arc::new(|_info: &WorkerInfo| {
-        let mut router = Router::new();
-        builtin::mount(&mut router).expect("built-in routes do not conflict");
-        router
-    })
-}
-
-/// The CPUs this process may run on (honours `taskset`).
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: `cpu_set_t` is a plain bit array for which all-zero is valid; `sched_getaffinity`
-    // writes at most `size_of::<cpu_set_t>()` bytes into it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is this thread; the size passed is the size of `set`.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut set) };
-    if rc != 0 {
-        return vec![0];
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `cpu` is below CPU_SETSIZE, so within the set.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect()
-}
-
-/// Pins the calling thread to one CPU; failure is ignored (pinning is an optimisation).
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: as in `allowed_cpus`, all-zero is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `CPU_SET` writes one bit of `set`; the caller took `cpu` from the allowed set,
-    // which is below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 is this thread; the size is the size of `set`.
-    let _ = unsafe {
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set)
-    };
-}
+pub use server::{ReloadHandle, Running, Server, ServerError, ShutdownHandle};
+pub use service::{builtin_service, Service, WorkerInfo};

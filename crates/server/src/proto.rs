@@ -5,9 +5,11 @@
 
 use std::time::Instant;
 
-use crate::conn::{Conn, Wait};
+use crate::conn::Conn;
+use crate::ctx::WorkerCtx;
 use crate::h2::H2Conn;
-use crate::worker::WorkerCtx;
+use crate::transport::Transport;
+use crate::wait::Wait;
 
 /// A client connection, in the protocol it speaks.
 pub(crate) enum Connection {
@@ -18,6 +20,17 @@ pub(crate) enum Connection {
 }
 
 impl Connection {
+    /// A connection just accepted: HTTP/1.1 until its first bytes (or ALPN) say otherwise.
+    /// `first_deadline` is the keep-alive deadline in clear and the handshake deadline over TLS.
+    pub(crate) fn accepted(
+        io: Transport,
+        peer: std::net::SocketAddr,
+        now: Instant,
+        first_deadline: std::time::Duration,
+    ) -> Self {
+        Self::H1(Conn::new(io, peer, now, first_deadline))
+    }
+
     /// Handles a readiness event; a connection found to speak HTTP/2 switches here.
     pub(crate) fn on_event(
         &mut self,

@@ -19,7 +19,7 @@ use mio::{Events, Interest, Poll, Registry, Token};
 use slab::Slab;
 
 use crate::config::ServerConfig;
-use crate::conn::Conn;
+use crate::ctx::WorkerCtx;
 use crate::pool::BufferPool;
 use crate::proto::Connection;
 use crate::router::Router;
@@ -33,44 +33,6 @@ const FIRST_CONN: usize = 1024;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from epoll per wait.
 const EVENTS_CAPACITY: usize = 1024;
-
-thread_local! {
-    /// The time the worker's loop last woke up: handlers on the request path read it instead of
-    /// the clock (a `clock_gettime` per static-file request was 4% of the worker's time at a
-    /// million HTTP/2 requests a second).
-    static LOOP_NOW: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
-}
-
-/// The worker loop's current time; the clock itself outside a worker (tests, tools).
-pub(crate) fn loop_now() -> Instant {
-    LOOP_NOW
-        .with(std::cell::Cell::get)
-        .unwrap_or_else(Instant::now)
-}
-
-/// What a connection may use of its worker while it is driven.
-pub(crate) struct WorkerCtx<'a> {
-    pub(crate) cfg: &'a ServerConfig,
-    pub(crate) registry: &'a Registry,
-    pub(crate) pool: &'a mut BufferPool,
-    pub(crate) router: &'a mut Router,
-    pub(crate) date: &'a DateCache,
-    /// Reused buffer for rendering bodies.
-    pub(crate) scratch: &'a mut Vec<u8>,
-    /// Reused buffer for file chunks on their way into TLS records.
-    pub(crate) file_chunk: &'a mut Vec<u8>,
-    /// This worker's access log, when there is one.
-    pub(crate) access_log: Option<&'a mut crate::access_log::WorkerLog>,
-    /// This worker's counts (published for `--metrics`).
-    pub(crate) counters: &'a mut crate::metrics::Counters,
-    /// Connections to drive again after this turn (their file send yielded).
-    pub(crate) deferred: &'a mut Vec<Token>,
-    /// The connection being driven.
-    pub(crate) token: Token,
-    pub(crate) worker: usize,
-    pub(crate) now: Instant,
-    pub(crate) shutting_down: bool,
-}
 
 /// A listening socket and whether what it accepts speaks TLS.
 pub(crate) struct Listener {
@@ -86,7 +48,7 @@ pub(crate) struct Worker {
     pub(crate) listeners: Vec<Listener>,
     pub(crate) shutdown: Arc<AtomicBool>,
     /// The service to build the router from, replaced on reload.
-    pub(crate) services: Arc<crate::ServiceSlot>,
+    pub(crate) services: Arc<crate::service::ServiceSlot>,
 }
 
 impl Worker {
@@ -127,7 +89,8 @@ impl Worker {
             let latest = self.services.generation();
             if latest != generation {
                 generation = latest;
-                router = (self.services.current())(&crate::WorkerInfo { index: self.index });
+                router =
+                    (self.services.current())(&crate::service::WorkerInfo { index: self.index });
             }
             let now = Instant::now();
             let timeout = if deferred.is_empty() {
@@ -141,7 +104,7 @@ impl Worker {
                 }
             }
             let now = Instant::now();
-            LOOP_NOW.with(|c| c.set(Some(now)));
+            crate::clock::set_loop_now(now);
             date.refresh();
 
             if !shutting_down && self.shutdown.load(Ordering::Acquire) {
@@ -374,7 +337,7 @@ fn accept_all(
                     },
                     _ => (Transport::Plain(stream), cfg.keepalive_timeout),
                 };
-                entry.insert(Connection::H1(Conn::new(io, peer, now, first_deadline)));
+                entry.insert(Connection::accepted(io, peer, now, first_deadline));
                 counters.accepted += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,

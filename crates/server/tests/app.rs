@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::Path;
 
 use clap::Parser;
-use lowlat_server::cli::ServeArgs;
+use lowlat_server::settings::ServeArgs;
 use scraper::{Html, Selector};
 use serde_json::Value;
 use support::{Reader, Reply, TestServer};
@@ -30,7 +30,7 @@ fn parse(args: &[&str]) -> Cli {
 /// Starts `lowlat serve` with two workers on an ephemeral port and `args`.
 fn start(args: &[&str]) -> TestServer {
     let cli = parse(args);
-    let service = lowlat_server::cli::service(&cli.serve).expect("service");
+    let service = lowlat_server::settings::service(&cli.serve).expect("service");
     let cfg = cli.serve.to_config().expect("config");
     TestServer::start(cfg, service)
 }
@@ -433,7 +433,7 @@ fn bad_flags_are_one_line_errors() {
         (vec!["--app-prefix", "/a//b"], "--app-prefix"),
     ] {
         let cli = parse(&args);
-        match lowlat_server::cli::service(&cli.serve) {
+        match lowlat_server::settings::service(&cli.serve) {
             Ok(_) => panic!("{args:?} accepted"),
             Err(e) => {
                 assert!(e.contains(wanted), "{args:?}: {e}");

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use clap::Parser;
-use lowlat_server::cli::ServeArgs;
+use lowlat_server::settings::ServeArgs;
 
 #[global_allocator]
 static GLOBAL: lowlat_testkit::alloc::Counting = lowlat_testkit::alloc::Counting;
@@ -64,7 +64,7 @@ fn app_requests_do_not_allocate_once_warm() {
         "3",
     ])
     .unwrap();
-    let service = lowlat_server::cli::service(&cli.serve).unwrap();
+    let service = lowlat_server::settings::service(&cli.serve).unwrap();
     let cfg = cli.serve.to_config().unwrap();
     let server = lowlat_server::Server::bind(cfg, service).unwrap();
     let running = server.start().unwrap();

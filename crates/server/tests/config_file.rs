@@ -14,7 +14,7 @@ fn example() -> String {
 #[test]
 fn every_flag_is_a_documented_key() {
     let text = example();
-    let mut cmd = lowlat_server::cli::ServeArgs::augment_args(Command::new("serve"));
+    let mut cmd = lowlat_server::settings::ServeArgs::augment_args(Command::new("serve"));
     cmd.build();
     for arg in cmd.get_arguments() {
         let Some(long) = arg.get_long().filter(|_| !arg.is_hide_set()) else {
@@ -50,7 +50,7 @@ fn every_key_parses() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("all.toml");
     std::fs::write(&path, uncommented).unwrap();
-    let args = lowlat_server::config_file::merged(&path, &[]).unwrap_or_else(|e| panic!("{e:#?}"));
+    let args = lowlat_server::settings::merged(&path, &[]).unwrap_or_else(|e| panic!("{e:#?}"));
     assert_eq!(args.max_body, 1 << 20);
     assert_eq!(args.listen.len(), 1);
 }

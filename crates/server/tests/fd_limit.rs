@@ -14,7 +14,7 @@ use support::{Reader, TestServer};
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]
-    serve: lowlat_server::cli::ServeArgs,
+    serve: lowlat_server::settings::ServeArgs,
 }
 
 fn set_soft_fd_limit(n: u64) {
@@ -51,7 +51,7 @@ fn cached_descriptors_stay_within_the_limit_and_give_way() {
         "1024",
     ])
     .unwrap();
-    let service = lowlat_server::cli::service(&cli.serve).unwrap();
+    let service = lowlat_server::settings::service(&cli.serve).unwrap();
     let mut cfg = cli.serve.to_config().unwrap();
     cfg.grace = Duration::from_secs(1);
     let server = TestServer::start(cfg, service);

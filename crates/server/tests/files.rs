@@ -18,7 +18,7 @@ use support::{roundtrip, Reader, Reply, TestServer};
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]
-    serve: lowlat_server::cli::ServeArgs,
+    serve: lowlat_server::settings::ServeArgs,
 }
 
 /// Starts `lowlat serve --workers 1 [--root root] extra...` on an ephemeral port.
@@ -36,7 +36,7 @@ fn start(root: Option<&Path>, extra: &[&str]) -> TestServer {
     }
     argv.extend(extra.iter().map(|s| (*s).to_owned()));
     let cli = Cli::try_parse_from(argv).expect("flags parse");
-    let service = lowlat_server::cli::service(&cli.serve).expect("service");
+    let service = lowlat_server::settings::service(&cli.serve).expect("service");
     let mut cfg = cli.serve.to_config().expect("config");
     cfg.grace = Duration::from_secs(1);
     TestServer::start(cfg, service)
@@ -967,7 +967,10 @@ fn bad_flags() {
         let mut full = vec!["lowlat"];
         full.extend(argv.iter().copied());
         let cli = Cli::try_parse_from(full).unwrap();
-        assert!(lowlat_server::cli::service(&cli.serve).is_err(), "{argv:?}");
+        assert!(
+            lowlat_server::settings::service(&cli.serve).is_err(),
+            "{argv:?}"
+        );
     }
 }
 

@@ -15,7 +15,7 @@ static GLOBAL: lowlat_testkit::alloc::Counting = lowlat_testkit::alloc::Counting
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]
-    serve: lowlat_server::cli::ServeArgs,
+    serve: lowlat_server::settings::ServeArgs,
 }
 
 /// Sends `request` and reads exactly `expect` bytes back into a fixed buffer.
@@ -76,7 +76,7 @@ fn no_allocation_per_cached_hit() {
         "1h",
     ])
     .unwrap();
-    let service = lowlat_server::cli::service(&cli.serve).unwrap();
+    let service = lowlat_server::settings::service(&cli.serve).unwrap();
     let mut cfg = cli.serve.to_config().unwrap();
     cfg.grace = Duration::from_secs(1);
     let server = support::TestServer::start(cfg, service);

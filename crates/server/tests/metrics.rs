@@ -136,7 +136,7 @@ fn file_cache_lookups() {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
-        serve: lowlat_server::cli::ServeArgs,
+        serve: lowlat_server::settings::ServeArgs,
     }
     let root = tempfile::tempdir().unwrap();
     std::fs::write(root.path().join("f.txt"), "x".repeat(1000)).unwrap();
@@ -154,7 +154,7 @@ fn file_cache_lookups() {
         keepalive_timeout: Duration::from_millis(400),
         ..support::config(1)
     };
-    let server = TestServer::start(cfg, lowlat_server::cli::service(&cli.serve).unwrap());
+    let server = TestServer::start(cfg, lowlat_server::settings::service(&cli.serve).unwrap());
     let metrics = lowlat_server::metrics::serve("127.0.0.1:0".parse().unwrap(), registry).unwrap();
     for _ in 0..3 {
         roundtrip(

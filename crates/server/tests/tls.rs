@@ -18,7 +18,7 @@ use support::{client_config, read_response_from, tls_config, tls_connect, TestSe
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]
-    serve: lowlat_server::cli::ServeArgs,
+    serve: lowlat_server::settings::ServeArgs,
 }
 
 /// Starts `lowlat serve` from flags, with a TLS listener; `extra` adds flags.
@@ -42,7 +42,7 @@ fn start_cli(pki: &Pki, extra: &[&str]) -> TestServer {
     argv.push(leaf.key.display().to_string());
     argv.extend(extra.iter().map(|s| (*s).to_owned()));
     let cli = Cli::try_parse_from(argv).expect("flags parse");
-    let service = lowlat_server::cli::service(&cli.serve).expect("service");
+    let service = lowlat_server::settings::service(&cli.serve).expect("service");
     let mut cfg = cli.serve.to_config().expect("config");
     cfg.tls = cli.serve.tls_context().expect("certificates");
     cfg.grace = Duration::from_secs(1);

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use clap::{Args, Command, FromArgMatches};
 
-use crate::cli::ServeArgs;
+use super::args::{ServeArgs, SiteArgs};
 
 /// The flags a config file may not set: they name the file itself.
 const NOT_IN_FILE: [&str; 2] = ["config", "check-config"];
@@ -133,7 +133,7 @@ fn sites(
     top: &[(String, Vec<String>)],
     errors: &mut Vec<String>,
     certs: &mut Vec<(String, String)>,
-) -> Vec<crate::cli::SiteArgs> {
+) -> Vec<SiteArgs> {
     let header = line_of(text, "[[site]]").max(1);
     let toml::Value::Array(tables) = value else {
         errors.push(format!("{shown}:{header}: site: must be [[site]] tables"));
@@ -237,7 +237,7 @@ fn sites(
             .map_err(|e| first_line(&e))
             .and_then(|m| ServeArgs::from_arg_matches(&m).map_err(|e| first_line(&e)))
         {
-            Ok(a) => out.push(crate::cli::SiteArgs {
+            Ok(a) => out.push(SiteArgs {
                 server_names: names,
                 files: a.files,
                 app: a.app,

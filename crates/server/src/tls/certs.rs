@@ -16,7 +16,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use super::TlsError;
+use super::error::TlsError;
 
 /// Where one certificate and its key are read from.
 #[derive(Debug, Clone, PartialEq, Eq)]

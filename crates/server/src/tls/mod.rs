@@ -18,8 +18,8 @@
 //!   costs an encryption and a record on every full handshake.
 
 mod certs;
+mod error;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
@@ -27,6 +27,7 @@ use rustls::server::ServerSessionMemoryCache;
 
 use certs::SniResolver;
 pub use certs::{CertPaths, CertStore, LoadedCert};
+pub use error::TlsError;
 
 /// ALPN for a server that speaks HTTP/1.1 only.
 pub const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
@@ -69,26 +70,6 @@ impl CryptoBackend {
             Self::Ring => "ring",
         }
     }
-}
-
-/// Why TLS could not be set up. Every variant names the file at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("no certificate: --tls-listen needs --cert and --key")]
-    NoCertificate,
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {reason}", path.display())]
-    BadPem { path: PathBuf, reason: String },
-    #[error("{}: unusable private key: {reason}", path.display())]
-    BadKey { path: PathBuf, reason: String },
-    #[error("the key in {} does not match the certificate in {}", key.display(), cert.display())]
-    KeyMismatch { cert: PathBuf, key: PathBuf },
-    #[error("TLS setup failed: {0}")]
-    Setup(#[from] rustls::Error),
 }
 
 /// The TLS state shared by every worker: one rustls configuration, its certificates, and the

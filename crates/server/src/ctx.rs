@@ -1,0 +1,35 @@
+//! What a connection may use of its worker while it is driven: the worker owns these (its
+//! buffers, router, logs and counters) and lends them, for one call, to the protocol layer.
+
+use std::time::Instant;
+
+use lowlat_http::date::DateCache;
+use mio::{Registry, Token};
+
+use crate::config::ServerConfig;
+use crate::pool::BufferPool;
+use crate::router::Router;
+
+/// What a connection may use of its worker while it is driven.
+pub(crate) struct WorkerCtx<'a> {
+    pub(crate) cfg: &'a ServerConfig,
+    pub(crate) registry: &'a Registry,
+    pub(crate) pool: &'a mut BufferPool,
+    pub(crate) router: &'a mut Router,
+    pub(crate) date: &'a DateCache,
+    /// Reused buffer for rendering bodies.
+    pub(crate) scratch: &'a mut Vec<u8>,
+    /// Reused buffer for file chunks on their way into TLS records.
+    pub(crate) file_chunk: &'a mut Vec<u8>,
+    /// This worker's access log, when there is one.
+    pub(crate) access_log: Option<&'a mut crate::access_log::WorkerLog>,
+    /// This worker's counts (published for `--metrics`).
+    pub(crate) counters: &'a mut crate::metrics::Counters,
+    /// Connections to drive again after this turn (their file send yielded).
+    pub(crate) deferred: &'a mut Vec<Token>,
+    /// The connection being driven.
+    pub(crate) token: Token,
+    pub(crate) worker: usize,
+    pub(crate) now: Instant,
+    pub(crate) shutting_down: bool,
+}

@@ -1,0 +1,269 @@
+//! A server: its sockets bound for every worker ([`Server::bind`]), its worker threads started
+//! ([`Server::start`]), and the handles that reload or stop it while it runs.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::config::ServerConfig;
+use crate::listener;
+use crate::service::{Service, ServiceSlot, WorkerInfo};
+use crate::worker;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start worker: {0}")]
+    Worker(std::io::Error),
+    #[error("a worker failed: {0}")]
+    WorkerFailed(String),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// A server whose sockets are bound; [`Server::start`] starts its workers.
+pub struct Server {
+    cfg: Arc<ServerConfig>,
+    listeners: Vec<Vec<std::net::TcpListener>>,
+    addrs: Vec<SocketAddr>,
+    /// The first `plain_count` addresses are in clear, the rest TLS.
+    plain_count: usize,
+    service: Service,
+}
+
+impl Server {
+    /// Binds every listen address for every worker.
+    ///
+    /// # Errors
+    /// [`ServerError::Bind`] when an address cannot be bound; [`ServerError::Config`] for zero
+    /// workers or no address.
+    pub fn bind(cfg: ServerConfig, service: Service) -> Result<Self, ServerError> {
+        if cfg.workers == 0 {
+            return Err(ServerError::Config("--workers must be at least 1".into()));
+        }
+        if cfg.listen.is_empty() && cfg.tls_listen.is_empty() {
+            return Err(ServerError::Config("no address to listen on".into()));
+        }
+        if !cfg.tls_listen.is_empty() && cfg.tls.is_none() {
+            return Err(ServerError::Config(
+                "--tls-listen needs a certificate (--cert and --key)".into(),
+            ));
+        }
+        let all: Vec<SocketAddr> = cfg.listen.iter().chain(&cfg.tls_listen).copied().collect();
+        let (listeners, addrs) = listener::bind_all(&all, cfg.workers, cfg.backlog)
+            .map_err(|(addr, source)| ServerError::Bind { addr, source })?;
+        let plain_count = cfg.listen.len();
+        Ok(Self {
+            cfg: Arc::new(cfg),
+            listeners,
+            addrs,
+            plain_count,
+            service,
+        })
+    }
+
+    /// The addresses actually bound in clear (port 0 resolved).
+    #[must_use]
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs[..self.plain_count]
+    }
+
+    /// The addresses actually bound with TLS (port 0 resolved).
+    #[must_use]
+    pub fn tls_addrs(&self) -> &[SocketAddr] {
+        &self.addrs[self.plain_count..]
+    }
+
+    /// Starts the workers.
+    ///
+    /// # Errors
+    /// When a worker thread or its event loop cannot be created.
+    pub fn start(self) -> Result<Running, ServerError> {
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let slot = Arc::new(ServiceSlot::new(Arc::clone(&self.service)));
+        let cpus = allowed_cpus();
+        let mut wakers = Vec::new();
+        let mut threads = Vec::new();
+        for (index, listeners) in self.listeners.into_iter().enumerate() {
+            let poll = mio::Poll::new().map_err(ServerError::Worker)?;
+            let waker = Arc::new(
+                mio::Waker::new(poll.registry(), worker::WAKER).map_err(ServerError::Worker)?,
+            );
+            wakers.push(waker);
+            let worker = worker::Worker {
+                index,
+                cfg: Arc::clone(&self.cfg),
+                poll,
+                listeners: listeners
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, sock)| worker::Listener {
+                        sock: mio::net::TcpListener::from_std(sock),
+                        tls: i >= self.plain_count,
+                    })
+                    .collect(),
+                shutdown: Arc::clone(&shutdown),
+                services: Arc::clone(&slot),
+            };
+            let service = Arc::clone(&self.service);
+            let pin = self
+                .cfg
+                .pin
+                .then(|| cpus.get(index % cpus.len().max(1)).copied())
+                .flatten();
+            let thread = std::thread::Builder::new()
+                .name(format!("lowlat-worker-{index}"))
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        pin_to_cpu(cpu);
+                    }
+                    let router = service(&WorkerInfo { index });
+                    worker.run(router)
+                })
+                .map_err(ServerError::Worker)?;
+            threads.push(thread);
+        }
+        Ok(Running {
+            addrs: self.addrs,
+            plain_count: self.plain_count,
+            reload: ReloadHandle {
+                slot,
+                wakers: wakers.clone(),
+            },
+            shutdown: ShutdownHandle {
+                flag: shutdown,
+                wakers,
+            },
+            threads,
+        })
+    }
+}
+
+/// Replaces the service of a running server: new requests see the new one.
+#[derive(Clone)]
+pub struct ReloadHandle {
+    slot: Arc<ServiceSlot>,
+    wakers: Vec<Arc<mio::Waker>>,
+}
+
+impl ReloadHandle {
+    /// Puts `service` in place; every worker builds its router from it at its next loop turn.
+    pub fn set_service(&self, service: Service) {
+        *self
+            .slot
+            .service
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = service;
+        self.slot.generation.fetch_add(1, Ordering::AcqRel);
+        for waker in &self.wakers {
+            let _ = waker.wake();
+        }
+    }
+}
+
+/// Asks a running server to shut down gracefully. Cheap to clone; usable from any thread.
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    flag: Arc<AtomicBool>,
+    wakers: Vec<Arc<mio::Waker>>,
+}
+
+impl ShutdownHandle {
+    /// Stops accepting, lets requests in flight finish (up to the grace period), closes idle
+    /// connections; the workers then exit.
+    pub fn shutdown(&self) {
+        self.flag.store(true, Ordering::Release);
+        for waker in &self.wakers {
+            let _ = waker.wake();
+        }
+    }
+}
+
+/// A started server.
+pub struct Running {
+    addrs: Vec<SocketAddr>,
+    plain_count: usize,
+    reload: ReloadHandle,
+    shutdown: ShutdownHandle,
+    threads: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// The addresses the server listens on in clear.
+    #[must_use]
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs[..self.plain_count]
+    }
+
+    /// The addresses the server listens on with TLS.
+    #[must_use]
+    pub fn tls_addrs(&self) -> &[SocketAddr] {
+        &self.addrs[self.plain_count..]
+    }
+
+    /// A handle that starts a graceful shutdown.
+    #[must_use]
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// A handle that replaces the service while the server runs.
+    #[must_use]
+    pub fn reload_handle(&self) -> ReloadHandle {
+        self.reload.clone()
+    }
+
+    /// Waits until every worker has exited.
+    ///
+    /// # Errors
+    /// When a worker's event loop failed.
+    pub fn wait(self) -> Result<(), ServerError> {
+        let mut failure = None;
+        for thread in self.threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failure = Some(e.to_string()),
+                Err(_) => failure = Some("a worker panicked".into()),
+            }
+        }
+        failure.map_or(Ok(()), |f| Err(ServerError::WorkerFailed(f)))
+    }
+}
+
+/// The CPUs this process may run on (honours `taskset`).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `cpu_set_t` is a plain bit array for which all-zero is valid; `sched_getaffinity`
+    // writes at most `size_of::<cpu_set_t>()` bytes into it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size passed is the size of `set`.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut set) };
+    if rc != 0 {
+        return vec![0];
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE, so within the set.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+/// Pins the calling thread to one CPU; failure is ignored (pinning is an optimisation).
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: as in `allowed_cpus`, all-zero is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `CPU_SET` writes one bit of `set`; the caller took `cpu` from the allowed set,
+    // which is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is this thread; the size is the size of `set`.
+    let _ = unsafe {
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set)
+    };
+}

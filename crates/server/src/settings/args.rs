@@ -1,0 +1,383 @@
+//! The flags of `lowlat serve` ([`ServeArgs`]), each with its parser, and the server
+//! configuration they describe ([`ServeArgs::to_config`]). A config file's keys are these same
+//! flags (`super::file`), so both are checked by one parser per setting.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lowlat_http::units::{parse_nonzero_size, parse_positive_duration};
+
+use crate::config::{self, ServerConfig};
+use crate::tls::{CertPaths, CryptoBackend, TlsContext};
+
+/// Arguments of `lowlat serve`.
+#[derive(Debug, clap::Args)]
+#[allow(clippy::struct_excessive_bools)] // independent on/off flags
+pub struct ServeArgs {
+    /// Read settings from this TOML file (every flag is a key named like it; flags on the
+    /// command line override it; see lowlat.example.toml)
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Check the configuration (file and flags), print one line per problem, and exit 0 or 1
+    #[arg(long)]
+    pub check_config: bool,
+    /// Address to listen on in clear, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8080 unless
+    /// --tls-listen is given]
+    #[arg(short, long = "listen", value_name = "ADDR:PORT", value_parser = parse_listen)]
+    pub listen: Vec<ListenAddr>,
+    /// Address to listen on with TLS (repeatable; needs --cert and --key)
+    #[arg(long = "tls-listen", value_name = "ADDR:PORT", value_parser = parse_listen)]
+    pub tls_listen: Vec<ListenAddr>,
+    /// TLS certificate chain, PEM, leaf first (repeatable: each serves the names it lists, chosen
+    /// by SNI; the first is the default)
+    #[arg(long = "cert", value_name = "FILE")]
+    pub cert: Vec<PathBuf>,
+    /// Private key (PEM) of the --cert in the same position
+    #[arg(long = "key", value_name = "FILE")]
+    pub key: Vec<PathBuf>,
+    /// Time allowed from accept to a finished TLS handshake
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    pub tls_handshake_timeout: Duration,
+    /// Cryptography library under TLS
+    #[arg(long, value_name = "LIB", default_value = "aws-lc-rs", value_parser = parse_crypto)]
+    pub tls_crypto: CryptoBackend,
+    /// Error log level: error, warn, info, debug (every failed file open), trace [default:
+    /// RUST_LOG, else info]
+    #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub log_level: Option<String>,
+    /// Error log format on stderr
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (a listener of its own; off by
+    /// default)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
+    /// Log every request to this file (off by default; SIGUSR1 reopens it)
+    #[arg(long, value_name = "PATH")]
+    pub access_log: Option<PathBuf>,
+    /// Access log format: nginx's combined, or one JSON object a line
+    #[arg(long, value_name = "FORMAT", default_value = "combined", value_parser = ["combined", "json"], requires = "access_log")]
+    pub access_log_format: String,
+    /// Worker threads, one event loop each [default: number of CPUs]
+    #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Option<u16>,
+    /// Pin worker i to the i-th CPU this process may use
+    #[arg(long)]
+    pub pin: bool,
+    /// Listen backlog (capped by net.core.somaxconn)
+    #[arg(long, default_value_t = config::DEFAULT_BACKLOG, value_parser = clap::value_parser!(u32).range(1..))]
+    pub backlog: u32,
+    /// Open connections per worker; more wait in the backlog
+    #[arg(long, value_name = "N", default_value_t = config::DEFAULT_MAX_CONNS_PER_WORKER, value_parser = parse_count)]
+    pub max_conns: usize,
+    /// Longest request-target, else 414
+    #[arg(long, value_name = "SIZE", default_value = "8k", value_parser = parse_nonzero_size)]
+    pub max_uri: u64,
+    /// Largest request head, else 431
+    #[arg(long, value_name = "SIZE", default_value = "16k", value_parser = parse_nonzero_size)]
+    pub max_head: u64,
+    /// Most header fields per request (at most 100), else 431
+    #[arg(long, value_name = "N", default_value_t = lowlat_http::limits::MAX_HEADERS, value_parser = parse_max_headers)]
+    pub max_headers: usize,
+    /// Largest request body, else 413
+    #[arg(long, value_name = "SIZE", default_value = "1m", value_parser = parse_nonzero_size)]
+    pub max_body: u64,
+    /// Close idle keep-alive connections after this long
+    #[arg(long, value_name = "DURATION", default_value = "75s", value_parser = parse_positive_duration)]
+    pub keepalive_timeout: Duration,
+    /// Time allowed for a whole request head, from its first byte (408 after)
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    pub header_timeout: Duration,
+    /// Longest pause while reading a request body (408 after)
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration)]
+    pub body_timeout: Duration,
+    /// Longest pause while the client does not read our response
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration)]
+    pub write_timeout: Duration,
+    /// On SIGINT/SIGTERM, how long requests in flight may take to finish
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    pub grace: Duration,
+    /// Add this header line to every response, as nginx's add_header (repeatable)
+    #[arg(long = "add-header", value_name = "NAME: VALUE", value_parser = parse_add_header)]
+    pub add_header: Vec<String>,
+    /// Do not mount the built-in GET /plaintext
+    #[arg(long)]
+    pub no_plaintext: bool,
+    /// Do not mount the built-in GET /json
+    #[arg(long)]
+    pub no_json: bool,
+    /// Sites chosen by `Host` (`[[site]]` tables of a config file; no flag): the first is the
+    /// default, for a request naming no listed site.
+    #[arg(skip)]
+    pub sites: Vec<SiteArgs>,
+    #[command(flatten)]
+    pub h2: crate::h2::config::H2Args,
+    #[command(flatten)]
+    pub files: crate::files::FilesArgs,
+    #[command(flatten)]
+    pub app: crate::app::AppArgs,
+}
+
+impl ServeArgs {
+    /// The server configuration these flags describe.
+    ///
+    /// # Errors
+    /// When a size does not fit this machine's address space.
+    pub fn to_config(&self) -> Result<ServerConfig, String> {
+        let size =
+            |v: u64, flag: &str| usize::try_from(v).map_err(|_| format!("{flag} {v} is too large"));
+        let mut listen = ListenAddr::flatten(&self.listen);
+        if listen.is_empty() && self.tls_listen.is_empty() {
+            listen.push(
+                config::DEFAULT_LISTEN
+                    .parse()
+                    .map_err(|_| "bad default address")?,
+            );
+        }
+        if self.cert.len() != self.key.len() {
+            return Err(format!(
+                "--cert and --key come in pairs ({} --cert, {} --key)",
+                self.cert.len(),
+                self.key.len()
+            ));
+        }
+        if self.tls_listen.is_empty() && !self.cert.is_empty() {
+            return Err("--cert is for --tls-listen, which is not given".into());
+        }
+        if !self.tls_listen.is_empty() && self.cert.is_empty() {
+            return Err("--tls-listen needs a certificate (--cert FILE --key FILE)".into());
+        }
+        let access_log = self.access_log.as_ref().map(|path| {
+            Arc::new(crate::access_log::AccessLogConfig::new(
+                path.clone(),
+                if self.access_log_format == "json" {
+                    crate::access_log::Format::Json
+                } else {
+                    crate::access_log::Format::Combined
+                },
+            ))
+        });
+        let mut cfg = ServerConfig {
+            access_log,
+            listen,
+            tls_listen: ListenAddr::flatten(&self.tls_listen),
+            tls_handshake_timeout: self.tls_handshake_timeout,
+            pin: self.pin,
+            backlog: self.backlog,
+            max_conns_per_worker: self.max_conns,
+            max_body_bytes: self.max_body,
+            keepalive_timeout: self.keepalive_timeout,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            write_timeout: self.write_timeout,
+            grace: self.grace,
+            h2: self.h2.to_config(),
+            ..ServerConfig::default()
+        };
+        if let Some(workers) = self.workers {
+            cfg.workers = usize::from(workers);
+        }
+        cfg.head.max_uri_bytes = size(self.max_uri, "--max-uri")?;
+        cfg.head.max_head_bytes = size(self.max_head, "--max-head")?;
+        cfg.head.max_headers = self.max_headers;
+        if cfg.head.max_uri_bytes >= cfg.head.max_head_bytes {
+            return Err("--max-uri must be smaller than --max-head".into());
+        }
+        Ok(cfg)
+    }
+
+    /// Loads the certificates, when TLS is asked for.
+    ///
+    /// # Errors
+    /// One line naming the file at fault.
+    pub fn tls_context(&self) -> Result<Option<Arc<TlsContext>>, String> {
+        if self.tls_listen.is_empty() {
+            return Ok(None);
+        }
+        let pairs: Vec<CertPaths> = self
+            .cert
+            .iter()
+            .zip(&self.key)
+            .map(|(cert, key)| CertPaths {
+                cert: cert.clone(),
+                key: key.clone(),
+            })
+            .collect();
+        let alpn = if self.h2.no_h2 {
+            crate::tls::ALPN_HTTP1
+        } else {
+            crate::tls::ALPN_H2_HTTP1
+        };
+        let ctx = TlsContext::new(&pairs, self.tls_crypto, alpn).map_err(|e| e.to_string())?;
+        Ok(Some(Arc::new(ctx)))
+    }
+}
+
+/// One `--listen` value: the addresses it stands for (a host name may resolve to several).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddr(pub Vec<SocketAddr>);
+
+impl ListenAddr {
+    fn flatten(list: &[Self]) -> Vec<SocketAddr> {
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for addr in list.iter().flat_map(|l| &l.0) {
+            if !out.contains(addr) {
+                out.push(*addr);
+            }
+        }
+        out
+    }
+}
+
+/// Parses a listen address as nginx's `listen` takes it: `127.0.0.1:8080`, `[::1]:8080`,
+/// `:8080` or `8080` (every IPv4 address, nginx's `listen 8080`), or `localhost:8080` (every
+/// address the name resolves to, once each).
+///
+/// # Errors
+/// A message for clap naming what is wrong.
+pub fn parse_listen(text: &str) -> Result<ListenAddr, String> {
+    use std::net::ToSocketAddrs;
+    let t = text.trim();
+    if let Ok(addr) = t.parse::<SocketAddr>() {
+        return Ok(ListenAddr(vec![addr]));
+    }
+    let port_only = t.strip_prefix(':').unwrap_or(t);
+    if !port_only.is_empty() && port_only.bytes().all(|b| b.is_ascii_digit()) {
+        let port: u16 = port_only
+            .parse()
+            .map_err(|_| format!("{text:?}: port {port_only} is above 65535"))?;
+        return Ok(ListenAddr(vec![SocketAddr::from(([0, 0, 0, 0], port))]));
+    }
+    let Some((host, port)) = t.rsplit_once(':') else {
+        return Err(format!(
+            "{text:?} is not an address (e.g. 127.0.0.1:8080, [::]:8080, :8080, localhost:8080)"
+        ));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{text:?}: {port:?} is not a port (0 to 65535)"))?;
+    if host.is_empty() || host.contains(':') {
+        return Err(format!(
+            "{text:?} is not an address (an IPv6 address goes in brackets: [::1]:8080)"
+        ));
+    }
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for addr in (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?}: cannot resolve {host}: {e}"))?
+    {
+        if !addrs.contains(&addr) {
+            addrs.push(addr);
+        }
+    }
+    if addrs.is_empty() {
+        return Err(format!("{text:?}: {host} resolves to no address"));
+    }
+    Ok(ListenAddr(addrs))
+}
+
+fn parse_crypto(text: &str) -> Result<CryptoBackend, String> {
+    match text {
+        "aws-lc-rs" => Ok(CryptoBackend::AwsLcRs),
+        "ring" => Ok(CryptoBackend::Ring),
+        _ => Err(format!("{text:?} is not a TLS library (aws-lc-rs or ring)")),
+    }
+}
+
+/// One site's settings: the names it answers to and what it serves.
+#[derive(Debug, Clone)]
+pub struct SiteArgs {
+    /// Host names (`example.com`, `*.example.com`).
+    pub server_names: Vec<String>,
+    pub files: crate::files::FilesArgs,
+    pub app: crate::app::AppArgs,
+    pub no_plaintext: bool,
+    pub no_json: bool,
+    /// Header lines added to every response of the site.
+    pub add_header: Vec<String>,
+}
+
+/// Parses `Name: value` for `--add-header`: a token name, a value without CR or LF, and not a
+/// header the server frames itself.
+fn parse_add_header(text: &str) -> Result<String, String> {
+    let (name, value) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?} is not \"Name: value\""))?;
+    let name = name.trim();
+    let value = value.trim();
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(token) {
+        return Err(format!("{name:?} is not a header name"));
+    }
+    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(format!("the value of {name} holds a line break"));
+    }
+    for framed in [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "date",
+        "server",
+    ] {
+        if name.eq_ignore_ascii_case(framed) {
+            return Err(format!("{name} is set by the server itself"));
+        }
+    }
+    Ok(format!("{name}: {value}"))
+}
+
+fn parse_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{text:?} is not a positive number")),
+    }
+}
+
+fn parse_max_headers(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=lowlat_http::limits::MAX_HEADERS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a number from 1 to {}",
+            lowlat_http::limits::MAX_HEADERS
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        let one = |t: &str| parse_listen(t).unwrap().0;
+        assert_eq!(
+            one("127.0.0.1:8080"),
+            vec!["127.0.0.1:8080".parse().unwrap()]
+        );
+        assert_eq!(one("[::1]:8080"), vec!["[::1]:8080".parse().unwrap()]);
+        assert_eq!(one(":8080"), vec!["0.0.0.0:8080".parse().unwrap()]);
+        assert_eq!(one("8080"), vec!["0.0.0.0:8080".parse().unwrap()]);
+        let local = one("localhost:8080");
+        assert!(
+            local.contains(&"127.0.0.1:8080".parse().unwrap()),
+            "{local:?}"
+        );
+        assert!(local
+            .iter()
+            .all(|a| a.ip().is_loopback() && a.port() == 8080));
+        for bad in [
+            "",
+            ":",
+            "nonsense",
+            ":99999",
+            "localhost:",
+            "localhost:http",
+            "::1:8080",
+        ] {
+            let err = parse_listen(bad).unwrap_err();
+            assert!(err.starts_with(&format!("{bad:?}")), "{bad}: {err}");
+        }
+    }
+}

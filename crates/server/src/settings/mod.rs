@@ -1,0 +1,20 @@
+//! The settings layer: `lowlat serve`'s flags and config file parsed and checked, and the
+//! service built from them. Nothing below it (the workers, the protocols, the handlers) imports
+//! it back: they receive a finished [`crate::ServerConfig`] and [`crate::Service`].
+//!
+//! # Layout
+//! - [`args`]: the flags, one parser each, and the server configuration they describe.
+//! - [`file`]: `--config FILE`, every flag as a TOML key, checked by its flag's parser.
+//! - [`sites`]: the service: a router per worker, a site per `[[site]]`.
+//! - `check`: `--check-config`, every problem with its line.
+
+pub mod args;
+mod check;
+pub mod file;
+pub mod sites;
+
+pub use args::{parse_listen, ListenAddr, ServeArgs, SiteArgs};
+pub(crate) use check::check_config;
+pub use file::merged;
+pub use sites::service;
+pub(crate) use sites::site_labels;

@@ -1,0 +1,133 @@
+//! The service `lowlat serve` runs, built from its settings: one router per worker, with a
+//! site for each `[[site]]` (chosen by `Host`), each serving its built-in routes, app and files.
+
+use std::sync::Arc;
+
+use super::args::{ServeArgs, SiteArgs};
+use crate::router::{RouteError, Router};
+use crate::{Service, WorkerInfo};
+
+/// The service `lowlat serve` runs: the built-in endpoints, the dynamic app (unless turned off),
+/// and static files for every path no route claims.
+///
+/// The built-in routes are demo and benchmark routes, so the user's own files come first: with
+/// `--root`, a file or directory at `/plaintext`, `/json` or the app's prefix keeps that route
+/// unmounted (said once on stderr). The check is made at start, as nginx resolves its locations
+/// at start: a file created later under such a path is served only after a restart.
+///
+/// # Errors
+/// A one-line reason when the static or app flags are unusable.
+pub fn service(args: &ServeArgs) -> Result<Service, String> {
+    let workers = args.to_config().map_or(1, |c| c.workers);
+    let default_site = SiteArgs {
+        server_names: Vec::new(),
+        files: args.files.clone(),
+        app: args.app.clone(),
+        no_plaintext: args.no_plaintext,
+        no_json: args.no_json,
+        add_header: args.add_header.clone(),
+    };
+    let sites: Vec<(Vec<String>, SiteService)> = if args.sites.is_empty() {
+        vec![(Vec::new(), SiteService::new(&default_site, workers)?)]
+    } else {
+        args.sites
+            .iter()
+            .map(|s| {
+                SiteService::new(s, workers)
+                    .map(|svc| (s.server_names.clone(), svc))
+                    .map_err(|e| format!("site {}: {e}", s.server_names.join(", ")))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    // The first site is the default (a request naming no listed site goes to it); the others
+    // are chosen by Host. Check once, here, that the routes fit together, so the per-worker
+    // builds cannot fail.
+    let build = move |info: &WorkerInfo| -> Result<Router, RouteError> {
+        let mut router = sites[0].1.build(info)?;
+        for (names, site) in &sites[1..] {
+            router.add_site(names, site.build(info)?);
+        }
+        Ok(router)
+    };
+    build(&WorkerInfo { index: 0 }).map_err(|e| e.to_string())?;
+    Ok(Arc::new(move |info: &WorkerInfo| {
+        build(info).unwrap_or_else(|_| Router::new())
+    }))
+}
+
+/// One site, ready to build a router on each worker.
+struct SiteService {
+    files: Arc<crate::files::FilesConfig>,
+    app: Option<Arc<crate::app::AppShared>>,
+    plaintext_on: bool,
+    json_on: bool,
+    add_header: Vec<String>,
+}
+
+impl SiteService {
+    fn new(site: &SiteArgs, workers: usize) -> Result<Self, String> {
+        let files = crate::files::FilesConfig::from_args(&site.files, workers)?;
+        let mut app = crate::app::AppShared::from_args(&site.app)?;
+        let root = site.files.root.as_deref();
+        let plaintext_on = !site.no_plaintext && !shadowed(root, crate::builtin::PATHS[0]);
+        let json_on = !site.no_json && !shadowed(root, crate::builtin::PATHS[1]);
+        if app
+            .as_ref()
+            .is_some_and(|a| !a.prefix().is_empty() && shadowed(root, a.prefix()))
+        {
+            app = None;
+        }
+        Ok(Self {
+            files,
+            app,
+            plaintext_on,
+            json_on,
+            add_header: site.add_header.clone(),
+        })
+    }
+
+    fn build(&self, info: &WorkerInfo) -> Result<Router, RouteError> {
+        let mut router = Router::new();
+        crate::builtin::mount_some(&mut router, self.plaintext_on, self.json_on)?;
+        if let Some(app) = &self.app {
+            crate::app::mount(&mut router, app, info)?;
+        }
+        crate::files::mount(&mut router, &self.files);
+        router.set_extra_headers(&self.add_header);
+        Ok(router)
+    }
+}
+
+/// Whether the document root has something at `route` (a file or a directory), which then wins
+/// over the built-in route of that path. Said on stderr when it does.
+fn shadowed(root: Option<&std::path::Path>, route: &str) -> bool {
+    let Some(root) = root else {
+        return false;
+    };
+    let path = root.join(route.trim_start_matches('/'));
+    let found = path.symlink_metadata().is_ok();
+    if found {
+        tracing::info!(
+            "{route} is served from {} (a file there wins over the built-in route)",
+            path.display()
+        );
+    }
+    found
+}
+
+/// The `site` label of each router index on `/metrics`: a site's first server name, in the
+/// order the router numbers them (the first site is the default).
+pub(crate) fn site_labels(args: &ServeArgs) -> Vec<String> {
+    if args.sites.is_empty() {
+        return vec!["default".to_owned()];
+    }
+    args.sites
+        .iter()
+        .map(|s| {
+            s.server_names
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "default".to_owned())
+        })
+        .collect()
+}
