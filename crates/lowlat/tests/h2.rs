@@ -282,6 +282,69 @@ fn h2spec_passes_over_tls() {
         "{summary}\n{report}"
     );
     assert!(summary.contains("145 tests"), "{summary}");
+    // h2spec has closed every connection: none may linger half-closed on the server (several
+    // of its cases leave a stream waiting for a window that a closed client never opens).
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        support::close_wait_on(server.https.port()),
+        0,
+        "CLOSE-WAIT after h2spec"
+    );
+}
+
+/// A client that closes while a response waits for a window it never opened: the server
+/// releases the connection at once (a closed peer sends no WINDOW_UPDATE), not after the write
+/// timeout; then SIGTERM with nothing in flight exits at once.
+#[test]
+fn a_closed_client_is_released_at_once() {
+    let mut server = Serve::start(&["--write-timeout", "60s", "--grace", "10s"]);
+    for _ in 0..5 {
+        let mut c = Raw::connect_with(server.http, &[(frame::setting::INITIAL_WINDOW_SIZE, 0)]);
+        c.get(1, "/1m.bin", true);
+        // The head arrives; the body waits for a window.
+        while let Some(f) = c.next() {
+            if f.h.kind == kind::HEADERS {
+                break;
+            }
+        }
+        // A request whose body never finishes, on a second stream.
+        let mut out = Vec::new();
+        frame::write_headers(&mut out, 3, &Raw::block("/100.html"), false, 16_384);
+        c.send(&out);
+    }
+    // The same over HTTP/1.1: a large response not read, a request body never finished.
+    for request in [
+        &b"GET /1m.bin HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+        b"POST /100.html HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc",
+    ] {
+        let mut h1 = TcpStream::connect(server.http).unwrap();
+        h1.write_all(request).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let start = Instant::now();
+    while support::close_wait_on(server.http.port()) > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "connections left in CLOSE-WAIT"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // An idle HTTP/2 connection and an idle HTTP/1.1 keep-alive one stay open.
+    let mut idle = Raw::connect(server.http);
+    idle.get(1, "/100.html", true);
+    assert_eq!(idle.response(1).0, 200);
+    let mut h1 = TcpStream::connect(server.http).unwrap();
+    h1.write_all(b"GET /100.html HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut head = [0u8; 12];
+    h1.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    std::thread::sleep(Duration::from_millis(100));
+    let took = support::stop_and_time(&mut server.child, Duration::from_secs(5));
+    assert!(
+        took < Duration::from_millis(100),
+        "SIGTERM with nothing in flight took {took:?}"
+    );
 }
 
 #[test]

@@ -49,3 +49,48 @@ pub fn address(stderr: &str, scheme: &str) -> SocketAddr {
         .parse()
         .unwrap()
 }
+
+/// Sockets on local port `port` in TCP state CLOSE-WAIT (the peer closed, this side has not):
+/// read from /proc/net/tcp and tcp6, so no outside tool is needed.
+pub fn close_wait_on(port: u16) -> usize {
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // sl, local_address (ADDR:PORT in hex), rem_address, st (08 = CLOSE_WAIT)
+            let local_port = cols
+                .get(1)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && cols.get(3) == Some(&"08") {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Sends SIGTERM to `child` and returns how long it took to exit (panics after `limit`).
+pub fn stop_and_time(child: &mut Child, limit: std::time::Duration) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    let ok = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -TERM");
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "still running {limit:?} after SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}

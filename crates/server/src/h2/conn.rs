@@ -226,6 +226,11 @@ impl H2Conn {
             if !self.flush(ctx) {
                 break;
             }
+            if self.peer_gone_and_stuck() {
+                // Released at once, not after the write timeout: a closed peer opens no window.
+                self.close_now(ctx);
+                return;
+            }
             if !self.lingering
                 && (self.closing
                     || (self.goaway || self.peer_goaway || self.eof)

@@ -6,6 +6,7 @@ use std::time::Duration;
 use lowlat_http::h2::frame::{self, ErrorCode, FrameHeader, HEADER_LEN};
 
 use super::conn::H2Conn;
+use super::stream::State;
 use crate::ctx::WorkerCtx;
 use crate::transport::Flushed;
 use crate::wait::Wait;
@@ -41,6 +42,7 @@ impl H2Conn {
                     }
                     // Streams in flight are still answered; then the connection closes.
                     self.eof = true;
+                    self.abandon_unfinishable();
                     Some(false)
                 }
                 Ok(r) => {
@@ -147,6 +149,14 @@ impl H2Conn {
                 return;
             }
         }
+        if self.eof || ctx.shutting_down && !self.closing {
+            // The client has closed its side (it cannot answer our GOAWAY), or the server is
+            // stopping with nothing in flight here: everything is written, nothing to wait for.
+            self.io.close_notify();
+            let _ = self.flush(ctx);
+            self.close_now(ctx);
+            return;
+        }
         self.io.close_notify();
         self.io.shutdown_write();
         self.lingering = true;
@@ -185,5 +195,18 @@ impl H2Conn {
             self.wpos = 0;
             ctx.pool.give_write(std::mem::take(&mut self.wbuf));
         }
+    }
+
+    /// The client closed its side: it will send no more DATA, so a request body still under way
+    /// can never complete, nor a header block split over CONTINUATION frames. Their streams go.
+    fn abandon_unfinishable(&mut self) {
+        self.streams.retain(|s| s.state != State::Open);
+        self.pending = None;
+    }
+
+    /// After the client closed its side, whether the streams left can still finish: it will
+    /// never send WINDOW_UPDATE again, so a stream that waits for window never will.
+    pub(super) fn peer_gone_and_stuck(&self) -> bool {
+        self.eof && !self.lingering && !self.streams.is_empty() && !self.can_send()
     }
 }
