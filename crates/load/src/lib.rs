@@ -58,9 +58,9 @@
 //! - `engine`: [`run`] — threads, progress, stop flag, merging.
 //! - `worker`: one thread's mio event loop and connection state machine (the hot path).
 //! - `transport`: a connection's bytes in clear or through a rustls client session.
-//! - [`tls`]: the TLS client configuration (trust, `--insecure`, resumption) and
-//!   [`tls::TlsSummary`].
-//! - [`report`]: per-thread counters, [`Report`] and [`LatencySummary`].
+//! - [`tls`]: the TLS client configuration (trust, `--insecure`, resumption).
+//! - [`report`]: per-thread counters, [`Report`], [`LatencySummary`] and [`TlsSummary`] (what
+//!   the TLS sessions negotiated).
 //! - [`text`], [`json`], [`hdrlog`]: wrk-like text, JSON (schema in `schema/report.schema.json`),
 //!   HdrHistogram interval log.
 //! - `progress`: the live line on a terminal.
@@ -91,4 +91,6 @@ mod worker;
 pub use config::{LoadConfig, Target, TlsOptions};
 pub use engine::{run, run_with_progress, Progress, PROGRESS_EVERY};
 pub use error::LoadError;
-pub use report::{ErrorCounts, LatencyInterval, LatencySummary, RateSummary, Report, StatusCounts};
+pub use report::{
+    ErrorCounts, LatencyInterval, LatencySummary, RateSummary, Report, StatusCounts, TlsSummary,
+};
