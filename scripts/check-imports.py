@@ -22,7 +22,6 @@ The modules are found by following `mod` declarations from each crate root (`lib
 `bin/*.rs`), as the compiler does; `#[path]` attributes are not followed. Standard library only.
 """
 import argparse
-import bisect
 import re
 import sys
 from collections import defaultdict
@@ -37,9 +36,6 @@ CHAR_REST = re.compile(r"(?:[^'\\\n]|\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F_]{1,8}\}
 BLOCK_COMMENT = re.compile(r"/\*|\*/")
 TOKEN = re.compile(r"\$?(?:r\#)?[A-Za-z_]\w*|::|\n|\S")
 IDENT = re.compile(r"\$?(?:r\#)?[A-Za-z_]\w*")
-
-# Path heads that are always the crate's own.
-HEADS = {"crate", "$crate", "self", "super"}
 
 
 def blank(text):
@@ -114,8 +110,8 @@ class Module:
     def __init__(self, path, modpath):
         self.path = path
         self.modpath = modpath
-        # Child modules declared at each inline-module scope: {scope: {name}}; files only for
-        # `mod x;` at the file's own scope (ones inside inline modules are found the same way).
+        # Child modules declared here, by the module path they are declared in (the file's own,
+        # or an inline `mod x { … }` inside it): {scope: {name}}.
         self.children = defaultdict(set)
         self.files = []  # module paths of child files declared here
         self.bindings = {}  # name -> (segments, scope) of a `use` that brings it in
@@ -467,6 +463,10 @@ def crates(root, wanted):
             yield Crate(label, src, r)
 
 
+def plural(n, word):
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
@@ -501,8 +501,8 @@ def main(argv=None):
         if circles:
             base = crate.name.split(" ")[0]
             (warned if base in args.warn_only else failing).append((crate.name, len(circles)))
-    summary = (f"{len(found)} crate{'s' * (len(found) != 1)}, {n_modules} modules, "
-               f"{n_edges} imports between them")
+    summary = (f"{plural(len(found), 'crate')}, {plural(n_modules, 'module')}, "
+               f"{plural(n_edges, 'import')} between them")
     count = ", ".join(f"{name}: {n}" for name, n in failing + warned)
     if failing:
         print(f"check-imports: {summary}; circles in {count}")

@@ -247,7 +247,7 @@ class CheckImports(unittest.TestCase):
         run = subprocess.run([sys.executable, str(SCRIPT), "--root", str(t.root)],
                              capture_output=True, text=True, check=False)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
-        self.assertIn("1 crate, 2 modules, 1 imports between them; no circles", run.stdout)
+        self.assertIn("1 crate, 2 modules, 1 import between them; no circles", run.stdout)
 
 
 if __name__ == "__main__":
