@@ -1,7 +1,9 @@
 //! What a run is asked to do: [`LoadConfig`], built by the CLI or directly by code (the benchmark
 //! harness), and the parsing of its textual pieces (URLs with weights, humane durations).
 //!
-//! Nothing here touches the network; the `plan` module resolves names and checks the combination.
+//! Nothing here touches the network: `validate` checks the values against each other and the
+//! limits, and `prepare` resolves names and turns the whole into the plan the threads run
+//! ([`LoadConfig::check`] is defined there).
 
 use std::time::Duration;
 
@@ -144,21 +146,6 @@ impl Default for LoadConfig {
             uncorrected_latency: false,
             h2: false,
         }
-    }
-}
-
-impl LoadConfig {
-    /// Checks everything [`crate::run`] checks before loading: option values, URLs, name
-    /// resolution, that the process may open that many connections, and one connection to each
-    /// host. Lets a caller report bad input before
-    /// printing anything else.
-    ///
-    /// # Errors
-    /// The [`LoadError`] that [`crate::run`] would return before starting.
-    pub fn check(&self) -> Result<(), LoadError> {
-        let plan = crate::plan::Plan::new(self)?;
-        crate::engine::check_fd_limit(self.connections)?;
-        plan.check_reachable()
     }
 }
 

@@ -1,15 +1,16 @@
-//! Running a [`LoadConfig`]: plan it, check the targets answer, start one [`Worker`] thread per
-//! `threads` (pinned when asked), report progress while they run, and merge their figures.
+//! Running a [`Plan`]: one [`Worker`] thread per entry of `plan.threads` (pinned when asked),
+//! progress reported while they run, and their figures merged.
 //!
 //! The calling thread only watches: every [`PROGRESS_EVERY`] it reads the workers' published
 //! counters (one relaxed load each; the workers store them once per loop turn on their own cache
 //! line), calls the progress callback, and passes the caller's stop flag on to the workers.
+//!
+//! The plan arrives checked (`prepare`); nothing here reads the configuration it came from.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::config::LoadConfig;
 use crate::error::LoadError;
 use crate::plan::Plan;
 use crate::report::{RateSummary, Report, ThreadStats};
@@ -36,29 +37,14 @@ pub struct Progress {
     pub requests: Option<u64>,
 }
 
-/// Runs the load described by `cfg` until its duration or request count is reached, or until
-/// `stop` becomes true (the figures measured so far are then returned, with
-/// [`Report::interrupted`] set).
-///
-/// # Errors
-/// [`LoadError`] when the configuration is invalid, a host does not resolve or refuses the
-/// connection made before the run, or a thread cannot be set up.
-pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
-    run_with_progress(cfg, stop, |_| {})
-}
-
-/// [`run`], calling `on_progress` about every [`PROGRESS_EVERY`] from the calling thread.
-///
-/// # Errors
-/// As [`run`].
-pub fn run_with_progress(
-    cfg: &LoadConfig,
+/// Runs `plan` until its duration or request count is reached, or until `stop` becomes true
+/// (the figures measured so far are then returned, with [`Report::interrupted`] set), calling
+/// `on_progress` about every [`PROGRESS_EVERY`] from the calling thread.
+pub(crate) fn run(
+    plan: &Plan,
     stop: &AtomicBool,
     mut on_progress: impl FnMut(&Progress),
 ) -> Result<Report, LoadError> {
-    let plan = Plan::new(cfg)?;
-    check_fd_limit(cfg.connections)?;
-    plan.check_reachable()?;
     let live: Vec<LiveCounters> = (0..plan.threads.len())
         .map(|_| LiveCounters::default())
         .collect();
@@ -74,7 +60,7 @@ pub fn run_with_progress(
         let mut handles = Vec::with_capacity(plan.threads.len());
         let mut spawn_error = None;
         for i in 0..plan.threads.len() {
-            let (plan, halt, live) = (&plan, &halt, &live[i]);
+            let (halt, live) = (&halt, &live[i]);
             let cpu = (!plan.pin_cpus.is_empty()).then(|| plan.pin_cpus[i % plan.pin_cpus.len()]);
             let spawned = thread::Builder::new()
                 .name(format!("lowlat-load-{i}"))
@@ -138,7 +124,7 @@ pub fn run_with_progress(
                     .sum(),
                 errors: live.iter().map(|l| l.errors.load(Ordering::Relaxed)).sum(),
                 planned,
-                requests: cfg.requests,
+                requests: plan.requests,
             });
         }
         let mut results: Vec<_> = handles
@@ -157,23 +143,4 @@ pub fn run_with_progress(
     let mut report = Report::merge(threads, stop.load(Ordering::Relaxed));
     report.thread_rates = RateSummary::from_samples(&rate_samples);
     Ok(report)
-}
-
-/// Descriptors a run needs besides its connections: per thread an epoll instance and a timer,
-/// plus the process's own (stdio, the progress line, files being written).
-const SPARE_FDS: u64 = 64;
-
-/// Refuses, before anything starts, a connection count the process cannot open (raising the
-/// soft descriptor limit to the hard one first): otherwise every connection past the limit
-/// fails to connect for the whole run, and the report is only connect errors.
-pub(crate) fn check_fd_limit(connections: usize) -> Result<(), LoadError> {
-    let limit = crate::sys::raise_fd_limit();
-    let need = connections as u64 + SPARE_FDS;
-    if need > limit {
-        return Err(LoadError::Config(format!(
-            "{connections} connections need about {need} open files, but this process may open \
-             {limit} (raise it with `ulimit -n`, or use fewer connections)"
-        )));
-    }
-    Ok(())
 }

@@ -14,15 +14,10 @@ use std::time::Instant;
 use lowlat_http::h2::frame::{self, flag, kind, FrameHeader, HEADER_LEN, MAX_WINDOW};
 use lowlat_http::h2::{Decoder, Encoder};
 
+use crate::plan::H2Request;
+
 /// SETTINGS_NO_RFC7540_PRIORITIES (RFC 9218).
 const SETTINGS_NO_RFC7540_PRIORITIES: u16 = 9;
-
-/// One request as HTTP/2 fields: pseudo-fields first, names in lower case.
-#[derive(Debug, Clone)]
-pub(crate) struct H2Request {
-    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
-    pub body: Option<Vec<u8>>,
-}
 
 /// What reading frames found, for the worker to count.
 #[derive(Debug, Clone, Copy)]

@@ -37,7 +37,7 @@ struct JsonReport<'a> {
 #[derive(Serialize)]
 struct JsonTls<'a> {
     #[serde(flatten)]
-    summary: &'a crate::tls::TlsSummary,
+    summary: &'a crate::report::TlsSummary,
     /// The first TLS failure's reason, when there were failures.
     first_error: Option<&'a str>,
 }
@@ -98,7 +98,7 @@ struct JsonCpu {
     us_per_response: Option<f64>,
 }
 
-static EMPTY_TLS: crate::tls::TlsSummary = crate::tls::TlsSummary {
+static EMPTY_TLS: crate::report::TlsSummary = crate::report::TlsSummary {
     protocol: String::new(),
     cipher: String::new(),
     handshakes: 0,

@@ -52,23 +52,49 @@
 //!   counted, and CPU time is taken from its end.
 //!
 //! # Layout
-//! - [`config`]: [`LoadConfig`], [`Target`], humane durations and counts.
-//! - `plan`: validation, URL parsing, name resolution, request bytes built once per run, the
-//!   split of connections and request budgets over threads.
-//! - `engine`: [`run`] — threads, progress, stop flag, merging.
-//! - `worker`: one thread's mio event loop and connection state machine (the hot path).
-//! - `transport`: a connection's bytes in clear or through a rustls client session.
-//! - [`tls`]: the TLS client configuration (trust, `--insecure`, resumption) and
-//!   [`tls::TlsSummary`].
-//! - [`report`]: per-thread counters, [`Report`] and [`LatencySummary`].
+//! Layers, each importing only from the ones below it. The configuration and the engine never
+//! import each other: the engine is handed a checked plan and never reads a [`LoadConfig`].
+//!
+//! The command line and what a run shows:
+//! - [`cli`]: `lowlat load` flags and exit codes.
 //! - [`text`], [`json`], [`hdrlog`]: wrk-like text, JSON (schema in `schema/report.schema.json`),
 //!   HdrHistogram interval log.
 //! - `progress`: the live line on a terminal.
 //! - [`merge`]: `lowlat load merge` — the interval logs of several agents as one report.
 //! - [`thresholds`]: pass/fail limits for CI (`--max-error-rate`, `--max-p99`, `--min-rps`).
-//! - [`cli`]: `lowlat load` flags and exit codes.
-//! - `sys`: the few system calls std lacks (thread CPU time, affinity, timerfd); all `unsafe`.
+//!
+//! [`run`] and [`run_with_progress`], in this file: the configuration checked into a plan, and
+//! the plan handed to the engine.
+//!
+//! The configuration — what is asked, and checking it:
+//! - [`config`]: [`LoadConfig`], [`Target`], [`TlsOptions`], defaults and limits; humane
+//!   durations and counts.
+//! - `prepare`: a [`LoadConfig`] into a plan — URLs grouped by host, names resolved, connections
+//!   and request budgets shared among hosts and threads — and the checks before a run
+//!   (descriptor limit, one connection to each host); [`LoadConfig::check`].
+//! - `validate`: option values against the limits and each other.
+//! - `url`: a target URL taken apart.
+//! - `request`: the request bytes (or HTTP/2 fields) built once, and the weighted order of a
+//!   host's URLs.
+//! - [`tls`]: the TLS client configuration (trust, `--insecure`, resumption).
+//!
+//! The engine — what runs:
+//! - `engine`: the threads, started, watched for progress and the stop flag, merged.
+//! - `worker`: one thread's mio event loop and connection state machine (the hot path).
+//! - `transport`: a connection's bytes in clear or through a rustls client session.
+//! - `h2`: one connection's HTTP/2 session (`--h2`).
+//!
+//! Below both:
+//! - `plan`: what the threads run — hosts, laid-out request bytes, each thread's connections;
+//!   built by `prepare`, read by the engine.
+//! - [`report`]: per-thread counters, [`Report`], [`LatencySummary`], [`TlsSummary`].
+//! - `sys`: the few system calls std lacks (thread CPU time, affinity, timerfd, descriptor
+//!   limit); all `unsafe`.
 //! - [`error`]: the [`LoadError`] type.
+//!
+//! `scripts/check-imports.py` fails CI on a circle of imports between these modules.
+
+use std::sync::atomic::AtomicBool;
 
 pub mod cli;
 pub mod config;
@@ -79,16 +105,46 @@ pub mod hdrlog;
 pub mod json;
 pub mod merge;
 mod plan;
+mod prepare;
 mod progress;
 pub mod report;
+mod request;
 mod sys;
 pub mod text;
 pub mod thresholds;
 pub mod tls;
 mod transport;
+mod url;
+mod validate;
 mod worker;
 
 pub use config::{LoadConfig, Target, TlsOptions};
-pub use engine::{run, run_with_progress, Progress, PROGRESS_EVERY};
+pub use engine::{Progress, PROGRESS_EVERY};
 pub use error::LoadError;
-pub use report::{ErrorCounts, LatencyInterval, LatencySummary, RateSummary, Report, StatusCounts};
+pub use report::{
+    ErrorCounts, LatencyInterval, LatencySummary, RateSummary, Report, StatusCounts, TlsSummary,
+};
+
+/// Runs the load described by `cfg` until its duration or request count is reached, or until
+/// `stop` becomes true (the figures measured so far are then returned, with
+/// [`Report::interrupted`] set).
+///
+/// # Errors
+/// [`LoadError`] when the configuration is invalid, a host does not resolve or refuses the
+/// connection made before the run, or a thread cannot be set up.
+pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
+    run_with_progress(cfg, stop, |_| {})
+}
+
+/// [`run`], calling `on_progress` about every [`PROGRESS_EVERY`] from the calling thread.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with_progress(
+    cfg: &LoadConfig,
+    stop: &AtomicBool,
+    on_progress: impl FnMut(&Progress),
+) -> Result<Report, LoadError> {
+    let plan = prepare::checked(cfg)?;
+    engine::run(&plan, stop, on_progress)
+}

@@ -1,5 +1,6 @@
 //! What a run measured: the per-thread `ThreadStats` each loader thread keeps to itself, and the
-//! [`Report`] they are merged into at the end (oha's `result_data`, wrk's per-thread counters).
+//! [`Report`] they are merged into at the end (oha's `result_data`, wrk's per-thread counters),
+//! with what its TLS sessions negotiated ([`TlsSummary`]).
 //!
 //! Latency is an HdrHistogram of **microseconds** (1 µs to 1 h, 3 significant digits). Each
 //! request's latency runs from its send to the end of its own response: in closed-loop mode the
@@ -163,7 +164,7 @@ pub(crate) struct ThreadStats {
     /// From the start of measuring to the thread's end.
     pub elapsed: Duration,
     pub intervals: Option<IntervalStats>,
-    pub tls: crate::tls::TlsSummary,
+    pub tls: TlsSummary,
     /// The first TLS failure's message, shown once.
     pub tls_error: Option<String>,
     /// `-U`: latency from each request's actual send.
@@ -183,7 +184,7 @@ impl ThreadStats {
             cpu_system: Duration::ZERO,
             elapsed: Duration::ZERO,
             intervals: None,
-            tls: crate::tls::TlsSummary::default(),
+            tls: TlsSummary::default(),
             tls_error: None,
             u_latency: None,
         }
@@ -235,7 +236,7 @@ pub struct Report {
     /// Per-thread request rate over the run; `None` for a run too short to sample.
     pub thread_rates: Option<RateSummary>,
     /// For `https://` runs: the sessions' protocol, cipher suite and handshakes.
-    pub tls: Option<crate::tls::TlsSummary>,
+    pub tls: Option<TlsSummary>,
     /// The first TLS failure, as rustls or the socket said it (certificate verification,
     /// alerts): failures are counted in [`ErrorCounts::tls`], and this says why.
     pub tls_error: Option<String>,
@@ -477,6 +478,65 @@ fn per_sec(n: f64, d: Duration) -> f64 {
     } else {
         0.0
     }
+}
+
+/// What a run's TLS sessions were: the protocol and cipher suite negotiated, and how many
+/// handshakes were full or resumed — over the whole run, warm-up included (keep-alive
+/// connections shake hands during the warm-up and keep what they negotiated).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TlsSummary {
+    /// `TLSv1.3` or `TLSv1.2`; several joined by `,` if the connections did not all agree.
+    pub protocol: String,
+    /// The cipher suite, e.g. `TLS13_AES_128_GCM_SHA256`; several joined by `,` likewise.
+    pub cipher: String,
+    /// Handshakes completed.
+    pub handshakes: u64,
+    /// Of those, resumed sessions (abbreviated handshakes).
+    pub resumed: u64,
+}
+
+impl TlsSummary {
+    /// Records one completed handshake.
+    pub(crate) fn record(&mut self, protocol: &str, cipher: &str, resumed: bool) {
+        self.handshakes += 1;
+        self.resumed += u64::from(resumed);
+        add_name(&mut self.protocol, protocol);
+        add_name(&mut self.cipher, cipher);
+    }
+
+    pub(crate) fn add(&mut self, o: &Self) {
+        self.handshakes += o.handshakes;
+        self.resumed += o.resumed;
+        for p in o.protocol.split(',').filter(|s| !s.is_empty()) {
+            add_name(&mut self.protocol, p);
+        }
+        for c in o.cipher.split(',').filter(|s| !s.is_empty()) {
+            add_name(&mut self.cipher, c);
+        }
+    }
+}
+
+fn add_name(list: &mut String, name: &str) {
+    if !list.split(',').any(|n| n == name) {
+        if !list.is_empty() {
+            list.push(',');
+        }
+        list.push_str(name);
+    }
+}
+
+/// A TLS protocol version as people write it, for [`TlsSummary::record`].
+pub(crate) fn tls_version_name(v: rustls::ProtocolVersion) -> &'static str {
+    match v {
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
+        _ => "TLS (other)",
+    }
+}
+
+/// A TLS cipher suite's IANA-style name, without allocating, for [`TlsSummary::record`].
+pub(crate) fn tls_suite_name(s: rustls::SupportedCipherSuite) -> &'static str {
+    s.suite().as_str().unwrap_or("unknown")
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! TLS settings for `https://` targets: the rustls client configuration a run uses (trust
-//! anchors, verification, resumption, ALPN) and the figures a run reports about its sessions.
+//! anchors, verification, resumption, ALPN), made from [`TlsOptions`] before the run starts.
 //!
 //! What this module does not do: moving bytes (the `transport` module drives each connection's
-//! rustls state machine from the thread's event loop).
+//! rustls state machine from the thread's event loop), or counting what the sessions negotiated
+//! ([`crate::report::TlsSummary`]).
 //!
 //! - Trust: the system's root store (`rustls-native-certs`: the distribution's bundle, or
 //!   `SSL_CERT_FILE`/`SSL_CERT_DIR`), or only the certificates of `--cacert`.
@@ -21,7 +22,6 @@ use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvi
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use serde::Serialize;
 
 use crate::config::TlsOptions;
 use crate::error::LoadError;
@@ -159,63 +159,4 @@ impl ServerCertVerifier for AcceptAnyCertificate {
             .signature_verification_algorithms
             .supported_schemes()
     }
-}
-
-/// What a run's TLS sessions were: the protocol and cipher suite negotiated, and how many
-/// handshakes were full or resumed — over the whole run, warm-up included (keep-alive
-/// connections shake hands during the warm-up and keep what they negotiated).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct TlsSummary {
-    /// `TLSv1.3` or `TLSv1.2`; several joined by `,` if the connections did not all agree.
-    pub protocol: String,
-    /// The cipher suite, e.g. `TLS13_AES_128_GCM_SHA256`; several joined by `,` likewise.
-    pub cipher: String,
-    /// Handshakes completed.
-    pub handshakes: u64,
-    /// Of those, resumed sessions (abbreviated handshakes).
-    pub resumed: u64,
-}
-
-impl TlsSummary {
-    /// Records one completed handshake.
-    pub(crate) fn record(&mut self, protocol: &str, cipher: &str, resumed: bool) {
-        self.handshakes += 1;
-        self.resumed += u64::from(resumed);
-        add_name(&mut self.protocol, protocol);
-        add_name(&mut self.cipher, cipher);
-    }
-
-    pub(crate) fn add(&mut self, o: &Self) {
-        self.handshakes += o.handshakes;
-        self.resumed += o.resumed;
-        for p in o.protocol.split(',').filter(|s| !s.is_empty()) {
-            add_name(&mut self.protocol, p);
-        }
-        for c in o.cipher.split(',').filter(|s| !s.is_empty()) {
-            add_name(&mut self.cipher, c);
-        }
-    }
-}
-
-fn add_name(list: &mut String, name: &str) {
-    if !list.split(',').any(|n| n == name) {
-        if !list.is_empty() {
-            list.push(',');
-        }
-        list.push_str(name);
-    }
-}
-
-/// The protocol version as people write it.
-pub(crate) fn version_name(v: rustls::ProtocolVersion) -> &'static str {
-    match v {
-        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
-        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
-        _ => "TLS (other)",
-    }
-}
-
-/// The cipher suite's IANA-style name, without allocating.
-pub(crate) fn suite_name(s: rustls::SupportedCipherSuite) -> &'static str {
-    s.suite().as_str().unwrap_or("unknown")
 }

@@ -545,10 +545,10 @@ impl<'a> Worker<'a> {
                 if let Some(session) = stream.session() {
                     let version = session
                         .protocol_version()
-                        .map_or("unknown", crate::tls::version_name);
+                        .map_or("unknown", crate::report::tls_version_name);
                     let suite = session
                         .negotiated_cipher_suite()
-                        .map_or("unknown", crate::tls::suite_name);
+                        .map_or("unknown", crate::report::tls_suite_name);
                     let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
                     if self.plan.h2 && session.alpn_protocol() != Some(b"h2") {
                         let e = io::Error::other("the server does not offer HTTP/2 (ALPN h2)");

@@ -6,7 +6,7 @@
 //! browser test reads.
 
 use super::charts::Chart;
-use super::{Point, Summary};
+use super::summary::{slug, Point, Summary};
 use crate::doctor::{Check, Status};
 use crate::results::Results;
 
@@ -204,7 +204,7 @@ pub fn page(
             })
             .collect();
         sections.push(Section {
-            id: super::slug(scenario),
+            id: slug(scenario),
             name: scenario,
             figures,
             levels,
