@@ -315,10 +315,54 @@ fn config_file_and_check_config() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("bad.toml:1: workers:"), "{err}");
-    assert!(err.contains("bad.toml:2: max_bodee: unknown key"), "{err}");
+    assert!(
+        err.contains("bad.toml:2: max_bodee: unknown key (did you mean `max_body`?)"),
+        "{err}"
+    );
+    // The root is checked too, in the same run, with its line.
+    assert!(
+        err.contains("bad.toml:3: root: --root /nonexistent/dir:"),
+        "{err}"
+    );
     assert!(
         err.lines().all(|l| l.starts_with("lowlat serve: ")),
         "{err}"
+    );
+
+    // An unknown key, a wrong type and a site's missing root: all three, in line order.
+    let sites = dir.path().join("sites.toml");
+    std::fs::write(
+        &sites,
+        "autoindex = \"yes\"\ncache_contorl = \"public\"\n\n[[site]]\nserver_names = [\"a.example\"]\nroot = \"/missing/a\"\n\n[[site]]\nserver_names = [\"b.example\"]\nroot = \"/missing/b\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--check-config", "--config"])
+        .arg(&sites)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    for (line, want) in lines.iter().zip([
+        "sites.toml:1: autoindex: is a switch",
+        "sites.toml:2: cache_contorl: unknown key (did you mean `cache_control`?)",
+        "sites.toml:6: site[0].root: --root /missing/a:",
+        "sites.toml:10: site[1].root: --root /missing/b:",
+    ]) {
+        assert!(line.contains(want), "{want:?} in {err}");
+    }
+
+    // Without a file, the flags alone are checked, and said so.
+    let out = Command::new(BIN)
+        .args(["serve", "--check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("configuration ok (command-line flags"),
+        "{out:?}"
     );
 }
 

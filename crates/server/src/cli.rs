@@ -51,6 +51,9 @@ fn init_logging(args: &ServeArgs) {
 /// Runs `lowlat serve`; returns the process exit code.
 #[must_use]
 pub fn run(args: ServeArgs) -> ExitCode {
+    if args.check_config {
+        return check_config(args, &command_line());
+    }
     let args = match &args.config {
         Some(path) => match merged(path, &command_line()) {
             Ok(mut merged) => {
@@ -67,9 +70,6 @@ pub fn run(args: ServeArgs) -> ExitCode {
         },
         None => args,
     };
-    if args.check_config {
-        return check_config(&args);
-    }
     init_logging(&args);
     raise_fd_limit();
     let service = match service(&args) {

@@ -25,6 +25,60 @@ fn command() -> Command {
 /// # Errors
 /// One message per problem, each `FILE:LINE: key: reason`.
 pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
+    let loaded = load(path, cli)?;
+    if loaded.problems.is_empty() {
+        Ok(loaded.args)
+    } else {
+        Err(loaded.problems)
+    }
+}
+
+/// A config file read as far as it checks: the settings of every key that checked (merged under
+/// the command line), one problem per key that did not, and where each key is set — so that
+/// `--check-config` can go on to check what the good keys name (a root that does not exist) and
+/// list every problem of the file in one run.
+#[derive(Debug)]
+pub struct Loaded {
+    pub args: ServeArgs,
+    /// `FILE:LINE: key: reason`, one per key that did not check.
+    pub problems: Vec<String>,
+    text: String,
+    shown: String,
+    /// For each of `args.sites`, its index among the file's `[[site]]` tables.
+    site_tables: Vec<usize>,
+}
+
+impl Loaded {
+    /// `FILE:LINE: key` for a top-level key (`site: None`) or a key of `args.sites[i]`, when the
+    /// file sets it; `None` when it comes from the command line or a default.
+    #[must_use]
+    pub fn locate(&self, site: Option<usize>, key: &str) -> Option<String> {
+        match site {
+            None => {
+                let line = line_of(&self.text, key);
+                (line > 0).then(|| format!("{}:{line}: {key}", self.shown))
+            }
+            Some(i) => {
+                let table = *self.site_tables.get(i)?;
+                let start = nth_site_line(&self.text, table);
+                let line = line_in_site(&self.text, start, key);
+                if line != start {
+                    Some(format!("{}:{line}: site[{table}].{key}", self.shown))
+                } else {
+                    // Not set in the site: inherited from the top level, if the file sets it.
+                    self.locate(None, key)
+                }
+            }
+        }
+    }
+}
+
+/// Reads `path` and merges every key that checks under the command line's own flags.
+///
+/// # Errors
+/// When the file cannot be read or is not TOML, or what checked cannot be combined: one message
+/// per problem.
+pub fn load(path: &Path, cli: &[String]) -> Result<Loaded, Vec<String>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| vec![format!("cannot read {}: {e}", path.display())])?;
     let shown = path.display().to_string();
@@ -52,7 +106,7 @@ pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
             .get_arguments()
             .find(|a| a.get_long() == Some(flag.as_str()));
         let Some(arg) = known.filter(|_| !NOT_IN_FILE.contains(&flag.as_str())) else {
-            errors.push(at("unknown key"));
+            errors.push(at(&unknown_key(&cmd, key)));
             continue;
         };
         let takes_value = arg.get_num_args().is_some_and(|n| n.takes_values());
@@ -84,9 +138,6 @@ pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
         ),
         None => Vec::new(),
     };
-    if !errors.is_empty() {
-        return Err(errors);
-    }
     // The command line wins: a flag it gives drops the file's value(s) for that flag.
     let on_cli: Vec<String> = cli.iter().filter_map(|t| long_name(&cmd, t)).collect();
     let mut argv: Vec<String> = file_tokens
@@ -95,16 +146,29 @@ pub fn merged(path: &Path, cli: &[String]) -> Result<ServeArgs, Vec<String>> {
         .flat_map(|(_, t)| t)
         .collect();
     argv.extend(cli.iter().cloned());
-    let matches = command()
+    let combined = command()
         .try_get_matches_from(&argv)
-        .map_err(|e| vec![first_line(&e)])?;
-    let mut args = ServeArgs::from_arg_matches(&matches).map_err(|e| vec![first_line(&e)])?;
+        .and_then(|m| ServeArgs::from_arg_matches(&m));
+    let mut args = match combined {
+        Ok(args) => args,
+        Err(e) => {
+            errors.push(first_line(&e));
+            return Err(errors);
+        }
+    };
+    let (site_tables, sites): (Vec<usize>, Vec<SiteArgs>) = sites.into_iter().unzip();
     args.sites = sites;
     for (cert, key) in site_certs {
         args.cert.push(cert.into());
         args.key.push(key.into());
     }
-    Ok(args)
+    Ok(Loaded {
+        args,
+        problems: errors,
+        text,
+        shown,
+        site_tables,
+    })
 }
 
 /// The flags a `[[site]]` may set: what it serves, not how the server runs.
@@ -133,7 +197,7 @@ fn sites(
     top: &[(String, Vec<String>)],
     errors: &mut Vec<String>,
     certs: &mut Vec<(String, String)>,
-) -> Vec<SiteArgs> {
+) -> Vec<(usize, SiteArgs)> {
     let header = line_of(text, "[[site]]").max(1);
     let toml::Value::Array(tables) = value else {
         errors.push(format!("{shown}:{header}: site: must be [[site]] tables"));
@@ -237,14 +301,17 @@ fn sites(
             .map_err(|e| first_line(&e))
             .and_then(|m| ServeArgs::from_arg_matches(&m).map_err(|e| first_line(&e)))
         {
-            Ok(a) => out.push(SiteArgs {
-                server_names: names,
-                files: a.files,
-                app: a.app,
-                no_plaintext: a.no_plaintext,
-                no_json: a.no_json,
-                add_header: a.add_header,
-            }),
+            Ok(a) => out.push((
+                i,
+                SiteArgs {
+                    server_names: names,
+                    files: a.files,
+                    app: a.app,
+                    no_plaintext: a.no_plaintext,
+                    no_json: a.no_json,
+                    add_header: a.add_header,
+                },
+            )),
             Err(e) => errors.push(format!("{shown}:{start}: site[{i}]: {e}")),
         }
     }
@@ -310,6 +377,39 @@ fn long_name(cmd: &Command, token: &str) -> Option<String> {
     cmd.get_arguments()
         .find(|a| a.get_short() == Some(short))
         .and_then(|a| a.get_long().map(str::to_owned))
+}
+
+/// "unknown key", with the nearest known key when one is a slip away (`cache_contorl`).
+fn unknown_key(cmd: &Command, key: &str) -> String {
+    let nearest = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .filter(|l| !NOT_IN_FILE.contains(l) && *l != "help" && *l != "version")
+        .map(|l| l.replace('-', "_"))
+        .map(|k| (edit_distance(key, &k), k))
+        .min();
+    match nearest {
+        Some((d, k)) if d <= 2.max(key.len() / 4) && d < key.len() => {
+            format!("unknown key (did you mean `{k}`?)")
+        }
+        _ => "unknown key".to_owned(),
+    }
+}
+
+/// Levenshtein distance, for suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 fn first_line(e: &clap::Error) -> String {
