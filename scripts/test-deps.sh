@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the system packages that the test suite drives for real (a second HTTP server, an HTTP
-# client, a headless browser). Safe to run again: installs only what is missing.
+# Installs what the test suite drives for real (other HTTP servers, HTTP and gRPC clients, a
+# headless browser, the proxy's upstreams). Safe to run again: installs only what is missing.
 set -euo pipefail
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
@@ -11,12 +11,19 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 # lowlat bench's sweep test runs nginx beside lowlat; its lifecycle tests use python3's http.server.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# The proxy's upstreams run in a virtual environment (below); Debian's python3 makes one only with
+# python3-venv (ensurepip).
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+# The benchmarks put lowlat's proxy beside HAProxy and Caddy.
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+command -v caddy >/dev/null 2>&1 || need+=(caddy)
 # HTTP/2 is tested with curl --http2, nghttp and h2load (Debian's nghttp2-client).
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 # lowlat load --h2 is checked against h2o, the reference HTTP/2 server.
 command -v h2o >/dev/null 2>&1 || need+=(h2o)
-# h2spec (below) is built with Go.
-command -v go >/dev/null 2>&1 || command -v h2spec >/dev/null 2>&1 || need+=(golang-go)
+# h2spec and grpcurl (below) are built with Go.
+command -v go >/dev/null 2>&1 || { command -v h2spec >/dev/null 2>&1 && command -v grpcurl >/dev/null 2>&1; } \
+    || need+=(golang-go)
 # lowlat bench's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
@@ -24,8 +31,9 @@ if [ ${#need[@]} -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || sudo=sudo
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-    # nginx's package starts a daemon on port 80; the tests start their own on free ports.
-    for daemon in nginx h2o; do
+    # nginx's, HAProxy's and Caddy's packages start a daemon (Caddy's on port 80, as nginx's); the
+    # tests start their own on free ports.
+    for daemon in nginx h2o haproxy caddy; do
         if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop $daemon 2>/dev/null || true; fi
         if [ -x /etc/init.d/$daemon ]; then $sudo /etc/init.d/$daemon stop >/dev/null 2>&1 || true; fi
     done
@@ -34,4 +42,23 @@ fi
 # pinned in scripts/h2spec/go.mod (so Debian's Go builds it too), into $(go env GOPATH)/bin.
 if ! command -v h2spec >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/h2spec" ]; then
     (cd "$(dirname "$0")/h2spec" && go build -o "$(go env GOPATH)/bin/h2spec" github.com/summerwind/h2spec/cmd/h2spec)
+fi
+# grpcurl (the gRPC client the proxy's gRPC tests call through it), built the same way from
+# scripts/grpcurl/go.mod: v1.8.9 is the newest release that Go 1.19 builds (v1.9 needs 1.21).
+if ! command -v grpcurl >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/grpcurl" ]; then
+    (cd "$(dirname "$0")/grpcurl" && go build -ldflags "-X main.version=v1.8.9" \
+        -o "$(go env GOPATH)/bin/grpcurl" github.com/fullstorydev/grpcurl/cmd/grpcurl)
+fi
+# The proxy's upstreams (gunicorn, uvicorn, websockets, grpcio: crates/lowlat/tests/upstreams/)
+# in a virtual environment with the versions of scripts/upstreams/requirements.txt. It is made
+# anew whenever that file changes (a copy of it in the environment says what it holds) or the
+# environment no longer works (its Python was removed, say). The tests find it at the same path:
+# $LOWLAT_TEST_VENV, else lowlat-test-venv in the user's cache directory.
+venv="${LOWLAT_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/lowlat-test-venv}"
+requirements="$(dirname "$0")/upstreams/requirements.txt"
+if ! cmp -s "$requirements" "$venv/requirements.txt" \
+    || ! "$venv/bin/python" -c 'import gunicorn, uvicorn, websockets, grpc, grpc_tools' 2>/dev/null; then
+    python3 -m venv --clear "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$requirements"
+    cp "$requirements" "$venv/requirements.txt"
 fi

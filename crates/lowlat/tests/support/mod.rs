@@ -1,7 +1,9 @@
 //! What the tests of the `lowlat` binary share: starting `lowlat serve` as a process and
-//! reading the addresses from its banner.
+//! reading the addresses from its banner; starting the proxy's upstreams ([`upstream`]).
 
 #![allow(dead_code)]
+
+pub mod upstream;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
