@@ -107,9 +107,36 @@ pub fn parse_response_head(
     // Uninitialised slots: zeroing 100 headers (3.2 KB) per response would cost more than
     // parsing a typical 4-field head.
     let mut slots: ResponseHeaderSlots<'_> = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    Ok(match parse_response(buf, request_was_head, &mut slots)? {
+        Status::Complete(parsed) => Status::Complete(parsed.head),
+        Status::Partial => Status::Partial,
+    })
+}
+
+/// A response head with its fields, for a caller that passes them on (a proxy): borrowed from
+/// the input and the caller's slots.
+#[derive(Debug)]
+pub struct ParsedResponse<'h, 'b> {
+    pub head: ResponseHead,
+    /// The reason phrase (may be empty).
+    pub reason: &'b str,
+    /// The header fields in order, as received (names and values checked by `httparse`: no
+    /// CR, LF or NUL, no obsolete line folding).
+    pub fields: &'h [Header<'b>],
+}
+
+/// [`parse_response_head`], keeping the reason phrase and the fields in `slots`.
+///
+/// # Errors
+/// Any [`ResponseError`] but `BadChunk` and `Truncated`.
+pub fn parse_response<'h, 'b>(
+    buf: &'b [u8],
+    request_was_head: bool,
+    slots: &'h mut ResponseHeaderSlots<'b>,
+) -> Result<Status<ParsedResponse<'h, 'b>>, ResponseError> {
     let mut resp = httparse::Response::new(&mut []);
-    let parsed = httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
+    let parsed =
+        httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, buf, slots);
     let head_len = match parsed {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
@@ -163,12 +190,16 @@ pub fn parse_response_head(
         }
     };
     let keep_alive = fields.keep_alive && body != ResponseBody::UntilClose;
-    Ok(Status::Complete(ResponseHead {
-        version,
-        status,
-        body,
-        keep_alive,
-        head_len,
+    Ok(Status::Complete(ParsedResponse {
+        head: ResponseHead {
+            version,
+            status,
+            body,
+            keep_alive,
+            head_len,
+        },
+        reason: resp.reason.unwrap_or(""),
+        fields: resp.headers,
     }))
 }
 

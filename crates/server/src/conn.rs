@@ -15,8 +15,13 @@
 use std::io;
 use std::time::{Duration, Instant};
 
+use mio::Token;
+
 use crate::ctx::WorkerCtx;
 use crate::handler::{FileBody, Response};
+use crate::proxy::downstream::Downstream;
+use crate::proxy::headers::ClientInfo;
+use crate::proxy::job::RelayBody;
 use crate::transport::{Flushed, ReadFailure, Transport};
 use crate::wait::Wait;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
@@ -40,6 +45,26 @@ const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Extra raw bytes allowed beyond the head and body limits while a body is read: the undecoded
 /// tail of a chunked body (a size line, extensions, CRLFs) and the next pipelined request.
 const CHUNK_FRAMING_ALLOWANCE: usize = 64 * 1024;
+
+/// A connection waiting for an upstream's response is bounded by the upstream side's timeouts;
+/// this only keeps its own deadline from firing first.
+const UPSTREAM_WAIT_LIMIT: Duration = Duration::from_secs(24 * 3600);
+
+/// A response being relayed from an upstream.
+#[derive(Debug, Clone, Copy)]
+struct Relay {
+    /// The client's request asked to keep the connection open (and the server agreed).
+    keep_alive: bool,
+    version: Version,
+    head_only: bool,
+    /// The body goes out chunked (its length is not known ahead).
+    chunked: bool,
+    /// The head went out.
+    head_sent: bool,
+    status: u16,
+    body_bytes: u64,
+    started: Instant,
+}
 
 /// What `drive` should do next after a read.
 enum ReadOutcome {
@@ -103,6 +128,11 @@ pub(crate) struct Conn {
     http1: bool,
     /// When the current request head started arriving.
     head_started: Instant,
+    /// A request forwarded to an upstream, whose response is being relayed: no other request
+    /// is answered meanwhile (responses stay in order).
+    relay: Option<Relay>,
+    /// The upstream connection serving `relay`.
+    upstream: Option<Token>,
     pub(crate) wait: Wait,
     pub(crate) deadline: Instant,
 }
@@ -144,6 +174,8 @@ impl Conn {
             h2: false,
             http1: false,
             head_started: now,
+            relay: None,
+            upstream: None,
             wait,
             deadline: now + first_deadline,
         }
@@ -151,7 +183,21 @@ impl Conn {
 
     /// Whether the connection sits between requests with nothing buffered.
     pub(crate) fn is_idle(&self) -> bool {
-        self.rlen == 0 && self.wbuf.len() == self.wpos && self.file.is_none() && !self.closing
+        self.rlen == 0
+            && self.wbuf.len() == self.wpos
+            && self.file.is_none()
+            && !self.closing
+            && self.relay.is_none()
+    }
+
+    /// The upstream connection relaying this connection's response, if one is.
+    pub(crate) fn upstream(&self) -> Option<Token> {
+        self.upstream
+    }
+
+    /// Whether a relayed response waits to be written (the upstream is not read meanwhile).
+    pub(crate) fn relaying(&self) -> bool {
+        self.relay.is_some()
     }
 
     /// Handles a readiness event.
@@ -167,6 +213,12 @@ impl Conn {
         }
         if read_closed {
             self.fin_seen = true;
+            if self.relay.is_some() {
+                // The client left while its response was on the way: nginx's 499. The worker
+                // abandons the upstream exchange.
+                self.close_now(ctx);
+                return;
+            }
         }
         if writable {
             self.write_blocked = false;
@@ -204,14 +256,15 @@ impl Conn {
                     continue;
                 }
             }
-            if self.eof && !self.unparsed && !self.closing {
+            if self.eof && !self.unparsed && !self.closing && self.relay.is_none() {
                 // Everything the client sent before its FIN is answered; what is left is an
                 // incomplete request that can never complete.
                 self.closing = true;
                 self.lingering = false;
                 continue;
             }
-            if !self.read_ready {
+            if !self.read_ready || self.relay.is_some() {
+                // While a response is relayed, pipelined requests wait in the socket.
                 break;
             }
             match self.read(ctx) {
@@ -365,6 +418,7 @@ impl Conn {
         while pos < self.rlen
             && !self.closing
             && self.file.is_none()
+            && self.relay.is_none()
             && self.wbuf.len() < OUTPUT_HIGH_WATER
         {
             let buf = &self.rbuf[pos..self.rlen];
@@ -460,8 +514,29 @@ impl Conn {
                 keep_alive,
                 req.version,
             );
+            res.set_client(ClientInfo {
+                peer: self.peer,
+                tls: self.io.is_tls(),
+            });
             let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
-            let done = res.finish();
+            let mut done = res.finish();
+            if let Some(job) = done.forward.take() {
+                // Answered later, by the upstream side; what follows waits for it.
+                ctx.proxy_starts.push((ctx.token, 0, job));
+                self.relay = Some(Relay {
+                    keep_alive,
+                    version: req.version,
+                    head_only: req.is_head(),
+                    chunked: false,
+                    head_sent: false,
+                    status: 0,
+                    body_bytes: 0,
+                    started: self.head_started,
+                });
+                pos += consumed;
+                self.chunk = None;
+                break;
+            }
             let took = ctx.now.saturating_duration_since(self.head_started);
             ctx.counters.response(
                 site,
@@ -707,7 +782,7 @@ impl Conn {
         if self.rlen == 0 && !self.rbuf.is_empty() && !self.body_pending {
             ctx.pool.give_read(std::mem::take(&mut self.rbuf));
         }
-        if self.wbuf.is_empty() && self.wbuf.capacity() > 0 {
+        if self.wbuf.is_empty() && self.wbuf.capacity() > 0 && self.relay.is_none() {
             ctx.pool.give_write(std::mem::take(&mut self.wbuf));
         }
     }
@@ -718,7 +793,10 @@ impl Conn {
         if !self.write_blocked {
             self.wrote = false;
         }
-        let (wait, deadline) = if self.closing && self.lingering && self.wait == Wait::Linger {
+        let (wait, deadline) = if self.relay.is_some() && !self.write_blocked {
+            // The upstream side's timeouts bound the wait (and answer 504).
+            (Wait::Upstream, ctx.now + UPSTREAM_WAIT_LIMIT)
+        } else if self.closing && self.lingering && self.wait == Wait::Linger {
             return;
         } else if self.wait == Wait::Handshake && self.io.is_handshaking() {
             // A total deadline from accept: a client that trickles a handshake is a slowloris.
@@ -752,7 +830,179 @@ impl Conn {
                 self.io.close_notify();
                 self.close_now(ctx);
             }
-            Wait::Handshake | Wait::Write | Wait::Linger => self.close_now(ctx),
+            Wait::Handshake | Wait::Write | Wait::Linger | Wait::Upstream => self.close_now(ctx),
         }
     }
+}
+
+impl Downstream for Conn {
+    fn relay_head(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        status: u16,
+        reason: &str,
+        fields: &[lowlat_http::client::Header<'_>],
+        pass: &dyn Fn(&str) -> bool,
+        body: RelayBody,
+    ) {
+        let Some(relay) = &mut self.relay else {
+            return;
+        };
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
+        let out = &mut self.wbuf;
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(if reason.is_empty() {
+            lowlat_http::response::reason(status).as_bytes()
+        } else {
+            reason.as_bytes()
+        });
+        out.extend_from_slice(b"\r\n");
+        for f in fields.iter().filter(|f| pass(f.name)) {
+            out.extend_from_slice(f.name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(f.value);
+            out.extend_from_slice(b"\r\n");
+        }
+        let length = |n: u64, out: &mut Vec<u8>| {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        };
+        match body {
+            RelayBody::Length(n) => length(n, out),
+            RelayBody::None { length: announced } => {
+                let bodiless = (100..200).contains(&status) || status == 204 || status == 304;
+                if relay.head_only {
+                    if let Some(n) = announced {
+                        length(n, out);
+                    }
+                } else if !bodiless {
+                    length(0, out);
+                }
+            }
+            RelayBody::Unknown => {
+                if relay.version == Version::Http11 {
+                    if !relay.head_only {
+                        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+                        relay.chunked = true;
+                    }
+                } else {
+                    // An HTTP/1.0 client reads to the close.
+                    relay.keep_alive = false;
+                }
+            }
+        }
+        if !relay.keep_alive {
+            out.extend_from_slice(b"Connection: close\r\n");
+        } else if relay.version == Version::Http10 {
+            out.extend_from_slice(b"Connection: keep-alive\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        relay.head_sent = true;
+        relay.status = status;
+    }
+
+    fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
+        let Some(relay) = &mut self.relay else {
+            return;
+        };
+        if relay.head_only || data.is_empty() {
+            return;
+        }
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
+        relay.body_bytes += data.len() as u64;
+        if relay.chunked {
+            let mut size = [0u8; 16];
+            let n = hex_len(data.len(), &mut size);
+            self.wbuf.extend_from_slice(&size[..n]);
+            self.wbuf.extend_from_slice(b"\r\n");
+            self.wbuf.extend_from_slice(data);
+            self.wbuf.extend_from_slice(b"\r\n");
+        } else {
+            self.wbuf.extend_from_slice(data);
+        }
+    }
+
+    fn relay_end(&mut self, ctx: &mut WorkerCtx<'_>, _upstream: &str, _status: u16) {
+        let Some(relay) = self.relay.take() else {
+            return;
+        };
+        self.upstream = None;
+        if relay.chunked {
+            self.wbuf.extend_from_slice(b"0\r\n\r\n");
+        }
+        let took = ctx.now.saturating_duration_since(relay.started);
+        ctx.counters
+            .response(0, relay.status, relay.body_bytes, took);
+        if !relay.keep_alive {
+            self.closing = true;
+            self.lingering = self.rlen > 0;
+        }
+        // Requests pipelined behind this one are answered now.
+        self.unparsed = self.rlen > 0;
+    }
+
+    fn relay_abort(&mut self, ctx: &mut WorkerCtx<'_>) {
+        // Already-written bytes go out; then the close shows the response was cut.
+        self.relay = None;
+        self.upstream = None;
+        let _ = self.flush(ctx);
+        self.close_now(ctx);
+    }
+
+    fn relay_error(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {
+        let Some(relay) = self.relay.take() else {
+            return;
+        };
+        self.upstream = None;
+        let took = ctx.now.saturating_duration_since(relay.started);
+        ctx.counters.response(0, status, 0, took);
+        Self::write_status(
+            &mut self.wbuf,
+            ctx,
+            status,
+            relay.version,
+            !relay.keep_alive,
+        );
+        if !relay.keep_alive {
+            self.closing = true;
+        }
+        self.unparsed = self.rlen > 0;
+    }
+
+    fn backlog(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    fn relay_link(&mut self, upstream: Token) {
+        self.upstream = Some(upstream);
+    }
+
+    fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>) {
+        self.drive(ctx);
+    }
+}
+
+/// `n` in lower-case hexadecimal (a chunk size), into `out`; returns the digits' count.
+fn hex_len(mut n: usize, out: &mut [u8; 16]) -> usize {
+    let mut digits = [0u8; 16];
+    let mut i = 0;
+    loop {
+        digits[i] = b"0123456789abcdef"[n & 0xf];
+        i += 1;
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    for (k, d) in digits[..i].iter().rev().enumerate() {
+        out[k] = *d;
+    }
+    i
 }

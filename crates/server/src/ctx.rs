@@ -8,6 +8,7 @@ use mio::{Registry, Token};
 
 use crate::config::ServerConfig;
 use crate::pool::BufferPool;
+use crate::proxy::job::ProxyJob;
 use crate::router::Router;
 
 /// What a connection may use of its worker while it is driven.
@@ -25,6 +26,9 @@ pub(crate) struct WorkerCtx<'a> {
     pub(crate) access_log: Option<&'a mut crate::access_log::WorkerLog>,
     /// This worker's counts (published for `--metrics`).
     pub(crate) counters: &'a mut crate::metrics::Counters,
+    /// Requests handed to the upstream side by this turn's connections: (client, HTTP/2
+    /// stream or 0, the request).
+    pub(crate) proxy_starts: &'a mut Vec<(Token, u32, ProxyJob)>,
     /// Connections to drive again after this turn (their file send yielded).
     pub(crate) deferred: &'a mut Vec<Token>,
     /// The connection being driven.

@@ -13,6 +13,9 @@ use lowlat_http::request::{Method, Request};
 use lowlat_http::response::{ConnectionHeader, ResponseHead};
 use lowlat_http::Version;
 
+use crate::proxy::headers::ClientInfo;
+use crate::proxy::job::ProxyJob;
+
 /// A request as handed to a handler.
 pub struct Req<'a, 'h, 'b> {
     /// The parsed head.
@@ -75,6 +78,10 @@ pub struct Response<'a> {
     /// What was sent, for the access log.
     status: u16,
     body_bytes: u64,
+    /// Who asked (for handlers that pass it on: the proxy).
+    client: Option<ClientInfo>,
+    /// The request is to be forwarded instead: nothing was written.
+    forward: Option<ProxyJob>,
 }
 
 /// What a finished response left for the connection: whether one was written, whether to
@@ -85,6 +92,8 @@ pub(crate) struct Finished {
     pub(crate) file: Option<FileBody>,
     pub(crate) status: u16,
     pub(crate) body_bytes: u64,
+    /// A request to forward: the answer comes later, from an upstream.
+    pub(crate) forward: Option<ProxyJob>,
 }
 
 impl<'a> Response<'a> {
@@ -113,7 +122,25 @@ impl<'a> Response<'a> {
             file: None,
             status: 0,
             body_bytes: 0,
+            client: None,
+            forward: None,
         }
+    }
+
+    /// Says who asked: the client's address and whether it came over TLS.
+    pub(crate) fn set_client(&mut self, client: ClientInfo) {
+        self.client = Some(client);
+    }
+
+    /// The client that asked, when the connection said.
+    #[must_use]
+    pub fn client(&self) -> Option<ClientInfo> {
+        self.client
+    }
+
+    /// Answers by forwarding: the response will come from an upstream.
+    pub(crate) fn forward(&mut self, job: ProxyJob) {
+        self.forward = Some(job);
     }
 
     /// Whether only the head will be sent (the request was `HEAD`).
@@ -266,6 +293,7 @@ impl<'a> Response<'a> {
             file: self.file,
             status: self.status,
             body_bytes: self.body_bytes,
+            forward: self.forward,
         }
     }
 }

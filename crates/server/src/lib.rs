@@ -25,6 +25,7 @@
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
+//! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
 //! - [`builtin`]: `/plaintext` and `/json`.
 //! - [`files`]: static files under a document root (or the embedded default site).
 //! - [`app`]: the dynamic app, 1000 prefix-routed responders as JSON or HTML.
@@ -47,6 +48,7 @@ mod listener;
 pub mod metrics;
 mod pool;
 mod proto;
+pub mod proxy;
 pub mod router;
 mod server;
 mod service;

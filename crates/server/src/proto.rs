@@ -8,10 +8,15 @@ use std::time::Instant;
 use crate::conn::Conn;
 use crate::ctx::WorkerCtx;
 use crate::h2::H2Conn;
+use crate::proxy::downstream::Downstream;
 use crate::transport::Transport;
 use crate::wait::Wait;
+use mio::Token;
 
 /// A client connection, in the protocol it speaks.
+// The worker's slab holds these by value: HTTP/1.1, the common case, stays inline (boxing it
+// would add a pointer chase to every event); HTTP/2's state is large and boxed.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Connection {
     H1(Conn),
     H2(Box<H2Conn>),
@@ -119,6 +124,31 @@ impl Connection {
             }
             Self::H2(c) => c.drive(ctx),
             Self::Switching => {}
+        }
+    }
+
+    /// The upstream connection relaying a response to this connection, if one is.
+    pub(crate) fn upstream(&self) -> Option<Token> {
+        match self {
+            Self::H1(c) => c.upstream(),
+            Self::H2(_) | Self::Switching => None,
+        }
+    }
+
+    /// Whether the upstream may be read again: a relayed response waits, and little of it is
+    /// left unwritten.
+    pub(crate) fn wants_relay(&self) -> bool {
+        match self {
+            Self::H1(c) => c.relaying() && c.backlog() < crate::proxy::engine::RELAY_LOW_WATER,
+            Self::H2(_) | Self::Switching => false,
+        }
+    }
+
+    /// Where the upstream side delivers this connection's relayed response.
+    pub(crate) fn downstream(&mut self) -> Option<&mut dyn Downstream> {
+        match self {
+            Self::H1(c) => Some(c),
+            Self::H2(_) | Self::Switching => None,
         }
     }
 }

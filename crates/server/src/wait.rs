@@ -16,4 +16,6 @@ pub(crate) enum Wait {
     Write,
     /// For the client to close after our close (linger timeout).
     Linger,
+    /// For an upstream's response (the upstream side's timeouts apply).
+    Upstream,
 }

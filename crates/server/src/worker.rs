@@ -22,6 +22,7 @@ use crate::config::ServerConfig;
 use crate::ctx::WorkerCtx;
 use crate::pool::BufferPool;
 use crate::proto::Connection;
+use crate::proxy::engine::{is_upstream, Upstreams};
 use crate::router::Router;
 use crate::transport::Transport;
 
@@ -74,6 +75,8 @@ impl Worker {
             .map(|c| crate::access_log::WorkerLog::new(std::sync::Arc::clone(c), Instant::now()));
         let mut deferred = Vec::new();
         let mut deferred_now = Vec::new();
+        let mut upstreams = Upstreams::default();
+        let mut proxy_starts = Vec::new();
         let sweep_every =
             (cfg.shortest_timeout() / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut next_sweep = Instant::now() + sweep_every;
@@ -142,6 +145,41 @@ impl Worker {
                     }
                     continue;
                 }
+                if is_upstream(token) {
+                    let client = upstreams.client_of(token);
+                    let mut ctx = WorkerCtx {
+                        cfg,
+                        registry: self.poll.registry(),
+                        pool: &mut pool,
+                        router: &mut router,
+                        date: &date,
+                        scratch: &mut scratch,
+                        file_chunk: &mut file_chunk,
+                        access_log: access_log.as_mut(),
+                        counters: &mut counters,
+                        proxy_starts: &mut proxy_starts,
+                        deferred: &mut deferred,
+                        token,
+                        worker: self.index,
+                        now,
+                        shutting_down,
+                    };
+                    let down = client
+                        .and_then(|(t, _)| conns.get_mut(t.0 - FIRST_CONN))
+                        .and_then(Connection::downstream);
+                    upstreams.on_event(
+                        token,
+                        event.is_readable() || event.is_read_closed() || event.is_error(),
+                        event.is_writable() || event.is_write_closed() || event.is_error(),
+                        &mut ctx,
+                        down,
+                    );
+                    if let Some((t, _)) = client {
+                        ctx.token = t;
+                        settle(&mut conns, &mut upstreams, t.0 - FIRST_CONN, &mut ctx);
+                    }
+                    continue;
+                }
                 let key = token.0 - FIRST_CONN;
                 let Some(conn) = conns.get_mut(key) else {
                     continue;
@@ -156,6 +194,7 @@ impl Worker {
                     file_chunk: &mut file_chunk,
                     access_log: access_log.as_mut(),
                     counters: &mut counters,
+                    proxy_starts: &mut proxy_starts,
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -168,9 +207,7 @@ impl Worker {
                     event.is_read_closed(),
                     event.is_writable() || event.is_write_closed(),
                 );
-                if conn.closed() {
-                    conns.remove(key);
-                }
+                settle(&mut conns, &mut upstreams, key, &mut ctx);
             }
 
             // File sends that yielded their turn continue now.
@@ -190,6 +227,7 @@ impl Worker {
                     file_chunk: &mut file_chunk,
                     access_log: access_log.as_mut(),
                     counters: &mut counters,
+                    proxy_starts: &mut proxy_starts,
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -197,9 +235,7 @@ impl Worker {
                     shutting_down,
                 };
                 conn.drive(&mut ctx);
-                if conn.closed() {
-                    conns.remove(key);
-                }
+                settle(&mut conns, &mut upstreams, key, &mut ctx);
             }
 
             if let Some(log) = &mut access_log {
@@ -217,6 +253,7 @@ impl Worker {
                     file_chunk: &mut file_chunk,
                     access_log: access_log.as_mut(),
                     counters: &mut counters,
+                    proxy_starts: &mut proxy_starts,
                     deferred: &mut deferred,
                     token: Token(0),
                     worker: self.index,
@@ -234,8 +271,26 @@ impl Worker {
                         conn.shut_down(&mut ctx);
                     }
                     idle += u64::from(!conn.closed() && conn.is_idle());
+                    if conn.closed() {
+                        if let Some(up) = conn.upstream() {
+                            upstreams.cancel(up, &mut ctx);
+                        }
+                    }
                     !conn.closed()
                 });
+                // Upstream timeouts: 504 (or a cut response) to their clients; idle pooled
+                // connections past their keep-alive time close.
+                for up in upstreams.expired(now) {
+                    let client = upstreams.client_of(up);
+                    let down = client
+                        .and_then(|(t, _)| conns.get_mut(t.0 - FIRST_CONN))
+                        .and_then(Connection::downstream);
+                    upstreams.expire(up, &mut ctx, down);
+                    if let Some((t, _)) = client {
+                        ctx.token = t;
+                        settle(&mut conns, &mut upstreams, t.0 - FIRST_CONN, &mut ctx);
+                    }
+                }
                 if let Some(registry) = &cfg.metrics {
                     counters.open = conns.len() as u64;
                     counters.idle = idle;
@@ -279,6 +334,39 @@ impl Worker {
             if accept_retry_at.is_some() {
                 next_sweep = next_sweep.min(accept_retry_at.unwrap_or(next_sweep));
             }
+        }
+    }
+}
+
+/// After a connection was driven: the requests it forwarded go to the upstream side, a relay it
+/// drained resumes reading its upstream, and a closed connection leaves (abandoning its
+/// upstream exchange, if any).
+fn settle(
+    conns: &mut Slab<Connection>,
+    upstreams: &mut Upstreams,
+    key: usize,
+    ctx: &mut WorkerCtx<'_>,
+) {
+    while let Some((client, stream, job)) = ctx.proxy_starts.pop() {
+        match conns
+            .get_mut(client.0 - FIRST_CONN)
+            .and_then(Connection::downstream)
+        {
+            Some(down) => upstreams.start((client, stream), job, ctx, down),
+            None => job.group.give_buffer(job.request),
+        }
+    }
+    let Some(conn) = conns.get_mut(key) else {
+        return;
+    };
+    if conn.closed() {
+        if let Some(up) = conn.upstream() {
+            upstreams.cancel(up, ctx);
+        }
+        conns.remove(key);
+    } else if conn.wants_relay() {
+        if let (Some(up), Some(down)) = (conn.upstream(), conn.downstream()) {
+            upstreams.resume(up, ctx, down);
         }
     }
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use lowlat_http::units::{parse_nonzero_size, parse_positive_duration};
 
+use super::proxy::{parse_cidr, parse_proxy_rule, GroupArgs, ProxyRule, UpstreamTable};
 use crate::config::{self, ServerConfig};
+use crate::proxy::config::Cidr;
 use crate::tls::{CertPaths, CryptoBackend, TlsContext};
 
 /// Arguments of `lowlat serve`.
@@ -108,16 +110,30 @@ pub struct ServeArgs {
     /// Do not mount the built-in GET /json
     #[arg(long)]
     pub no_json: bool,
+    /// Forward requests under PREFIX to TARGET: http://HOST:PORT[/PATH] (the path replaces the
+    /// prefix; several servers, comma-separated, are balanced), unix:/PATH, or the name of an
+    /// [[upstream]] group of the config file (repeatable)
+    #[arg(long = "proxy", value_name = "PREFIX=TARGET", value_parser = parse_proxy_rule)]
+    pub proxy: Vec<ProxyRule>,
+    /// A proxy in front of this server whose X-Forwarded-* and Forwarded values are kept and
+    /// extended, ADDR or ADDR/BITS (repeatable); from others they are replaced
+    #[arg(long = "proxy-trusted", value_name = "NETWORK", value_parser = parse_cidr)]
+    pub proxy_trusted: Vec<Cidr>,
     /// Sites chosen by `Host` (`[[site]]` tables of a config file; no flag): the first is the
     /// default, for a request naming no listed site.
     #[arg(skip)]
     pub sites: Vec<SiteArgs>,
+    /// Named upstream groups (`[[upstream]]` tables of a config file; no flag).
+    #[arg(skip)]
+    pub upstreams: Vec<UpstreamTable>,
     #[command(flatten)]
     pub h2: crate::h2::config::H2Args,
     #[command(flatten)]
     pub files: crate::files::FilesArgs,
     #[command(flatten)]
     pub app: crate::app::AppArgs,
+    #[command(flatten)]
+    pub proxy_group: GroupArgs,
 }
 
 impl ServeArgs {
@@ -297,6 +313,8 @@ pub struct SiteArgs {
     pub no_json: bool,
     /// Header lines added to every response of the site.
     pub add_header: Vec<String>,
+    /// The site's forwarding rules.
+    pub proxy: Vec<ProxyRule>,
 }
 
 /// Parses `Name: value` for `--add-header`: a token name, a value without CR or LF, and not a

@@ -44,6 +44,7 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
             no_plaintext: args.no_plaintext,
             no_json: args.no_json,
             add_header: args.add_header.clone(),
+            proxy: args.proxy.clone(),
         };
         vec![(None, &default_site)]
     } else {

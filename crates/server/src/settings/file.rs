@@ -310,6 +310,7 @@ fn sites(
                     no_plaintext: a.no_plaintext,
                     no_json: a.no_json,
                     add_header: a.add_header,
+                    proxy: a.proxy,
                 },
             )),
             Err(e) => errors.push(format!("{shown}:{start}: site[{i}]: {e}")),

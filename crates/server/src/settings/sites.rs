@@ -1,9 +1,14 @@
 //! The service `lowlat serve` runs, built from its settings: one router per worker, with a
 //! site for each `[[site]]` (chosen by `Host`), each serving its built-in routes, app and files.
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use super::args::{ServeArgs, SiteArgs};
+use super::proxy::ProxyRule;
+use crate::proxy::config::{Cidr, ProxyRoute, UpstreamGroup};
+use crate::proxy::group::WorkerGroup;
+use crate::proxy::health::{spawn_checks, GroupHealth};
 use crate::router::{RouteError, Router};
 use crate::{Service, WorkerInfo};
 
@@ -26,14 +31,40 @@ pub fn service(args: &ServeArgs) -> Result<Service, String> {
         no_plaintext: args.no_plaintext,
         no_json: args.no_json,
         add_header: args.add_header.clone(),
+        proxy: args.proxy.clone(),
     };
+    let site_args: Vec<&SiteArgs> = if args.sites.is_empty() {
+        vec![&default_site]
+    } else {
+        args.sites.iter().collect()
+    };
+    let rules: Vec<&[ProxyRule]> = site_args.iter().map(|s| &s.proxy[..]).collect();
+    let (proxy, routes) = super::proxy::build(
+        &args.upstreams,
+        &args.proxy_group,
+        &args.proxy_trusted,
+        &rules,
+    )?;
+    let groups: Vec<Arc<UpstreamGroup>> = proxy.groups.into_iter().map(Arc::new).collect();
+    let health: Vec<Arc<GroupHealth>> = groups
+        .iter()
+        .map(|g| Arc::new(GroupHealth::new(g)))
+        .collect();
+    let trusted = Arc::new(proxy.trusted);
+    // Active health checks start with the first worker's router, not when the service is
+    // only being checked; they end when the service is replaced (their state is dropped).
+    let checks_started = std::sync::atomic::AtomicBool::new(false);
+    let mut routes = routes.into_iter();
     let sites: Vec<(Vec<String>, SiteService)> = if args.sites.is_empty() {
-        vec![(Vec::new(), SiteService::new(&default_site, workers)?)]
+        vec![(
+            Vec::new(),
+            SiteService::new(&default_site, workers, routes.next().unwrap_or_default())?,
+        )]
     } else {
         args.sites
             .iter()
             .map(|s| {
-                SiteService::new(s, workers)
+                SiteService::new(s, workers, routes.next().unwrap_or_default())
                     .map(|svc| (s.server_names.clone(), svc))
                     .map_err(|e| format!("site {}: {e}", s.server_names.join(", ")))
             })
@@ -42,15 +73,27 @@ pub fn service(args: &ServeArgs) -> Result<Service, String> {
     // The first site is the default (a request naming no listed site goes to it); the others
     // are chosen by Host. Check once, here, that the routes fit together, so the per-worker
     // builds cannot fail.
+    let (groups_for_checks, health_for_checks) = (groups.clone(), health.clone());
     let build = move |info: &WorkerInfo| -> Result<Router, RouteError> {
-        let mut router = sites[0].1.build(info)?;
+        // This worker's own view of each group (balancer, pools), shared by its sites.
+        let worker_groups: Vec<Rc<WorkerGroup>> = groups
+            .iter()
+            .zip(&health)
+            .map(|(g, h)| Rc::new(WorkerGroup::new(Arc::clone(g), Arc::clone(h))))
+            .collect();
+        let mut router = sites[0].1.build(info, &worker_groups, &trusted)?;
         for (names, site) in &sites[1..] {
-            router.add_site(names, site.build(info)?);
+            router.add_site(names, site.build(info, &worker_groups, &trusted)?);
         }
         Ok(router)
     };
     build(&WorkerInfo { index: 0 }).map_err(|e| e.to_string())?;
     Ok(Arc::new(move |info: &WorkerInfo| {
+        if !checks_started.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            for (g, h) in groups_for_checks.iter().zip(&health_for_checks) {
+                spawn_checks(g, h);
+            }
+        }
         build(info).unwrap_or_else(|_| Router::new())
     }))
 }
@@ -62,10 +105,11 @@ struct SiteService {
     plaintext_on: bool,
     json_on: bool,
     add_header: Vec<String>,
+    proxy: Vec<ProxyRoute>,
 }
 
 impl SiteService {
-    fn new(site: &SiteArgs, workers: usize) -> Result<Self, String> {
+    fn new(site: &SiteArgs, workers: usize, proxy: Vec<ProxyRoute>) -> Result<Self, String> {
         let files = crate::files::FilesConfig::from_args(&site.files, workers)?;
         let mut app = crate::app::AppShared::from_args(&site.app)?;
         let root = site.files.root.as_deref();
@@ -83,11 +127,25 @@ impl SiteService {
             plaintext_on,
             json_on,
             add_header: site.add_header.clone(),
+            proxy,
         })
     }
 
-    fn build(&self, info: &WorkerInfo) -> Result<Router, RouteError> {
+    fn build(
+        &self,
+        info: &WorkerInfo,
+        groups: &[Rc<WorkerGroup>],
+        trusted: &Arc<Vec<Cidr>>,
+    ) -> Result<Router, RouteError> {
         let mut router = Router::new();
+        for route in &self.proxy {
+            crate::proxy::handler::mount(
+                &mut router,
+                route,
+                Rc::clone(&groups[route.group]),
+                Arc::clone(trusted),
+            )?;
+        }
         crate::builtin::mount_some(&mut router, self.plaintext_on, self.json_on)?;
         if let Some(app) = &self.app {
             crate::app::mount(&mut router, app, info)?;

@@ -1,0 +1,640 @@
+//! The worker's upstream side: every upstream connection of one worker, in the worker's own
+//! event loop (same epoll, tokens above [`TOKEN_BASE`]; no second runtime, no thread hop). It
+//! starts exchanges ([`Upstreams::start`]), reuses idle keep-alive connections from each server's
+//! pool, relays responses to the client as they arrive — the head through the codec's response
+//! parser (`lowlat_http::client`, the one `lowlat load` uses), the body decoded and handed on —
+//! with back-pressure, retries, passive health and timeouts.
+//!
+//! Failures: before any response byte, an idempotent request is retried once on another server
+//! (and a pooled connection found closed under it is retried on a fresh one, which does not
+//! count); without a response, the client gets 502 (refused, reset, malformed) or 504 (timed
+//! out); after the head went out, the client's response is cut short — never completed with
+//! wrong bytes.
+
+use std::io;
+use std::time::Instant;
+
+use lowlat_http::body::ChunkedDecoder;
+use lowlat_http::client::{parse_response, ResponseBody, ResponseHeaderSlots};
+use lowlat_http::limits::MAX_HEADERS;
+use lowlat_http::Status;
+use mio::{Interest, Token};
+use slab::Slab;
+
+use super::downstream::Downstream;
+use super::headers::response_field_passes;
+use super::health::now_ms;
+use super::job::{ProxyJob, RelayBody};
+use super::upstream::{BodyLeft, Phase, Sock, UpConn};
+use crate::ctx::WorkerCtx;
+
+/// Tokens of upstream connections start here (client connections and listeners stay below).
+pub(crate) const TOKEN_BASE: usize = usize::MAX / 2;
+/// Stop reading an upstream while this much of its response waits to be written to the client.
+const RELAY_HIGH_WATER: usize = 256 * 1024;
+/// Resume once the client's backlog is below this.
+pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
+
+/// Whether a token is an upstream connection's.
+pub(crate) fn is_upstream(token: Token) -> bool {
+    token.0 >= TOKEN_BASE
+}
+
+/// Why an exchange failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// The connect failed.
+    Connect,
+    /// Reset or closed before the response was complete.
+    Closed,
+    /// A response the server must not relay: malformed head, conflicting framing, a bad chunk.
+    Invalid,
+    /// A timeout (connect, first byte, read, write).
+    Timeout,
+}
+
+/// One worker's upstream connections.
+#[derive(Debug, Default)]
+pub(crate) struct Upstreams {
+    conns: Slab<UpConn>,
+}
+
+impl Upstreams {
+    /// The client (token, stream) an upstream connection relays to.
+    pub(crate) fn client_of(&self, token: Token) -> Option<(Token, u32)> {
+        self.conns.get(token.0 - TOKEN_BASE).and_then(|c| c.client)
+    }
+
+    /// Forwards `job` for `client`: a server is chosen, a pooled connection reused or a new one
+    /// opened, the request written as far as the socket takes it.
+    pub(crate) fn start(
+        &mut self,
+        client: (Token, u32),
+        job: ProxyJob,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let Some(server) = job.group.choose(job.hash, None, now_ms()) else {
+            tracing::debug!(group = %job.group.cfg.name, "no upstream server is up");
+            job.group.give_buffer(job.request);
+            down.relay_error(ctx, 502);
+            return;
+        };
+        self.assign(server, job, client, true, ctx, down);
+    }
+
+    /// Hands `job` to a connection to `server`: a pooled one when `pooled` allows, else new.
+    fn assign(
+        &mut self,
+        server: usize,
+        job: ProxyJob,
+        client: (Token, u32),
+        pooled: bool,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let group = std::rc::Rc::clone(&job.group);
+        let reuse = if pooled {
+            loop {
+                let Some(key) = group.idle.borrow_mut()[server].pop() else {
+                    break None;
+                };
+                if self.conns.get(key).is_some_and(|c| c.phase == Phase::Idle) {
+                    break Some(key);
+                }
+            }
+        } else {
+            None
+        };
+        let now = ctx.now;
+        let key = if let Some(key) = reuse {
+            let c = &mut self.conns[key];
+            c.phase = Phase::Sending;
+            c.reused = true;
+            key
+        } else {
+            let sock = match Sock::connect(&group.cfg.servers[server].addr) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(server = %group.cfg.servers[server].label, "upstream connect: {e}");
+                    group.health.failed(server, now_ms());
+                    return self.retry_or_answer(
+                        server,
+                        job,
+                        false,
+                        Failure::Connect,
+                        client,
+                        ctx,
+                        down,
+                    );
+                }
+            };
+            let entry = self.conns.vacant_entry();
+            let key = entry.key();
+            let mut c = UpConn {
+                sock,
+                group: std::rc::Rc::clone(&group),
+                server,
+                phase: Phase::Connecting,
+                client: None,
+                job: None,
+                wpos: 0,
+                rbuf: Vec::new(),
+                rlen: 0,
+                body: BodyLeft::UntilClose,
+                head_relayed: false,
+                got_bytes: false,
+                reused: false,
+                keep_alive: false,
+                status: 0,
+                paused: false,
+                readable: false,
+                writable: false,
+                deadline: now + group.cfg.timeouts.connect,
+                sent_at: now,
+            };
+            if ctx
+                .registry
+                .register(
+                    c.sock.source(),
+                    Token(TOKEN_BASE + key),
+                    Interest::READABLE | Interest::WRITABLE,
+                )
+                .is_err()
+            {
+                return self.retry_or_answer(
+                    server,
+                    job,
+                    false,
+                    Failure::Connect,
+                    client,
+                    ctx,
+                    down,
+                );
+            }
+            entry.insert(c);
+            key
+        };
+        group.active.borrow_mut()[server] += 1;
+        let c = &mut self.conns[key];
+        c.client = Some(client);
+        c.job = Some(job);
+        c.wpos = 0;
+        c.head_relayed = false;
+        c.got_bytes = false;
+        c.status = 0;
+        c.paused = false;
+        c.sent_at = now;
+        if c.phase == Phase::Sending {
+            c.deadline = now + group.cfg.timeouts.write;
+            // A pooled connection is writable (its edge was used long ago): try at once.
+            c.writable = true;
+        }
+        down.relay_link(Token(TOKEN_BASE + key));
+        self.drive(key, ctx, down);
+    }
+
+    /// A readiness event on an upstream connection. `down` is its client, if it still has one.
+    pub(crate) fn on_event(
+        &mut self,
+        token: Token,
+        readable: bool,
+        writable: bool,
+        ctx: &mut WorkerCtx<'_>,
+        down: Option<&mut dyn Downstream>,
+    ) {
+        let key = token.0 - TOKEN_BASE;
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        c.readable |= readable;
+        c.writable |= writable;
+        match down {
+            Some(down) => self.drive(key, ctx, down),
+            None => {
+                if c.phase == Phase::Idle {
+                    self.idle_event(key, ctx);
+                } else if c.client.is_none() {
+                    self.close(key, ctx);
+                }
+            }
+        }
+    }
+
+    /// The client drained its backlog: read the upstream again.
+    pub(crate) fn resume(
+        &mut self,
+        token: Token,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let key = token.0 - TOKEN_BASE;
+        if let Some(c) = self.conns.get_mut(key) {
+            if c.paused && down.backlog() < RELAY_LOW_WATER {
+                c.paused = false;
+                self.drive(key, ctx, down);
+            }
+        }
+    }
+
+    /// The client went away: its exchange is abandoned (the connection is not reused: the rest of
+    /// the response would have to be read first).
+    pub(crate) fn cancel(&mut self, token: Token, ctx: &mut WorkerCtx<'_>) {
+        let key = token.0 - TOKEN_BASE;
+        if let Some(c) = self.conns.get(key) {
+            if c.phase != Phase::Idle {
+                self.close(key, ctx);
+            }
+        }
+    }
+
+    /// Connections whose deadline has passed (for [`Upstreams::expire`]); allocates only when
+    /// there is one.
+    pub(crate) fn expired(&self, now: Instant) -> Vec<Token> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| now >= c.deadline)
+            .map(|(k, _)| Token(TOKEN_BASE + k))
+            .collect()
+    }
+
+    /// A deadline passed: an exchange times out (504, or a cut response), an idle connection
+    /// past its keep-alive time closes. `down` is the connection's client, if it has one.
+    pub(crate) fn expire(
+        &mut self,
+        token: Token,
+        ctx: &mut WorkerCtx<'_>,
+        down: Option<&mut dyn Downstream>,
+    ) {
+        let key = token.0 - TOKEN_BASE;
+        let Some(c) = self.conns.get(key) else {
+            return;
+        };
+        if ctx.now < c.deadline {
+            return;
+        }
+        match down {
+            Some(down) if c.phase != Phase::Idle && c.client.is_some() => {
+                self.fail(key, Failure::Timeout, ctx, down);
+            }
+            _ => self.close(key, ctx),
+        }
+    }
+
+    /// Makes all the progress possible on connection `key` without blocking.
+    fn drive(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        loop {
+            let Some(c) = self.conns.get_mut(key) else {
+                return;
+            };
+            match c.phase {
+                Phase::Idle => return self.idle_event(key, ctx),
+                Phase::Connecting => {
+                    if !c.writable {
+                        return;
+                    }
+                    match c.sock.connect_result() {
+                        Ok(true) => {
+                            c.phase = Phase::Sending;
+                            c.deadline = ctx.now + c.group.cfg.timeouts.write;
+                        }
+                        Ok(false) => {
+                            c.writable = false;
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::debug!(server = %c.group.cfg.servers[c.server].label, "upstream connect: {e}");
+                            return self.fail(key, Failure::Connect, ctx, down);
+                        }
+                    }
+                }
+                Phase::Sending => {
+                    if !c.writable {
+                        return;
+                    }
+                    let Some(job) = &c.job else {
+                        return self.close(key, ctx);
+                    };
+                    match c.sock.write(&job.request[c.wpos..]) {
+                        Ok(n) => {
+                            c.wpos += n;
+                            c.deadline = ctx.now + c.group.cfg.timeouts.write;
+                            if c.wpos == job.request.len() {
+                                c.phase = Phase::Waiting;
+                                c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            c.writable = false;
+                            return;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => return self.fail(key, Failure::Closed, ctx, down),
+                    }
+                }
+                Phase::Waiting | Phase::Body => {
+                    if c.paused || !c.readable {
+                        return;
+                    }
+                    if c.rbuf.is_empty() {
+                        c.rbuf = ctx.pool.take_read();
+                    }
+                    if c.rlen == c.rbuf.len() {
+                        // Only a head can fill the buffer (a body is handed on as it comes).
+                        return self.fail(key, Failure::Invalid, ctx, down);
+                    }
+                    match c.sock.read(&mut c.rbuf[c.rlen..]) {
+                        Ok(0) => {
+                            c.readable = false;
+                            return self.eof(key, ctx, down);
+                        }
+                        Ok(n) => {
+                            // A short read drains the socket: the next edge says when there is
+                            // more (as for client connections).
+                            c.readable = c.rlen + n == c.rbuf.len();
+                            c.rlen += n;
+                            c.got_bytes = true;
+                            if c.phase == Phase::Body {
+                                c.deadline = ctx.now + c.group.cfg.timeouts.read;
+                            }
+                            if !self.process(key, ctx, down) {
+                                return;
+                            }
+                            down.flush_relayed(ctx);
+                            if let Some(c) = self.conns.get_mut(key) {
+                                if c.phase == Phase::Body && down.backlog() > RELAY_HIGH_WATER {
+                                    c.paused = true;
+                                }
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            c.readable = false;
+                            return;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => return self.fail(key, Failure::Closed, ctx, down),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles what the read buffer holds: the head (once), then body bytes. Returns false when
+    /// the exchange ended (the connection is back in its pool, or gone).
+    fn process(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) -> bool {
+        let c = &mut self.conns[key];
+        if c.phase == Phase::Waiting {
+            loop {
+                let head_request = c.job.as_ref().is_some_and(|j| j.head_request);
+                let mut slots: ResponseHeaderSlots<'_> =
+                    [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+                let rbuf = std::mem::take(&mut c.rbuf);
+                let parsed = parse_response(&rbuf[..c.rlen], head_request, &mut slots);
+                let p = match parsed {
+                    Ok(Status::Complete(p)) => p,
+                    Ok(Status::Partial) => {
+                        c.rbuf = rbuf;
+                        return true;
+                    }
+                    Err(e) => {
+                        tracing::debug!(server = %c.group.cfg.servers[c.server].label, "upstream response refused: {e}");
+                        c.rbuf = rbuf;
+                        self.fail(key, Failure::Invalid, ctx, down);
+                        return false;
+                    }
+                };
+                let head_len = p.head.head_len;
+                if p.head.is_interim() {
+                    // 100 Continue and the like: the request went whole, nothing to relay.
+                    let mut rbuf = rbuf;
+                    rbuf.copy_within(head_len..c.rlen, 0);
+                    c.rlen -= head_len;
+                    c.rbuf = rbuf;
+                    continue;
+                }
+                let connection: Vec<&[u8]> = p
+                    .fields
+                    .iter()
+                    .filter(|f| f.name.eq_ignore_ascii_case("connection"))
+                    .map(|f| f.value)
+                    .collect();
+                let announced = p
+                    .fields
+                    .iter()
+                    .find(|f| f.name.eq_ignore_ascii_case("content-length"))
+                    .and_then(|f| std::str::from_utf8(f.value).ok())
+                    .and_then(|v| v.trim().parse().ok());
+                let (relay, left) = match p.head.body {
+                    ResponseBody::None => (RelayBody::None { length: announced }, None),
+                    ResponseBody::Length(n) => (RelayBody::Length(n), Some(BodyLeft::Length(n))),
+                    ResponseBody::Chunked => (
+                        RelayBody::Unknown,
+                        Some(BodyLeft::Chunked(Box::new(ChunkedDecoder::new(u64::MAX)))),
+                    ),
+                    ResponseBody::UntilClose => (RelayBody::Unknown, Some(BodyLeft::UntilClose)),
+                };
+                c.status = p.head.status;
+                c.keep_alive = p.head.keep_alive;
+                let pass = |name: &str| response_field_passes(name, &connection);
+                down.relay_head(ctx, p.head.status, p.reason, p.fields, &pass, relay);
+                let mut rbuf = rbuf;
+                rbuf.copy_within(head_len..c.rlen, 0);
+                c.rlen -= head_len;
+                c.rbuf = rbuf;
+                c.head_relayed = true;
+                if let Some(job) = c.job.take() {
+                    job.group.give_buffer(job.request);
+                }
+                match left {
+                    None => {
+                        // Bytes after a bodiless response would be a second, unasked response.
+                        c.keep_alive &= c.rlen == 0;
+                        self.finish(key, ctx, down);
+                        return false;
+                    }
+                    Some(left) => {
+                        c.body = left;
+                        c.phase = Phase::Body;
+                        c.deadline = ctx.now + c.group.cfg.timeouts.read;
+                    }
+                }
+                break;
+            }
+        }
+        let c = &mut self.conns[key];
+        let data = &c.rbuf[..c.rlen];
+        let (used, done) = match &mut c.body {
+            BodyLeft::Length(left) => {
+                let n = data.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                down.relay_body(ctx, &data[..n]);
+                *left -= n as u64;
+                (n, *left == 0)
+            }
+            BodyLeft::Chunked(decoder) => match decoder.decode(data, |d| down.relay_body(ctx, d)) {
+                Ok(progress) => (progress.consumed, progress.done),
+                Err(_) => {
+                    self.fail(key, Failure::Invalid, ctx, down);
+                    return false;
+                }
+            },
+            BodyLeft::UntilClose => {
+                down.relay_body(ctx, data);
+                (data.len(), false)
+            }
+        };
+        c.rbuf.copy_within(used..c.rlen, 0);
+        c.rlen -= used;
+        if done {
+            c.keep_alive &= c.rlen == 0;
+            self.finish(key, ctx, down);
+            return false;
+        }
+        true
+    }
+
+    /// The upstream closed its side.
+    fn eof(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        let c = &mut self.conns[key];
+        if c.phase == Phase::Body && matches!(c.body, BodyLeft::UntilClose) {
+            c.keep_alive = false;
+            return self.finish(key, ctx, down);
+        }
+        self.fail(key, Failure::Closed, ctx, down);
+    }
+
+    /// The response is complete: the client is told, the connection goes back to its pool.
+    fn finish(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        let c = &mut self.conns[key];
+        let label = &c.group.cfg.servers[c.server].label;
+        down.relay_end(ctx, label, c.status);
+        down.flush_relayed(ctx);
+        c.group.active.borrow_mut()[c.server] -= 1;
+        c.client = None;
+        if !c.rbuf.is_empty() {
+            ctx.pool.give_read(std::mem::take(&mut c.rbuf));
+        }
+        c.rlen = 0;
+        let room = c.group.idle.borrow()[c.server].len() < c.group.cfg.keepalive;
+        if c.keep_alive && room && !ctx.shutting_down {
+            c.phase = Phase::Idle;
+            c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
+            c.group.idle.borrow_mut()[c.server].push(key);
+            if c.readable {
+                self.idle_event(key, ctx);
+            }
+        } else {
+            self.remove(key, ctx);
+        }
+    }
+
+    /// An idle pooled connection became readable: the server closed it (or sent what no one
+    /// asked for). Either way it leaves the pool.
+    fn idle_event(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
+        let c = &mut self.conns[key];
+        if !c.readable {
+            return;
+        }
+        let mut probe = [0u8; 1];
+        match c.sock.read(&mut probe) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
+            _ => self.close(key, ctx),
+        }
+    }
+
+    /// An exchange failed: retried, answered 502/504, or cut short, as far as it got.
+    fn fail(
+        &mut self,
+        key: usize,
+        why: Failure,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let c = &mut self.conns[key];
+        let server = c.server;
+        let stale = c.reused && !c.got_bytes && why == Failure::Closed;
+        if !stale {
+            c.group.health.failed(server, now_ms());
+        }
+        tracing::debug!(server = %c.group.cfg.servers[server].label, ?why, "upstream exchange failed");
+        let job = c.job.take();
+        let relayed = c.head_relayed;
+        let client = c.client;
+        self.close(key, ctx);
+        if relayed {
+            down.relay_abort(ctx);
+            return;
+        }
+        match (job, client) {
+            (Some(job), Some(client)) => {
+                self.retry_or_answer(server, job, stale, why, client, ctx, down);
+            }
+            (job, _) => {
+                if let Some(job) = job {
+                    job.group.give_buffer(job.request);
+                }
+                down.relay_error(ctx, status_for(why));
+            }
+        }
+    }
+
+    /// A request that got no response from `server`: sent once more where that is safe, else
+    /// answered 502/504.
+    #[allow(clippy::too_many_arguments)]
+    fn retry_or_answer(
+        &mut self,
+        server: usize,
+        mut job: ProxyJob,
+        stale: bool,
+        why: Failure,
+        client: (Token, u32),
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        if job.idempotent && stale && !job.stale_retried {
+            // The pool's connection had been closed by the server: a fresh one, same server.
+            job.stale_retried = true;
+            return self.assign(server, job, client, false, ctx, down);
+        }
+        if job.idempotent && !job.retried {
+            job.retried = true;
+            if let Some(other) = job.group.choose(job.hash, Some(server), now_ms()) {
+                return self.assign(other, job, client, true, ctx, down);
+            }
+        }
+        job.group.give_buffer(std::mem::take(&mut job.request));
+        down.relay_error(ctx, status_for(why));
+    }
+
+    /// Closes an upstream connection mid-exchange or idle, and forgets it.
+    fn close(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        if c.phase != Phase::Idle && c.client.is_some() {
+            c.group.active.borrow_mut()[c.server] -= 1;
+        }
+        if c.phase == Phase::Idle {
+            c.group.idle.borrow_mut()[c.server].retain(|&k| k != key);
+        }
+        if let Some(job) = c.job.take() {
+            job.group.give_buffer(job.request);
+        }
+        self.remove(key, ctx);
+    }
+
+    fn remove(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
+        let mut c = self.conns.remove(key);
+        let _ = ctx.registry.deregister(c.sock.source());
+        if !c.rbuf.is_empty() {
+            ctx.pool.give_read(std::mem::take(&mut c.rbuf));
+        }
+    }
+}
+
+fn status_for(why: Failure) -> u16 {
+    if why == Failure::Timeout {
+        504
+    } else {
+        502
+    }
+}

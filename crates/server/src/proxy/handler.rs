@@ -1,0 +1,139 @@
+//! The proxy's route handler: a request under a forwarding rule's prefix becomes a
+//! [`ProxyJob`] — the request rewritten for the upstream, in a reused buffer — which the client's
+//! connection hands to the worker's upstream side. Mounted per worker, on every method.
+
+use std::hash::{BuildHasher, Hasher};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use lowlat_http::request::Method;
+
+use super::config::{Balance, Cidr, HashKey, ProxyRoute};
+use super::group::{fnv, WorkerGroup};
+use super::headers::{write_request, ClientInfo, Target};
+use super::job::ProxyJob;
+use crate::handler::{Handler, Req, Response};
+use crate::router::{RouteError, Router};
+
+/// Every method: a proxy forwards what the application answers, whatever it is.
+const ALL_METHODS: [Method; 10] = [
+    Method::Get,
+    Method::Head,
+    Method::Post,
+    Method::Put,
+    Method::Delete,
+    Method::Options,
+    Method::Patch,
+    Method::Trace,
+    Method::Connect,
+    Method::Other,
+];
+
+/// Forwards the requests of one rule.
+pub(crate) struct ProxyHandler {
+    group: Rc<WorkerGroup>,
+    prefix: String,
+    rewrite: Option<String>,
+    trusted: Arc<Vec<Cidr>>,
+    /// This worker's request-id prefix (random per start): ids are unique across workers and
+    /// restarts without a clock read or a lock per request.
+    id_seed: u64,
+}
+
+/// Mounts `route` on `router` for one worker, forwarding to `group`.
+///
+/// # Errors
+/// When the prefix conflicts with another route.
+pub(crate) fn mount(
+    router: &mut Router,
+    route: &ProxyRoute,
+    group: Rc<WorkerGroup>,
+    trusted: Arc<Vec<Cidr>>,
+) -> Result<(), RouteError> {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_usize(Rc::as_ptr(&group) as usize);
+    let handler = ProxyHandler {
+        group,
+        prefix: route.prefix.clone(),
+        rewrite: route.rewrite.clone(),
+        trusted,
+        id_seed: h.finish(),
+    };
+    router.prefix(&route.prefix, &ALL_METHODS, handler)
+}
+
+impl Handler for ProxyHandler {
+    fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
+        let client = res.client().unwrap_or(ClientInfo {
+            peer: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls: false,
+        });
+        let seq = self.group.sequence.get().wrapping_add(1);
+        self.group.sequence.set(seq);
+        let mut id = [0u8; 24];
+        hex(self.id_seed, &mut id[..16]);
+        hex(seq, &mut id[16..]);
+        let mut request = self.group.take_buffer();
+        write_request(
+            &mut request,
+            req.head,
+            req.body,
+            &Target {
+                prefix: &self.prefix,
+                rewrite: self.rewrite.as_deref(),
+            },
+            &client,
+            &self.trusted,
+            &id,
+        );
+        let hash = match &self.group.cfg.balance {
+            Balance::Hash(HashKey::Client) => match client.peer.ip() {
+                std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
+                std::net::IpAddr::V6(ip) => fnv(&ip.octets()),
+            },
+            Balance::Hash(HashKey::Header(name)) => fnv(req.header(name).unwrap_or_default()),
+            Balance::Hash(HashKey::Cookie(name)) => fnv(cookie(req, name).unwrap_or_default()),
+            _ => 0,
+        };
+        let method = req.method();
+        res.forward(ProxyJob {
+            group: Rc::clone(&self.group),
+            request,
+            head_request: method == Method::Head,
+            idempotent: matches!(
+                method,
+                Method::Get
+                    | Method::Head
+                    | Method::Put
+                    | Method::Delete
+                    | Method::Options
+                    | Method::Trace
+            ),
+            hash,
+            retried: false,
+            stale_retried: false,
+        });
+    }
+}
+
+/// The value of cookie `name` in the request's `Cookie` fields.
+fn cookie<'b>(req: &Req<'_, '_, 'b>, name: &str) -> Option<&'b [u8]> {
+    req.head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
+        .flat_map(|h| h.value.split(|&b| b == b';'))
+        .find_map(|pair| {
+            let pair = pair.strip_prefix(b" ").unwrap_or(pair);
+            let (k, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+            (k == name.as_bytes()).then(|| &v[1..])
+        })
+}
+
+/// Lower-case hexadecimal digits of `v`, most significant first, filling `out`.
+fn hex(mut v: u64, out: &mut [u8]) {
+    for b in out.iter_mut().rev() {
+        *b = b"0123456789abcdef"[(v & 0xf) as usize];
+        v >>= 4;
+    }
+}

@@ -1,0 +1,380 @@
+//! What crosses the proxy in the headers: the request as the upstream gets it (the path
+//! rewritten, hop-by-hop fields dropped, `X-Forwarded-*`, `Forwarded` and a request id set, the
+//! framing made one `Content-Length`), and which response fields go on to the client. Pure
+//! functions over bytes, tested on their own.
+//!
+//! Hop-by-hop fields (RFC 9110 §7.6.1) belong to one connection and are never forwarded:
+//! `Connection` and every field it names, `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`,
+//! `Upgrade`, and `Proxy-*`.
+
+use std::net::{IpAddr, SocketAddr};
+
+use lowlat_http::body::BodyFraming;
+use lowlat_http::request::{Method, Request};
+use lowlat_http::Version;
+
+use super::config::Cidr;
+
+/// The client side of a request, as the proxy reports it upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientInfo {
+    pub peer: SocketAddr,
+    /// The request came over TLS.
+    pub tls: bool,
+}
+
+/// Fields that are the proxy's to set, or belong to one hop only.
+fn is_hop_by_hop(name: &str) -> bool {
+    const NAMES: [&str; 7] = [
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-connection",
+    ];
+    NAMES.iter().any(|n| name.eq_ignore_ascii_case(n))
+        || name.len() > 6 && name[..6].eq_ignore_ascii_case("proxy-")
+}
+
+/// Whether `name` is listed in one of the `Connection` field values.
+fn named_by_connection(name: &str, connection: &[&[u8]]) -> bool {
+    connection.iter().any(|v| {
+        v.split(|&b| b == b',')
+            .any(|t| trim(t).eq_ignore_ascii_case(name.as_bytes()))
+    })
+}
+
+fn trim(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+/// Where a request goes: the part of the path after `prefix` appended to `rewrite`, or the
+/// target as it is.
+pub struct Target<'a> {
+    pub prefix: &'a str,
+    pub rewrite: Option<&'a str>,
+}
+
+/// Writes the request as the upstream gets it into `out`: `req` (already parsed and checked by
+/// the server: ambiguous framing never gets here) with its `body` (whole, decoded), for the
+/// client `client`. `request_id` is used when the request has no `X-Request-Id`.
+pub fn write_request(
+    out: &mut Vec<u8>,
+    req: &Request<'_, '_>,
+    body: &[u8],
+    target: &Target<'_>,
+    client: &ClientInfo,
+    trusted: &[Cidr],
+    request_id: &[u8],
+) {
+    out.extend_from_slice(req.method_token.as_bytes());
+    out.push(b' ');
+    match target.rewrite {
+        Some(to) => {
+            out.extend_from_slice(to.as_bytes());
+            let rest = req.target.get(target.prefix.len()..).unwrap_or("");
+            out.extend_from_slice(rest.as_bytes());
+        }
+        None => out.extend_from_slice(req.target.as_bytes()),
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+
+    let connection: Vec<&[u8]> = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .map(|h| h.value)
+        .collect();
+    let believed = trusted.iter().any(|c| c.contains(client.peer.ip()));
+    let mut xff: Option<&[u8]> = None;
+    let mut forwarded: Option<&[u8]> = None;
+    let mut proto: Option<&[u8]> = None;
+    let mut fwd_host: Option<&[u8]> = None;
+    let mut host: Option<&[u8]> = None;
+    let mut has_id = false;
+    let mut cookies = 0;
+    for h in req.headers {
+        let name = h.name;
+        if is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case("content-length")
+            || named_by_connection(name, &connection)
+        {
+            continue;
+        }
+        if name.eq_ignore_ascii_case("x-forwarded-for") {
+            xff = Some(h.value);
+            continue;
+        }
+        if name.eq_ignore_ascii_case("forwarded") {
+            forwarded = Some(h.value);
+            continue;
+        }
+        if name.eq_ignore_ascii_case("x-forwarded-proto") {
+            proto = Some(h.value);
+            continue;
+        }
+        if name.eq_ignore_ascii_case("x-forwarded-host") {
+            fwd_host = Some(h.value);
+            continue;
+        }
+        if name.eq_ignore_ascii_case("host") {
+            host = Some(h.value);
+        }
+        if name.eq_ignore_ascii_case("x-request-id") {
+            has_id = true;
+        }
+        // HTTP/2 may split Cookie into several fields; HTTP/1.1 wants one (RFC 9113 §8.2.3).
+        if req.version == Version::Http2 && name.eq_ignore_ascii_case("cookie") {
+            cookies += 1;
+            continue;
+        }
+        field(out, name.as_bytes(), h.value);
+    }
+    if cookies > 0 {
+        out.extend_from_slice(b"cookie: ");
+        let mut first = true;
+        for h in req
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
+        {
+            if !first {
+                out.extend_from_slice(b"; ");
+            }
+            first = false;
+            out.extend_from_slice(h.value);
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+
+    // X-Forwarded-For and Forwarded: a trusted proxy's list is extended, anyone else's replaced.
+    let ip = client.peer.ip();
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 @ IpAddr::V4(_) => v4,
+    };
+    let mut ip_text = [0u8; 64];
+    let ip_text = fmt_ip(ip, &mut ip_text);
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    if let (true, Some(prev)) = (believed, xff) {
+        out.extend_from_slice(prev);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(ip_text);
+    out.extend_from_slice(b"\r\n");
+    let scheme: &[u8] = if client.tls { b"https" } else { b"http" };
+    let proto = match (believed, proto) {
+        (true, Some(p)) => p,
+        _ => scheme,
+    };
+    field(out, b"X-Forwarded-Proto", proto);
+    let fhost = match (believed, fwd_host) {
+        (true, Some(h)) => Some(h),
+        _ => host,
+    };
+    if let Some(h) = fhost {
+        field(out, b"X-Forwarded-Host", h);
+    }
+    out.extend_from_slice(b"Forwarded: ");
+    if let (true, Some(prev)) = (believed, forwarded) {
+        out.extend_from_slice(prev);
+        out.extend_from_slice(b", ");
+    }
+    // RFC 7239 §6: an IPv6 address is quoted and bracketed.
+    if ip.is_ipv6() {
+        out.extend_from_slice(b"for=\"[");
+        out.extend_from_slice(ip_text);
+        out.extend_from_slice(b"]\"");
+    } else {
+        out.extend_from_slice(b"for=");
+        out.extend_from_slice(ip_text);
+    }
+    out.extend_from_slice(b";proto=");
+    out.extend_from_slice(scheme);
+    if let Some(h) = host.filter(|h| h.iter().all(|&b| b.is_ascii_graphic() && b != b'"')) {
+        out.extend_from_slice(b";host=\"");
+        out.extend_from_slice(h);
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"\r\n");
+    if !has_id {
+        field(out, b"X-Request-Id", request_id);
+    }
+
+    // One framing, whatever the client used: the body is whole here.
+    let has_body = !body.is_empty()
+        || !matches!(req.framing, BodyFraming::None)
+        || matches!(req.method, Method::Post | Method::Put | Method::Patch);
+    if has_body {
+        out.extend_from_slice(b"Content-Length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn fmt_ip(ip: IpAddr, buf: &mut [u8; 64]) -> &[u8] {
+    use std::io::Write;
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(cursor, "{ip}");
+    let n = usize::try_from(cursor.position()).unwrap_or(0);
+    &buf[..n]
+}
+
+/// Whether a response field from the upstream goes on to the client: not hop-by-hop, not named
+/// by the response's `Connection`, and not the framing (the proxy frames the body itself).
+#[must_use]
+pub fn response_field_passes(name: &str, connection: &[&[u8]]) -> bool {
+    !(is_hop_by_hop(name)
+        || name.eq_ignore_ascii_case("content-length")
+        || named_by_connection(name, connection))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lowlat_http::request::{header_slots, parse_request, HeadLimits};
+    use lowlat_http::Status;
+
+    fn forward(raw: &[u8], peer: &str, tls: bool, trusted: &[Cidr], target: &Target<'_>) -> String {
+        let mut slots = header_slots();
+        let Ok(Status::Complete(req)) = parse_request(raw, &mut slots, &HeadLimits::default())
+        else {
+            panic!("not a request");
+        };
+        let body = &raw[req.head_len..];
+        let mut out = Vec::new();
+        let client = ClientInfo {
+            peer: peer.parse().unwrap(),
+            tls,
+        };
+        write_request(&mut out, &req, body, target, &client, trusted, b"id-1");
+        String::from_utf8(out).unwrap()
+    }
+
+    const AS_IS: Target<'static> = Target {
+        prefix: "/api/",
+        rewrite: None,
+    };
+
+    #[test]
+    fn hop_by_hop_fields_are_dropped() {
+        let out = forward(
+            b"GET /api/x?q=1 HTTP/1.1\r\nHost: example.com\r\nConnection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\nX-Secret: s\r\nTE: trailers\r\nProxy-Authorization: p\r\nUpgrade: h2c\r\nAccept: */*\r\n\r\n",
+            "192.0.2.7:5000",
+            false,
+            &[],
+            &AS_IS,
+        );
+        assert!(
+            out.starts_with("GET /api/x?q=1 HTTP/1.1\r\nHost: example.com\r\n"),
+            "{out}"
+        );
+        for gone in [
+            "Connection",
+            "Keep-Alive",
+            "X-Secret",
+            "TE:",
+            "Proxy-",
+            "Upgrade",
+        ] {
+            assert!(!out.contains(gone), "{gone} in {out}");
+        }
+        assert!(out.contains("Accept: */*\r\n"));
+        assert!(out.contains("X-Forwarded-For: 192.0.2.7\r\n"), "{out}");
+        assert!(out.contains("X-Forwarded-Proto: http\r\n"));
+        assert!(out.contains("X-Forwarded-Host: example.com\r\n"));
+        assert!(
+            out.contains("Forwarded: for=192.0.2.7;proto=http;host=\"example.com\"\r\n"),
+            "{out}"
+        );
+        assert!(out.contains("X-Request-Id: id-1\r\n"));
+        assert!(!out.contains("Content-Length"), "{out}");
+        assert!(out.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn forwarding_headers_are_replaced_unless_the_peer_is_trusted() {
+        let raw = b"GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nForwarded: for=6.6.6.6\r\nX-Request-Id: abc\r\n\r\n";
+        let out = forward(raw, "[::1]:5000", false, &[], &AS_IS);
+        assert!(out.contains("X-Forwarded-For: ::1\r\n"), "{out}");
+        assert!(!out.contains("6.6.6.6"), "{out}");
+        assert!(out.contains("X-Forwarded-Proto: http\r\n"));
+        assert!(
+            out.contains("Forwarded: for=\"[::1]\";proto=http;host=\"h\"\r\n"),
+            "{out}"
+        );
+        assert!(out.contains("X-Request-Id: abc\r\n") && !out.contains("id-1"));
+        let trusted = [Cidr {
+            addr: "10.0.0.0".parse().unwrap(),
+            bits: 8,
+        }];
+        let out = forward(raw, "10.1.2.3:5000", true, &trusted, &AS_IS);
+        assert!(
+            out.contains("X-Forwarded-For: 6.6.6.6, 10.1.2.3\r\n"),
+            "{out}"
+        );
+        assert!(out.contains("X-Forwarded-Proto: https\r\n"));
+        assert!(
+            out.contains("Forwarded: for=6.6.6.6, for=10.1.2.3;proto=https"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn bodies_get_one_content_length_and_paths_are_rewritten() {
+        let out = forward(
+            b"POST /api/v1/items HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello",
+            "127.0.0.1:1",
+            false,
+            &[],
+            &Target {
+                prefix: "/api/",
+                rewrite: Some("/"),
+            },
+        );
+        assert!(out.starts_with("POST /v1/items HTTP/1.1\r\n"), "{out}");
+        assert!(out.ends_with("Content-Length: 5\r\n\r\nhello"), "{out}");
+        let out = forward(
+            b"POST /api/ HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",
+            "127.0.0.1:1",
+            false,
+            &[],
+            &AS_IS,
+        );
+        assert!(out.ends_with("Content-Length: 0\r\n\r\n"), "{out}");
+    }
+
+    #[test]
+    fn response_fields() {
+        let conn: [&[u8]; 1] = [b"close, X-Internal"];
+        for (name, passes) in [
+            ("Content-Type", true),
+            ("Set-Cookie", true),
+            ("Connection", false),
+            ("Transfer-Encoding", false),
+            ("Content-Length", false),
+            ("Keep-Alive", false),
+            ("X-Internal", false),
+            ("Proxy-Authenticate", false),
+        ] {
+            assert_eq!(response_field_passes(name, &conn), passes, "{name}");
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Whether each upstream server is up, shared by every worker: passive checks (a server that
+//! fails `max_fails` times within `fail_timeout` is out for `fail_timeout`) and active ones (a
+//! thread per group asks each server for a path every interval). Workers only read one atomic per
+//! server when they choose one, and write only when a request fails; the checker thread is off
+//! the request path.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use super::config::{HealthCheck, UpstreamAddr, UpstreamGroup};
+
+/// Milliseconds since the first call: the shared clock of the health state.
+pub(crate) fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One server's health.
+#[derive(Debug)]
+pub(crate) struct ServerHealth {
+    /// Out (passively) until this time (`now_ms`); 0 when in.
+    down_until: AtomicU64,
+    /// Failures counted since `window_start`.
+    fails: AtomicU32,
+    window_start: AtomicU64,
+    /// The last active check's verdict (true until one says otherwise).
+    active_up: AtomicBool,
+}
+
+/// The health of a group's servers.
+#[derive(Debug)]
+pub(crate) struct GroupHealth {
+    pub(crate) servers: Vec<ServerHealth>,
+    max_fails: u32,
+    fail_timeout_ms: u64,
+}
+
+impl GroupHealth {
+    pub(crate) fn new(group: &UpstreamGroup) -> Self {
+        Self {
+            servers: group
+                .servers
+                .iter()
+                .map(|_| ServerHealth {
+                    down_until: AtomicU64::new(0),
+                    fails: AtomicU32::new(0),
+                    window_start: AtomicU64::new(0),
+                    active_up: AtomicBool::new(true),
+                })
+                .collect(),
+            // A group of one server never takes it out: there is nowhere else to go.
+            max_fails: if group.servers.len() > 1 {
+                group.max_fails
+            } else {
+                0
+            },
+            fail_timeout_ms: u64::try_from(group.fail_timeout.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Whether server `i` may be chosen now.
+    pub(crate) fn is_up(&self, i: usize, now_ms: u64) -> bool {
+        let s = &self.servers[i];
+        s.active_up.load(Ordering::Relaxed) && s.down_until.load(Ordering::Relaxed) <= now_ms
+    }
+
+    /// A request to server `i` failed (could not connect, reset, timed out, answered garbage).
+    pub(crate) fn failed(&self, i: usize, now_ms: u64) {
+        if self.max_fails == 0 {
+            return;
+        }
+        let s = &self.servers[i];
+        if now_ms.saturating_sub(s.window_start.load(Ordering::Relaxed)) > self.fail_timeout_ms {
+            s.window_start.store(now_ms, Ordering::Relaxed);
+            s.fails.store(0, Ordering::Relaxed);
+        }
+        if s.fails.fetch_add(1, Ordering::Relaxed) + 1 >= self.max_fails {
+            s.down_until
+                .store(now_ms + self.fail_timeout_ms, Ordering::Relaxed);
+            s.fails.store(0, Ordering::Relaxed);
+            tracing::warn!(
+                server = i,
+                "upstream server out for {} ms after {} failures",
+                self.fail_timeout_ms,
+                self.max_fails
+            );
+        }
+    }
+}
+
+/// Starts the active checks of a group on a thread of their own, which ends once `health` is
+/// dropped (the group was replaced by a reload, or the server stopped).
+pub(crate) fn spawn_checks(group: &UpstreamGroup, health: &Arc<GroupHealth>) {
+    let Some(check) = group.health.clone() else {
+        return;
+    };
+    let servers: Vec<(UpstreamAddr, String)> = group
+        .servers
+        .iter()
+        .map(|s| (s.addr.clone(), s.label.clone()))
+        .collect();
+    let weak: Weak<GroupHealth> = Arc::downgrade(health);
+    let name = group.name.clone();
+    let _ = std::thread::Builder::new()
+        .name(format!("lowlat-health-{name}"))
+        .spawn(move || loop {
+            let Some(health) = weak.upgrade() else {
+                return;
+            };
+            for (i, (addr, label)) in servers.iter().enumerate() {
+                let up = probe(addr, label, &check);
+                let was = health.servers[i].active_up.swap(up, Ordering::Relaxed);
+                if was != up {
+                    if up {
+                        tracing::info!(group = %name, server = %label, "health check: up");
+                    } else {
+                        tracing::warn!(group = %name, server = %label, "health check: down");
+                    }
+                }
+            }
+            drop(health);
+            std::thread::sleep(check.interval);
+        });
+}
+
+/// One check: `GET path` over a fresh connection; up when the status is one of `statuses`.
+fn probe(addr: &UpstreamAddr, label: &str, check: &HealthCheck) -> bool {
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {label}\r\nUser-Agent: lowlat-health-check\r\nConnection: close\r\n\r\n",
+        check.path
+    );
+    let answer = match addr {
+        UpstreamAddr::Tcp(a) => {
+            std::net::TcpStream::connect_timeout(a, check.timeout).and_then(|mut s| {
+                exchange(
+                    &mut s,
+                    &request,
+                    check.timeout,
+                    |s, t| s.set_read_timeout(t),
+                    |s, t| s.set_write_timeout(t),
+                )
+            })
+        }
+        UpstreamAddr::Unix(p) => std::os::unix::net::UnixStream::connect(p).and_then(|mut s| {
+            exchange(
+                &mut s,
+                &request,
+                check.timeout,
+                |s, t| s.set_read_timeout(t),
+                |s, t| s.set_write_timeout(t),
+            )
+        }),
+    };
+    let Ok(status) = answer else {
+        return false;
+    };
+    check
+        .statuses
+        .iter()
+        .any(|&(lo, hi)| (lo..=hi).contains(&status))
+}
+
+fn exchange<S: Read + Write>(
+    s: &mut S,
+    request: &str,
+    timeout: Duration,
+    read_timeout: impl Fn(&S, Option<Duration>) -> std::io::Result<()>,
+    write_timeout: impl Fn(&S, Option<Duration>) -> std::io::Result<()>,
+) -> std::io::Result<u16> {
+    read_timeout(s, Some(timeout))?;
+    write_timeout(s, Some(timeout))?;
+    s.write_all(request.as_bytes())?;
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    while n < 12 {
+        let got = s.read(&mut buf[n..])?;
+        if got == 0 {
+            break;
+        }
+        n += got;
+    }
+    // "HTTP/1.1 200"
+    std::str::from_utf8(buf.get(9..12).unwrap_or_default())
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|_| buf.starts_with(b"HTTP/1."))
+        .ok_or_else(|| std::io::Error::other("not an HTTP response"))
+}

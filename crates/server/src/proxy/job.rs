@@ -1,0 +1,37 @@
+//! A request on its way to an upstream ([`ProxyJob`]), as the proxy handler hands it to the
+//! client's connection, which passes it to the worker's upstream side; and how the response
+//! body will reach the client ([`RelayBody`]).
+
+use std::rc::Rc;
+
+use super::group::WorkerGroup;
+
+/// A request to forward.
+#[derive(Debug)]
+pub(crate) struct ProxyJob {
+    pub(crate) group: Rc<WorkerGroup>,
+    /// The request as the upstream gets it (head and body), in a buffer of the group's.
+    pub(crate) request: Vec<u8>,
+    /// `HEAD`: the response has no body whatever its head says.
+    pub(crate) head_request: bool,
+    /// Safe to send twice (RFC 9110 §9.2.2): retried once on another server when a connection
+    /// fails before any byte of the response.
+    pub(crate) idempotent: bool,
+    /// The request's key under consistent hashing.
+    pub(crate) hash: u64,
+    /// Sent again once already (after a failure before any response byte).
+    pub(crate) retried: bool,
+    /// Sent again on a fresh connection after a pooled one was found closed.
+    pub(crate) stale_retried: bool,
+}
+
+/// How the response body reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RelayBody {
+    /// No body (HEAD, 204, 304, or `Content-Length: 0`); `length` is what the head announces.
+    None { length: Option<u64> },
+    /// Exactly this many bytes.
+    Length(u64),
+    /// A length unknown in advance (chunked, or until the upstream closes).
+    Unknown,
+}

@@ -1,0 +1,30 @@
+//! The reverse proxy: requests under a path prefix forwarded to a group of upstream servers, from
+//! the worker's own event loop.
+//!
+//! A request goes: the router → the proxy handler (`handler`), which writes the request as the
+//! upstream gets it (`headers`) into a [`job::ProxyJob`] → the client's connection hands it to
+//! the worker's upstream side (`engine`), which picks a server (`group`: balancing, pools; health
+//! shared by the workers in `health`), writes it on a pooled or new connection (`upstream`) and
+//! relays the response, parsed by the codec's response parser, back through
+//! [`downstream::Downstream`], which the client's protocol implements.
+//!
+//! # Layout
+//! - [`config`]: groups, servers, balancing, timeouts, health checks, trusted proxies.
+//! - `handler`: the route handler: what to forward, to which group.
+//! - `headers`: the forwarded request's head; which response fields pass.
+//! - `job`: a request on its way; how its body will be framed for the client.
+//! - `downstream`: what the upstream side delivers to (the client's connection or stream).
+//! - `engine`: the worker's upstream connections: exchanges, retries, timeouts, pools.
+//! - `upstream`: one upstream connection and its socket.
+//! - `group`: one worker's view of a group: balancer, in-flight counts, idle pools.
+//! - `health`: passive and active health, shared by the workers.
+
+pub mod config;
+pub(crate) mod downstream;
+pub(crate) mod engine;
+pub(crate) mod group;
+pub mod handler;
+pub mod headers;
+pub(crate) mod health;
+pub(crate) mod job;
+pub(crate) mod upstream;

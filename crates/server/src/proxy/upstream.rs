@@ -1,0 +1,131 @@
+//! One connection to an upstream server: its socket (TCP or a Unix socket), where it is in an
+//! exchange, and the buffers it holds only while it is in one. An idle pooled connection holds
+//! its socket and this small record: no buffer.
+
+use std::io::{self, Read, Write};
+use std::rc::Rc;
+use std::time::Instant;
+
+use lowlat_http::body::ChunkedDecoder;
+use mio::net::{TcpStream, UnixStream};
+use mio::Token;
+
+use super::config::UpstreamAddr;
+use super::group::WorkerGroup;
+use super::job::ProxyJob;
+
+/// The socket to an upstream server.
+#[derive(Debug)]
+pub(crate) enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    /// Starts a non-blocking connect.
+    pub(crate) fn connect(addr: &UpstreamAddr) -> io::Result<Self> {
+        match addr {
+            UpstreamAddr::Tcp(a) => {
+                let s = TcpStream::connect(*a)?;
+                let _ = s.set_nodelay(true);
+                Ok(Self::Tcp(s))
+            }
+            UpstreamAddr::Unix(p) => Ok(Self::Unix(UnixStream::connect(p)?)),
+        }
+    }
+
+    /// After a writable event on a connecting socket: connected, still connecting, or failed.
+    pub(crate) fn connect_result(&self) -> io::Result<bool> {
+        let (err, peer) = match self {
+            Self::Tcp(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+            Self::Unix(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+        };
+        if let Ok(Some(e)) | Err(e) = err {
+            return Err(e);
+        }
+        match peer {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.read(buf),
+            Self::Unix(s) => s.read(buf),
+        }
+    }
+
+    pub(crate) fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.write(buf),
+            Self::Unix(s) => s.write(buf),
+        }
+    }
+
+    pub(crate) fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Self::Tcp(s) => s,
+            Self::Unix(s) => s,
+        }
+    }
+}
+
+/// Where a connection is in its exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// The connect has not completed.
+    Connecting,
+    /// Writing the request.
+    Sending,
+    /// The request is out; the response head has not all arrived.
+    Waiting,
+    /// Relaying the response body.
+    Body,
+    /// In its server's pool, waiting for the next request.
+    Idle,
+}
+
+/// How the rest of the response body is delimited.
+#[derive(Debug)]
+pub(crate) enum BodyLeft {
+    Length(u64),
+    Chunked(Box<ChunkedDecoder>),
+    UntilClose,
+}
+
+/// One upstream connection.
+#[derive(Debug)]
+pub(crate) struct UpConn {
+    pub(crate) sock: Sock,
+    pub(crate) group: Rc<WorkerGroup>,
+    pub(crate) server: usize,
+    pub(crate) phase: Phase,
+    /// The client connection and stream (HTTP/2; 0 for HTTP/1.1) the response goes to.
+    pub(crate) client: Option<(Token, u32)>,
+    /// The request, kept until the first response byte (a retry sends it again).
+    pub(crate) job: Option<ProxyJob>,
+    pub(crate) wpos: usize,
+    /// Read buffer (from the worker's pool, only during an exchange); `rlen` bytes hold data.
+    pub(crate) rbuf: Vec<u8>,
+    pub(crate) rlen: usize,
+    pub(crate) body: BodyLeft,
+    /// The head went to the client: a failure now can only truncate.
+    pub(crate) head_relayed: bool,
+    /// A response byte arrived: the request was seen, no retry.
+    pub(crate) got_bytes: bool,
+    /// Taken from the pool (it may have been closed under us: retried on a fresh connection).
+    pub(crate) reused: bool,
+    /// The response allows another on this connection.
+    pub(crate) keep_alive: bool,
+    pub(crate) status: u16,
+    /// The client has too much unwritten: stop reading until it drains.
+    pub(crate) paused: bool,
+    /// Edge-triggered readiness not yet used up.
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    pub(crate) deadline: Instant,
+    /// When the request was handed to this connection (the upstream's response time).
+    pub(crate) sent_at: Instant,
+}

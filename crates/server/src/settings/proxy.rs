@@ -1,0 +1,400 @@
+//! The reverse proxy's flags (`--proxy`, `--proxy-*`) and `[[upstream]]` groups, parsed and
+//! checked into the runtime's [`ProxyConfig`]: every server address resolved, every timeout
+//! positive, every rule pointing at a group that exists.
+
+use std::net::{IpAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lowlat_http::units::parse_positive_duration;
+
+use crate::proxy::config::{
+    Balance, Cidr, HashKey, HealthCheck, ProxyConfig, ProxyRoute, UpstreamAddr, UpstreamGroup,
+    UpstreamServer, UpstreamTimeouts,
+};
+
+/// How a group behaves: the `--proxy-*` flags for groups made by `--proxy`, the keys of an
+/// `[[upstream]]` table (without the `proxy_` prefix) for a named one.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[command(next_help_heading = "Reverse proxy")]
+pub struct GroupArgs {
+    /// How requests are shared among a group's servers: round-robin (weighted), least-conn, or
+    /// hash:client, hash:header:NAME, hash:cookie:NAME (consistent hashing)
+    #[arg(id = "proxy_balance", long = "proxy-balance", value_name = "HOW", default_value = "round-robin", value_parser = parse_balance)]
+    pub balance: Balance,
+    /// Time allowed to connect to an upstream server (504 after)
+    #[arg(id = "proxy_connect_timeout", long = "proxy-connect-timeout", value_name = "DURATION", default_value = "5s", value_parser = parse_positive_duration)]
+    pub connect_timeout: Duration,
+    /// Time allowed from the request sent to the first byte of the response (504 after)
+    #[arg(id = "proxy_first_byte_timeout", long = "proxy-first-byte-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
+    pub first_byte_timeout: Duration,
+    /// Longest pause between two reads of an upstream's response (the response is cut after)
+    #[arg(id = "proxy_read_timeout", long = "proxy-read-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
+    pub read_timeout: Duration,
+    /// Longest pause while writing a request to an upstream (504 after)
+    #[arg(id = "proxy_write_timeout", long = "proxy-write-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
+    pub write_timeout: Duration,
+    /// Idle keep-alive connections kept per upstream server and worker (0: a connection per
+    /// request)
+    #[arg(
+        id = "proxy_keepalive",
+        long = "proxy-keepalive",
+        value_name = "N",
+        default_value_t = 32
+    )]
+    pub keepalive: usize,
+    /// How long an idle upstream connection is kept
+    #[arg(id = "proxy_keepalive_timeout", long = "proxy-keepalive-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
+    pub keepalive_timeout: Duration,
+    /// Failures within --proxy-fail-timeout that take a server out for that long (0: never;
+    /// a group of one server is never taken out)
+    #[arg(
+        id = "proxy_max_fails",
+        long = "proxy-max-fails",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    pub max_fails: u32,
+    /// See --proxy-max-fails
+    #[arg(id = "proxy_fail_timeout", long = "proxy-fail-timeout", value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    pub fail_timeout: Duration,
+    /// Check each server actively: GET this path every --proxy-health-interval [default: off]
+    #[arg(
+        id = "proxy_health_check",
+        long = "proxy-health-check",
+        value_name = "PATH"
+    )]
+    pub health_check: Option<String>,
+    /// How often the active check runs
+    #[arg(id = "proxy_health_interval", long = "proxy-health-interval", value_name = "DURATION", default_value = "5s", value_parser = parse_positive_duration)]
+    pub health_interval: Duration,
+    /// How long a check may take
+    #[arg(id = "proxy_health_timeout", long = "proxy-health-timeout", value_name = "DURATION", default_value = "2s", value_parser = parse_positive_duration)]
+    pub health_timeout: Duration,
+    /// Statuses that count as up (ranges and codes: 200-399,401)
+    #[arg(id = "proxy_health_status", long = "proxy-health-status", value_name = "LIST", default_value = "200-399", value_parser = parse_statuses)]
+    pub health_status: Statuses,
+}
+
+/// Inclusive status ranges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statuses(pub Vec<(u16, u16)>);
+
+fn parse_statuses(text: &str) -> Result<Statuses, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let code = |c: &str| {
+            c.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|c| (100..=599).contains(c))
+                .ok_or_else(|| format!("{text:?}: {c:?} is not a status (100 to 599)"))
+        };
+        let (lo, hi) = (code(lo)?, code(hi)?);
+        if lo > hi {
+            return Err(format!("{text:?}: {lo}-{hi} is empty"));
+        }
+        out.push((lo, hi));
+    }
+    Ok(Statuses(out))
+}
+
+fn parse_balance(text: &str) -> Result<Balance, String> {
+    match text {
+        "round-robin" => Ok(Balance::RoundRobin),
+        "least-conn" => Ok(Balance::LeastConn),
+        "hash:client" => Ok(Balance::Hash(HashKey::Client)),
+        _ => {
+            if let Some(name) = text.strip_prefix("hash:header:").filter(|n| token(n)) {
+                return Ok(Balance::Hash(HashKey::Header(name.to_ascii_lowercase())));
+            }
+            if let Some(name) = text.strip_prefix("hash:cookie:").filter(|n| token(n)) {
+                return Ok(Balance::Hash(HashKey::Cookie(name.to_owned())));
+            }
+            Err(format!(
+                "{text:?}: use round-robin, least-conn, hash:client, hash:header:NAME or hash:cookie:NAME"
+            ))
+        }
+    }
+}
+
+fn token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// One `--proxy PREFIX=TARGET` rule, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyRule {
+    pub prefix: String,
+    /// A group's name, or servers (`http://host:port[/path]`, `unix:/path`), comma-separated.
+    pub target: String,
+}
+
+/// Parses `PREFIX=TARGET` (`/api/=http://127.0.0.1:3000`, `/=app`).
+///
+/// # Errors
+/// A message for clap naming what is wrong.
+pub fn parse_proxy_rule(text: &str) -> Result<ProxyRule, String> {
+    let (prefix, target) = text.split_once('=').ok_or_else(|| {
+        format!("{text:?} is not PREFIX=TARGET (e.g. /api/=http://127.0.0.1:3000)")
+    })?;
+    if !prefix.starts_with('/')
+        || prefix.contains(['?', '#', '{', '}', ' '])
+        || prefix.split('/').any(|seg| seg == "." || seg == "..")
+    {
+        return Err(format!("{text:?}: the prefix must be a path such as /api/"));
+    }
+    if target.trim().is_empty() {
+        return Err(format!("{text:?}: no upstream after ="));
+    }
+    for url in target.split(',').map(str::trim).filter(|t| t.contains(':')) {
+        parse_server(url).map_err(|e| format!("{text:?}: {e}"))?;
+    }
+    Ok(ProxyRule {
+        prefix: prefix.to_owned(),
+        target: target.trim().to_owned(),
+    })
+}
+
+/// A server address: `http://host:port[/path]` (the path replaces the rule's prefix) or
+/// `unix:/path/to.sock`. Returns the server and the rewrite path.
+fn parse_server(url: &str) -> Result<(UpstreamAddr, String, Option<String>), String> {
+    if let Some(path) = url.strip_prefix("unix:") {
+        if !path.starts_with('/') {
+            return Err(format!(
+                "{url:?}: a Unix socket's path is absolute (unix:/run/app.sock)"
+            ));
+        }
+        return Ok((
+            UpstreamAddr::Unix(PathBuf::from(path)),
+            url.to_owned(),
+            None,
+        ));
+    }
+    if url.starts_with("https://") {
+        return Err(format!(
+            "{url:?}: https upstreams are not supported yet (use http:// or unix:)"
+        ));
+    }
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url:?}: an upstream is http://HOST:PORT or unix:/PATH"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], Some(rest[i..].to_owned())),
+        None => (rest, None),
+    };
+    let with_port = if authority.rsplit_once(':').is_some_and(|(h, p)| {
+        !h.is_empty() && !h.ends_with(':') && p.bytes().all(|b| b.is_ascii_digit())
+    }) {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("{url:?}: cannot resolve {authority}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{url:?}: {authority} resolves to no address"))?;
+    Ok((UpstreamAddr::Tcp(addr), with_port, path))
+}
+
+/// An `[[upstream]]` table, as the config file gives it.
+#[derive(Debug, Clone)]
+pub struct UpstreamTable {
+    pub name: String,
+    /// (URL, weight)
+    pub servers: Vec<(String, u32)>,
+    pub group: GroupArgs,
+}
+
+/// Parses `--proxy-trusted`: an address or a network (`10.0.0.0/8`, `::1`).
+///
+/// # Errors
+/// A message for clap.
+pub fn parse_cidr(text: &str) -> Result<Cidr, String> {
+    let (addr, bits) = match text.split_once('/') {
+        Some((a, b)) => (a, Some(b)),
+        None => (text, None),
+    };
+    let addr: IpAddr = addr
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not an address or network (e.g. 10.0.0.0/8, ::1)"))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let bits = match bits {
+        Some(b) => b
+            .trim()
+            .parse::<u8>()
+            .ok()
+            .filter(|&b| b <= max)
+            .ok_or_else(|| format!("{text:?}: the prefix length is 0 to {max}"))?,
+        None => max,
+    };
+    Ok(Cidr { addr, bits })
+}
+
+fn group(name: String, servers: Vec<UpstreamServer>, g: &GroupArgs) -> UpstreamGroup {
+    UpstreamGroup {
+        name,
+        servers,
+        balance: g.balance.clone(),
+        timeouts: UpstreamTimeouts {
+            connect: g.connect_timeout,
+            first_byte: g.first_byte_timeout,
+            read: g.read_timeout,
+            write: g.write_timeout,
+        },
+        keepalive: g.keepalive,
+        keepalive_timeout: g.keepalive_timeout,
+        max_fails: g.max_fails,
+        fail_timeout: g.fail_timeout,
+        health: g.health_check.as_ref().map(|path| HealthCheck {
+            path: path.clone(),
+            interval: g.health_interval,
+            timeout: g.health_timeout,
+            statuses: g.health_status.0.clone(),
+        }),
+    }
+}
+
+/// The proxy's configuration and each site's routes: the named groups first, then one group per
+/// rule that names servers itself.
+///
+/// # Errors
+/// One line: a rule naming no known group, a server that does not resolve.
+pub fn build(
+    tables: &[UpstreamTable],
+    defaults: &GroupArgs,
+    trusted: &[Cidr],
+    sites: &[&[ProxyRule]],
+) -> Result<(ProxyConfig, Vec<Vec<ProxyRoute>>), String> {
+    let mut cfg = ProxyConfig {
+        groups: Vec::new(),
+        trusted: trusted.to_vec(),
+    };
+    for t in tables {
+        if cfg.groups.iter().any(|g| g.name == t.name) {
+            return Err(format!("upstream {:?} is defined twice", t.name));
+        }
+        let mut servers = Vec::new();
+        for (url, weight) in &t.servers {
+            let (addr, label, path) =
+                parse_server(url).map_err(|e| format!("upstream {}: {e}", t.name))?;
+            if path.is_some() {
+                return Err(format!(
+                    "upstream {}: {url:?}: a group's servers have no path (put it in the --proxy rule)",
+                    t.name
+                ));
+            }
+            servers.push(UpstreamServer {
+                addr,
+                label,
+                weight: *weight,
+            });
+        }
+        if servers.is_empty() {
+            return Err(format!("upstream {}: no servers", t.name));
+        }
+        cfg.groups.push(group(t.name.clone(), servers, &t.group));
+    }
+    let mut routes = Vec::new();
+    for rules in sites {
+        let mut site = Vec::new();
+        for rule in *rules {
+            let (group_index, rewrite) =
+                if let Some(i) = cfg.groups.iter().position(|g| g.name == rule.target) {
+                    (i, None)
+                } else if rule.target.contains(':') {
+                    let mut servers = Vec::new();
+                    let mut rewrite = None;
+                    for url in rule.target.split(',').map(str::trim) {
+                        let (addr, label, path) = parse_server(url)?;
+                        if path.is_some() {
+                            rewrite = path;
+                        }
+                        servers.push(UpstreamServer {
+                            addr,
+                            label,
+                            weight: 1,
+                        });
+                    }
+                    cfg.groups.push(group(
+                        format!("{}={}", rule.prefix, rule.target),
+                        servers,
+                        defaults,
+                    ));
+                    (cfg.groups.len() - 1, rewrite)
+                } else {
+                    return Err(format!(
+                        "--proxy {}={}: no [[upstream]] named {:?}",
+                        rule.prefix, rule.target, rule.target
+                    ));
+                };
+            site.push(ProxyRoute {
+                prefix: rule.prefix.clone(),
+                group: group_index,
+                rewrite,
+            });
+        }
+        routes.push(site);
+    }
+    Ok((cfg, routes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_and_servers() {
+        let r = parse_proxy_rule("/api/=http://127.0.0.1:3000").unwrap();
+        assert_eq!(
+            (r.prefix.as_str(), r.target.as_str()),
+            ("/api/", "http://127.0.0.1:3000")
+        );
+        for bad in [
+            "api=http://x:1",
+            "/api/",
+            "/a/../b=http://x:1",
+            "/x=ftp://y:1",
+            "/x=http://127.0.0.1:99999",
+            "/x=unix:run.sock",
+        ] {
+            assert!(parse_proxy_rule(bad).is_err(), "{bad}");
+        }
+        let (addr, label, path) = parse_server("http://127.0.0.1:3000/v2/").unwrap();
+        assert_eq!(addr, UpstreamAddr::Tcp("127.0.0.1:3000".parse().unwrap()));
+        assert_eq!(
+            (label.as_str(), path.as_deref()),
+            ("127.0.0.1:3000", Some("/v2/"))
+        );
+        assert!(parse_server("https://x:1")
+            .unwrap_err()
+            .contains("not supported yet"));
+        assert_eq!(
+            parse_server("unix:/run/app.sock").unwrap().0,
+            UpstreamAddr::Unix("/run/app.sock".into())
+        );
+    }
+
+    #[test]
+    fn balance_statuses_and_networks() {
+        assert_eq!(parse_balance("least-conn"), Ok(Balance::LeastConn));
+        assert_eq!(
+            parse_balance("hash:header:X-User"),
+            Ok(Balance::Hash(HashKey::Header("x-user".into())))
+        );
+        assert!(parse_balance("random").is_err());
+        assert_eq!(
+            parse_statuses("200-399,401").unwrap().0,
+            vec![(200, 399), (401, 401)]
+        );
+        assert!(parse_statuses("399-200").is_err());
+        assert_eq!(parse_cidr("10.0.0.0/8").unwrap().bits, 8);
+        assert_eq!(parse_cidr("::1").unwrap().bits, 128);
+        assert!(parse_cidr("10.0.0.0/33").is_err());
+    }
+}
