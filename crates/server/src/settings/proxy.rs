@@ -40,7 +40,7 @@ pub struct GroupArgs {
         id = "proxy_keepalive",
         long = "proxy-keepalive",
         value_name = "N",
-        default_value_t = 32
+        default_value_t = 512
     )]
     pub keepalive: usize,
     /// How long an idle upstream connection is kept
