@@ -763,6 +763,9 @@ impl Conn {
         self.closed = true;
         ctx.counters.closed += 1;
         let _ = ctx.registry.deregister(self.io.socket());
+        if let Some(up) = self.upstream.take() {
+            ctx.proxy_cancels.push(up);
+        }
         self.give_back(ctx);
     }
 

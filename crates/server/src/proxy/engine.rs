@@ -214,7 +214,8 @@ impl Upstreams {
             None => {
                 if c.phase == Phase::Idle {
                     self.idle_event(key, ctx);
-                } else if c.client.is_none() {
+                } else {
+                    // Its client is gone (or no longer wants the response).
                     self.close(key, ctx);
                 }
             }
