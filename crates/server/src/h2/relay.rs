@@ -126,8 +126,13 @@ impl Downstream for StreamRelay<'_> {
         }
         s.out.extend_from_slice(data);
     }
-
-    fn relay_end(&mut self, ctx: &mut WorkerCtx<'_>, _upstream: &str, _status: u16) {
+    fn relay_end(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        upstream: &str,
+        upstream_status: u16,
+        upstream_time: std::time::Duration,
+    ) {
         let c = &mut *self.conn;
         let Some(i) = c.stream_index(self.id) else {
             return;
@@ -138,6 +143,20 @@ impl Downstream for StreamRelay<'_> {
         };
         let took = ctx.now.saturating_duration_since(s.started);
         ctx.counters.response(0, r.status, r.body_bytes, took);
+        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &s.held) {
+            log.record(&held.entry(
+                c.peer,
+                r.status,
+                r.body_bytes,
+                took,
+                ctx.worker,
+                Some(crate::access_log::UpstreamFields {
+                    addr: upstream,
+                    status: upstream_status,
+                    time: upstream_time,
+                }),
+            ));
+        }
         if r.head_only {
             // The HEADERS frame ended the stream.
             c.streams.swap_remove(i);

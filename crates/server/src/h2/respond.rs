@@ -116,6 +116,9 @@ impl H2Conn {
             };
             let s = &mut self.streams[i];
             s.state = State::HalfClosedRemote;
+            if ctx.access_log.is_some() {
+                s.held.get_or_insert_with(Box::default).hold(&req);
+            }
             s.relay = Some(Relay {
                 upstream: None,
                 open: true,
@@ -144,6 +147,7 @@ impl H2Conn {
                 user_agent: req.header("user-agent"),
                 referer: req.header("referer"),
                 worker: ctx.worker,
+                upstream: None,
             });
         }
         let file = if done.sent { done.file } else { None };

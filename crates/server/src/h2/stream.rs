@@ -43,6 +43,8 @@ pub(crate) struct Stream {
     pub(crate) file: Option<FileBody>,
     /// The response comes from an upstream, relayed as it arrives.
     pub(crate) relay: Option<Relay>,
+    /// The relayed request's log fields (only with an access log).
+    pub(crate) held: Option<Box<crate::access_log::HeldRequest>>,
 }
 
 /// A stream's response being relayed from an upstream.
@@ -89,6 +91,7 @@ impl Stream {
             out_pos: 0,
             file: None,
             relay: None,
+            held: None,
         }
     }
 
