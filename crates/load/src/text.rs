@@ -47,7 +47,8 @@ pub fn banner(cfg: &LoadConfig) -> String {
 }
 
 /// The report, after the banner: wrk's lines where wrk prints the same fact, in its order and
-/// formats (`--latency` gives wrk2's percentile block and spectrum), then lowlat's own lines.
+/// formats (`--latency` gives wrk2's percentile block and spectrum), then lowlat's own lines:
+/// oha's status code and error distributions among them.
 #[must_use]
 pub fn render(report: &Report, detailed: bool) -> String {
     let mut s = String::new();
@@ -119,16 +120,7 @@ pub fn render(report: &Report, detailed: bool) -> String {
             let _ = writeln!(s, "  {p:>6}% {:>9}", micros(v as f64));
         }
     }
-    if e.protocol + e.tls > 0 {
-        let _ = writeln!(s, "  Other errors: protocol {}, tls {}", e.protocol, e.tls);
-    }
-    if st.not_ok() > 0 || st.redirection > 0 {
-        let _ = writeln!(
-            s,
-            "  Status: 2xx {}, 3xx {}, 4xx {}, 5xx {}",
-            st.success, st.redirection, st.client_error, st.server_error
-        );
-    }
+    distributions(&mut s, report);
     if let Some(t) = &report.tls {
         let _ = writeln!(
             s,
@@ -147,6 +139,39 @@ pub fn render(report: &Report, detailed: bool) -> String {
         );
     }
     s
+}
+
+/// oha's distributions: responses by status code, then failed requests by kind, each kind
+/// with what it means (the first TLS failure's reason goes to stderr, once).
+fn distributions(s: &mut String, report: &Report) {
+    let mut codes = report.status_codes.iter().peekable();
+    if codes.peek().is_some() {
+        let _ = writeln!(s, "  Status code distribution:");
+        for (code, n) in codes {
+            let _ = writeln!(
+                s,
+                "    [{code}] {n} response{}",
+                if n == 1 { "" } else { "s" }
+            );
+        }
+    }
+    let e = &report.errors;
+    if e.total() == 0 {
+        return;
+    }
+    let _ = writeln!(s, "  Error distribution:");
+    for (n, kind, meaning) in [
+        (e.connect, "connect", "the connection could not be opened"),
+        (e.read, "read", "reset, or closed with requests unanswered"),
+        (e.write, "write", "a request could not be written"),
+        (e.timeout, "timeout", "no response within the timeout"),
+        (e.protocol, "protocol", "not a valid HTTP response"),
+        (e.tls, "tls", "TLS handshake or record failed"),
+    ] {
+        if n > 0 {
+            let _ = writeln!(s, "    [{n}] {kind}: {meaning}");
+        }
+    }
 }
 
 /// wrk2's `--latency` (and `-U`) block: its eight percentiles, then the full spectrum, then a

@@ -38,6 +38,7 @@ fn json_matches_schema() {
     assert_eq!(v["responses"], 500);
     assert_eq!(v["latency_us"]["count"], 500);
     assert_eq!(v["status"]["2xx"], 500);
+    assert_eq!(v["status_codes"], serde_json::json!({"200": 500}));
     assert_eq!(v["errors"]["total"], 0);
     assert_eq!(v["config"]["pipeline"], 2);
     // An empty run (every request failed) is valid too.
