@@ -88,6 +88,7 @@
 //! - `plan`: what the threads run — hosts, laid-out request bytes, each thread's connections;
 //!   built by `prepare`, read by the engine.
 //! - [`report`]: per-thread counters, [`Report`], [`LatencySummary`], [`TlsSummary`].
+//! - `tls_failure`: why a TLS handshake failed, in words, with what to do next.
 //! - `sys`: the few system calls std lacks (thread CPU time, affinity, timerfd, descriptor
 //!   limit); all `unsafe`.
 //! - [`error`]: the [`LoadError`] type.
@@ -113,6 +114,7 @@ mod sys;
 pub mod text;
 pub mod thresholds;
 pub mod tls;
+mod tls_failure;
 mod transport;
 mod url;
 mod validate;

@@ -49,41 +49,27 @@ pub fn banner(cfg: &LoadConfig) -> String {
 /// The report, after the banner: wrk's lines where wrk prints the same fact, in its order and
 /// formats (`--latency` gives wrk2's percentile block and spectrum), then lowlat's own lines:
 /// oha's status code and error distributions among them.
+///
+/// A run that got no response has no latency to show: its report says so instead of printing a
+/// table of zeros.
 #[must_use]
 pub fn render(report: &Report, detailed: bool) -> String {
     let mut s = String::new();
+    let answered = report.responses > 0;
     let l = report.latency_summary();
-    let _ = writeln!(
-        s,
-        "  Thread Stats{:>6}{:>11}{:>8}{:>12}",
-        "Avg", "Stdev", "Max", "+/- Stdev"
-    );
-    let _ = write!(s, "    {:<10}", "Latency");
-    units(&mut s, &time_us(l.mean), 8);
-    units(&mut s, &time_us(l.stdev), 10);
-    units(&mut s, &time_us(l.max as f64), 9);
-    let _ = writeln!(s, "{:>8.2}%", l.within_stdev * 100.0);
-    let (mean, stdev, max, within) = report
-        .thread_rates
-        .as_ref()
-        .map_or((0.0, 0.0, 0.0, 0.0), |r| {
-            (r.mean, r.stdev, r.max, r.within_stdev)
-        });
-    let _ = write!(s, "    {:<10}", "Req/Sec");
-    units(&mut s, &metric(mean), 8);
-    units(&mut s, &metric(stdev), 10);
-    units(&mut s, &metric(max), 9);
-    let _ = writeln!(s, "{:>8.2}%", within * 100.0);
-    if detailed {
-        hdr_block(&mut s, &report.latency, "Recorded Latency");
-    }
-    if let Some(u) = &report.uncorrected_latency {
-        s.push('\n');
-        hdr_block(
-            &mut s,
-            u,
-            "Uncorrected Latency (measured without taking delayed starts into account)",
-        );
+    if answered {
+        thread_stats(&mut s, report);
+        if detailed {
+            hdr_block(&mut s, &report.latency, "Recorded Latency");
+        }
+        if let Some(u) = &report.uncorrected_latency {
+            s.push('\n');
+            hdr_block(
+                &mut s,
+                u,
+                "Uncorrected Latency (measured without taking delayed starts into account)",
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -107,7 +93,9 @@ pub fn render(report: &Report, detailed: bool) -> String {
     let _ = writeln!(s, "Requests/sec: {:>9.2}", report.requests_per_sec());
     let _ = writeln!(s, "Transfer/sec: {:>10}B", binary(report.bytes_per_sec()));
     // lowlat's own lines, after everything wrk prints.
-    if !detailed {
+    if !answered {
+        let _ = writeln!(s, "  no response received");
+    } else if !detailed {
         let _ = writeln!(s, "  Latency Distribution");
         for (p, v) in [
             ("50", l.p50),
@@ -139,6 +127,32 @@ pub fn render(report: &Report, detailed: bool) -> String {
         );
     }
     s
+}
+
+/// wrk's thread statistics: the latency and per-thread rate rows.
+fn thread_stats(s: &mut String, report: &Report) {
+    let l = report.latency_summary();
+    let _ = writeln!(
+        s,
+        "  Thread Stats{:>6}{:>11}{:>8}{:>12}",
+        "Avg", "Stdev", "Max", "+/- Stdev"
+    );
+    let _ = write!(s, "    {:<10}", "Latency");
+    units(s, &time_us(l.mean), 8);
+    units(s, &time_us(l.stdev), 10);
+    units(s, &time_us(l.max as f64), 9);
+    let _ = writeln!(s, "{:>8.2}%", l.within_stdev * 100.0);
+    let (mean, stdev, max, within) = report
+        .thread_rates
+        .as_ref()
+        .map_or((0.0, 0.0, 0.0, 0.0), |r| {
+            (r.mean, r.stdev, r.max, r.within_stdev)
+        });
+    let _ = write!(s, "    {:<10}", "Req/Sec");
+    units(s, &metric(mean), 8);
+    units(s, &metric(stdev), 10);
+    units(s, &metric(max), 9);
+    let _ = writeln!(s, "{:>8.2}%", within * 100.0);
 }
 
 /// oha's distributions: responses by status code, then failed requests by kind, each kind

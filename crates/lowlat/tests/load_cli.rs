@@ -1,7 +1,11 @@
 //! `lowlat load` as a user of wrk, oha or h2load first meets it, as processes against
-//! `lowlat serve`: the status code and error distributions.
+//! `lowlat serve`: TLS verification failures said in words with what to do, no latency table
+//! for a run that got no response, and the status code and error distributions.
 
+use std::path::Path;
 use std::process::Command;
+
+use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
 use support::BIN;
@@ -21,6 +25,22 @@ impl Serve {
         let base = format!("http://{}", support::address(&banner, "http://"));
         Self { child, base }
     }
+
+    /// Over TLS with this certificate: its `https://localhost:PORT` base.
+    fn tls(cert: &Path, key: &Path) -> Self {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--workers", "1", "--tls-listen", "127.0.0.1:0"])
+            .arg("--cert")
+            .arg(cert)
+            .arg("--key")
+            .arg(key);
+        let (child, _, banner) = support::spawn_serve(cmd);
+        let port = support::address(&banner, "https://").port();
+        Self {
+            child,
+            base: format!("https://localhost:{port}"),
+        }
+    }
 }
 
 impl Drop for Serve {
@@ -38,6 +58,61 @@ fn load(args: &[&str]) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A certificate that does not verify: the reason in words with what to do (no rustls enum
+/// names, no byte lists), no latency table of zeros, "no response received", exit 1 — for a
+/// self-signed certificate, one signed with a key of another type than the trusted one of its
+/// issuer's name, an expired one, and one for another name.
+#[test]
+fn tls_failures_said_in_words_without_a_latency_table() {
+    let pki = Pki::new();
+    let unrelated_ca = Pki::new();
+    let self_signed = pki.self_signed("self", &["localhost"], KeyKind::EcdsaP256);
+    let rsa_namesake = pki.self_signed("namesake", &["localhost"], KeyKind::Rsa2048);
+    let expired = pki.expired_leaf("expired", &["localhost"]);
+    let other_name = pki.leaf("other", &["example.test"], KeyKind::EcdsaP256);
+    let cases = [
+        (
+            &self_signed,
+            unrelated_ca.ca_path(),
+            "certificate not trusted (self-signed?): pass --cacert FILE, or -k to skip verification",
+        ),
+        (
+            &self_signed,
+            rsa_namesake.cert.clone(),
+            "certificate not trusted (self-signed, or from another CA of the same name?): it is \
+             signed with ECDSA with SHA-256, but the trusted certificate named as its issuer has \
+             a key for RSA: pass --cacert FILE, or -k to skip verification",
+        ),
+        (&expired, pki.ca_path(), "certificate expired on "),
+        (
+            &other_name,
+            pki.ca_path(),
+            "certificate is not for localhost (it names example.test): use a URL with one of its \
+             names, or -k to skip verification",
+        ),
+    ];
+    for (cert, cacert, said) in cases {
+        let serve = Serve::tls(&cert.cert, &cert.key);
+        let url = format!("{}/plaintext", serve.base);
+        let cacert = cacert.display().to_string();
+        let (code, out, err) = load(&["-t1", "-c1", "-d1s", "-q", "--cacert", &cacert, &url]);
+        assert_eq!(code, Some(1), "{out}{err}");
+        assert!(err.contains(said), "wanted {said:?} in:\n{err}");
+        assert!(
+            !err.contains("Context") && !err.contains("[6, "),
+            "debug output: {err}"
+        );
+        assert!(err.contains("no response received"), "{err}");
+        assert!(out.contains("  no response received"), "{out}");
+        assert!(!out.contains("Latency") && !out.contains("0.00us"), "{out}");
+        assert!(out.contains("  Error distribution:\n    ["), "{out}");
+        assert!(out.contains("] tls: "), "{out}");
+        // Skipping verification then works against the same server.
+        let (code, out, err) = load(&["-t1", "-c1", "-n", "10", "-q", "-k", &url]);
+        assert_eq!(code, Some(0), "{out}{err}");
+    }
 }
 
 /// oha's distributions: responses by status code and failures by kind, in the text and the
