@@ -1,6 +1,8 @@
 //! `lowlat load` as a user of wrk, oha or h2load first meets it, as processes against
 //! `lowlat serve`: TLS verification failures said in words with what to do, no latency table
-//! for a run that got no response, and the status code and error distributions.
+//! for a run that got no response, usage errors as one line naming the flag (exit 2), the
+//! thread count lowered to a small connection count, and the status code and error
+//! distributions.
 
 use std::path::Path;
 use std::process::Command;
@@ -113,6 +115,58 @@ fn tls_failures_said_in_words_without_a_latency_table() {
         let (code, out, err) = load(&["-t1", "-c1", "-n", "10", "-q", "-k", &url]);
         assert_eq!(code, Some(0), "{out}{err}");
     }
+}
+
+/// Usage errors exit 2 with one line that names the flag and says the accepted range in
+/// words; `-c1` without `-t` runs one thread instead of failing, and says so.
+#[test]
+fn usage_errors_name_the_flag_and_exit_2() {
+    let serve = Serve::plain();
+    let url = format!("{}/plaintext", serve.base);
+    for (args, said) in [
+        (
+            &["-c", "0", "-d1s"][..],
+            "lowlat load: invalid value '0' for '--connections <N>': must be a number from 1 to \
+             1000000",
+        ),
+        (
+            &["-t", "0", "-d1s"],
+            "lowlat load: invalid value '0' for '--threads <N>': must be a number from 1 to 1024",
+        ),
+        (
+            &["-c2", "-t4", "-d1s"],
+            "lowlat load: --threads 4 is more than --connections 2: each thread needs a \
+             connection, so -t must be a number from 1 to 2",
+        ),
+        (
+            &["--pipeline", "0"],
+            "lowlat load: invalid value '0' for '--pipeline <N>': must be a number from 1 to 1024",
+        ),
+    ] {
+        let mut argv = args.to_vec();
+        argv.push(&url);
+        let (code, out, err) = load(&argv);
+        assert_eq!(code, Some(2), "{args:?}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with(said), "{args:?}: {err}");
+        assert!(!err.contains("..="), "Rust's range syntax: {err}");
+        assert!(out.is_empty(), "no banner for a usage error: {out}");
+    }
+    let ftp = serve.base.replace("http://", "ftp://");
+    let (code, _, err) = load(&["-d1s", &ftp]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("only http:// and https:// URLs are supported"),
+        "{err}"
+    );
+    let (code, out, err) = load(&["-c1", "-n", "100", "-q", &url]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("  1 threads and 1 connections"), "{out}");
+    assert_eq!(
+        err.trim(),
+        "lowlat load: 1 thread, as there is only 1 connection"
+    );
 }
 
 /// oha's distributions: responses by status code and failures by kind, in the text and the
