@@ -61,7 +61,8 @@ pub struct LoadArgs {
     /// Print wrk2's latency percentiles and the full spectrum.
     #[arg(short = 'L', long)]
     pub latency: bool,
-    /// With -R, also print the latency measured from each request's actual send (wrk2's -U).
+    /// With -R, also print the latency measured from each request's actual send (wrk2's -U),
+    /// after the corrected latency (printed in full, as with -L).
     #[arg(short = 'U', long = "u-latency", requires = "rate")]
     pub u_latency: bool,
     /// Count a request as failed after this long without its response.

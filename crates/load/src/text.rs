@@ -50,12 +50,14 @@ pub fn banner(cfg: &LoadConfig) -> String {
 /// formats (`--latency` gives wrk2's percentile block and spectrum), then lowlat's own lines:
 /// oha's status code and error distributions among them.
 ///
-/// A run that got no response has no latency to show: its report says so instead of printing a
-/// table of zeros.
+/// With `-U` the corrected block is printed in full first and the uncorrected one after it, so
+/// the two read side by side in one format, as `--latency` prints them. A run that got no
+/// response has no latency to show: its report says so instead of printing a table of zeros.
 #[must_use]
 pub fn render(report: &Report, detailed: bool) -> String {
     let mut s = String::new();
     let answered = report.responses > 0;
+    let detailed = detailed || report.uncorrected_latency.is_some();
     let l = report.latency_summary();
     if answered {
         thread_stats(&mut s, report);

@@ -1,8 +1,8 @@
 //! `lowlat load` as a user of wrk, oha or h2load first meets it, as processes against
 //! `lowlat serve`: TLS verification failures said in words with what to do, no latency table
 //! for a run that got no response, usage errors as one line naming the flag (exit 2), the
-//! thread count lowered to a small connection count, and the status code and error
-//! distributions.
+//! thread count lowered to a small connection count, `-U`'s block after the corrected one,
+//! and the status code and error distributions.
 
 use std::path::Path;
 use std::process::Command;
@@ -167,6 +167,24 @@ fn usage_errors_name_the_flag_and_exit_2() {
         err.trim(),
         "lowlat load: 1 thread, as there is only 1 connection"
     );
+}
+
+/// `-R … -U` without `-L`: the corrected latency first, in full, then the uncorrected one, as
+/// the README says (and as `-L -U` prints them).
+#[test]
+fn uncorrected_latency_follows_the_corrected_one() {
+    let serve = Serve::plain();
+    let url = format!("{}/plaintext", serve.base);
+    let (code, out, err) = load(&["-t1", "-c2", "-d1s", "-R", "200", "-U", "-q", &url]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let corrected = out
+        .find("(HdrHistogram - Recorded Latency)")
+        .unwrap_or_else(|| panic!("no corrected block:\n{out}"));
+    let uncorrected = out
+        .find("(HdrHistogram - Uncorrected Latency")
+        .unwrap_or_else(|| panic!("no uncorrected block:\n{out}"));
+    assert!(corrected < uncorrected, "{out}");
+    assert_eq!(out.matches("Detailed Percentile spectrum").count(), 2);
 }
 
 /// oha's distributions: responses by status code and failures by kind, in the text and the
