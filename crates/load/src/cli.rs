@@ -272,6 +272,9 @@ fn merge(m: &MergeArgs) -> Result<ExitCode, String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let merged = crate::merge::merge(logs);
+    if let Some(w) = merged.warning() {
+        eprintln!("lowlat load merge: warning: {w}");
+    }
     if m.json {
         println!(
             "{}",

@@ -2,7 +2,7 @@
 //! `lowlat serve`: TLS verification failures said in words with what to do, no latency table
 //! for a run that got no response, usage errors as one line naming the flag (exit 2), the
 //! thread count lowered to a small connection count, `-U`'s block after the corrected one,
-//! and the status code and error distributions.
+//! the status code and error distributions, and `merge` of logs that do not overlap.
 
 use std::path::Path;
 use std::process::Command;
@@ -245,4 +245,55 @@ fn status_codes_and_error_kinds_are_counted() {
         out.contains("  Error distribution:\n    [5] protocol: not a valid HTTP response\n"),
         "{out}"
     );
+}
+
+/// `lowlat load merge` of two runs made one after the other: a warning that the logs do not
+/// overlap, and the rate over the time they cover together — not the sum of their rates.
+#[test]
+fn merge_of_runs_one_after_the_other_warns_and_keeps_the_real_rate() {
+    let serve = Serve::plain();
+    let url = format!("{}/plaintext", serve.base);
+    let dir = tempfile::tempdir().unwrap();
+    let mut logs = Vec::new();
+    for tag in ["first", "second"] {
+        let log = dir.path().join(format!("{tag}.hlog")).display().to_string();
+        let (code, out, err) = load(&[
+            "-t1",
+            "-c2",
+            "-d1s",
+            "-q",
+            "--tag",
+            tag,
+            "--hdr-log",
+            &log,
+            &url,
+        ]);
+        assert_eq!(code, Some(0), "{out}{err}");
+        logs.push(log);
+    }
+    let mut argv = vec!["merge", "--json"];
+    argv.extend(logs.iter().map(String::as_str));
+    let (code, out, err) = load(&argv);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        err.starts_with("lowlat load merge: warning: the logs do not overlap in time (first "),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let agents = v["agents"].as_array().unwrap();
+    let sum: f64 = agents
+        .iter()
+        .map(|a| a["requests_per_sec"].as_f64().unwrap())
+        .sum();
+    let highest = agents
+        .iter()
+        .map(|a| a["requests_per_sec"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    let rate = v["requests_per_sec"].as_f64().unwrap();
+    assert!(rate <= highest * 1.01, "{rate} of {sum} added: {v:#}");
+    let covered = v["covered_secs"].as_f64().unwrap();
+    assert!((1.9..2.5).contains(&covered), "{v:#}");
+    let responses = v["responses"].as_f64().unwrap();
+    assert!((rate - responses / covered).abs() < 1e-6, "{v:#}");
+    assert!(v["warning"].as_str().unwrap().contains("do not overlap"));
 }
