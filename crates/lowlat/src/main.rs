@@ -8,7 +8,7 @@ use std::process::ExitCode;
 #[command(
     name = "lowlat",
     version = env!("LOWLAT_LONG_VERSION"),
-    about = "A fast, low-latency HTTP/1.1 server, load generator and benchmark harness"
+    about = "A fast, low-latency HTTP/1.1 and HTTP/2 server, load generator and benchmark harness"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -17,9 +17,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve HTTP/1.1: built-in endpoints, static files, the dynamic app.
+    /// Serve HTTP/1.1 and HTTP/2, in clear and over TLS: built-in endpoints, static files, the
+    /// dynamic app.
     Serve(Box<lowlat_server::settings::ServeArgs>),
-    /// Generate HTTP load (wrk's flags, wrk2's constant rate, pipelining).
+    /// Generate HTTP/1.1 or HTTP/2 load (wrk's flags, wrk2's constant rate, pipelining).
     Load(Box<lowlat_load::cli::LoadArgs>),
     /// Run benchmark sweeps from a spec and render reports.
     Bench(lowlat_bench::cli::BenchArgs),
@@ -89,9 +90,16 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     }
     let mut words = std::env::args().skip(1).take(1);
     let cmd = match words.next().as_deref() {
-        Some(sub @ ("serve" | "load" | "bench")) => format!("lowlat {sub}"),
+        Some(sub @ ("serve" | "load" | "bench" | "completions" | "man")) => format!("lowlat {sub}"),
         _ => "lowlat".to_owned(),
     };
+    // A value outside a fixed list (`--log-level verbose`, `completions tcsh`): say the list,
+    // which clap prints only in the lines dropped above.
+    if let Some(clap::error::ContextValue::Strings(accepted)) =
+        e.get(clap::error::ContextKind::ValidValue)
+    {
+        reason = format!("{reason}; accepted values: {}", accepted.join(", "));
+    }
     eprintln!("{cmd}: {reason} (see `{cmd} --help`)");
     ExitCode::from(2)
 }

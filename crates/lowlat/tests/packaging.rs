@@ -1,6 +1,6 @@
 //! What a packager and an operator use: the version (with the git revision from a checkout),
-//! shell completions, the man page, and the systemd unit (checked by systemd-analyze where the
-//! machine has it).
+//! shell completions, the help and the man page, usage errors that list accepted values, and the
+//! systemd unit (checked by systemd-analyze where the machine has it).
 
 use std::process::Command;
 
@@ -35,6 +35,80 @@ fn version_completions_and_man_page() {
     assert!(man.contains(".TH lowlat 1"), "{man}");
     let (code, _) = run(&["completions", "tcsh"]);
     assert_eq!(code, Some(2), "an unknown shell is a usage error");
+}
+
+/// Runs `lowlat ARGS`: exit code and stderr.
+fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A value outside a fixed list is a usage error that lists the accepted values, in one line.
+#[test]
+fn unknown_values_list_the_accepted_ones() {
+    for (args, said) in [
+        (
+            &["serve", "--log-level", "verbose"][..],
+            "lowlat serve: invalid value 'verbose' for '--log-level <LEVEL>'; accepted values: \
+             error, warn, info, debug, trace",
+        ),
+        (
+            &["completions", "tcsh"],
+            "lowlat completions: invalid value 'tcsh' for '<SHELL>'; accepted values: bash, \
+             elvish, fish, powershell, zsh",
+        ),
+    ] {
+        let (code, err) = stderr_of(args);
+        assert_eq!(code, Some(2), "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(said), "{args:?}: {err}");
+    }
+}
+
+/// `lowlat serve --help` puts each group of flags under its own heading: the static files'
+/// and the app's are not listed under HTTP/2's; the help and the pages say what serve speaks.
+#[test]
+fn serve_help_groups_flags_under_their_headings() {
+    let (code, help) = run(&["serve", "--help"]);
+    assert_eq!(code, Some(0));
+    let heading_of = |flag: &str| {
+        let at = help
+            .find(&format!("      {flag} "))
+            .unwrap_or_else(|| panic!("{flag} missing:\n{help}"));
+        help[..at]
+            .lines()
+            .rev()
+            .find(|l| !l.starts_with(' ') && l.ends_with(':'))
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(heading_of("--h2-max-streams"), "HTTP/2:");
+    for flag in [
+        "--root",
+        "--index",
+        "--autoindex",
+        "--cache-bytes",
+        "--cache-valid",
+    ] {
+        assert_eq!(heading_of(flag), "Static files:", "{flag}");
+    }
+    for flag in [
+        "--no-app",
+        "--app-prefix",
+        "--app-words",
+        "--words",
+        "--seed",
+    ] {
+        assert_eq!(heading_of(flag), "Dynamic app:", "{flag}");
+    }
+    let (_, top) = run(&["--help"]);
+    let (_, man) = run(&["man"]);
+    for text in [&top, &man] {
+        assert!(text.contains("HTTP/1.1 and HTTP/2 server"), "{text}");
+    }
 }
 
 /// The shipped unit passes `systemd-analyze verify` (with ExecStart pointed at this build).
