@@ -1,8 +1,12 @@
 //! `lowlat`: one binary, three jobs. This file only parses the command line and dispatches;
-//! each subcommand's flags and its one-line error reporting live in its own crate.
+//! each subcommand's flags and its one-line error reporting live in its own crate, the manual
+//! pages in `man`.
 
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+mod man;
 
 #[derive(Parser)]
 #[command(
@@ -29,8 +33,17 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff), e.g. `lowlat man > /usr/local/share/man/man1/lowlat.1`.
-    Man,
+    /// Print a man page (roff): `lowlat man` the top one, `lowlat man load` a command's;
+    /// `lowlat man --dir /usr/local/share/man/man1` writes them all.
+    Man {
+        /// The command whose page to print (serve, load, load merge, bench, …); none: lowlat's.
+        #[arg(value_name = "COMMAND", conflicts_with = "dir")]
+        command: Vec<String>,
+        /// Write every page (lowlat.1, lowlat-serve.1, lowlat-load.1, …) into this directory
+        /// instead, and print their paths.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -47,16 +60,11 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut cmd, "lowlat", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("lowlat man: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        Command::Man { command, dir } => man::run(
+            <Cli as clap::CommandFactory>::command(),
+            &command,
+            dir.as_deref(),
+        ),
     }
 }
 

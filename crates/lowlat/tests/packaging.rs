@@ -1,6 +1,6 @@
 //! What a packager and an operator use: the version (with the git revision from a checkout),
-//! shell completions, the help and the man page, usage errors that list accepted values, and the
-//! systemd unit (checked by systemd-analyze where the machine has it).
+//! shell completions, the help and a man page per command, usage errors that list accepted
+//! values, and the systemd unit (checked by systemd-analyze where the machine has it).
 
 use std::process::Command;
 
@@ -108,6 +108,57 @@ fn serve_help_groups_flags_under_their_headings() {
     let (_, man) = run(&["man"]);
     for text in [&top, &man] {
         assert!(text.contains("HTTP/1.1 and HTTP/2 server"), "{text}");
+    }
+}
+
+/// Every page the top man page refers to (`lowlat-serve(1)`, …) exists: `lowlat man serve`
+/// prints one, `lowlat man --dir DIR` writes them all, and each page they name is among them.
+#[test]
+fn man_pages_for_every_command() {
+    let (code, page) = run(&["man", "serve"]);
+    assert_eq!(code, Some(0));
+    assert!(page.contains(".TH lowlat-serve 1"), "{page}");
+    assert!(
+        page.contains("\\-\\-root"),
+        "the serve page has serve's flags"
+    );
+    assert!(page.contains(".SH \"STATIC FILES\"") || page.contains(".SH STATIC FILES"));
+    let (code, page) = run(&["man", "load", "merge"]);
+    assert_eq!(code, Some(0));
+    assert!(page.contains(".TH lowlat-load-merge 1"), "{page}");
+    let (code, err) = stderr_of(&["man", "nosuch"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("no page for `lowlat nosuch`; pages: serve, load"),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (code, listed) = run(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(listed.lines().count(), names.len(), "{listed}");
+    for page in [
+        "lowlat.1",
+        "lowlat-serve.1",
+        "lowlat-load.1",
+        "lowlat-bench.1",
+    ] {
+        assert!(names.iter().any(|n| n == page), "{page} not in {names:?}");
+    }
+    for name in &names {
+        let text = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        for line in text.lines().filter(|l| l.ends_with("(1)")) {
+            let referred = format!("{}.1", line.trim_end_matches("(1)").replace("\\-", "-"));
+            assert!(
+                names.contains(&referred),
+                "{name} refers to {line}, not written"
+            );
+        }
     }
 }
 
