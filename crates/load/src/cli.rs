@@ -1,15 +1,20 @@
 //! `lowlat load` on the command line: wrk's flags (`-t -c -d -H --latency --timeout`) plus the
 //! ones wrk lacks, parsed with clap into a [`LoadConfig`]; then the run, the report (text or
 //! `--json`), the optional HdrHistogram log, and the exit code: 0 on success, 1 when the run
-//! could not start or every request failed (one line `lowlat load: ...` on stderr), 2 for usage
-//! errors (clap's own), 3 when a threshold (`--max-error-rate`, `--max-p99`, `--min-rps`) failed.
+//! could not start (an unknown host, a refused connection) or no response came back, 2 for
+//! usage errors — clap's own, and the values it cannot check alone (an `ftp://` URL, more
+//! threads than connections) — each one line `lowlat load: ...` on stderr, 3 when a threshold
+//! (`--max-error-rate`, `--max-p99`, `--min-rps`) failed.
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::config::{parse_count, parse_duration, LoadConfig, Target};
+use crate::config::{
+    parse_count, parse_duration, LoadConfig, Target, MAX_CONNECTIONS, MAX_PIPELINE, MAX_THREADS,
+};
+use crate::error::LoadError;
 use crate::progress::ProgressLine;
 
 /// Arguments of `lowlat load`.
@@ -19,7 +24,7 @@ use crate::progress::ProgressLine;
     disable_version_flag = true,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    about = "Generate HTTP/1.1 load (http:// and https://): wrk's flags, wrk2's constant rate, pipelining",
+    about = "Generate HTTP/1.1 or HTTP/2 load (http:// and https://): wrk's flags, wrk2's constant rate, pipelining",
     after_help = "Examples:\n  lowlat load -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n  \
                   lowlat load -t1 -c256 --pipeline 16 -d10s http://127.0.0.1:8080/plaintext\n  \
                   lowlat load -R 5000 -c50 -d60s --hdr-log run.hlog http://127.0.0.1:8080/\n  \
@@ -38,11 +43,11 @@ pub struct LoadArgs {
     /// Name this agent in the report, the JSON and the --hdr-log (for `lowlat load merge`).
     #[arg(long, value_name = "NAME", value_parser = parse_tag)]
     pub tag: Option<String>,
-    /// Threads, each with its own event loop.
-    #[arg(short, long, default_value_t = 2)]
-    pub threads: usize,
+    /// Threads, each with its own event loop [default: 2, or fewer when -c is smaller].
+    #[arg(short, long, value_name = "N", value_parser = parse_threads)]
+    pub threads: Option<usize>,
     /// Connections to keep open, in total.
-    #[arg(short, long, default_value_t = 10)]
+    #[arg(short, long, value_name = "N", default_value = "10", value_parser = parse_connections)]
     pub connections: usize,
     /// Duration of the measurement (10s, 2m, 1h) [default: 10s unless -n].
     #[arg(short, long, value_parser = parse_duration)]
@@ -56,7 +61,8 @@ pub struct LoadArgs {
     /// Print wrk2's latency percentiles and the full spectrum.
     #[arg(short = 'L', long)]
     pub latency: bool,
-    /// With -R, also print the latency measured from each request's actual send (wrk2's -U).
+    /// With -R, also print the latency measured from each request's actual send (wrk2's -U),
+    /// after the corrected latency (printed in full, as with -L).
     #[arg(short = 'U', long = "u-latency", requires = "rate")]
     pub u_latency: bool,
     /// Count a request as failed after this long without its response.
@@ -69,14 +75,14 @@ pub struct LoadArgs {
     #[arg(short = 'v', long, action = clap::ArgAction::Version)]
     pub version: Option<bool>,
     /// Requests in flight per connection.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value = "1", value_name = "N", value_parser = parse_pipeline)]
     pub pipeline: u32,
     /// Speak HTTP/2: ALPN h2 for https:// (the run fails if the server does not offer it),
     /// prior knowledge (h2c) for http:// (--h2c is the same flag).
     #[arg(long, alias = "h2c", conflicts_with_all = ["pipeline", "http10", "no_keepalive"])]
     pub h2: bool,
     /// With --h2: streams in flight per connection (h2load's -m).
-    #[arg(short = 'm', long, value_name = "N", requires = "h2", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(short = 'm', long, value_name = "N", requires = "h2", value_parser = parse_streams)]
     pub streams: Option<u32>,
     /// Constant throughput in requests/s over all connections (wrk2's -R); latency is measured
     /// from each request's scheduled send time.
@@ -151,6 +157,38 @@ pub struct MergeArgs {
     pub json: bool,
 }
 
+/// Threads when `-t` is not given (wrk's default), lowered to the connection count.
+pub const DEFAULT_THREADS: usize = 2;
+
+/// Most streams in flight per HTTP/2 connection (`-m`).
+pub const MAX_STREAMS: u32 = 10_000;
+
+/// A count (`64`, `1k`, as wrk reads them) within `low..=high`, else a message saying the range
+/// in words; clap puts the flag's name in front of it.
+fn count_within(s: &str, low: u64, high: u64) -> Result<u64, String> {
+    let n = parse_count(s)?;
+    if n < low || n > high {
+        return Err(format!("must be a number from {low} to {high}"));
+    }
+    Ok(n)
+}
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    count_within(s, 1, MAX_THREADS as u64).map(|n| n as usize)
+}
+
+fn parse_connections(s: &str) -> Result<usize, String> {
+    count_within(s, 1, MAX_CONNECTIONS as u64).map(|n| n as usize)
+}
+
+fn parse_pipeline(s: &str) -> Result<u32, String> {
+    count_within(s, 1, u64::from(MAX_PIPELINE)).map(|n| n as u32)
+}
+
+fn parse_streams(s: &str) -> Result<u32, String> {
+    count_within(s, 1, u64::from(MAX_STREAMS)).map(|n| n as u32)
+}
+
 fn parse_start_at(s: &str) -> Result<SystemTime, String> {
     if let Some(rel) = s.strip_prefix('+') {
         return Ok(SystemTime::now() + parse_duration(rel)?);
@@ -188,12 +226,38 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     Ok(n as f64)
 }
 
+/// Why `lowlat load` ended before its report: what was typed (exit 2), or the run (exit 1).
+enum Failure {
+    Usage(String),
+    Run(String),
+}
+
+impl From<String> for Failure {
+    fn from(msg: String) -> Self {
+        Self::Run(msg)
+    }
+}
+
+impl From<LoadError> for Failure {
+    /// A bad URL or option value is a usage error, as clap's are; the rest is the run's.
+    fn from(e: LoadError) -> Self {
+        match e {
+            LoadError::BadUrl { .. } | LoadError::Config(_) => Self::Usage(e.to_string()),
+            _ => Self::Run(e.to_string()),
+        }
+    }
+}
+
 /// Runs `lowlat load`; returns the process exit code.
 #[must_use]
 pub fn run(args: LoadArgs) -> ExitCode {
     match run_inner(args) {
         Ok(code) => code,
-        Err(msg) => {
+        Err(Failure::Usage(msg)) => {
+            eprintln!("lowlat load: {msg} (see `lowlat load --help`)");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(msg)) => {
             eprintln!("lowlat load: {msg}");
             ExitCode::from(1)
         }
@@ -208,6 +272,9 @@ fn merge(m: &MergeArgs) -> Result<ExitCode, String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let merged = crate::merge::merge(logs);
+    if let Some(w) = merged.warning() {
+        eprintln!("lowlat load merge: warning: {w}");
+    }
     if m.json {
         println!(
             "{}",
@@ -241,9 +308,9 @@ fn wait_until(at: SystemTime, quiet: bool, stop: &AtomicBool) {
     }
 }
 
-fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
+fn run_inner(args: LoadArgs) -> Result<ExitCode, Failure> {
     if let Some(LoadCommand::Merge(m)) = &args.command {
-        return merge(m);
+        return Ok(merge(m)?);
     }
     if let Some(script) = &args.script {
         eprintln!(
@@ -262,7 +329,7 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
     );
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
     // Bad input is one line on stderr, before any banner.
-    cfg.check().map_err(|e| e.to_string())?;
+    cfg.check()?;
     if let Some(at) = args.start_at {
         wait_until(at, args.quiet || args.json, &stop);
     }
@@ -273,7 +340,7 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
     let started = SystemTime::now();
     let result = crate::run_with_progress(&cfg, &stop, |p| line.update(p));
     line.finish();
-    let report = result.map_err(|e| e.to_string())?;
+    let report = result?;
     let thresholds = crate::thresholds::Thresholds {
         max_error_rate: args.max_error_rate,
         max_p99: args.max_p99,
@@ -314,10 +381,10 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
         }
     }
     if report.all_failed() && !thresholds.any() {
-        return Err(format!(
+        return Err(Failure::Run(format!(
             "no response received ({} requests failed)",
             report.errors.total()
-        ));
+        )));
     }
     let failed: Vec<String> = outcomes
         .iter()
@@ -331,13 +398,36 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
+/// The thread count: `-t` when given (never more than the connections: a thread without one
+/// would idle), else [`DEFAULT_THREADS`] lowered to the connection count, as oha and h2load
+/// do, and said on stderr.
+fn threads(args: &LoadArgs) -> Result<usize, Failure> {
+    let connections = args.connections;
+    match args.threads {
+        Some(t) if t > connections => Err(Failure::Usage(format!(
+            "--threads {t} is more than --connections {connections}: each thread needs a \
+             connection, so -t must be a number from 1 to {connections}"
+        ))),
+        Some(t) => Ok(t),
+        None if connections < DEFAULT_THREADS => {
+            eprintln!(
+                "lowlat load: {connections} thread{s}, as there {are} only {connections} \
+                 connection{s}",
+                s = if connections == 1 { "" } else { "s" },
+                are = if connections == 1 { "is" } else { "are" },
+            );
+            Ok(connections)
+        }
+        None => Ok(DEFAULT_THREADS),
+    }
+}
+
+fn to_config(args: &LoadArgs) -> Result<LoadConfig, Failure> {
     let targets = args
         .urls
         .iter()
         .map(|u| Target::parse(u))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+        .collect::<Result<Vec<_>, _>>()?;
     let body = match (&args.body, &args.body_file) {
         (Some(b), _) => Some(b.clone().into_bytes()),
         (None, Some(p)) => {
@@ -347,7 +437,7 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
     };
     Ok(LoadConfig {
         targets,
-        threads: args.threads,
+        threads: threads(args)?,
         connections: args.connections,
         duration: args.duration,
         requests: args.requests,

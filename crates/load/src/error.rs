@@ -27,6 +27,10 @@ pub enum LoadError {
     /// A zero, absurd or contradictory option.
     #[error("{0}")]
     Config(String),
+    /// This machine or process cannot run the load asked for (too few file descriptors): the
+    /// options are valid, the limits around them are not.
+    #[error("{0}")]
+    Resources(String),
     /// TLS cannot be set up: an unusable `--cacert`, no trusted roots.
     #[error("{0}")]
     Tls(String),

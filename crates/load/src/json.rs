@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::config::LoadConfig;
-use crate::report::{ErrorCounts, LatencySummary, RateSummary, Report, StatusCounts};
+use crate::report::{ErrorCounts, LatencySummary, RateSummary, Report, StatusCodes, StatusCounts};
 
 /// Version of the JSON shape; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -27,6 +27,8 @@ struct JsonReport<'a> {
     latency_us: JsonLatency,
     thread_req_per_sec: Option<RateSummary>,
     status: StatusCounts,
+    /// Responses by status code, the codes seen only (oha's status code distribution).
+    status_codes: &'a StatusCodes,
     errors: JsonErrors,
     cpu: JsonCpu,
     tls: Option<JsonTls<'a>>,
@@ -162,6 +164,7 @@ pub fn to_json(report: &Report, cfg: &LoadConfig) -> serde_json::Value {
         },
         thread_req_per_sec: report.thread_rates,
         status: report.status,
+        status_codes: &report.status_codes,
         errors: JsonErrors {
             counts: report.errors,
             total: report.errors.total(),

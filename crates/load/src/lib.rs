@@ -31,11 +31,11 @@
 //!   stops the run early and still returns what was measured. [`run_with_progress`] also calls
 //!   a closure with a [`Progress`] snapshot about every 100 ms.
 //! - [`Report`]: requests and responses, elapsed (measured) time, req/s, bytes read, the merged
-//!   latency histogram (`hdrhistogram::Histogram<u64>` in **microseconds**), [`StatusCounts`],
-//!   [`ErrorCounts`] by kind, and the loader threads' CPU time (`getrusage(RUSAGE_THREAD)`,
-//!   summed) with [`Report::cpu_us_per_response`]; also per-interval histograms
-//!   ([`LatencyInterval`], when [`LoadConfig::latency_intervals`] asks) and per-thread rate
-//!   samples ([`RateSummary`], wrk's `Req/Sec`).
+//!   latency histogram (`hdrhistogram::Histogram<u64>` in **microseconds**), [`StatusCounts`]
+//!   by class and [`StatusCodes`] by code, [`ErrorCounts`] by kind, and the loader threads' CPU
+//!   time (`getrusage(RUSAGE_THREAD)`, summed) with [`Report::cpu_us_per_response`]; also
+//!   per-interval histograms ([`LatencyInterval`], when [`LoadConfig::latency_intervals`] asks)
+//!   and per-thread rate samples ([`RateSummary`], wrk's `Req/Sec`).
 //! - [`LoadError`]: why a run could not start or finish. Failed requests are not errors of the
 //!   run; they are counted in [`ErrorCounts`].
 //!
@@ -88,6 +88,7 @@
 //! - `plan`: what the threads run — hosts, laid-out request bytes, each thread's connections;
 //!   built by `prepare`, read by the engine.
 //! - [`report`]: per-thread counters, [`Report`], [`LatencySummary`], [`TlsSummary`].
+//! - `tls_failure`: why a TLS handshake failed, in words, with what to do next.
 //! - `sys`: the few system calls std lacks (thread CPU time, affinity, timerfd, descriptor
 //!   limit); all `unsafe`.
 //! - [`error`]: the [`LoadError`] type.
@@ -113,6 +114,7 @@ mod sys;
 pub mod text;
 pub mod thresholds;
 pub mod tls;
+mod tls_failure;
 mod transport;
 mod url;
 mod validate;
@@ -122,7 +124,8 @@ pub use config::{LoadConfig, Target, TlsOptions};
 pub use engine::{Progress, PROGRESS_EVERY};
 pub use error::LoadError;
 pub use report::{
-    ErrorCounts, LatencyInterval, LatencySummary, RateSummary, Report, StatusCounts, TlsSummary,
+    ErrorCounts, LatencyInterval, LatencySummary, RateSummary, Report, StatusCodes, StatusCounts,
+    TlsSummary,
 };
 
 /// Runs the load described by `cfg` until its duration or request count is reached, or until

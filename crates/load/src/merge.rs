@@ -1,11 +1,16 @@
 //! `lowlat load merge A.hlog B.hlog …`: one report from the interval logs of several load
 //! agents that ran at once (each started by any scheduler with the same `--start-at`, each
 //! writing `--hdr-log`). Latency percentiles come from the merged histograms — never from
-//! averaging the agents' percentiles, which means nothing — and the total rate is the sum of
-//! the agents' rates over their own measured spans.
+//! averaging the agents' percentiles, which means nothing — and the total rate is every
+//! response over the time the logs cover together: the union of their spans, read from the
+//! wall-clock times the logs carry (`#[BaseTime: …]`). Agents that ran together cover one span
+//! and their rates add up; logs of runs made one after the other do not overlap, are said to
+//! ([`Merged::warning`]), and their rate is the one that happened — never the sum of rates that
+//! were never reached at once.
 
+use std::ops::Range;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
 use hdrhistogram::serialization::Deserializer;
@@ -37,6 +42,10 @@ pub struct AgentLog {
     /// From the start of its first interval to the end of its last.
     pub span: Duration,
     pub intervals: usize,
+    /// When that span began and ended (wall clock), from the log's `#[BaseTime: …]` or
+    /// `#[StartTime: …]`, or from absolute interval times; `None` for a log of relative times
+    /// only.
+    pub ran: Option<Range<SystemTime>>,
 }
 
 impl AgentLog {
@@ -80,6 +89,10 @@ enum ParseFailure {
     Empty,
 }
 
+/// Interval times this far below the log's StartTime are relative to it; nearer ones are
+/// seconds since the epoch (HdrHistogram's own reader decides so, with a year).
+const RELATIVE_BELOW: Duration = Duration::from_secs(365 * 24 * 3600);
+
 fn parse_log(bytes: &[u8], default_name: &str) -> Result<AgentLog, ParseFailure> {
     let mut latency = new_latency_histogram();
     let mut deserializer = Deserializer::new();
@@ -87,10 +100,22 @@ fn parse_log(bytes: &[u8], default_name: &str) -> Result<AgentLog, ParseFailure>
     let mut first: Option<Duration> = None;
     let mut last_end = Duration::ZERO;
     let mut intervals = 0;
+    let (mut base_time, mut start_time) = (None, None);
+    // Since the epoch, while every interval so far has had a wall-clock time.
+    let mut wall: Option<Range<Duration>> = None;
+    let mut wall_known = true;
     for entry in IntervalLogIterator::new(bytes) {
         let entry = entry.map_err(|e| ParseFailure::Format(format!("{e:?}")))?;
-        let LogEntry::Interval(iv) = entry else {
-            continue;
+        let iv = match entry {
+            LogEntry::BaseTime(t) => {
+                base_time = Some(t);
+                continue;
+            }
+            LogEntry::StartTime(t) => {
+                start_time = Some(t);
+                continue;
+            }
+            LogEntry::Interval(iv) => iv,
         };
         if name.is_none() {
             name = iv.tag().map(|t| t.as_str().to_owned());
@@ -110,6 +135,24 @@ fn parse_log(bytes: &[u8], default_name: &str) -> Result<AgentLog, ParseFailure>
         first = Some(first.map_or(start, |f| f.min(start)));
         last_end = last_end.max(start + iv.duration());
         intervals += 1;
+        // HdrHistogram's rules: BaseTime makes the times relative to it; StartTime alone does
+        // when they are far below it; with neither, large times are seconds since the epoch.
+        let since_epoch = match (base_time, start_time) {
+            (Some(base), _) => Some(base + start),
+            (None, Some(st)) if start + RELATIVE_BELOW < st => Some(st + start),
+            _ if start >= RELATIVE_BELOW => Some(start),
+            _ => None,
+        };
+        match since_epoch {
+            Some(at) if wall_known => {
+                let end = at + iv.duration();
+                wall = Some(match wall {
+                    Some(w) => w.start.min(at)..w.end.max(end),
+                    None => at..end,
+                });
+            }
+            _ => wall_known = false,
+        }
     }
     let Some(first) = first else {
         return Err(ParseFailure::Empty);
@@ -119,6 +162,9 @@ fn parse_log(bytes: &[u8], default_name: &str) -> Result<AgentLog, ParseFailure>
         latency,
         span: last_end.saturating_sub(first),
         intervals,
+        ran: wall
+            .filter(|_| wall_known)
+            .map(|w| SystemTime::UNIX_EPOCH + w.start..SystemTime::UNIX_EPOCH + w.end),
     })
 }
 
@@ -127,9 +173,23 @@ fn parse_log(bytes: &[u8], default_name: &str) -> Result<AgentLog, ParseFailure>
 pub struct Merged {
     pub agents: Vec<AgentLog>,
     pub latency: Histogram<u64>,
+    /// When every log has wall-clock times: how long the agents' spans cover together (their
+    /// union) and how long all of them ran at once (their intersection, zero when some pair
+    /// never overlapped).
+    pub timing: Option<Timing>,
 }
 
-/// Merges the agents' histograms (counts add; percentiles are read from the sum).
+/// How the agents' runs lay in time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// The union of the agents' spans: the time the rate is taken over.
+    pub covered: Duration,
+    /// The time every agent was running.
+    pub together: Duration,
+}
+
+/// Merges the agents' histograms (counts add; percentiles are read from the sum) and lays
+/// their spans side by side in time.
 #[must_use]
 pub fn merge(agents: Vec<AgentLog>) -> Merged {
     let mut latency = new_latency_histogram();
@@ -137,14 +197,108 @@ pub fn merge(agents: Vec<AgentLog>) -> Merged {
         // Histograms of the same bounds and precision always add (auto-resizing).
         let _ = latency.add(&a.latency);
     }
-    Merged { agents, latency }
+    let spans: Option<Vec<Range<SystemTime>>> = agents.iter().map(|a| a.ran.clone()).collect();
+    let timing = spans.filter(|s| !s.is_empty()).map(timing_of);
+    Merged {
+        agents,
+        latency,
+        timing,
+    }
+}
+
+/// The union and the intersection of some spans' lengths.
+fn timing_of(mut spans: Vec<Range<SystemTime>>) -> Timing {
+    let latest_start = spans.iter().map(|s| s.start).max();
+    let earliest_end = spans.iter().map(|s| s.end).min();
+    let together = match (latest_start, earliest_end) {
+        (Some(a), Some(b)) => b.duration_since(a).unwrap_or(Duration::ZERO),
+        _ => Duration::ZERO,
+    };
+    spans.sort_by_key(|s| s.start);
+    let mut covered = Duration::ZERO;
+    let mut current: Option<Range<SystemTime>> = None;
+    for s in spans {
+        match &mut current {
+            Some(c) if s.start <= c.end => c.end = c.end.max(s.end),
+            _ => {
+                if let Some(c) = current.replace(s) {
+                    covered += c.end.duration_since(c.start).unwrap_or(Duration::ZERO);
+                }
+            }
+        }
+    }
+    if let Some(c) = current {
+        covered += c.end.duration_since(c.start).unwrap_or(Duration::ZERO);
+    }
+    Timing { covered, together }
 }
 
 impl Merged {
-    /// The agents' rates added: they ran at the same time.
+    /// Responses per second over the time the agents covered together (the union of their
+    /// spans): the agents' rates added when they ran at once, and the rate that really
+    /// happened when they did not. Logs without wall-clock times cannot be placed: their
+    /// agents are taken to have run together, and their rates are added.
     #[must_use]
     pub fn total_rate(&self) -> f64 {
-        self.agents.iter().map(AgentLog::rate).sum()
+        match self.timing {
+            Some(t) if !t.covered.is_zero() => self.latency.len() as f64 / t.covered.as_secs_f64(),
+            Some(_) => 0.0,
+            None => self.agents.iter().map(AgentLog::rate).sum(),
+        }
+    }
+
+    /// What the reader of the merged figures should know about how the logs lie in time: that
+    /// they do not overlap (or overlap for less than half the time they cover, so the rate is
+    /// not that of the agents at once), or that some cannot be placed in time.
+    #[must_use]
+    pub fn warning(&self) -> Option<String> {
+        let Some(t) = self.timing else {
+            let unplaced: Vec<&str> = self
+                .agents
+                .iter()
+                .filter(|a| a.ran.is_none())
+                .map(|a| a.name.as_str())
+                .collect();
+            return (self.agents.len() > 1).then(|| {
+                format!(
+                    "{} {} no wall-clock times (#[BaseTime]): cannot check that the logs overlap; \
+                     the rates are added as if the agents ran together",
+                    unplaced.join(", "),
+                    if unplaced.len() == 1 { "has" } else { "have" }
+                )
+            });
+        };
+        if self.agents.len() < 2 || t.together.as_secs_f64() * 2.0 >= t.covered.as_secs_f64() {
+            return None;
+        }
+        let spans: Vec<String> = self
+            .agents
+            .iter()
+            .filter_map(|a| {
+                let r = a.ran.as_ref()?;
+                Some(format!(
+                    "{} {}–{}",
+                    a.name,
+                    humantime::format_rfc3339_seconds(r.start),
+                    humantime::format_rfc3339_seconds(r.end)
+                ))
+            })
+            .collect();
+        let how = if t.together.is_zero() {
+            "do not overlap in time".to_owned()
+        } else {
+            format!(
+                "overlap for only {} of the {} they cover",
+                crate::text::duration(t.together.as_secs_f64()),
+                crate::text::duration(t.covered.as_secs_f64())
+            )
+        };
+        Some(format!(
+            "the logs {how} ({}): the rate is over the {} they cover, not the agents' rates \
+             added",
+            spans.join(", "),
+            crate::text::duration(t.covered.as_secs_f64())
+        ))
     }
 }
 
@@ -163,6 +317,12 @@ struct JsonMerged<'a> {
     agents: Vec<JsonAgent<'a>>,
     responses: u64,
     requests_per_sec: f64,
+    /// The union of the agents' spans (what the rate is over); null without wall-clock times.
+    covered_secs: Option<f64>,
+    /// The time all agents ran at once; null without wall-clock times.
+    together_secs: Option<f64>,
+    /// [`Merged::warning`], or null.
+    warning: Option<String>,
     latency_us: LatencySummary,
 }
 
@@ -184,6 +344,9 @@ pub fn to_json(m: &Merged) -> serde_json::Value {
             .collect(),
         responses: m.latency.len(),
         requests_per_sec: m.total_rate(),
+        covered_secs: m.timing.map(|t| t.covered.as_secs_f64()),
+        together_secs: m.timing.map(|t| t.together.as_secs_f64()),
+        warning: m.warning(),
         latency_us: summarize(&m.latency),
     };
     serde_json::to_value(out).unwrap_or(serde_json::Value::Null)
@@ -221,7 +384,9 @@ pub fn render_text(m: &Merged) -> String {
         &mut s,
         "all agents",
         m.latency.len(),
-        String::new(),
+        m.timing
+            .map(|t| crate::text::duration(t.covered.as_secs_f64()))
+            .unwrap_or_default(),
         m.total_rate(),
         &m.latency,
     );

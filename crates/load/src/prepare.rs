@@ -164,7 +164,7 @@ fn check_fd_limit(connections: usize) -> Result<(), LoadError> {
     let limit = sys::raise_fd_limit();
     let need = connections as u64 + SPARE_FDS;
     if need > limit {
-        return Err(LoadError::Config(format!(
+        return Err(LoadError::Resources(format!(
             "{connections} connections need about {need} open files, but this process may open \
              {limit} (raise it with `ulimit -n`, or use fewer connections)"
         )));

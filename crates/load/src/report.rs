@@ -104,6 +104,85 @@ impl StatusCounts {
     }
 }
 
+/// Responses by status code, as oha's "Status code distribution": a count per code, so that a
+/// run of 200s with a few 503s says so. Codes are 100..=599 (what the response parsers let
+/// through); anything else, such as an HTTP/2 response without a `:status`, counts as code 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCodes {
+    /// Indexed by code; one table per thread (4.7 KiB), merged at the end.
+    counts: Box<[u64]>,
+}
+
+/// Size of [`StatusCodes`]' table: codes 0..=599.
+const STATUS_CODE_SLOTS: usize = 600;
+
+impl Default for StatusCodes {
+    fn default() -> Self {
+        Self {
+            counts: vec![0; STATUS_CODE_SLOTS].into_boxed_slice(),
+        }
+    }
+}
+
+impl StatusCodes {
+    /// Responses with status `code`.
+    #[must_use]
+    pub fn get(&self, code: u16) -> u64 {
+        self.counts.get(usize::from(code)).copied().unwrap_or(0)
+    }
+
+    /// The codes seen, in ascending order, with their counts.
+    pub fn iter(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        (0u16..)
+            .zip(self.counts.iter().copied())
+            .filter(|&(_, n)| n > 0)
+    }
+
+    /// Counts `n` responses of status `code`.
+    pub(crate) fn count_n(&mut self, code: u16, n: u64) {
+        let slot = if usize::from(code) < STATUS_CODE_SLOTS {
+            usize::from(code)
+        } else {
+            0
+        };
+        self.counts[slot] += n;
+    }
+
+    fn add(&mut self, o: &Self) {
+        for (a, b) in self.counts.iter_mut().zip(o.counts.iter()) {
+            *a += b;
+        }
+    }
+}
+
+/// In JSON, an object from code to count, with the codes seen only: `{"200": 9950, "503": 50}`.
+impl Serialize for StatusCodes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        for (code, n) in self.iter() {
+            map.serialize_entry(&code.to_string(), &n)?;
+        }
+        map.end()
+    }
+}
+
+/// A thread's responses by status: by class and by code, counted together.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StatusTally {
+    pub classes: StatusCounts,
+    pub codes: StatusCodes,
+}
+
+impl StatusTally {
+    /// Counts `n` responses of status `status`.
+    #[inline]
+    pub fn count_n(&mut self, status: u16, n: u64) {
+        self.classes.count_n(status, n);
+        self.codes.count_n(status, n);
+    }
+}
+
 /// The latency of one interval of the run (see [`crate::LoadConfig::latency_intervals`]).
 #[derive(Debug, Clone)]
 pub struct LatencyInterval {
@@ -157,7 +236,7 @@ pub(crate) struct ThreadStats {
     pub requests: u64,
     pub responses: u64,
     pub bytes_read: u64,
-    pub status: StatusCounts,
+    pub status: StatusTally,
     pub errors: ErrorCounts,
     pub cpu_user: Duration,
     pub cpu_system: Duration,
@@ -178,7 +257,7 @@ impl ThreadStats {
             requests: 0,
             responses: 0,
             bytes_read: 0,
-            status: StatusCounts::default(),
+            status: StatusTally::default(),
             errors: ErrorCounts::default(),
             cpu_user: Duration::ZERO,
             cpu_system: Duration::ZERO,
@@ -199,7 +278,7 @@ impl ThreadStats {
         self.requests = 0;
         self.responses = 0;
         self.bytes_read = 0;
-        self.status = StatusCounts::default();
+        self.status = StatusTally::default();
         self.errors = ErrorCounts::default();
         // The TLS summary is kept: keep-alive connections shake hands during the warm-up, and
         // what they negotiated is still what the measured requests use.
@@ -222,7 +301,10 @@ pub struct Report {
     pub bytes_read: u64,
     /// Latency of every response, in microseconds (see the module docs for where it starts).
     pub latency: Histogram<u64>,
+    /// Responses by status class.
     pub status: StatusCounts,
+    /// Responses by status code.
+    pub status_codes: StatusCodes,
     pub errors: ErrorCounts,
     /// CPU time of the loader threads while measuring, user part, summed over threads.
     pub cpu_user: Duration,
@@ -319,6 +401,7 @@ impl Report {
             bytes_read: 0,
             latency: new_latency_histogram(),
             status: StatusCounts::default(),
+            status_codes: StatusCodes::default(),
             errors: ErrorCounts::default(),
             cpu_user: Duration::ZERO,
             cpu_system: Duration::ZERO,
@@ -362,7 +445,8 @@ impl Report {
                     .get_or_insert_with(new_latency_histogram)
                     .add(u);
             }
-            r.status.add(&t.status);
+            r.status.add(&t.status.classes);
+            r.status_codes.add(&t.status.codes);
             r.errors.add(&t.errors);
             if t.tls.handshakes > 0 {
                 r.tls.get_or_insert_with(Default::default).add(&t.tls);
@@ -565,6 +649,12 @@ mod tests {
         b.elapsed = Duration::from_secs(2);
         let r = Report::merge(vec![a, b], false);
         assert_eq!(r.responses, 4);
+        let codes: Vec<(u16, u64)> = r.status_codes.iter().collect();
+        assert_eq!(codes, [(200, 1), (302, 1), (404, 1), (503, 1)]);
+        assert_eq!(
+            serde_json::to_string(&r.status_codes).unwrap(),
+            r#"{"200":1,"302":1,"404":1,"503":1}"#
+        );
         assert_eq!(r.latency.len(), 4);
         assert_eq!(r.status.not_ok(), 2);
         assert_eq!(r.errors.total(), 1);

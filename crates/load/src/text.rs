@@ -47,42 +47,31 @@ pub fn banner(cfg: &LoadConfig) -> String {
 }
 
 /// The report, after the banner: wrk's lines where wrk prints the same fact, in its order and
-/// formats (`--latency` gives wrk2's percentile block and spectrum), then lowlat's own lines.
+/// formats (`--latency` gives wrk2's percentile block and spectrum), then lowlat's own lines:
+/// oha's status code and error distributions among them.
+///
+/// With `-U` the corrected block is printed in full first and the uncorrected one after it, so
+/// the two read side by side in one format, as `--latency` prints them. A run that got no
+/// response has no latency to show: its report says so instead of printing a table of zeros.
 #[must_use]
 pub fn render(report: &Report, detailed: bool) -> String {
     let mut s = String::new();
+    let answered = report.responses > 0;
+    let detailed = detailed || report.uncorrected_latency.is_some();
     let l = report.latency_summary();
-    let _ = writeln!(
-        s,
-        "  Thread Stats{:>6}{:>11}{:>8}{:>12}",
-        "Avg", "Stdev", "Max", "+/- Stdev"
-    );
-    let _ = write!(s, "    {:<10}", "Latency");
-    units(&mut s, &time_us(l.mean), 8);
-    units(&mut s, &time_us(l.stdev), 10);
-    units(&mut s, &time_us(l.max as f64), 9);
-    let _ = writeln!(s, "{:>8.2}%", l.within_stdev * 100.0);
-    let (mean, stdev, max, within) = report
-        .thread_rates
-        .as_ref()
-        .map_or((0.0, 0.0, 0.0, 0.0), |r| {
-            (r.mean, r.stdev, r.max, r.within_stdev)
-        });
-    let _ = write!(s, "    {:<10}", "Req/Sec");
-    units(&mut s, &metric(mean), 8);
-    units(&mut s, &metric(stdev), 10);
-    units(&mut s, &metric(max), 9);
-    let _ = writeln!(s, "{:>8.2}%", within * 100.0);
-    if detailed {
-        hdr_block(&mut s, &report.latency, "Recorded Latency");
-    }
-    if let Some(u) = &report.uncorrected_latency {
-        s.push('\n');
-        hdr_block(
-            &mut s,
-            u,
-            "Uncorrected Latency (measured without taking delayed starts into account)",
-        );
+    if answered {
+        thread_stats(&mut s, report);
+        if detailed {
+            hdr_block(&mut s, &report.latency, "Recorded Latency");
+        }
+        if let Some(u) = &report.uncorrected_latency {
+            s.push('\n');
+            hdr_block(
+                &mut s,
+                u,
+                "Uncorrected Latency (measured without taking delayed starts into account)",
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -106,7 +95,9 @@ pub fn render(report: &Report, detailed: bool) -> String {
     let _ = writeln!(s, "Requests/sec: {:>9.2}", report.requests_per_sec());
     let _ = writeln!(s, "Transfer/sec: {:>10}B", binary(report.bytes_per_sec()));
     // lowlat's own lines, after everything wrk prints.
-    if !detailed {
+    if !answered {
+        let _ = writeln!(s, "  no response received");
+    } else if !detailed {
         let _ = writeln!(s, "  Latency Distribution");
         for (p, v) in [
             ("50", l.p50),
@@ -119,16 +110,7 @@ pub fn render(report: &Report, detailed: bool) -> String {
             let _ = writeln!(s, "  {p:>6}% {:>9}", micros(v as f64));
         }
     }
-    if e.protocol + e.tls > 0 {
-        let _ = writeln!(s, "  Other errors: protocol {}, tls {}", e.protocol, e.tls);
-    }
-    if st.not_ok() > 0 || st.redirection > 0 {
-        let _ = writeln!(
-            s,
-            "  Status: 2xx {}, 3xx {}, 4xx {}, 5xx {}",
-            st.success, st.redirection, st.client_error, st.server_error
-        );
-    }
+    distributions(&mut s, report);
     if let Some(t) = &report.tls {
         let _ = writeln!(
             s,
@@ -147,6 +129,65 @@ pub fn render(report: &Report, detailed: bool) -> String {
         );
     }
     s
+}
+
+/// wrk's thread statistics: the latency and per-thread rate rows.
+fn thread_stats(s: &mut String, report: &Report) {
+    let l = report.latency_summary();
+    let _ = writeln!(
+        s,
+        "  Thread Stats{:>6}{:>11}{:>8}{:>12}",
+        "Avg", "Stdev", "Max", "+/- Stdev"
+    );
+    let _ = write!(s, "    {:<10}", "Latency");
+    units(s, &time_us(l.mean), 8);
+    units(s, &time_us(l.stdev), 10);
+    units(s, &time_us(l.max as f64), 9);
+    let _ = writeln!(s, "{:>8.2}%", l.within_stdev * 100.0);
+    let (mean, stdev, max, within) = report
+        .thread_rates
+        .as_ref()
+        .map_or((0.0, 0.0, 0.0, 0.0), |r| {
+            (r.mean, r.stdev, r.max, r.within_stdev)
+        });
+    let _ = write!(s, "    {:<10}", "Req/Sec");
+    units(s, &metric(mean), 8);
+    units(s, &metric(stdev), 10);
+    units(s, &metric(max), 9);
+    let _ = writeln!(s, "{:>8.2}%", within * 100.0);
+}
+
+/// oha's distributions: responses by status code, then failed requests by kind, each kind
+/// with what it means (the first TLS failure's reason goes to stderr, once).
+fn distributions(s: &mut String, report: &Report) {
+    let mut codes = report.status_codes.iter().peekable();
+    if codes.peek().is_some() {
+        let _ = writeln!(s, "  Status code distribution:");
+        for (code, n) in codes {
+            let _ = writeln!(
+                s,
+                "    [{code}] {n} response{}",
+                if n == 1 { "" } else { "s" }
+            );
+        }
+    }
+    let e = &report.errors;
+    if e.total() == 0 {
+        return;
+    }
+    let _ = writeln!(s, "  Error distribution:");
+    for (n, kind, meaning) in [
+        (e.connect, "connect", "the connection could not be opened"),
+        (e.read, "read", "reset, or closed with requests unanswered"),
+        (e.write, "write", "a request could not be written"),
+        (e.timeout, "timeout", "no response within the timeout"),
+        (e.protocol, "protocol", "not a valid HTTP response"),
+        (e.tls, "tls", "TLS handshake or record failed"),
+    ] {
+        if n > 0 {
+            let _ = writeln!(s, "    [{n}] {kind}: {meaning}");
+        }
+    }
 }
 
 /// wrk2's `--latency` (and `-U`) block: its eight percentiles, then the full spectrum, then a

@@ -30,13 +30,13 @@ pub(crate) fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
     }
     if cfg.threads == 0 || cfg.threads > MAX_THREADS {
         return err(format!(
-            "threads must be 1..={MAX_THREADS}, not {}",
+            "threads must be from 1 to {MAX_THREADS}, not {}",
             cfg.threads
         ));
     }
     if cfg.connections == 0 || cfg.connections > MAX_CONNECTIONS {
         return err(format!(
-            "connections must be 1..={MAX_CONNECTIONS}, not {}",
+            "connections must be from 1 to {MAX_CONNECTIONS}, not {}",
             cfg.connections
         ));
     }
@@ -48,7 +48,7 @@ pub(crate) fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
     }
     if cfg.pipeline == 0 || cfg.pipeline > MAX_PIPELINE {
         return err(format!(
-            "pipeline must be 1..={MAX_PIPELINE}, not {}",
+            "pipeline must be from 1 to {MAX_PIPELINE}, not {}",
             cfg.pipeline
         ));
     }

@@ -567,14 +567,10 @@ impl<'a> Worker<'a> {
     /// run, as a failed connect does), remember the first reason, retry after a back-off.
     fn handshake_failed(&mut self, idx: usize, err: &io::Error, now: Instant) {
         if self.stats.tls_error.is_none() {
-            let hint = if self.plan.h2 && err.to_string().contains("NoApplicationProtocol") {
-                " (the server does not offer HTTP/2: ALPN h2)"
-            } else {
-                ""
-            };
             self.stats.tls_error = Some(format!(
-                "TLS handshake with {} failed: {err}{hint}",
-                self.groups[self.conns[idx].spec.group].authority
+                "TLS handshake with {} failed: {}",
+                self.groups[self.conns[idx].spec.group].authority,
+                crate::tls_failure::describe(err, self.plan.h2)
             ));
         }
         // Each failure takes one request from a counted run's budget; once it is spent, the

@@ -38,6 +38,7 @@ fn json_matches_schema() {
     assert_eq!(v["responses"], 500);
     assert_eq!(v["latency_us"]["count"], 500);
     assert_eq!(v["status"]["2xx"], 500);
+    assert_eq!(v["status_codes"], serde_json::json!({"200": 500}));
     assert_eq!(v["errors"]["total"], 0);
     assert_eq!(v["config"]["pipeline"], 2);
     // An empty run (every request failed) is valid too.
@@ -163,13 +164,15 @@ fn cli(argv: &[&str]) -> Result<String, clap::Error> {
 }
 
 /// Exit codes: 0 on success, 1 for a run that cannot start or where every request failed, and
-/// usage errors (exit 2) from clap for malformed flags.
+/// 2 for usage errors: clap's for malformed flags, and values clap cannot check alone (a URL
+/// that is not http:// or https://, more threads than connections).
 #[test]
 fn cli_exit_codes() {
     let server = hello_server();
     let url = server.url("/");
     let success = format!("{:?}", std::process::ExitCode::SUCCESS);
     let failure = format!("{:?}", std::process::ExitCode::from(1));
+    let usage = format!("{:?}", std::process::ExitCode::from(2));
     assert_eq!(
         cli(&["-q", "-t1", "-c2", "-n", "50", &url]).unwrap(),
         success
@@ -195,12 +198,15 @@ fn cli_exit_codes() {
     );
     assert_eq!(
         cli(&["-q", "-t1", "-c2", "-n", "10", "notaurl"]).unwrap(),
-        failure
+        usage
     );
     assert_eq!(
-        cli(&["-q", "-t3", "-c2", "-n", "10", &url]).unwrap(),
-        failure
+        cli(&["-q", "-t1", "-c2", "-n", "10", "ftp://127.0.0.1/"]).unwrap(),
+        usage
     );
+    assert_eq!(cli(&["-q", "-t3", "-c2", "-n", "10", &url]).unwrap(), usage);
+    // Without -t, one connection runs one thread.
+    assert_eq!(cli(&["-q", "-c1", "-n", "10", &url]).unwrap(), success);
     assert_eq!(
         cli(&["-q", "-t1", "-c2", "-n", "10", "http://127.0.0.1:1/"]).unwrap(),
         failure
@@ -222,6 +228,10 @@ fn cli_exit_codes() {
         &["-H", "novalue", "http://a/"],
         &["--body", "a", "--body-file", "b", "http://a/"],
         &["-R", "0", "http://a/"],
+        &["-c", "0", "http://a/"],
+        &["-t", "0", "http://a/"],
+        &["-t", "2k", "http://a/"],
+        &["--pipeline", "1025", "http://a/"],
         &[],
     ] {
         let e = cli(bad).unwrap_err();

@@ -58,7 +58,12 @@ fn verification_failures_are_reported_and_insecure_skips_them() {
     assert_eq!(r.errors.tls, 20, "{:?}", r.errors);
     assert_eq!(r.errors.total(), 20);
     let why = r.tls_error.clone().expect("the first failure's reason");
-    assert!(why.contains("certificate"), "{why}");
+    // In words, with what to do: not rustls's `invalid peer certificate: UnknownIssuer`.
+    assert!(why.contains("failed: certificate not trusted ("), "{why}");
+    assert!(
+        why.ends_with(": pass --cacert FILE, or -k to skip verification"),
+        "{why}"
+    );
     let v = lowlat_load::json::to_json(&r, &counted(&base, 20, trusting(&other)));
     assert_eq!(v["errors"]["tls"], 20);
     assert!(v["tls"]["first_error"]

@@ -1,14 +1,18 @@
 //! `lowlat`: one binary, three jobs. This file only parses the command line and dispatches;
-//! each subcommand's flags and its one-line error reporting live in its own crate.
+//! each subcommand's flags and its one-line error reporting live in its own crate, the manual
+//! pages in `man`.
 
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+mod man;
 
 #[derive(Parser)]
 #[command(
     name = "lowlat",
     version = env!("LOWLAT_LONG_VERSION"),
-    about = "A fast, low-latency HTTP/1.1 server, load generator and benchmark harness"
+    about = "A fast, low-latency HTTP/1.1 and HTTP/2 server, load generator and benchmark harness"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -17,9 +21,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve HTTP/1.1: built-in endpoints, static files, the dynamic app.
+    /// Serve HTTP/1.1 and HTTP/2, in clear and over TLS: built-in endpoints, static files, the
+    /// dynamic app.
     Serve(Box<lowlat_server::settings::ServeArgs>),
-    /// Generate HTTP load (wrk's flags, wrk2's constant rate, pipelining).
+    /// Generate HTTP/1.1 or HTTP/2 load (wrk's flags, wrk2's constant rate, pipelining).
     Load(Box<lowlat_load::cli::LoadArgs>),
     /// Run benchmark sweeps from a spec and render reports.
     Bench(lowlat_bench::cli::BenchArgs),
@@ -28,8 +33,17 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff), e.g. `lowlat man > /usr/local/share/man/man1/lowlat.1`.
-    Man,
+    /// Print a man page (roff): `lowlat man` the top one, `lowlat man load` a command's;
+    /// `lowlat man --dir /usr/local/share/man/man1` writes them all.
+    Man {
+        /// The command whose page to print (serve, load, load merge, bench, …); none: lowlat's.
+        #[arg(value_name = "COMMAND", conflicts_with = "dir")]
+        command: Vec<String>,
+        /// Write every page (lowlat.1, lowlat-serve.1, lowlat-load.1, …) into this directory
+        /// instead, and print their paths.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -46,16 +60,11 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut cmd, "lowlat", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("lowlat man: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        Command::Man { command, dir } => man::run(
+            <Cli as clap::CommandFactory>::command(),
+            &command,
+            dir.as_deref(),
+        ),
     }
 }
 
@@ -89,9 +98,16 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     }
     let mut words = std::env::args().skip(1).take(1);
     let cmd = match words.next().as_deref() {
-        Some(sub @ ("serve" | "load" | "bench")) => format!("lowlat {sub}"),
+        Some(sub @ ("serve" | "load" | "bench" | "completions" | "man")) => format!("lowlat {sub}"),
         _ => "lowlat".to_owned(),
     };
+    // A value outside a fixed list (`--log-level verbose`, `completions tcsh`): say the list,
+    // which clap prints only in the lines dropped above.
+    if let Some(clap::error::ContextValue::Strings(accepted)) =
+        e.get(clap::error::ContextKind::ValidValue)
+    {
+        reason = format!("{reason}; accepted values: {}", accepted.join(", "));
+    }
     eprintln!("{cmd}: {reason} (see `{cmd} --help`)");
     ExitCode::from(2)
 }

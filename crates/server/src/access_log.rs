@@ -88,6 +88,73 @@ pub(crate) struct Entry<'a> {
     pub(crate) user_agent: Option<&'a [u8]>,
     pub(crate) referer: Option<&'a [u8]>,
     pub(crate) worker: usize,
+    /// For a proxied request: the upstream server, its status and its response time (nginx's
+    /// `$upstream_addr`, `$upstream_status`, `$upstream_response_time`).
+    pub(crate) upstream: Option<UpstreamFields<'a>>,
+}
+
+/// What the access log says of a proxied request's upstream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UpstreamFields<'a> {
+    pub(crate) addr: &'a str,
+    pub(crate) status: u16,
+    pub(crate) time: Duration,
+}
+
+/// A request's logged fields, kept until its answer is known (a proxied request is answered
+/// after the buffer it arrived in has moved on). Reused from request to request.
+#[derive(Debug, Default)]
+pub(crate) struct HeldRequest {
+    buf: Vec<u8>,
+    method: std::ops::Range<usize>,
+    target: std::ops::Range<usize>,
+    user_agent: Option<std::ops::Range<usize>>,
+    referer: Option<std::ops::Range<usize>>,
+    version: Option<Version>,
+}
+
+impl HeldRequest {
+    /// Keeps what the log line of `req` will need.
+    pub(crate) fn hold(&mut self, req: &lowlat_http::request::Request<'_, '_>) {
+        self.buf.clear();
+        let put = |bytes: &[u8], buf: &mut Vec<u8>| {
+            let at = buf.len();
+            buf.extend_from_slice(bytes);
+            at..buf.len()
+        };
+        self.method = put(req.method_token.as_bytes(), &mut self.buf);
+        self.target = put(req.target.as_bytes(), &mut self.buf);
+        self.user_agent = req.header("user-agent").map(|v| put(v, &mut self.buf));
+        self.referer = req.header("referer").map(|v| put(v, &mut self.buf));
+        self.version = Some(req.version);
+    }
+
+    /// The log line's entry for the held request.
+    pub(crate) fn entry<'a>(
+        &'a self,
+        remote: SocketAddr,
+        status: u16,
+        bytes: u64,
+        duration: Duration,
+        worker: usize,
+        upstream: Option<UpstreamFields<'a>>,
+    ) -> Entry<'a> {
+        let text =
+            |r: &std::ops::Range<usize>| std::str::from_utf8(&self.buf[r.clone()]).unwrap_or("-");
+        Entry {
+            remote,
+            method: text(&self.method),
+            target: text(&self.target),
+            version: self.version.unwrap_or(Version::Http11),
+            status,
+            bytes,
+            duration,
+            user_agent: self.user_agent.clone().map(|r| &self.buf[r]),
+            referer: self.referer.clone().map(|r| &self.buf[r]),
+            worker,
+            upstream,
+        }
+    }
 }
 
 /// One worker's side of the log.
@@ -221,6 +288,15 @@ impl WorkerLog {
             }
             b.push(b'"');
         }
+        // nginx's "$upstream_addr $upstream_status $upstream_response_time", after the
+        // combined fields, on proxied requests only.
+        if let Some(u) = e.upstream {
+            b.extend_from_slice(b" \"");
+            escaped(b, u.addr.as_bytes());
+            b.extend_from_slice(b"\" ");
+            b.extend_from_slice(ip.format(u.status).as_bytes());
+            let _ = write!(b, " {:.6}", u.time.as_secs_f64());
+        }
         b.push(b'\n');
     }
 
@@ -238,6 +314,12 @@ impl WorkerLog {
             user_agent: Option<std::borrow::Cow<'a, str>>,
             referer: Option<std::borrow::Cow<'a, str>>,
             worker: usize,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            upstream_addr: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            upstream_status: Option<u16>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            upstream_response_time: Option<f64>,
         }
         let line = Line {
             time: std::str::from_utf8(&self.iso_time).unwrap_or(""),
@@ -255,6 +337,9 @@ impl WorkerLog {
             user_agent: e.user_agent.map(String::from_utf8_lossy),
             referer: e.referer.map(String::from_utf8_lossy),
             worker: e.worker,
+            upstream_addr: e.upstream.map(|u| u.addr),
+            upstream_status: e.upstream.map(|u| u.status),
+            upstream_response_time: e.upstream.map(|u| u.time.as_secs_f64()),
         };
         if serde_json::to_writer(&mut self.buf, &line).is_ok() {
             self.buf.push(b'\n');

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use mio::Token;
 
+use crate::access_log::{HeldRequest, UpstreamFields};
 use crate::ctx::WorkerCtx;
 use crate::handler::{FileBody, Response};
 use crate::proxy::downstream::Downstream;
@@ -133,6 +134,8 @@ pub(crate) struct Conn {
     relay: Option<Relay>,
     /// The upstream connection serving `relay`.
     upstream: Option<Token>,
+    /// The forwarded request's log fields, kept for its line (reused; only with an access log).
+    held: Option<Box<HeldRequest>>,
     pub(crate) wait: Wait,
     pub(crate) deadline: Instant,
 }
@@ -176,6 +179,7 @@ impl Conn {
             head_started: now,
             relay: None,
             upstream: None,
+            held: None,
             wait,
             deadline: now + first_deadline,
         }
@@ -523,6 +527,9 @@ impl Conn {
             if let Some(job) = done.forward.take() {
                 // Answered later, by the upstream side; what follows waits for it.
                 ctx.proxy_starts.push((ctx.token, 0, job));
+                if ctx.access_log.is_some() {
+                    self.held.get_or_insert_with(Box::default).hold(&req);
+                }
                 self.relay = Some(Relay {
                     keep_alive,
                     version: req.version,
@@ -556,6 +563,7 @@ impl Conn {
                     user_agent: req.header("user-agent"),
                     referer: req.header("referer"),
                     worker: ctx.worker,
+                    upstream: None,
                 });
             }
             let (sent, close, file) = (done.sent, done.close, done.file);
@@ -763,6 +771,9 @@ impl Conn {
         self.closed = true;
         ctx.counters.closed += 1;
         let _ = ctx.registry.deregister(self.io.socket());
+        if let Some(up) = self.upstream.take() {
+            ctx.proxy_cancels.push(up);
+        }
         self.give_back(ctx);
     }
 
@@ -928,8 +939,13 @@ impl Downstream for Conn {
             self.wbuf.extend_from_slice(data);
         }
     }
-
-    fn relay_end(&mut self, ctx: &mut WorkerCtx<'_>, _upstream: &str, _status: u16) {
+    fn relay_end(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        upstream: &str,
+        upstream_status: u16,
+        upstream_time: Duration,
+    ) {
         let Some(relay) = self.relay.take() else {
             return;
         };
@@ -940,6 +956,20 @@ impl Downstream for Conn {
         let took = ctx.now.saturating_duration_since(relay.started);
         ctx.counters
             .response(0, relay.status, relay.body_bytes, took);
+        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
+            log.record(&held.entry(
+                self.peer,
+                relay.status,
+                relay.body_bytes,
+                took,
+                ctx.worker,
+                Some(UpstreamFields {
+                    addr: upstream,
+                    status: upstream_status,
+                    time: upstream_time,
+                }),
+            ));
+        }
         if !relay.keep_alive {
             self.closing = true;
             self.lingering = self.rlen > 0;
@@ -963,6 +993,9 @@ impl Downstream for Conn {
         self.upstream = None;
         let took = ctx.now.saturating_duration_since(relay.started);
         ctx.counters.response(0, status, 0, took);
+        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
+            log.record(&held.entry(self.peer, status, 0, took, ctx.worker, None));
+        }
         Self::write_status(
             &mut self.wbuf,
             ctx,

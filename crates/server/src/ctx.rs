@@ -29,6 +29,8 @@ pub(crate) struct WorkerCtx<'a> {
     /// Requests handed to the upstream side by this turn's connections: (client, HTTP/2
     /// stream or 0, the request).
     pub(crate) proxy_starts: &'a mut Vec<(Token, u32, ProxyJob)>,
+    /// Upstream exchanges whose client went away (a connection closed, a stream reset).
+    pub(crate) proxy_cancels: &'a mut Vec<Token>,
     /// Connections to drive again after this turn (their file send yielded).
     pub(crate) deferred: &'a mut Vec<Token>,
     /// The connection being driven.

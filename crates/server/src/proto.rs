@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::conn::Conn;
 use crate::ctx::WorkerCtx;
+use crate::h2::relay::StreamRelay;
 use crate::h2::H2Conn;
 use crate::proxy::downstream::Downstream;
 use crate::transport::Transport;
@@ -127,28 +128,34 @@ impl Connection {
         }
     }
 
-    /// The upstream connection relaying a response to this connection, if one is.
-    pub(crate) fn upstream(&self) -> Option<Token> {
+    /// Relayed responses whose client side has drained below `low`: (upstream, stream) pairs
+    /// whose upstream may be read again.
+    pub(crate) fn relays_below(&self, low: usize, out: &mut Vec<(Token, u32)>) {
         match self {
-            Self::H1(c) => c.upstream(),
-            Self::H2(_) | Self::Switching => None,
+            Self::H1(c) => {
+                if let (true, Some(up)) = (c.relaying() && c.backlog() < low, c.upstream()) {
+                    out.push((up, 0));
+                }
+            }
+            Self::H2(c) => c.relays_below(low, out),
+            Self::Switching => {}
         }
     }
 
-    /// Whether the upstream may be read again: a relayed response waits, and little of it is
-    /// left unwritten.
-    pub(crate) fn wants_relay(&self) -> bool {
+    /// Calls `f` with where the upstream side delivers the response of `stream` (0 for
+    /// HTTP/1.1): `None` when that exchange is no longer wanted.
+    pub(crate) fn with_downstream<R>(
+        &mut self,
+        stream: u32,
+        f: impl FnOnce(Option<&mut dyn Downstream>) -> R,
+    ) -> R {
         match self {
-            Self::H1(c) => c.relaying() && c.backlog() < crate::proxy::engine::RELAY_LOW_WATER,
-            Self::H2(_) | Self::Switching => false,
-        }
-    }
-
-    /// Where the upstream side delivers this connection's relayed response.
-    pub(crate) fn downstream(&mut self) -> Option<&mut dyn Downstream> {
-        match self {
-            Self::H1(c) => Some(c),
-            Self::H2(_) | Self::Switching => None,
+            Self::H1(c) => f(Some(c)),
+            Self::H2(c) if c.has_relay(stream) => f(Some(&mut StreamRelay {
+                conn: c,
+                id: stream,
+            })),
+            Self::H2(_) | Self::Switching => f(None),
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::config::ServerConfig;
 use crate::ctx::WorkerCtx;
 use crate::pool::BufferPool;
 use crate::proto::Connection;
-use crate::proxy::engine::{is_upstream, Upstreams};
+use crate::proxy::engine::{is_upstream, Upstreams, RELAY_LOW_WATER};
 use crate::router::Router;
 use crate::transport::Transport;
 
@@ -77,6 +77,8 @@ impl Worker {
         let mut deferred_now = Vec::new();
         let mut upstreams = Upstreams::default();
         let mut proxy_starts = Vec::new();
+        let mut proxy_cancels = Vec::new();
+        let mut relays = Vec::new();
         let sweep_every =
             (cfg.shortest_timeout() / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut next_sweep = Instant::now() + sweep_every;
@@ -158,25 +160,32 @@ impl Worker {
                         access_log: access_log.as_mut(),
                         counters: &mut counters,
                         proxy_starts: &mut proxy_starts,
+                        proxy_cancels: &mut proxy_cancels,
                         deferred: &mut deferred,
                         token,
                         worker: self.index,
                         now,
                         shutting_down,
                     };
-                    let down = client
-                        .and_then(|(t, _)| conns.get_mut(t.0 - FIRST_CONN))
-                        .and_then(Connection::downstream);
-                    upstreams.on_event(
-                        token,
-                        event.is_readable() || event.is_read_closed() || event.is_error(),
-                        event.is_writable() || event.is_write_closed() || event.is_error(),
-                        &mut ctx,
-                        down,
-                    );
+                    let readable =
+                        event.is_readable() || event.is_read_closed() || event.is_error();
+                    let writable =
+                        event.is_writable() || event.is_write_closed() || event.is_error();
+                    match client.and_then(|(t, st)| Some((conns.get_mut(t.0 - FIRST_CONN)?, st))) {
+                        Some((conn, stream)) => conn.with_downstream(stream, |down| {
+                            upstreams.on_event(token, readable, writable, &mut ctx, down);
+                        }),
+                        None => upstreams.on_event(token, readable, writable, &mut ctx, None),
+                    }
                     if let Some((t, _)) = client {
                         ctx.token = t;
-                        settle(&mut conns, &mut upstreams, t.0 - FIRST_CONN, &mut ctx);
+                        settle(
+                            &mut conns,
+                            &mut upstreams,
+                            t.0 - FIRST_CONN,
+                            &mut ctx,
+                            &mut relays,
+                        );
                     }
                     continue;
                 }
@@ -195,6 +204,7 @@ impl Worker {
                     access_log: access_log.as_mut(),
                     counters: &mut counters,
                     proxy_starts: &mut proxy_starts,
+                    proxy_cancels: &mut proxy_cancels,
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -207,7 +217,7 @@ impl Worker {
                     event.is_read_closed(),
                     event.is_writable() || event.is_write_closed(),
                 );
-                settle(&mut conns, &mut upstreams, key, &mut ctx);
+                settle(&mut conns, &mut upstreams, key, &mut ctx, &mut relays);
             }
 
             // File sends that yielded their turn continue now.
@@ -228,6 +238,7 @@ impl Worker {
                     access_log: access_log.as_mut(),
                     counters: &mut counters,
                     proxy_starts: &mut proxy_starts,
+                    proxy_cancels: &mut proxy_cancels,
                     deferred: &mut deferred,
                     token,
                     worker: self.index,
@@ -235,7 +246,7 @@ impl Worker {
                     shutting_down,
                 };
                 conn.drive(&mut ctx);
-                settle(&mut conns, &mut upstreams, key, &mut ctx);
+                settle(&mut conns, &mut upstreams, key, &mut ctx, &mut relays);
             }
 
             if let Some(log) = &mut access_log {
@@ -254,6 +265,7 @@ impl Worker {
                     access_log: access_log.as_mut(),
                     counters: &mut counters,
                     proxy_starts: &mut proxy_starts,
+                    proxy_cancels: &mut proxy_cancels,
                     deferred: &mut deferred,
                     token: Token(0),
                     worker: self.index,
@@ -271,24 +283,30 @@ impl Worker {
                         conn.shut_down(&mut ctx);
                     }
                     idle += u64::from(!conn.closed() && conn.is_idle());
-                    if conn.closed() {
-                        if let Some(up) = conn.upstream() {
-                            upstreams.cancel(up, &mut ctx);
-                        }
-                    }
                     !conn.closed()
                 });
+                while let Some(up) = ctx.proxy_cancels.pop() {
+                    upstreams.cancel(up, &mut ctx);
+                }
                 // Upstream timeouts: 504 (or a cut response) to their clients; idle pooled
                 // connections past their keep-alive time close.
                 for up in upstreams.expired(now) {
                     let client = upstreams.client_of(up);
-                    let down = client
-                        .and_then(|(t, _)| conns.get_mut(t.0 - FIRST_CONN))
-                        .and_then(Connection::downstream);
-                    upstreams.expire(up, &mut ctx, down);
+                    match client.and_then(|(t, st)| Some((conns.get_mut(t.0 - FIRST_CONN)?, st))) {
+                        Some((conn, stream)) => conn.with_downstream(stream, |down| {
+                            upstreams.expire(up, &mut ctx, down);
+                        }),
+                        None => upstreams.expire(up, &mut ctx, None),
+                    }
                     if let Some((t, _)) = client {
                         ctx.token = t;
-                        settle(&mut conns, &mut upstreams, t.0 - FIRST_CONN, &mut ctx);
+                        settle(
+                            &mut conns,
+                            &mut upstreams,
+                            t.0 - FIRST_CONN,
+                            &mut ctx,
+                            &mut relays,
+                        );
                     }
                 }
                 if let Some(registry) = &cfg.metrics {
@@ -338,21 +356,28 @@ impl Worker {
     }
 }
 
-/// After a connection was driven: the requests it forwarded go to the upstream side, a relay it
-/// drained resumes reading its upstream, and a closed connection leaves (abandoning its
-/// upstream exchange, if any).
+/// After a connection was driven: the upstream exchanges it abandoned are cancelled, the
+/// requests it forwarded go to the upstream side, relays it drained resume reading their
+/// upstreams, and a closed connection leaves.
 fn settle(
     conns: &mut Slab<Connection>,
     upstreams: &mut Upstreams,
     key: usize,
     ctx: &mut WorkerCtx<'_>,
+    relays: &mut Vec<(Token, u32)>,
 ) {
-    while let Some((client, stream, job)) = ctx.proxy_starts.pop() {
-        match conns
-            .get_mut(client.0 - FIRST_CONN)
-            .and_then(Connection::downstream)
-        {
-            Some(down) => upstreams.start((client, stream), job, ctx, down),
+    loop {
+        while let Some(up) = ctx.proxy_cancels.pop() {
+            upstreams.cancel(up, ctx);
+        }
+        let Some((client, stream, job)) = ctx.proxy_starts.pop() else {
+            break;
+        };
+        match conns.get_mut(client.0 - FIRST_CONN) {
+            Some(conn) => conn.with_downstream(stream, |down| match down {
+                Some(down) => upstreams.start((client, stream), job, ctx, down),
+                None => job.group.give_buffer(job.request),
+            }),
             None => job.group.give_buffer(job.request),
         }
     }
@@ -360,14 +385,19 @@ fn settle(
         return;
     };
     if conn.closed() {
-        if let Some(up) = conn.upstream() {
+        conns.remove(key);
+        while let Some(up) = ctx.proxy_cancels.pop() {
             upstreams.cancel(up, ctx);
         }
-        conns.remove(key);
-    } else if conn.wants_relay() {
-        if let (Some(up), Some(down)) = (conn.upstream(), conn.downstream()) {
-            upstreams.resume(up, ctx, down);
-        }
+        return;
+    }
+    conn.relays_below(RELAY_LOW_WATER, relays);
+    while let Some((up, stream)) = relays.pop() {
+        conn.with_downstream(stream, |down| {
+            if let Some(down) = down {
+                upstreams.resume(up, ctx, down);
+            }
+        });
     }
 }
 

@@ -48,6 +48,7 @@ const JSON_TYPE: &[u8] = b"application/json";
 
 /// Flags of `lowlat serve` for the dynamic app.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Dynamic app")]
 pub struct AppArgs {
     /// Turn the dynamic app off
     #[arg(long, conflicts_with_all = ["app_prefix", "app_words", "words", "seed"])]

@@ -31,6 +31,7 @@ pub fn fd_budget(workers: usize) -> usize {
 
 /// Flags of `lowlat serve` for static files.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Static files")]
 #[allow(clippy::struct_excessive_bools)] // independent on/off flags
 pub struct FilesArgs {
     /// Serve files from this directory [default: the built-in site]

@@ -36,6 +36,9 @@ const DATA_TURN_BYTES: usize = 512 * 1024;
 /// Recently closed stream ids remembered, to tell a frame on a closed stream (STREAM_CLOSED)
 /// from one on a stream that never existed (PROTOCOL_ERROR).
 pub(super) const CLOSED_MEMORY: usize = 128;
+/// A stream waiting for an upstream's response is bounded by the upstream side's timeouts; this
+/// only keeps the connection's own deadline from firing first.
+const UPSTREAM_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 /// The connection's receive window: room for many streams' bodies at once.
 pub(super) const CONNECTION_WINDOW: u32 = 16 << 20;
 
@@ -293,6 +296,13 @@ impl H2Conn {
         } else if self.streams.iter().any(|s| s.pending() > 0) {
             // Waiting for the client to open a window.
             (Wait::Write, self.last_progress + cfg.write_timeout)
+        } else if self
+            .streams
+            .iter()
+            .any(|s| s.relay.is_some_and(|r| r.open) && s.pending() == 0)
+        {
+            // An upstream's response is awaited: the upstream side's timeouts bound it.
+            (Wait::Upstream, ctx.now + UPSTREAM_WAIT_LIMIT)
         } else if self.streams.iter().any(|s| s.state == State::Open) {
             (Wait::Body, self.last_progress + cfg.body_timeout)
         } else if self.pending.is_some() {

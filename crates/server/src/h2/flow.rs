@@ -57,7 +57,7 @@ impl H2Conn {
                 let mem_left = s.out.len() - s.out_pos;
                 let sent = if mem_left > 0 {
                     let n = n.min(mem_left);
-                    let last = n as u64 == pending;
+                    let last = n as u64 == pending && !s.relay.is_some_and(|r| r.open);
                     frame::write_data_header(&mut self.wbuf, s.id, n, last);
                     self.wbuf
                         .extend_from_slice(&s.out[s.out_pos..s.out_pos + n]);
@@ -88,7 +88,7 @@ impl H2Conn {
                     self.wbuf.truncate(at + HEADER_LEN + got);
                     f.offset += got as u64;
                     f.len -= got as u64;
-                    let last = got as u64 == pending;
+                    let last = got as u64 == pending && !s.relay.is_some_and(|r| r.open);
                     self.wbuf[at..at + HEADER_LEN].copy_from_slice(&frame::header_bytes(
                         got,
                         kind::DATA,
@@ -105,7 +105,7 @@ impl H2Conn {
                 s.send_window -= sent as i64;
                 self.send_window -= sent as i64;
                 budget = budget.saturating_sub(sent);
-                if s.pending() == 0 {
+                if s.pending() == 0 && !s.relay.is_some_and(|r| r.open) {
                     s.state = State::Done;
                     done = true;
                 }

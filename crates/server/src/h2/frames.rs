@@ -363,7 +363,11 @@ impl H2Conn {
             return self.conn_error(ErrorCode::EnhanceYourCalm, "too many stream resets");
         }
         if let Some(i) = self.streams.iter().position(|s| s.id == h.stream) {
-            self.streams.swap_remove(i);
+            let s = self.streams.swap_remove(i);
+            // A reset stream's upstream request is abandoned at once.
+            if let Some(up) = s.relay.and_then(|r| r.upstream) {
+                ctx.proxy_cancels.push(up);
+            }
         }
         // The client closed it: anything more it sends on it is its error (STREAM_CLOSED).
         remember(&mut self.closed_ids, h.stream);

@@ -181,7 +181,11 @@ impl H2Conn {
             ctx.pool.give_read(std::mem::take(&mut self.rbuf));
         }
         self.rlen = 0;
-        self.streams.clear();
+        for s in self.streams.drain(..) {
+            if let Some(up) = s.relay.and_then(|r| r.upstream) {
+                ctx.proxy_cancels.push(up);
+            }
+        }
     }
 
     /// Buffers go back to the worker's pool whenever they are empty, as HTTP/1.1's do: many

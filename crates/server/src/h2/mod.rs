@@ -7,6 +7,7 @@
 //! - `respond`: a complete request through the router; the response as HEADERS and DATA.
 //! - `flow`: windows, WINDOW_UPDATE, fair rounds of DATA between streams.
 //! - `defence`: stream and connection errors; control-frame and reset floods.
+//! - `relay`: a stream receiving a response from an upstream (the reverse proxy).
 //! - `stream`: a stream's state while it needs some; a handler's head turned into fields.
 //!
 //! A connection becomes HTTP/2 when TLS's ALPN chose `h2`, or (with `--h2c`) when a cleartext
@@ -18,6 +19,7 @@ mod defence;
 mod flow;
 mod frames;
 mod io;
+pub(crate) mod relay;
 mod respond;
 pub(crate) mod stream;
 

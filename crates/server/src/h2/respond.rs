@@ -9,7 +9,7 @@ use lowlat_http::request::{Header, Method, Request};
 use lowlat_http::Version;
 
 use super::conn::{remember, H2Conn};
-use super::stream::{translate_head, State, Stream};
+use super::stream::{translate_head, Relay, State, Stream};
 use crate::ctx::WorkerCtx;
 use crate::handler::Response;
 
@@ -94,8 +94,41 @@ impl H2Conn {
             true,
             Version::Http2,
         );
+        res.set_client(crate::proxy::headers::ClientInfo {
+            peer: self.peer,
+            tls: self.io.is_tls(),
+        });
         let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
-        let done = res.finish();
+        let mut done = res.finish();
+        if let Some(job) = done.forward.take() {
+            // Answered as the upstream's response arrives (`super::relay`).
+            ctx.proxy_starts.push((ctx.token, id, job));
+            let i = match entry {
+                Some(i) => i,
+                None => {
+                    self.streams.push(Stream::sending(
+                        id,
+                        i64::from(self.peer_settings.initial_window_size),
+                        started,
+                    ));
+                    self.streams.len() - 1
+                }
+            };
+            let s = &mut self.streams[i];
+            s.state = State::HalfClosedRemote;
+            if ctx.access_log.is_some() {
+                s.held.get_or_insert_with(Box::default).hold(&req);
+            }
+            s.relay = Some(Relay {
+                upstream: None,
+                open: true,
+                head_sent: false,
+                head_only: req.is_head(),
+                status: 0,
+                body_bytes: 0,
+            });
+            return;
+        }
         if !done.sent {
             self.status_page(ctx, 500);
         }
@@ -114,6 +147,7 @@ impl H2Conn {
                 user_agent: req.header("user-agent"),
                 referer: req.header("referer"),
                 worker: ctx.worker,
+                upstream: None,
             });
         }
         let file = if done.sent { done.file } else { None };

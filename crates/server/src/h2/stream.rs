@@ -41,6 +41,23 @@ pub(crate) struct Stream {
     pub(crate) out_pos: usize,
     /// A file region to send after `out`.
     pub(crate) file: Option<FileBody>,
+    /// The response comes from an upstream, relayed as it arrives.
+    pub(crate) relay: Option<Relay>,
+    /// The relayed request's log fields (only with an access log).
+    pub(crate) held: Option<Box<crate::access_log::HeldRequest>>,
+}
+
+/// A stream's response being relayed from an upstream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Relay {
+    /// The upstream connection serving it.
+    pub(crate) upstream: Option<mio::Token>,
+    /// More of the body is to come: the last DATA frame sent so far does not end the stream.
+    pub(crate) open: bool,
+    pub(crate) head_sent: bool,
+    pub(crate) head_only: bool,
+    pub(crate) status: u16,
+    pub(crate) body_bytes: u64,
 }
 
 impl Stream {
@@ -73,6 +90,8 @@ impl Stream {
             out: Vec::new(),
             out_pos: 0,
             file: None,
+            relay: None,
+            held: None,
         }
     }
 

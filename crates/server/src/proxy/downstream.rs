@@ -23,8 +23,15 @@ pub(crate) trait Downstream {
     );
     /// Body bytes, in order.
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]);
-    /// The response is complete.
-    fn relay_end(&mut self, ctx: &mut WorkerCtx<'_>, upstream: &str, status: u16);
+    /// The response is complete: `upstream` (the server's label) answered `status` in `took`
+    /// (from the request handed to it to the response's last byte).
+    fn relay_end(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        upstream: &str,
+        status: u16,
+        took: std::time::Duration,
+    );
     /// The upstream failed after the head went out: the client must see a truncated response.
     fn relay_abort(&mut self, ctx: &mut WorkerCtx<'_>);
     /// No response could be had (502, 504): a short page instead.

@@ -214,7 +214,8 @@ impl Upstreams {
             None => {
                 if c.phase == Phase::Idle {
                     self.idle_event(key, ctx);
-                } else if c.client.is_none() {
+                } else {
+                    // Its client is gone (or no longer wants the response).
                     self.close(key, ctx);
                 }
             }
@@ -506,7 +507,8 @@ impl Upstreams {
     fn finish(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
         let c = &mut self.conns[key];
         let label = &c.group.cfg.servers[c.server].label;
-        down.relay_end(ctx, label, c.status);
+        let took = ctx.now.saturating_duration_since(c.sent_at);
+        down.relay_end(ctx, label, c.status, took);
         down.flush_relayed(ctx);
         c.group.active.borrow_mut()[c.server] -= 1;
         c.client = None;

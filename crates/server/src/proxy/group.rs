@@ -64,34 +64,29 @@ impl WorkerGroup {
             return usable(0).then_some(0);
         }
         match &self.cfg.balance {
-            Balance::RoundRobin => {
-                // nginx's smooth weighted round-robin: every usable server gains its weight, the
-                // highest is chosen and loses the total.
-                let mut current = self.current.borrow_mut();
-                let mut total = 0i64;
-                let mut best: Option<usize> = None;
-                for i in 0..n {
-                    if !usable(i) {
-                        continue;
-                    }
-                    let w = i64::from(self.cfg.servers[i].weight.max(1));
-                    current[i] += w;
-                    total += w;
-                    if best.is_none_or(|b| current[i] > current[b]) {
-                        best = Some(i);
-                    }
-                }
-                let b = best?;
-                current[b] -= total;
-                Some(b)
-            }
+            Balance::RoundRobin => self.round_robin(usable),
             Balance::LeastConn => {
+                // The fewest in flight relative to weight (a/wa < b/wb ⇔ a·wb < b·wa); ties
+                // share by weighted round-robin, as nginx's least_conn does.
                 let active = self.active.borrow();
-                (0..n).filter(|&i| usable(i)).min_by(|&a, &b| {
-                    // Fewest in flight relative to weight: a/wa < b/wb ⇔ a·wb < b·wa.
-                    let wa = u64::from(self.cfg.servers[a].weight.max(1));
-                    let wb = u64::from(self.cfg.servers[b].weight.max(1));
-                    (u64::from(active[a]) * wb).cmp(&(u64::from(active[b]) * wa))
+                let load = |i: usize| {
+                    (
+                        u64::from(active[i]),
+                        u64::from(self.cfg.servers[i].weight.max(1)),
+                    )
+                };
+                let best = (0..n).filter(|&i| usable(i)).min_by(|&a, &b| {
+                    let ((la, wa), (lb, wb)) = (load(a), load(b));
+                    (la * wb).cmp(&(lb * wa))
+                })?;
+                let (lb, wb) = load(best);
+                drop(active);
+                self.round_robin(|i| {
+                    usable(i) && {
+                        let active = self.active.borrow();
+                        u64::from(active[i]) * wb
+                            == lb * u64::from(self.cfg.servers[i].weight.max(1))
+                    }
                 })
             }
             Balance::Hash(_) => {
@@ -101,6 +96,28 @@ impl WorkerGroup {
                     .find(|&i| usable(i))
             }
         }
+    }
+
+    /// nginx's smooth weighted round-robin over the servers `usable` accepts: every one gains its
+    /// weight, the highest is chosen and loses the total.
+    fn round_robin(&self, usable: impl Fn(usize) -> bool) -> Option<usize> {
+        let mut current = self.current.borrow_mut();
+        let mut total = 0i64;
+        let mut best: Option<usize> = None;
+        for i in 0..self.cfg.servers.len() {
+            if !usable(i) {
+                continue;
+            }
+            let w = i64::from(self.cfg.servers[i].weight.max(1));
+            current[i] += w;
+            total += w;
+            if best.is_none_or(|b| current[i] > current[b]) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        current[b] -= total;
+        Some(b)
     }
 
     /// A buffer for a request to this group (reused once warm).
@@ -194,6 +211,13 @@ mod tests {
         let g = group(&[1, 1, 1], Balance::LeastConn);
         g.active.borrow_mut().copy_from_slice(&[3, 1, 2]);
         assert_eq!(g.choose(0, None, 0), Some(1));
+        // Ties take turns.
+        g.active.borrow_mut().copy_from_slice(&[0, 0, 0]);
+        let picks: Vec<usize> = (0..3).map(|_| g.choose(0, None, 0).unwrap()).collect();
+        assert_eq!(
+            picks.iter().collect::<std::collections::HashSet<_>>().len(),
+            3
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::path::Path;
 use clap::{Args, Command, FromArgMatches};
 
 use super::args::{ServeArgs, SiteArgs};
+use super::proxy::{GroupArgs, UpstreamTable};
 
 /// The flags a config file may not set: they name the file itself.
 const NOT_IN_FILE: [&str; 2] = ["config", "check-config"];
@@ -94,7 +95,12 @@ pub fn load(path: &Path, cli: &[String]) -> Result<Loaded, Vec<String>> {
     let mut errors = Vec::new();
     let mut file_tokens: Vec<(String, Vec<String>)> = Vec::new();
     let mut site_tables = None;
+    let mut upstream_tables = None;
     for (key, value) in &table {
+        if key == "upstream" {
+            upstream_tables = Some(value);
+            continue;
+        }
         if key == "site" {
             site_tables = Some(value);
             continue;
@@ -138,6 +144,10 @@ pub fn load(path: &Path, cli: &[String]) -> Result<Loaded, Vec<String>> {
         ),
         None => Vec::new(),
     };
+    let upstreams = match upstream_tables {
+        Some(value) => upstreams(&text, &shown, value, &file_tokens, &mut errors),
+        None => Vec::new(),
+    };
     // The command line wins: a flag it gives drops the file's value(s) for that flag.
     let on_cli: Vec<String> = cli.iter().filter_map(|t| long_name(&cmd, t)).collect();
     let mut argv: Vec<String> = file_tokens
@@ -158,6 +168,7 @@ pub fn load(path: &Path, cli: &[String]) -> Result<Loaded, Vec<String>> {
     };
     let (site_tables, sites): (Vec<usize>, Vec<SiteArgs>) = sites.into_iter().unzip();
     args.sites = sites;
+    args.upstreams = upstreams;
     for (cert, key) in site_certs {
         args.cert.push(cert.into());
         args.key.push(key.into());
@@ -183,6 +194,7 @@ fn site_flags() -> Vec<String> {
             "no-plaintext".to_owned(),
             "no-json".to_owned(),
             "add-header".to_owned(),
+            "proxy".to_owned(),
         ])
         .filter(|f| f != "help")
         .collect()
@@ -321,11 +333,169 @@ fn sites(
 
 /// The line of the `i`-th `[[site]]` header.
 fn nth_site_line(text: &str, i: usize) -> usize {
+    nth_table_line(text, "[[site]]", i)
+}
+
+/// The line of the `i`-th `header` (`[[site]]`, `[[upstream]]`).
+fn nth_table_line(text: &str, header: &str, i: usize) -> usize {
     text.lines()
         .enumerate()
-        .filter(|(_, l)| l.trim() == "[[site]]")
+        .filter(|(_, l)| l.trim() == header)
         .nth(i)
         .map_or(0, |(n, _)| n + 1)
+}
+
+/// Reads the `[[upstream]]` tables: a `name`, its `servers` (URLs, or `{ url, weight }`
+/// tables), and any `--proxy-*` setting without its prefix (`balance = "least-conn"`), which
+/// overrides the file's top-level `proxy_*` keys for this group.
+fn upstreams(
+    text: &str,
+    shown: &str,
+    value: &toml::Value,
+    top: &[(String, Vec<String>)],
+    errors: &mut Vec<String>,
+) -> Vec<UpstreamTable> {
+    let toml::Value::Array(tables) = value else {
+        let header = line_of(text, "[[upstream]]").max(1);
+        errors.push(format!(
+            "{shown}:{header}: upstream: must be [[upstream]] tables"
+        ));
+        return Vec::new();
+    };
+    let group_cmd = || GroupArgs::augment_args(Command::new("upstream").no_binary_name(true));
+    let mut allowed = group_cmd();
+    allowed.build();
+    let allowed: Vec<String> = allowed
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(str::to_owned))
+        .filter(|f| f != "help")
+        .collect();
+    let mut out: Vec<UpstreamTable> = Vec::new();
+    for (i, t) in tables.iter().enumerate() {
+        let start = nth_table_line(text, "[[upstream]]", i);
+        let at = |key: &str, reason: &str| {
+            format!(
+                "{shown}:{}: upstream[{i}].{key}: {reason}",
+                line_in_site(text, start, key)
+            )
+        };
+        let Some(t) = t.as_table() else {
+            errors.push(format!("{shown}:{start}: upstream[{i}]: must be a table"));
+            continue;
+        };
+        let Some(name) = t.get("name").and_then(toml::Value::as_str) else {
+            errors.push(format!(
+                "{shown}:{start}: upstream[{i}].name: missing: the name --proxy rules use"
+            ));
+            continue;
+        };
+        if name.is_empty() || name.contains([':', '=', ',', '/']) {
+            errors.push(at("name", "a plain name (no : = , /)"));
+            continue;
+        }
+        let mut servers = Vec::new();
+        let mut bad = false;
+        match t.get("servers") {
+            Some(toml::Value::Array(list)) if !list.is_empty() => {
+                for v in list {
+                    let server = match v {
+                        toml::Value::String(url) => Some((url.clone(), 1)),
+                        toml::Value::Table(st) => match (
+                            st.get("url").and_then(toml::Value::as_str),
+                            st.get("weight").map(toml::Value::as_integer),
+                        ) {
+                            (Some(url), None) => Some((url.to_owned(), 1)),
+                            (Some(url), Some(Some(w))) if (1..=1000).contains(&w) => {
+                                Some((url.to_owned(), u32::try_from(w).unwrap_or(1)))
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    match server {
+                        Some(s) => servers.push(s),
+                        None => {
+                            errors.push(at(
+                                "servers",
+                                "each is a URL or { url = \"http://…\", weight = 1 to 1000 }",
+                            ));
+                            bad = true;
+                        }
+                    }
+                }
+            }
+            _ => {
+                errors.push(format!(
+                    "{shown}:{start}: upstream[{i}].servers: missing: a list of http://HOST:PORT or unix:/PATH"
+                ));
+                continue;
+            }
+        }
+        let mut own: Vec<(String, Vec<String>)> = Vec::new();
+        for (key, value) in t {
+            if key == "name" || key == "servers" {
+                continue;
+            }
+            let flag = format!("proxy-{}", key.replace('_', "-"));
+            if !allowed.contains(&flag) {
+                errors.push(at(
+                    key,
+                    "unknown key in an upstream (name, servers, balance, connect_timeout, keepalive, health_check…)",
+                ));
+                bad = true;
+                continue;
+            }
+            let mut cmd = group_cmd();
+            cmd.build();
+            let takes_value = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(flag.as_str()))
+                .and_then(clap::Arg::get_num_args)
+                .is_some_and(|n| n.takes_values());
+            match tokens_of(&flag, value, takes_value) {
+                Ok(tokens) => {
+                    if let Err(e) = group_cmd().try_get_matches_from(&tokens) {
+                        errors.push(at(key, &first_line(&e)));
+                        bad = true;
+                    } else {
+                        own.push((flag, tokens));
+                    }
+                }
+                Err(reason) => {
+                    errors.push(at(key, &reason));
+                    bad = true;
+                }
+            }
+        }
+        if bad {
+            continue;
+        }
+        if out.iter().any(|u| u.name == name) {
+            errors.push(at("name", "another [[upstream]] has this name"));
+            continue;
+        }
+        let mut argv: Vec<String> = top
+            .iter()
+            .filter(|(f, _)| allowed.contains(f) && !own.iter().any(|(o, _)| o == f))
+            .flat_map(|(_, t)| t.iter().cloned())
+            .collect();
+        argv.extend(own.into_iter().flat_map(|(_, t)| t));
+        match group_cmd()
+            .try_get_matches_from(&argv)
+            .and_then(|m| GroupArgs::from_arg_matches(&m))
+        {
+            Ok(group) => out.push(UpstreamTable {
+                name: name.to_owned(),
+                servers,
+                group,
+            }),
+            Err(e) => errors.push(format!(
+                "{shown}:{start}: upstream[{i}]: {}",
+                first_line(&e)
+            )),
+        }
+    }
+    out
 }
 
 /// The line on which `key` is set within the site table starting at line `start`.

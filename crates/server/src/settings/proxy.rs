@@ -129,7 +129,8 @@ fn token(s: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyRule {
     pub prefix: String,
-    /// A group's name, or servers (`http://host:port[/path]`, `unix:/path`), comma-separated.
+    /// A group's name (`app`, or `app/path/` to replace the prefix), or servers
+    /// (`http://host:port[/path]`, `unix:/path`), comma-separated.
     pub target: String,
 }
 
@@ -304,9 +305,17 @@ pub fn build(
     for rules in sites {
         let mut site = Vec::new();
         for rule in *rules {
+            // `app` or `app/path/` (the path replaces the prefix, as nginx's
+            // `proxy_pass http://app/path/;`).
+            let (name, path) = match rule.target.find('/') {
+                Some(i) if !rule.target.contains(':') => {
+                    (&rule.target[..i], Some(rule.target[i..].to_owned()))
+                }
+                _ => (rule.target.as_str(), None),
+            };
             let (group_index, rewrite) =
-                if let Some(i) = cfg.groups.iter().position(|g| g.name == rule.target) {
-                    (i, None)
+                if let Some(i) = cfg.groups.iter().position(|g| g.name == name) {
+                    (i, path)
                 } else if rule.target.contains(':') {
                     let mut servers = Vec::new();
                     let mut rewrite = None;
@@ -329,8 +338,8 @@ pub fn build(
                     (cfg.groups.len() - 1, rewrite)
                 } else {
                     return Err(format!(
-                        "--proxy {}={}: no [[upstream]] named {:?}",
-                        rule.prefix, rule.target, rule.target
+                        "--proxy {}={}: no [[upstream]] named {name:?}",
+                        rule.prefix, rule.target
                     ));
                 };
             site.push(ProxyRoute {
