@@ -1747,3 +1747,261 @@ fn unix_socket_upstreams() {
         assert_eq!(digest["sha256"], sha256_hex(&body), "{upstream}");
     }
 }
+
+/// Dot segments (`..`, `.`, and `%2e%2e`, which RFC 3986 §6.2.2.2 makes the same) in a target
+/// under a rewritten prefix (`--proxy /api/=http://HOST:PORT/echo/`) never reach the upstream
+/// as they are: `/api/../status/200` must not become `/echo/../status/200`, which an upstream
+/// that resolves dot segments serves as `/status/200`, outside what the rule maps. The proxy may
+/// refuse such a target (400), or resolve it before it matches a rule (as nginx does), but the
+/// upstream must not get a dot segment.
+#[test]
+#[ignore = "dot segments pass through a rewritten prefix: /api/../status/200 under --proxy /api/=http://U/echo/ reaches the upstream as /echo/../status/200 (the router matched the raw /api/ prefix; nothing resolves or refuses the ..)"]
+fn dot_segments_never_escape_a_rewritten_prefix() {
+    let upstream = Upstream::gunicorn();
+    let proxy = Proxy::start([
+        "--proxy".to_owned(),
+        format!("/api/={}/echo/", upstream.url()),
+    ]);
+    assert_eq!(get(proxy.addr, "/api/x").json()["target"], "/echo/x");
+    for target in [
+        "/api/../status/200",
+        "/api/%2e%2e/status/200",
+        "/api/%2E%2E/status/200",
+        "/api/./../status/200",
+        "/api/a/../../status/200",
+        "/api/..",
+    ] {
+        let r = get(proxy.addr, target);
+        if r.status == 200 && r.field("content-type") == Some("application/json") {
+            let seen = r.json()["target"].as_str().unwrap().to_owned();
+            let path = seen.split('?').next().unwrap().to_ascii_lowercase();
+            assert!(
+                !path
+                    .split('/')
+                    .any(|seg| matches!(seg, "." | ".." | "%2e" | "%2e%2e" | ".%2e" | "%2e.")),
+                "{target} reached the upstream as {seen}"
+            );
+        }
+    }
+}
+
+/// curl over HTTP/2 — in clear with prior knowledge (`--h2c`), and over TLS by ALPN — through
+/// the proxy to gunicorn: the request arrives as HTTP/1.1 with the forwarding fields (https over
+/// TLS), downloads are byte-exact, an upload arrives whole, and ten streams at once on one TLS
+/// connection all succeed.
+#[test]
+fn curl_over_http2_reaches_gunicorn() {
+    let upstream = Upstream::gunicorn();
+    let pki = Pki::new();
+    let leaf = pki.leaf("proxy", &["localhost"], KeyKind::EcdsaP256);
+    let ca = pki.ca_path();
+    let args: Vec<OsString> = vec![
+        "--h2c".into(),
+        "--tls-listen".into(),
+        "127.0.0.1:0".into(),
+        "--cert".into(),
+        leaf.cert.clone().into(),
+        "--key".into(),
+        leaf.key.clone().into(),
+        "--proxy".into(),
+        format!("/={}", upstream.url()).into(),
+    ];
+    let proxy = Proxy::start(args);
+    let tls = proxy.tls_addr.expect("a TLS listener");
+    let resolve = format!("localhost:{}:127.0.0.1", tls.port());
+    let ca = ca.to_str().unwrap();
+    let clear = ["--http2-prior-knowledge"];
+    let over_tls = ["--http2", "--cacert", ca, "--resolve", &resolve];
+    let bases = [
+        (&clear[..], format!("http://{}", proxy.addr), "http"),
+        (
+            &over_tls[..],
+            format!("https://localhost:{}", tls.port()),
+            "https",
+        ),
+    ];
+    let body = pattern(5, 300_000);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("upload.bin");
+    std::fs::write(&file, &body).unwrap();
+    for (how, base, scheme) in &bases {
+        let (code, r) = curl_response(&[*how, &[&format!("{base}/echo?h2=1")]].concat());
+        assert_eq!((code, r.status), (Some(0), 200), "{scheme}: {}", r.head);
+        assert!(r.head.starts_with("HTTP/2 200"), "{scheme}: {}", r.head);
+        let echo = r.json();
+        assert_eq!(echo["http_version"], "1.1", "{echo}");
+        assert_eq!(echo["query"], "h2=1");
+        assert_eq!(echoed_one(&echo, "x-forwarded-proto"), *scheme, "{echo}");
+        assert_eq!(echoed_one(&echo, "x-forwarded-for"), "127.0.0.1", "{echo}");
+        assert_made_request_id(&echoed_one(&echo, "x-request-id"));
+
+        for route in ["bytes", "chunked"] {
+            let n = 1_000_003;
+            let (code, r) = curl_response(&[*how, &[&format!("{base}/{route}/{n}")]].concat());
+            assert_eq!((code, r.status), (Some(0), 200), "{scheme} /{route}");
+            assert!(r.body == pattern(0, n), "{scheme} /{route}: wrong bytes");
+        }
+        let (code, r) = curl_response(
+            &[
+                *how,
+                &[
+                    "--data-binary",
+                    &format!("@{}", file.display()),
+                    &format!("{base}/upload"),
+                ],
+            ]
+            .concat(),
+        );
+        assert_eq!(
+            (code, r.status),
+            (Some(0), 200),
+            "{scheme} upload: {}",
+            r.head
+        );
+        assert_eq!(r.json()["sha256"], sha256_hex(&body), "{scheme}");
+
+        // Ten streams at once on one connection. Over TLS only: curl 7.88 fails every stream but
+        // the first of a prior-knowledge connection before sending it (against h2o as well).
+        if *scheme == "http" {
+            continue;
+        }
+        let urls: Vec<String> = (0..10)
+            .map(|i| format!("{base}/slow/{}", 100 + i))
+            .collect();
+        let mut args: Vec<&str> = how.to_vec();
+        args.extend([
+            "-Z",
+            "--parallel-max",
+            "10",
+            "-w",
+            "%{http_version} %{http_code}\\n",
+        ]);
+        for url in &urls {
+            args.extend(["-o", "/dev/null", url.as_str()]);
+        }
+        let out = curl(&args);
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{scheme}: {report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            report.lines().filter(|l| *l == "2 200").count(),
+            10,
+            "{scheme}: {report}"
+        );
+    }
+}
+
+/// Over HTTP/2, a response the upstream cuts short (/die's reset; /stall past
+/// `--proxy-read-timeout 1s`) ends its stream at once with RST_STREAM: curl fails within a few
+/// seconds (exit 92, or 18) with the 512 bytes that came, instead of waiting.
+#[test]
+#[ignore = "over HTTP/2 a response cut by the upstream leaves its stream open: the RST_STREAM is queued but never sent, so the client waits with 512 of 1024 bytes"]
+fn http2_a_response_cut_by_the_upstream_resets_the_stream() {
+    let upstream = Upstream::gunicorn();
+    let proxy = Proxy::start([
+        "--h2c".to_owned(),
+        "--proxy".to_owned(),
+        format!("/={}", upstream.url()),
+        "--proxy-read-timeout".to_owned(),
+        "1s".to_owned(),
+    ]);
+    for target in ["/die", "/stall"] {
+        let start = Instant::now();
+        let out = curl(&[
+            "--http2-prior-knowledge",
+            "--max-time",
+            "10",
+            "-o",
+            "-",
+            &format!("http://{}{target}", proxy.addr),
+        ]);
+        let code = out.status.code();
+        assert!(
+            matches!(code, Some(92 | 18 | 56)),
+            "{target}: curl exit {code:?} after {:?}: {}",
+            start.elapsed(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.stdout == pattern(0, 512), "{target}");
+        assert!(
+            start.elapsed() < Duration::from_secs(4),
+            "{target}: {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+/// Over HTTP/2, nothing listening at the upstream's address: the stream gets 502 at once.
+#[test]
+#[ignore = "the proxy's own 502 is queued on the HTTP/2 stream but not flushed: the client waits (and the status page says \"502 Unknown\")"]
+fn http2_nothing_listening_is_502_at_once() {
+    let proxy = Proxy::start([
+        "--h2c".to_owned(),
+        "--proxy".to_owned(),
+        format!("/=http://127.0.0.1:{}", dead_port()),
+    ]);
+    let start = Instant::now();
+    let (code, r) = curl_response(&[
+        "--http2-prior-knowledge",
+        "--max-time",
+        "5",
+        &format!("http://{}/echo", proxy.addr),
+    ]);
+    assert_eq!((code, r.status), (Some(0), 502), "{}", r.head);
+    assert_eq!(r.text(), "502 Bad Gateway\n");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// `--access-log` with a proxied request: the line ends with the upstream's address, status and
+/// response time (nginx's `$upstream_addr $upstream_status $upstream_response_time`), in the
+/// combined format and in JSON.
+#[test]
+fn the_access_log_names_the_upstream() {
+    let upstream = Upstream::gunicorn();
+    let dir = tempfile::tempdir().unwrap();
+    for format in ["combined", "json"] {
+        let log = dir.path().join(format!("access-{format}.log"));
+        let proxy = Proxy::start([
+            "--access-log".as_ref(),
+            log.as_os_str(),
+            "--access-log-format".as_ref(),
+            format.as_ref(),
+            "--proxy".as_ref(),
+            format!("/={}", upstream.url()).as_ref(),
+        ]);
+        assert_eq!(get(proxy.addr, "/status/201").status, 201);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let line = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| l.contains("/status/201")) {
+                break line.to_owned();
+            }
+            assert!(Instant::now() < deadline, "no line in {text:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let addr = upstream.addr().to_string();
+        if format == "json" {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["upstream_addr"], addr.as_str(), "{line}");
+            assert_eq!(v["upstream_status"], 201, "{line}");
+            assert!(v["upstream_response_time"].as_f64().is_some(), "{line}");
+        } else {
+            // … "referer" "user-agent" "ADDR" STATUS SECONDS
+            let tail: Vec<&str> = line.rsplitn(3, ' ').collect();
+            assert_eq!(
+                tail[2].rsplit(' ').next(),
+                Some(format!("\"{addr}\"").as_str()),
+                "{line}"
+            );
+            assert_eq!(tail[1], "201", "{line}");
+            assert!(tail[0].parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}
