@@ -1219,18 +1219,22 @@ fn round_robin_alternates_between_two_gunicorns() {
     }
 }
 
-/// Two gunicorns, one killed (`--proxy-max-fails 1`): every request still succeeds — the one
-/// that meets the dead server is retried on the other — and the dead one is then left out.
+/// Two gunicorns, one killed (`--proxy-max-fails 1 --proxy-fail-timeout 2s`): every request
+/// still succeeds — the one that meets the dead server is retried on the other — and the dead
+/// one is then left out; started again on its port, it is back in once the 2 s have passed.
 #[test]
 fn a_killed_upstream_is_retried_around_then_taken_out() {
     let a = Upstream::gunicorn();
     let b = Upstream::gunicorn();
     let a_addr = a.addr().to_string();
+    let b_port = b.addr().port();
     let proxy = Proxy::start([
         "--proxy".to_owned(),
         format!("/={},{}", a.url(), b.url()),
         "--proxy-max-fails".to_owned(),
         "1".to_owned(),
+        "--proxy-fail-timeout".to_owned(),
+        "2s".to_owned(),
     ]);
     // Both in use, with connections in the pool.
     for _ in 0..4 {
@@ -1257,11 +1261,35 @@ fn a_killed_upstream_is_retried_around_then_taken_out() {
         let r = read_response(&mut s, &mut pending, false);
         assert_eq!(local(&r.json()), a_addr);
     }
+
+    let b = Upstream::start(
+        App::Gunicorn(GunicornWorker::Gthread),
+        Bind::Port(b_port),
+        &[],
+    );
+    let b_addr = b.addr().to_string();
+    let deadline = started + Duration::from_secs(6);
+    loop {
+        let seen = local(&get(proxy.addr, "/echo").json());
+        if seen == b_addr {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{b_addr} not back {:?} after it was taken out",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "back too early"
+    );
 }
 
 /// `--proxy-health-check /status/200 --proxy-health-interval 200ms` over gunicorn and an upstream
 /// whose /status/200 answers 500 while it is told to be down (it answers every other request): it is
-/// taken out — every request goes to gunicorn — and comes back in once /health is 200 again.
+/// taken out — every request goes to gunicorn — and comes back in once /status/200 is 200 again.
 /// Passive checks are off (`--proxy-max-fails 0`), so only the active check decides.
 #[test]
 fn the_active_health_check_takes_a_server_out_and_back_in() {
@@ -1896,7 +1924,7 @@ fn curl_over_http2_reaches_gunicorn() {
 
 /// Over HTTP/2, a response the upstream cuts short (/die's reset; /stall past
 /// `--proxy-read-timeout 1s`) ends its stream at once with RST_STREAM: curl fails within a few
-/// seconds (exit 92, or 18) with the 512 bytes that came, instead of waiting.
+/// seconds (exit 92, or 18) with no more than the 512 bytes that came, instead of waiting.
 #[test]
 #[ignore = "over HTTP/2 a response cut by the upstream leaves its stream open: the RST_STREAM is queued but never sent, so the client waits with 512 of 1024 bytes"]
 fn http2_a_response_cut_by_the_upstream_resets_the_stream() {
@@ -1925,7 +1953,12 @@ fn http2_a_response_cut_by_the_upstream_resets_the_stream() {
             start.elapsed(),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(out.stdout == pattern(0, 512), "{target}");
+        // What came before the reset, if anything: never more, never other bytes.
+        let got = out.stdout.len();
+        assert!(
+            got <= 512 && out.stdout == pattern(0, got),
+            "{target}: {got} bytes"
+        );
         assert!(
             start.elapsed() < Duration::from_secs(4),
             "{target}: {:?}",
@@ -2004,4 +2037,174 @@ fn the_access_log_names_the_upstream() {
             assert!(tail[0].parse::<f64>().is_ok(), "{line}");
         }
     }
+}
+
+/// Sockets in state ESTABLISHED whose remote port is `port` (connections to the server listening
+/// there), from /proc/net/tcp.
+fn established_to(port: u16) -> usize {
+    let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = cols
+                .get(2)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            remote_port == Some(port) && cols.get(3) == Some(&"01")
+        })
+        .count()
+}
+
+/// Upstream connections are kept alive and reused: gunicorn (gthread) sees one client port for a
+/// series of requests; with `--proxy-keepalive 0` every request has a connection of its own.
+#[test]
+fn upstream_connections_are_reused_unless_keepalive_is_0() {
+    let upstream = Upstream::gunicorn();
+    for (keepalive, reused) in [("512", true), ("0", false)] {
+        let proxy = Proxy::start([
+            "--proxy".to_owned(),
+            format!("/={}", upstream.url()),
+            "--proxy-keepalive".to_owned(),
+            keepalive.to_owned(),
+        ]);
+        let ports: Vec<String> = (0..5)
+            .map(|_| {
+                get(proxy.addr, "/echo").json()["client"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        let distinct: std::collections::BTreeSet<&String> = ports.iter().collect();
+        if reused {
+            assert_eq!(
+                distinct.len(),
+                1,
+                "--proxy-keepalive {keepalive}: {ports:?}"
+            );
+        } else {
+            assert_eq!(
+                distinct.len(),
+                5,
+                "--proxy-keepalive {keepalive}: {ports:?}"
+            );
+        }
+    }
+}
+
+/// A client on IPv6 (`--listen [::1]:0`): X-Forwarded-For names it `::1`, Forwarded quotes and
+/// brackets it as RFC 7239 §6 says (`for="[::1]"`).
+#[test]
+fn an_ipv6_client_is_named_as_rfc_7239_says() {
+    let upstream = Upstream::uvicorn();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--workers", "1", "--listen", "[::1]:0", "--proxy"])
+        .arg(format!("/={}", upstream.url()));
+    let (mut child, _stderr, banner) = support::spawn_serve(cmd);
+    let addr = support::address(&banner, "http://");
+    let echo = get(addr, "/echo").json();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(echoed_one(&echo, "x-forwarded-for"), "::1", "{echo}");
+    assert_eq!(
+        echoed_one(&echo, "forwarded"),
+        "for=\"[::1]\";proto=http;host=\"proxied.test\"",
+        "{echo}"
+    );
+}
+
+/// A client that leaves in the middle of a gibibyte download: the proxy closes its upstream
+/// connection at once (it neither reads the rest nor keeps the connection), and serves on.
+#[test]
+fn a_client_leaving_mid_download_closes_the_upstream_connection() {
+    let upstream = Upstream::gunicorn();
+    let port = upstream.addr().port();
+    let proxy = Proxy::start(["--proxy".to_owned(), format!("/={}", upstream.url())]);
+    let mut s = connect(proxy.addr);
+    s.write_all(b"GET /bytes/1073741824 HTTP/1.1\r\nHost: p\r\n\r\n")
+        .unwrap();
+    let mut buf = vec![0; 1 << 20];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(
+        established_to(port),
+        1,
+        "the download's upstream connection"
+    );
+    let cpu_before = proxy_cpu_ticks(&proxy);
+    drop(s);
+    let left = Instant::now();
+    while established_to(port) > 0 {
+        assert!(
+            left.elapsed() < Duration::from_secs(1),
+            "the upstream connection is still open {:?} after the client left",
+            left.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // Not reading the rest of the gibibyte: well under a second of CPU.
+    let used = proxy_cpu_ticks(&proxy) - cpu_before;
+    assert!(used < 50, "{used} ticks of CPU after the client left");
+    assert_eq!(get(proxy.addr, "/status/200").status, 200);
+}
+
+/// The proxy's CPU time so far (utime + stime), in clock ticks.
+fn proxy_cpu_ticks(proxy: &Proxy) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", proxy.pid())).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// An upstream whose accept queue is full (a listener with a backlog of 0 that never accepts,
+/// its queue filled), so that a connect to it waits: 504 after `--proxy-connect-timeout 1s`.
+#[test]
+#[ignore = "the proxy's own 504 is written to the client's buffer but not flushed: the client waits until it sends something else (and the status line says \"504 Unknown\")"]
+fn a_connect_that_hangs_is_504_after_the_connect_timeout() {
+    let mut listener = Command::new(support::upstream::python())
+        .args([
+            "-c",
+            "import socket, sys, time\n\
+             s = socket.socket()\n\
+             s.bind(('127.0.0.1', 0))\n\
+             s.listen(0)\n\
+             print(s.getsockname()[1], flush=True)\n\
+             sys.stdin.read()\n",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(listener.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    // Fill the accept queue: once it is full, the kernel drops further SYNs.
+    let fillers: Vec<TcpStream> = (0..4)
+        .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok())
+        .collect();
+    let proxy = Proxy::start([
+        "--proxy".to_owned(),
+        format!("/=http://{addr}"),
+        "--proxy-connect-timeout".to_owned(),
+        "1s".to_owned(),
+    ]);
+    let start = Instant::now();
+    let r = get(proxy.addr, "/echo");
+    let took = start.elapsed();
+    drop(fillers);
+    drop(listener.stdin.take());
+    let _ = listener.wait();
+    assert!(
+        r.head.starts_with("HTTP/1.1 504 Gateway Timeout\r\n"),
+        "{}",
+        r.head
+    );
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_millis(2500),
+        "504 after {took:?}"
+    );
 }
