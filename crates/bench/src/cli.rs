@@ -66,6 +66,15 @@ pub struct BenchArgs {
     /// Length of each measurement instead of the spec's `[run] duration` ("5s", "500ms").
     #[arg(long, value_name = "DURATION", value_parser = parse_measure_duration)]
     pub duration: Option<Duration>,
+
+    /// Do not count the server's system calls by kind (kernel tracepoints; every system call
+    /// on the machine is a little dearer while they are counted).
+    #[arg(long)]
+    pub no_syscalls: bool,
+
+    /// Where tracefs is mounted [default: /sys/kernel/tracing, then /sys/kernel/debug/tracing].
+    #[arg(long, value_name = "DIR", conflicts_with = "no_syscalls")]
+    pub tracefs: Option<PathBuf>,
 }
 
 /// Connection levels given on the command line.
@@ -222,6 +231,9 @@ pub struct DoctorArgs {
     /// Check against what this spec needs [default: 1,000 connections, keep-alive and not].
     #[arg(value_name = "SPEC.toml")]
     pub spec: Option<PathBuf>,
+    /// Where tracefs is mounted [default: /sys/kernel/tracing, then /sys/kernel/debug/tracing].
+    #[arg(long, value_name = "DIR")]
+    pub tracefs: Option<PathBuf>,
 }
 
 /// Runs `lowlat bench`; returns the process exit code.
@@ -291,6 +303,7 @@ fn report(r: &ReportArgs) -> Result<ExitCode, BenchError> {
         png: !r.no_png,
     };
     let files = crate::report::render(&r.results, &opts)?;
+    print_syscalls(&files);
     println!("report: {}", files.html.display());
     println!(
         "charts: {} SVG, {} PNG in {}",
@@ -305,10 +318,11 @@ fn report(r: &ReportArgs) -> Result<ExitCode, BenchError> {
 }
 
 fn doctor(d: &DoctorArgs) -> Result<ExitCode, BenchError> {
-    let needs = match &d.spec {
+    let mut needs = match &d.spec {
         Some(p) => crate::doctor::Needs::of(&crate::spec::load(p)?),
         None => crate::doctor::Needs::default_sweep(),
     };
+    needs.syscalls = Some(d.tracefs.clone());
     let machine = crate::machine::Machine::detect();
     let checks = crate::doctor::run(&needs, &machine);
     print!("{}", crate::doctor::render(&checks));
@@ -339,6 +353,7 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
             crate::target::preflight(t, &vars)?;
         }
         print!("{}", plan_text(&spec));
+        println!("{}", syscall_plan(args));
         return Ok(ExitCode::SUCCESS);
     }
     let out_dir = args.out.clone().unwrap_or_else(|| {
@@ -367,6 +382,8 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
         progress: !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
         force: args.force,
         perf_counters: args.perf_counters,
+        syscalls: !args.no_syscalls,
+        tracefs: args.tracefs.clone(),
     };
     eprintln!(
         "lowlat bench: {} — {} measurements, about {}; results in {}",
@@ -385,9 +402,17 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
                 ..ReportOptions::default()
             },
         )?;
+        print_syscalls(&files);
         println!("report: {}", files.html.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report's syscall table on stdout, ready to paste into Markdown.
+fn print_syscalls(files: &crate::report::ReportFiles) {
+    if let Some(table) = &files.syscalls {
+        println!("system calls per request (kernel tracepoints; medians over rounds):\n{table}");
+    }
 }
 
 fn measurements(spec: &crate::spec::Spec) -> u64 {
@@ -413,6 +438,23 @@ fn human(secs: f64) -> String {
         format!("{:.0} min", secs / 60.0)
     } else {
         format!("{secs:.0} s")
+    }
+}
+
+/// What `--check` says about counting system calls: how, or why not and the fix.
+fn syscall_plan(args: &BenchArgs) -> String {
+    if args.no_syscalls {
+        return "  system calls: not counted (--no-syscalls)".into();
+    }
+    match crate::syscalls::probe(args.tracefs.as_deref()) {
+        Ok(tp) => format!(
+            "  system calls: counted per request by kind ({})",
+            tp.describe()
+        ),
+        Err(why) => format!(
+            "  system calls: cannot be counted here: {}; rows will say so (fix: {})",
+            why.reason, why.fix
+        ),
     }
 }
 

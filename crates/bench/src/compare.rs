@@ -124,6 +124,15 @@ pub fn compatible(base: &Results, new: &Results, force: bool) -> Result<Vec<Stri
     if b.spec_text != n.spec_text {
         notes.push("the spec's text differs between the runs".into());
     }
+    // The tracepoints make every system call dearer (about 10% of lowlat's µs/req on
+    // /plaintext, see docs/PERFORMANCE.md): a run with them is not the same measurement.
+    let counted = |r: &Results| r.rows.iter().any(|x| x.syscalls_per_req.is_some());
+    if counted(base) != counted(new) {
+        notes.push(format!(
+            "system calls were counted in {} only: the tracepoints add to the server's µs/req (run both with or both with --no-syscalls)",
+            if counted(base) { "BASE" } else { "NEW" }
+        ));
+    }
     if b.lowlat_version != n.lowlat_version {
         notes.push(format!(
             "lowlat {} and {}",

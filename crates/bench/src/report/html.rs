@@ -102,6 +102,24 @@ struct Section<'a> {
     levels: Vec<[String; 15]>,
 }
 
+/// The system-call section: a column per call some server made (see
+/// [`super::syscall_table`]).
+struct SyscallSection {
+    columns: Vec<&'static str>,
+    never_made: String,
+    rows: Vec<SyscallRow>,
+}
+
+struct SyscallRow {
+    scenario: String,
+    target: String,
+    connections: u32,
+    /// Total, each column, other; empty when nothing was counted.
+    cells: Vec<String>,
+    /// Why nothing was counted.
+    why: String,
+}
+
 /// The page: `templates/report.stpl`, which HTML-escapes every value but the style, the script
 /// and the charts (made here).
 #[derive(sailfish::TemplateSimple)]
@@ -122,6 +140,7 @@ struct Page<'a> {
     baseline: &'a str,
     /// One row per scenario × target: 13 cells, formatted.
     summary: Vec<[String; 13]>,
+    syscalls: Option<SyscallSection>,
     scenarios: Vec<Section<'a>>,
     checks: Vec<Vec<CheckRow<'a>>>,
     spec_file: &'a str,
@@ -244,6 +263,27 @@ pub fn page(
         },
         baseline,
         summary: summary_rows,
+        syscalls: super::syscall_table(summary).map(|t| SyscallSection {
+            columns: t.columns,
+            never_made: t.never_made.join(", "),
+            rows: t
+                .rows
+                .into_iter()
+                .map(|r| {
+                    let (cells, why) = match r.cells {
+                        Ok(c) => (c, String::new()),
+                        Err(w) => (Vec::new(), w),
+                    };
+                    SyscallRow {
+                        scenario: r.scenario,
+                        target: r.target,
+                        connections: r.connections,
+                        cells,
+                        why,
+                    }
+                })
+                .collect(),
+        }),
         scenarios: sections,
         checks,
         spec_file: &h.spec_file,

@@ -13,7 +13,7 @@ pub mod html;
 use std::path::{Path, PathBuf};
 
 use crate::error::BenchError;
-use crate::results::{BoundBy, Results, Row};
+use crate::results::{BoundBy, Results, Row, SyscallsPerReq};
 use charts::{Chart, Series};
 
 /// What to draw, beyond the results.
@@ -35,6 +35,8 @@ pub struct ReportFiles {
     pub html: PathBuf,
     pub svg: Vec<PathBuf>,
     pub png: Vec<PathBuf>,
+    /// The syscall table as Markdown, when the results have one.
+    pub syscalls: Option<String>,
 }
 
 /// Rows of one target at one level of one scenario, summarised over rounds.
@@ -52,8 +54,13 @@ pub struct Point {
     pub rss_mib: f64,
     pub errors: u64,
     pub bound_by: BoundBy,
-    /// Read- and write-class system calls of the server per request (median over rounds).
+    /// Every system call of the server per request, counted through tracepoints (median over
+    /// rounds; `None` where they were not counted).
     pub syscalls_per_req: Option<f64>,
+    /// The same by call: each figure the median over the rounds that counted it.
+    pub syscalls: Option<SyscallsPerReq>,
+    /// Why the rounds have no syscall figures, when they have none.
+    pub syscalls_unavailable: Option<String>,
     /// Context switches (voluntary + involuntary) of the server per request.
     pub switches_per_req: Option<f64>,
 }
@@ -118,9 +125,14 @@ pub fn summarise(res: &Results) -> Summary {
                         bound_by: bounds[bounds.len() / 2],
                         syscalls_per_req: median(
                             at.iter()
-                                .filter_map(|r| r.kernel_per_req.map(|k| k.syscr + k.syscw))
+                                .filter_map(|r| Some(r.syscalls_per_req.as_ref()?.total))
                                 .collect(),
                         ),
+                        syscalls: syscall_medians(&at),
+                        syscalls_unavailable: at
+                            .iter()
+                            .find_map(|r| r.syscalls_unavailable.clone())
+                            .filter(|_| at.iter().all(|r| r.syscalls_per_req.is_none())),
                         switches_per_req: median(
                             at.iter()
                                 .filter_map(|r| {
@@ -137,6 +149,139 @@ pub fn summarise(res: &Results) -> Summary {
         out.push((scenario.clone(), per_target));
     }
     out
+}
+
+/// Each syscall figure's median over the rounds that counted it; `None` when none did.
+fn syscall_medians(rows: &[&&Row]) -> Option<SyscallsPerReq> {
+    let counted: Vec<&SyscallsPerReq> = rows
+        .iter()
+        .filter_map(|r| r.syscalls_per_req.as_ref())
+        .collect();
+    let first = counted.first()?;
+    let med = |f: &dyn Fn(&SyscallsPerReq) -> Option<f64>| {
+        median(counted.iter().filter_map(|s| f(s)).collect())
+    };
+    Some(SyscallsPerReq {
+        total: med(&|s| Some(s.total)).unwrap_or(0.0),
+        calls: first
+            .calls
+            .keys()
+            .filter_map(|name| Some((name.clone(), med(&|s| s.call(name))?)))
+            .collect(),
+        other: med(&|s| Some(s.other)).unwrap_or(0.0),
+    })
+}
+
+/// The report's table of system calls per request: one row per scenario × target × level,
+/// a column per call that some server made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyscallTable {
+    /// The calls shown, in [`crate::syscalls::CALLS`] order: those some row made.
+    pub columns: Vec<&'static str>,
+    /// Calls counted in every row and made by none (left out of the columns).
+    pub never_made: Vec<&'static str>,
+    pub rows: Vec<SyscallTableRow>,
+}
+
+/// One row of [`SyscallTable`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyscallTableRow {
+    pub scenario: String,
+    pub target: String,
+    pub connections: u32,
+    /// Total, each column, other — formatted; or why nothing was counted.
+    pub cells: Result<Vec<String>, String>,
+}
+
+/// The syscall table of a summary; `None` when no row has syscall figures or a reason.
+#[must_use]
+pub fn syscall_table(summary: &Summary) -> Option<SyscallTable> {
+    let points = || {
+        summary.iter().flat_map(|(sc, per_target)| {
+            per_target
+                .iter()
+                .flat_map(move |(t, ps)| ps.iter().map(move |p| (sc, t, p)))
+        })
+    };
+    if points().all(|(_, _, p)| p.syscalls.is_none() && p.syscalls_unavailable.is_none()) {
+        return None;
+    }
+    let mut columns = Vec::new();
+    let mut never_made = Vec::new();
+    for call in crate::syscalls::CALLS {
+        let figures: Vec<Option<f64>> = points()
+            .filter_map(|(_, _, p)| p.syscalls.as_ref())
+            .map(|s| s.call(call.name))
+            .collect();
+        // Shown when some row made it; "never made" only when every row could count it.
+        if figures.iter().flatten().any(|v| *v >= 0.0005) {
+            columns.push(call.name);
+        } else if !figures.is_empty() && figures.iter().all(Option::is_some) {
+            never_made.push(call.name);
+        }
+    }
+    let rows = points()
+        .map(|(sc, t, p)| SyscallTableRow {
+            scenario: sc.clone(),
+            target: t.clone(),
+            connections: p.connections,
+            cells: match (&p.syscalls, &p.syscalls_unavailable) {
+                (Some(s), _) => {
+                    let mut v = vec![format!("{:.3}", s.total)];
+                    v.extend(
+                        columns
+                            .iter()
+                            .map(|c| s.call(c).map_or_else(|| "–".into(), |x| format!("{x:.3}"))),
+                    );
+                    v.push(format!("{:.3}", s.other));
+                    Ok(v)
+                }
+                (None, Some(why)) => Err(format!("not counted: {why}")),
+                (None, None) => Err("not counted".into()),
+            },
+        })
+        .collect();
+    Some(SyscallTable {
+        columns,
+        never_made,
+        rows,
+    })
+}
+
+/// The syscall table as Markdown (what `lowlat bench report` prints), with a line on what was
+/// left out.
+#[must_use]
+pub fn syscall_table_text(t: &SyscallTable) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = write!(s, "| scenario | target | conns | total |");
+    for c in &t.columns {
+        let _ = write!(s, " {c} |");
+    }
+    let _ = writeln!(s, " other |");
+    let _ = writeln!(s, "|---|---|---|---|{}---|", "---|".repeat(t.columns.len()));
+    for r in &t.rows {
+        let _ = write!(s, "| {} | {} | {} |", r.scenario, r.target, r.connections);
+        match &r.cells {
+            Ok(cells) => {
+                for c in cells {
+                    let _ = write!(s, " {c} |");
+                }
+            }
+            Err(why) => {
+                let _ = write!(s, " {why} |{}", " |".repeat(t.columns.len() + 1));
+            }
+        }
+        s.push('\n');
+    }
+    if !t.never_made.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nCounted and made by no server: {}.",
+            t.never_made.join(", ")
+        );
+    }
+    s
 }
 
 /// Levels spread over more than a factor of 20 and not evenly spaced read better on a log axis.
@@ -284,18 +429,23 @@ pub fn build_charts(
                     .collect(),
             ),
         ));
-        if per_target
-            .iter()
-            .any(|(_, ps)| ps.iter().any(|p| p.syscalls_per_req.is_some()))
-        {
+        if per_target.iter().any(|(_, ps)| {
+            ps.iter()
+                .any(|p| p.syscalls_per_req.is_some() || p.switches_per_req.is_some())
+        }) {
             let mut kernel = Vec::new();
+            let counted = per_target
+                .iter()
+                .any(|(_, ps)| ps.iter().any(|p| p.syscalls_per_req.is_some()));
             for t in &targets {
-                kernel.push(line(
-                    &format!("{t} syscalls"),
-                    t,
-                    &|p| p.syscalls_per_req,
-                    false,
-                ));
+                if counted {
+                    kernel.push(line(
+                        &format!("{t} syscalls"),
+                        t,
+                        &|p| p.syscalls_per_req,
+                        false,
+                    ));
+                }
                 kernel.push(line(
                     &format!("{t} context switches"),
                     t,
@@ -307,7 +457,7 @@ pub fn build_charts(
                 scenario.clone(),
                 chart(
                     "kernel",
-                    "kernel work per request: read/write-class system calls (solid), context switches (dashed)",
+                    "kernel work per request: system calls (solid), context switches (dashed)",
                     "per request",
                     false,
                     kernel,
@@ -467,6 +617,7 @@ pub fn render(results_path: &Path, opts: &ReportOptions) -> Result<ReportFiles, 
         html: out_dir.join("report.html"),
         svg: Vec::new(),
         png: Vec::new(),
+        syscalls: None,
     };
     let mut rendered = Vec::new();
     for (section, chart) in &charts {
@@ -483,6 +634,7 @@ pub fn render(results_path: &Path, opts: &ReportOptions) -> Result<ReportFiles, 
     }
     let page = html::page(&res, &summary, &baseline, &rendered);
     std::fs::write(&files.html, page).map_err(|e| BenchError::io(&files.html, e))?;
+    files.syscalls = syscall_table(&summary).map(|t| syscall_table_text(&t));
     Ok(files)
 }
 
