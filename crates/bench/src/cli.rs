@@ -1,7 +1,7 @@
-//! Command-line arguments of `lowlat bench`, its subcommands (`report`, `doctor`), and the
-//! turning of every error into one line on stderr with an exit code: 0 success, 1 failure
-//! (including an interrupted run and a failed environment check), 2 usage (bad flags or an
-//! invalid spec).
+//! Command-line arguments of `lowlat bench`, its subcommands (`report`, `doctor`, `compare`),
+//! and the turning of every error into one line on stderr with an exit code: 0 success, 1
+//! failure (including an interrupted run and a failed environment check), 2 usage (bad flags or
+//! an invalid spec); `compare` adds 3 (a cell is slower) and 4 (no cell could be judged).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -178,12 +178,16 @@ pub enum BenchCommand {
     Report(ReportArgs),
     /// Check the kernel and process settings a sweep needs.
     Doctor(DoctorArgs),
-    /// Compare two runs cell by cell (NEW ÷ BASE with intervals; exit 3 when slower).
+    /// Compare two runs cell by cell (NEW ÷ BASE with intervals; exit 3 when slower, 4 when
+    /// no cell could be judged).
     Compare(CompareArgs),
 }
 
 /// Arguments of `lowlat bench compare`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status:\n  0  no cell slower beyond the threshold (at least one cell judged)\n  1  a results file could not be read, or the runs are of different specs or machines (without --force)\n  2  usage error\n  3  a cell is slower beyond the threshold\n  4  no cell could be judged: fewer than 3 rounds on a side in every cell (run with --rounds 3 or more), or no cell in common"
+)]
 pub struct CompareArgs {
     /// The reference run's results.json.
     #[arg(value_name = "BASE.json")]
@@ -291,6 +295,10 @@ fn compare(c: &CompareArgs) -> Result<ExitCode, BenchError> {
                 .count()
         );
         return Ok(ExitCode::from(crate::compare::EXIT_SLOWER));
+    }
+    if let Some(why) = cmp.undecided() {
+        eprintln!("lowlat bench: {why}");
+        return Ok(ExitCode::from(crate::compare::EXIT_UNDECIDED));
     }
     Ok(ExitCode::SUCCESS)
 }
