@@ -28,9 +28,10 @@ for svc in nginx lighttpd h2o varnish; do
     if [ -x "/etc/init.d/$svc" ]; then "/etc/init.d/$svc" stop >/dev/null 2>&1 || true; fi
 done
 
-# The TLS spec (bench/specs/tls.toml): one self-signed ECDSA P-256 certificate for every server
-# (CA:FALSE, so rustls accepts it as a server's own certificate when it is also the trust
-# anchor), and its files, in bench/tls/ (not tracked).
+# One self-signed ECDSA P-256 certificate for every server (CA:FALSE, so rustls accepts it as a
+# server's own certificate when it is also the trust anchor), in bench/tls/ (not tracked): the
+# peers' configurations (bench/conf/) always open a TLS listener with it, so every spec needs it;
+# and the TLS spec's files (bench/specs/tls.toml).
 tls="$here/tls"
 mkdir -p "$tls/www"
 if [ ! -s "$tls/cert.pem" ] || [ ! -s "$tls/key.pem" ]; then

@@ -22,7 +22,8 @@ ALPN h2, loaded by h2load with --streams streams per connection): h2-plaintext, 
 h1-static (HTTP/1.1 over TLS by h2load --h1, the same client). For TLS, --lowlat may use
 {tls_port}, {cert} and {key} (a self-signed ECDSA P-256 pair made in the run directory). Peers: nginx, lighttpd, h2o, varnish (caching a file from a throw-away origin),
 may-minihttp, and "ceiling" (ceiling/ceiling.c:
-no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh first.
+no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh first. The peers'
+configurations are bench/conf/*.in, the ones the specs in bench/specs/ use too.
 """
 import argparse
 import json
@@ -69,6 +70,7 @@ SCENARIOS = {
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
          "varnish": 8084}
+CONF = os.path.join(HERE, "..", "conf")  # the peers' configurations, shared with bench/specs
 
 
 def log(*a):
@@ -209,12 +211,42 @@ class Server:
         self.p = None
 
 
+VAR = re.compile(r"\$\{([^}]*)\}")
+
+
+def expand(text, values):
+    """${name} and ${name:-default} as `lowlat bench` expands a spec's templates: `values` first,
+    then the environment, then the default; an undefined name is an error."""
+    def one(m):
+        name, sep, default = m.group(1).partition(":-")
+        if name in values:
+            return str(values[name])
+        if os.environ.get(name):
+            return os.environ[name]
+        if sep:
+            return default
+        raise KeyError(f"${{{name}}} is not defined (not given by compare.py, not in the environment)")
+    return VAR.sub(one, text)
+
+
+def conf_values(run_dir, www):
+    """What the configurations in bench/conf are filled in with: the run's directories, the
+    certificate made in it, and every peer's ports (clear and TLS)."""
+    values = {"run_dir": run_dir, "www": www, "cert": os.path.join(run_dir, "cert.pem"),
+              "key": os.path.join(run_dir, "key.pem")}
+    for name, port in PORTS.items():
+        values[f"{name}_port"] = port
+        values[f"{name}_tls_port"] = port + TLS_PORT_OFFSET
+    if os.geteuid() != 0:
+        values["H2O_USER_LINE"] = "#"  # h2o wants `user` only when started as root
+    return values
+
+
 def render(template, run_dir, www):
-    with open(os.path.join(HERE, "conf", template)) as f:
+    with open(os.path.join(CONF, template)) as f:
         text = f.read()
-    user = f"user: {os.environ.get('USER', 'root')}" if os.geteuid() == 0 else ""
-    text = text.replace("@RUN@", run_dir).replace("@WWW@", www).replace("@USER_LINE@", user)
-    text = text.replace("@CERT@", os.path.join(run_dir, "cert.pem")).replace("@KEY@", os.path.join(run_dir, "key.pem"))
+    make_cert(run_dir)  # the configurations' TLS listeners need it, whatever the scenario
+    text = expand(text, conf_values(run_dir, www))
     path = os.path.join(run_dir, template[:-3])
     with open(path, "w") as f:
         f.write(text)
@@ -228,7 +260,6 @@ def make_server(name, args, run_dir, www):
                                   key=os.path.join(run_dir, "key.pem")).split()
         return Server(name, argv, run_dir)
     if name == "nginx":
-        os.makedirs(os.path.join(run_dir, "nginx-tmp"), exist_ok=True)
         conf = render("nginx.conf.in", run_dir, www)
         return Server(name, ["nginx", "-p", run_dir, "-c", conf, "-e", f"{run_dir}/nginx-error.log"],
                       run_dir)
