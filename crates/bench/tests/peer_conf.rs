@@ -84,11 +84,18 @@ fn the_kit_renders_every_configuration() {
         ("nginx.conf", "8081"),
         ("lighttpd.conf", "8082"),
         ("h2o.conf", "8083"),
+        ("haproxy.cfg", "8086"),
+        ("Caddyfile", "8087"),
     ] {
         let text = read(&run.join(file));
         assert!(!text.contains("${"), "{file} left unfilled:\n{text}");
         assert!(text.contains(port), "{file} lacks its port {port}");
     }
+    // The proxies point at the kit's upstream, and haproxy gets its one-file certificate.
+    for file in ["nginx.conf", "h2o.conf", "haproxy.cfg", "Caddyfile"] {
+        assert!(read(&run.join(file)).contains("127.0.0.1:8078"), "{file}");
+    }
+    assert!(read(&run.join("cert+key.pem")).contains("PRIVATE KEY"));
 }
 
 fn read(p: &Path) -> String {
