@@ -15,7 +15,7 @@ h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ddd}table{border-c
 td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}\
 figure{margin:1.5em 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:.85em;color:#555}\
 pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.85em}.warn{color:#a60}.fail{color:#c00;font-weight:bold}.ok{color:#080}\
-.note{color:#555;font-size:.9em}";
+.note{color:#555;font-size:.9em}div.wide{overflow-x:auto}table.syscalls{font-size:.8em}table.syscalls td,table.syscalls th{padding:.2em .4em}";
 
 const SCRIPT: &str = "window.addEventListener('load',function(){var n=0;\
 document.querySelectorAll('figure.chart svg').forEach(function(s){var r=s.getBoundingClientRect();if(r.width>0){if(r.height>0){n++;}}});\
