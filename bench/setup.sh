@@ -28,19 +28,8 @@ for svc in nginx lighttpd h2o varnish; do
     if [ -x "/etc/init.d/$svc" ]; then "/etc/init.d/$svc" stop >/dev/null 2>&1 || true; fi
 done
 
-# The TLS spec (bench/specs/tls.toml): one self-signed ECDSA P-256 certificate for every server
-# (CA:FALSE, so rustls accepts it as a server's own certificate when it is also the trust
-# anchor), and its files, in bench/tls/ (not tracked).
-tls="$here/tls"
-mkdir -p "$tls/www"
-if [ ! -s "$tls/cert.pem" ] || [ ! -s "$tls/key.pem" ]; then
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
-        -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
-        -addext basicConstraints=critical,CA:FALSE \
-        -keyout "$tls/key.pem" -out "$tls/cert.pem" 2>/dev/null
-fi
-cp "$here/www/100.html" "$tls/www/100.html"
-[ -s "$tls/www/1m.bin" ] || head -c 1048576 /dev/urandom > "$tls/www/1m.bin"
+# The TLS certificate and files every spec needs (bench/tls/, not tracked).
+"$here/tls.sh"
 
 # The peers share one target directory so that the specs find them at a fixed place.
 export CARGO_TARGET_DIR="${PEERS_TARGET_DIR:-$here/peers/target}"

@@ -100,6 +100,17 @@ def main():
     with open(os.path.join(www, "1m.bin"), "wb") as f:
         f.write(bytes(range(256)) * 4096)
     raw = open(args.raw, "a") if args.raw else None
+    # The proxy scenarios' upstream: a second `ceiling`, pinned beside wrk, as compare.py runs it.
+    upstream = None
+    if any(s.startswith("proxy") for s in scenarios):
+        exe = os.path.join(compare.BUILD, "ceiling")
+        if not os.path.exists(exe):
+            sys.exit(f"{exe} missing: run bench/kit/setup.sh first")
+        upstream = compare.subprocess.Popen(["taskset", "-c", "1", exe, str(compare.UPSTREAM_PORT)],
+                                            stdout=compare.subprocess.DEVNULL,
+                                            stderr=compare.subprocess.DEVNULL, start_new_session=True)
+        compare.UPSTREAM_PIDS.add(upstream.pid)
+        time.sleep(0.3)
 
     targets = [t for t in compare.PORTS
                if any(t in compare.SCENARIOS[s][3] for s in scenarios) and (not only or t in only)]
@@ -125,6 +136,7 @@ def main():
         for t in targets:
             port = compare.PORTS[t]
             cmd = extra.get(t, "").format(port=port, www=www, tls_port=port + compare.TLS_PORT_OFFSET,
+                                          upstream=f"127.0.0.1:{compare.UPSTREAM_PORT}",
                                           cert=os.path.join(run_dir, "cert.pem"),
                                           key=os.path.join(run_dir, "key.pem"))
             srv = (compare.Server(t, cmd.split(), run_dir) if t in extra
@@ -161,6 +173,9 @@ def main():
     finally:
         for srv in servers.values():
             srv.stop()
+        if upstream:
+            os.killpg(upstream.pid, compare.signal.SIGTERM)
+            upstream.wait()
 
     scenarios = list(dict.fromkeys(sc for (sc, _, _) in results))
     print(compare.table(results, scenarios, targets))

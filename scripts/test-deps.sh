@@ -38,6 +38,9 @@ if [ ${#need[@]} -gt 0 ]; then
         if [ -x /etc/init.d/$daemon ]; then $sudo /etc/init.d/$daemon stop >/dev/null 2>&1 || true; fi
     done
 fi
+# The benchmark specs' certificate and files (bench/tls/): the peers' configurations always
+# open a TLS listener, so checking any spec needs them.
+"$(dirname "$0")/../bench/tls.sh"
 # h2spec (the HTTP/2 conformance suite) from the Go module proxy, built with the dependencies
 # pinned in scripts/h2spec/go.mod (so Debian's Go builds it too), into $(go env GOPATH)/bin.
 if ! command -v h2spec >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/h2spec" ]; then

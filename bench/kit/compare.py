@@ -20,9 +20,14 @@ big (1 MiB file, MB/s); over TLS: tls-plaintext, tls-static,
 tls-handshake (a new connection, so a full handshake, per request), tls-big; over HTTP/2 (TLS,
 ALPN h2, loaded by h2load with --streams streams per connection): h2-plaintext, h2-static, and
 h1-static (HTTP/1.1 over TLS by h2load --h1, the same client). For TLS, --lowlat may use
-{tls_port}, {cert} and {key} (a self-signed ECDSA P-256 pair made in the run directory). Peers: nginx, lighttpd, h2o, varnish (caching a file from a throw-away origin),
-may-minihttp, and "ceiling" (ceiling/ceiling.c:
-no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh first.
+{tls_port}, {cert} and {key} (a self-signed ECDSA P-256 pair made in the run directory). As a reverse
+proxy: proxy, proxy-tls (GET /up/plaintext forwarded to an upstream `ceiling` on {upstream}, pinned to
+CPU 1 beside wrk; keep-alive upstream connections). Peers: nginx, lighttpd, h2o, caddy, haproxy
+(proxy only), varnish (caching a file from a throw-away origin), may-minihttp, and "ceiling"
+(ceiling/ceiling.c: no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh
+first. The peers' configurations are bench/conf/*.in, the ones the specs in bench/specs/ use too.
+A target that does not start (say, a --lowlat without the feature a scenario needs) is skipped
+with its reason, and the others are measured.
 """
 import argparse
 import json
@@ -52,12 +57,12 @@ SCENARIOS = {
     "plaintext": ("/plaintext", 1, [16, 256, 1024], ["lowlat", "nginx", "may-minihttp", "ceiling"]),
     "plaintext-pipe": ("/plaintext", 16, [256], ["lowlat", "nginx", "may-minihttp", "ceiling"]),
     "json": ("/json", 1, [256], ["lowlat", "may-minihttp"]),
-    "static": ("/100.html", 1, [16, 256, 1024], ["lowlat", "nginx", "lighttpd", "h2o", "varnish"]),
+    "static": ("/100.html", 1, [16, 256, 1024], ["lowlat", "nginx", "lighttpd", "h2o", "varnish", "caddy"]),
     "static-pipe": ("/100.html", 16, [256], ["lowlat", "nginx", "lighttpd", "h2o", "varnish"]),
     "big": ("/1m.bin", 1, [16], ["lowlat", "nginx", "lighttpd", "h2o"]),
     # over TLS (ECDSA P-256 certificate made at start; TLS 1.3 where both ends offer it)
     "tls-plaintext": ("/plaintext", 1, [256], ["lowlat", "nginx"]),
-    "tls-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
+    "tls-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o", "caddy"]),
     "tls-handshake": ("/100.html", 1, [64], ["lowlat", "nginx", "h2o"]),  # a full handshake per request
     "tls-big": ("/1m.bin", 1, [16], ["lowlat", "nginx", "h2o"]),
     # HTTP/2 over TLS (ALPN h2), loaded by h2load with --streams streams per connection
@@ -65,10 +70,17 @@ SCENARIOS = {
     "h2-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
     # HTTP/1.1 over TLS loaded by h2load --h1: the same client as h2-*, for 1-stream comparisons
     "h1-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
+    # as a reverse proxy: /up/plaintext forwarded to an upstream (a second `ceiling`, pinned to CPU 1
+    # beside wrk), over keep-alive upstream connections; the figure is the proxy's own core per request
+    "proxy": ("/up/plaintext", 1, [16, 256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
+    "proxy-tls": ("/up/plaintext", 1, [256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
 }
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
-         "varnish": 8084}
+         "varnish": 8084, "haproxy": 8086, "caddy": 8087}
+UPSTREAM_PORT = 8078  # the proxy scenarios' upstream: {upstream} in --lowlat
+UPSTREAM_PIDS = set()  # not counted as a neighbour's CPU
+CONF = os.path.join(HERE, "..", "conf")  # the peers' configurations, shared with bench/specs
 
 
 def log(*a):
@@ -209,12 +221,46 @@ class Server:
         self.p = None
 
 
+VAR = re.compile(r"\$\{([^}]*)\}")
+
+
+def expand(text, values):
+    """${name} and ${name:-default} as `lowlat bench` expands a spec's templates: `values` first,
+    then the environment, then the default; an undefined name is an error."""
+    def one(m):
+        name, sep, default = m.group(1).partition(":-")
+        if name in values:
+            return str(values[name])
+        if os.environ.get(name):
+            return os.environ[name]
+        if sep:
+            return default
+        raise KeyError(f"${{{name}}} is not defined (not given by compare.py, not in the environment)")
+    return VAR.sub(one, text)
+
+
+def conf_values(run_dir, www):
+    """What the configurations in bench/conf are filled in with: the run's directories, the
+    certificate made in it, the upstream, and every peer's ports (clear and TLS)."""
+    values = {"run_dir": run_dir, "www": www, "cert": os.path.join(run_dir, "cert.pem"),
+              "key": os.path.join(run_dir, "key.pem"), "cert_and_key": os.path.join(run_dir, "cert+key.pem"),
+              "upstream": f"127.0.0.1:{UPSTREAM_PORT}"}
+    for name, port in PORTS.items():
+        values[f"{name}_port"] = port
+        values[f"{name}_tls_port"] = port + TLS_PORT_OFFSET
+    if os.geteuid() != 0:
+        values["H2O_USER_LINE"] = "#"  # h2o wants `user` only when started as root
+    return values
+
+
 def render(template, run_dir, www):
-    with open(os.path.join(HERE, "conf", template)) as f:
+    with open(os.path.join(CONF, template)) as f:
         text = f.read()
-    user = f"user: {os.environ.get('USER', 'root')}" if os.geteuid() == 0 else ""
-    text = text.replace("@RUN@", run_dir).replace("@WWW@", www).replace("@USER_LINE@", user)
-    text = text.replace("@CERT@", os.path.join(run_dir, "cert.pem")).replace("@KEY@", os.path.join(run_dir, "key.pem"))
+    make_cert(run_dir)  # the configurations' TLS listeners need it, whatever the scenario
+    if "${cert_and_key}" in text:  # haproxy wants both in one file
+        with open(os.path.join(run_dir, "cert+key.pem"), "w") as f:
+            f.write(open(os.path.join(run_dir, "cert.pem")).read() + open(os.path.join(run_dir, "key.pem")).read())
+    text = expand(text, conf_values(run_dir, www))
     path = os.path.join(run_dir, template[:-3])
     with open(path, "w") as f:
         f.write(text)
@@ -225,10 +271,10 @@ def make_server(name, args, run_dir, www):
     if name == "lowlat":
         argv = args.lowlat.format(port=PORTS["lowlat"], www=www, tls_port=PORTS["lowlat"] + TLS_PORT_OFFSET,
                                   cert=os.path.join(run_dir, "cert.pem"),
-                                  key=os.path.join(run_dir, "key.pem")).split()
+                                  key=os.path.join(run_dir, "key.pem"),
+                                  upstream=f"127.0.0.1:{UPSTREAM_PORT}").split()
         return Server(name, argv, run_dir)
     if name == "nginx":
-        os.makedirs(os.path.join(run_dir, "nginx-tmp"), exist_ok=True)
         conf = render("nginx.conf.in", run_dir, www)
         return Server(name, ["nginx", "-p", run_dir, "-c", conf, "-e", f"{run_dir}/nginx-error.log"],
                       run_dir)
@@ -247,6 +293,13 @@ def make_server(name, args, run_dir, www):
                   f"exec varnishd -F -a 127.0.0.1:{PORTS[name]} -b 127.0.0.1:8079 -s malloc,64m "
                   f"-n {run_dir}/varnish -p thread_pools=1 -p thread_pool_min=10")
         return Server(name, ["sh", "-c", origin], run_dir, ("python3",))
+    if name == "haproxy":
+        return Server(name, ["haproxy", "-db", "-f", render("haproxy.cfg.in", run_dir, www)], run_dir)
+    if name == "caddy":
+        conf = render("Caddyfile.in", run_dir, www)
+        return Server(name, ["env", "GOMAXPROCS=1", f"XDG_DATA_HOME={run_dir}/caddy-data",
+                             f"XDG_CONFIG_HOME={run_dir}/caddy-config", "caddy", "run", "--adapter", "caddyfile",
+                             "--config", conf], run_dir)
     if name == "ceiling":
         exe = os.path.join(BUILD, "ceiling")
         if not os.path.exists(exe):
@@ -344,7 +397,7 @@ def measure(srv, argv, seconds):
     a1 = all_ticks()
     now = srv.pids()
     srv_ticks = sum((ticks(p) or (0, 0))[0] - s0.get(p, 0) for p in now)
-    foreign, top = foreign_ticks(a0, a1, set(now) | mine)
+    foreign, top = foreign_ticks(a0, a1, set(now) | mine | UPSTREAM_PIDS)
     rec = parse_h2load(out) if "h2load" in argv else parse_wrk(out)
     rec.update({
         "server_cpu_pct": round(100.0 * srv_ticks / CLK / wall, 1),
@@ -398,21 +451,45 @@ def main():
     raw = open(args.raw, "a") if args.raw else None
     make_cert(args.run_dir)
 
+    upstream = None
+    if any(s.startswith("proxy") for s in scenarios):
+        exe = os.path.join(BUILD, "ceiling")
+        if not os.path.exists(exe):
+            sys.exit(f"{exe} missing: run setup.sh first")
+        upstream = subprocess.Popen(["taskset", "-c", "1", exe, str(UPSTREAM_PORT)], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        UPSTREAM_PIDS.add(upstream.pid)
+        time.sleep(0.3)
+    try:
+        run_all(args, scenarios, only, www, raw)
+    finally:
+        if upstream:
+            os.killpg(upstream.pid, signal.SIGTERM)
+            upstream.wait()
+
+
+def run_all(args, scenarios, only, www, raw):
     results = {}  # (scenario, conns, target) -> [records]
+    skipped = []  # (target, why): targets that did not start
     targets = [t for t in PORTS if any(t in SCENARIOS[s][3] for s in scenarios) and (not only or t in only)]
     if "lowlat" in targets and not args.lowlat:
         log("no --lowlat given: measuring the peers only")
         targets.remove("lowlat")
     for target in targets:
-        srv = make_server(target, args, args.run_dir, www)
         log(f"starting {target}")
-        srv.start()
+        try:
+            srv = make_server(target, args, args.run_dir, www)
+            srv.start()
+        except RuntimeError as e:
+            log(f"  {target} skipped: {e}")
+            skipped.append((target, str(e)))
+            continue
         try:
             for s in scenarios:
                 path, depth, levels, serves = SCENARIOS[s]
                 if target not in serves:
                     continue
-                tls, close = s.startswith(("tls-", "h2-", "h1-")), s == "tls-handshake"
+                tls, close = s.startswith(("tls-", "h2-", "h1-")) or s.endswith("-tls"), s == "tls-handshake"
                 url = (f"https://127.0.0.1:{srv.port + TLS_PORT_OFFSET}{path}" if tls
                        else f"http://127.0.0.1:{srv.port}{path}")
                 h2, h1 = s.startswith("h2-"), s.startswith("h1-")
@@ -450,6 +527,8 @@ def main():
 
     labels = list(dict.fromkeys(sc for (sc, _, _) in results))
     print(table(results, labels, targets))
+    for target, why in skipped:
+        print(f"skipped {target}: {why}")
 
 
 def median(recs, key):

@@ -1,7 +1,7 @@
-//! Command-line arguments of `lowlat bench`, its subcommands (`report`, `doctor`), and the
-//! turning of every error into one line on stderr with an exit code: 0 success, 1 failure
-//! (including an interrupted run and a failed environment check), 2 usage (bad flags or an
-//! invalid spec).
+//! Command-line arguments of `lowlat bench`, its subcommands (`report`, `doctor`, `compare`),
+//! and the turning of every error into one line on stderr with an exit code: 0 success, 1
+//! failure (including an interrupted run and a failed environment check), 2 usage (bad flags or
+//! an invalid spec); `compare` adds 3 (a cell is slower) and 4 (no cell could be judged).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,6 +66,15 @@ pub struct BenchArgs {
     /// Length of each measurement instead of the spec's `[run] duration` ("5s", "500ms").
     #[arg(long, value_name = "DURATION", value_parser = parse_measure_duration)]
     pub duration: Option<Duration>,
+
+    /// Do not count the server's system calls by kind (kernel tracepoints: while they count,
+    /// every system call is dearer, ×1.11 server CPU per request for lowlat's /plaintext).
+    #[arg(long)]
+    pub no_syscalls: bool,
+
+    /// Where tracefs is mounted [default: /sys/kernel/tracing, then /sys/kernel/debug/tracing].
+    #[arg(long, value_name = "DIR", conflicts_with = "no_syscalls")]
+    pub tracefs: Option<PathBuf>,
 }
 
 /// Connection levels given on the command line.
@@ -169,12 +178,16 @@ pub enum BenchCommand {
     Report(ReportArgs),
     /// Check the kernel and process settings a sweep needs.
     Doctor(DoctorArgs),
-    /// Compare two runs cell by cell (NEW ÷ BASE with intervals; exit 3 when slower).
+    /// Compare two runs cell by cell (NEW ÷ BASE with intervals; exit 3 when slower, 4 when
+    /// no cell could be judged).
     Compare(CompareArgs),
 }
 
 /// Arguments of `lowlat bench compare`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status:\n  0  no cell slower beyond the threshold (at least one cell judged)\n  1  a results file could not be read, or the runs are of different specs or machines (without --force)\n  2  usage error\n  3  a cell is slower beyond the threshold\n  4  no cell could be judged: fewer than 3 rounds on a side in every cell (run with --rounds 3 or more), or no cell in common"
+)]
 pub struct CompareArgs {
     /// The reference run's results.json.
     #[arg(value_name = "BASE.json")]
@@ -222,6 +235,9 @@ pub struct DoctorArgs {
     /// Check against what this spec needs [default: 1,000 connections, keep-alive and not].
     #[arg(value_name = "SPEC.toml")]
     pub spec: Option<PathBuf>,
+    /// Where tracefs is mounted [default: /sys/kernel/tracing, then /sys/kernel/debug/tracing].
+    #[arg(long, value_name = "DIR")]
+    pub tracefs: Option<PathBuf>,
 }
 
 /// Runs `lowlat bench`; returns the process exit code.
@@ -280,6 +296,10 @@ fn compare(c: &CompareArgs) -> Result<ExitCode, BenchError> {
         );
         return Ok(ExitCode::from(crate::compare::EXIT_SLOWER));
     }
+    if let Some(why) = cmp.undecided() {
+        eprintln!("lowlat bench: {why}");
+        return Ok(ExitCode::from(crate::compare::EXIT_UNDECIDED));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -291,6 +311,7 @@ fn report(r: &ReportArgs) -> Result<ExitCode, BenchError> {
         png: !r.no_png,
     };
     let files = crate::report::render(&r.results, &opts)?;
+    print_syscalls(&files);
     println!("report: {}", files.html.display());
     println!(
         "charts: {} SVG, {} PNG in {}",
@@ -305,10 +326,11 @@ fn report(r: &ReportArgs) -> Result<ExitCode, BenchError> {
 }
 
 fn doctor(d: &DoctorArgs) -> Result<ExitCode, BenchError> {
-    let needs = match &d.spec {
+    let mut needs = match &d.spec {
         Some(p) => crate::doctor::Needs::of(&crate::spec::load(p)?),
         None => crate::doctor::Needs::default_sweep(),
     };
+    needs.syscalls = Some(d.tracefs.clone());
     let machine = crate::machine::Machine::detect();
     let checks = crate::doctor::run(&needs, &machine);
     print!("{}", crate::doctor::render(&checks));
@@ -339,6 +361,7 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
             crate::target::preflight(t, &vars)?;
         }
         print!("{}", plan_text(&spec));
+        println!("{}", syscall_plan(args));
         return Ok(ExitCode::SUCCESS);
     }
     let out_dir = args.out.clone().unwrap_or_else(|| {
@@ -367,6 +390,8 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
         progress: !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
         force: args.force,
         perf_counters: args.perf_counters,
+        syscalls: !args.no_syscalls,
+        tracefs: args.tracefs.clone(),
     };
     eprintln!(
         "lowlat bench: {} — {} measurements, about {}; results in {}",
@@ -385,9 +410,17 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
                 ..ReportOptions::default()
             },
         )?;
+        print_syscalls(&files);
         println!("report: {}", files.html.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report's syscall table on stdout, ready to paste into Markdown.
+fn print_syscalls(files: &crate::report::ReportFiles) {
+    if let Some(table) = &files.syscalls {
+        println!("system calls per request (kernel tracepoints; medians over rounds):\n{table}");
+    }
 }
 
 fn measurements(spec: &crate::spec::Spec) -> u64 {
@@ -413,6 +446,23 @@ fn human(secs: f64) -> String {
         format!("{:.0} min", secs / 60.0)
     } else {
         format!("{secs:.0} s")
+    }
+}
+
+/// What `--check` says about counting system calls: how, or why not and the fix.
+fn syscall_plan(args: &BenchArgs) -> String {
+    if args.no_syscalls {
+        return "  system calls: not counted (--no-syscalls)".into();
+    }
+    match crate::syscalls::probe(args.tracefs.as_deref()) {
+        Ok(tp) => format!(
+            "  system calls: counted per request by kind ({})",
+            tp.describe()
+        ),
+        Err(why) => format!(
+            "  system calls: cannot be counted here: {}; rows will say so (fix: {})",
+            why.reason, why.fix
+        ),
     }
 }
 

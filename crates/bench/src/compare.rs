@@ -8,7 +8,8 @@
 //! A cell is *slower* only when the whole 95% interval of its cost ratio lies above
 //! 1 + threshold — noise of 3–30% on a shared machine must not fail a build — and *faster*
 //! when it lies below 1 − threshold. With fewer than [`MIN_ROUNDS`] rounds on a side, the
-//! interval means nothing and the cell says so instead of guessing.
+//! interval means nothing and the cell says so instead of guessing; when no cell at all could
+//! be judged, the gate exits [`EXIT_UNDECIDED`] rather than pass.
 //!
 //! The bootstrap resamples each side's rounds with replacement ([`RESAMPLES`] times, from a
 //! fixed seed, so a comparison is reproducible) and takes the ratio of the resampled means.
@@ -27,6 +28,9 @@ pub const RESAMPLES: usize = 4000;
 /// Exit status when a cell is slower beyond the threshold (a CI gate): 3, as `lowlat load`'s
 /// failed thresholds.
 pub const EXIT_SLOWER: u8 = 3;
+/// Exit status when no cell could be judged (too few rounds on a side everywhere, or no cell
+/// in common): a gate that cannot decide must not pass as if nothing got slower.
+pub const EXIT_UNDECIDED: u8 = 4;
 
 /// What a cell's figures say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -95,6 +99,36 @@ impl Comparison {
     pub fn regressed(&self) -> bool {
         self.cells.iter().any(|c| c.verdict == Verdict::Slower)
     }
+
+    /// Cells given a verdict (faster, slower or no measurable change).
+    #[must_use]
+    pub fn judged(&self) -> usize {
+        self.cells
+            .iter()
+            .filter(|c| c.verdict != Verdict::Undecided)
+            .count()
+    }
+
+    /// Why no cell could be judged, and what to run instead; `None` when some cell was.
+    #[must_use]
+    pub fn undecided(&self) -> Option<String> {
+        if self.judged() > 0 {
+            return None;
+        }
+        if self.cells.is_empty() {
+            return Some("no cell could be judged: the runs measured no cell in common (scenario, target and connections)".into());
+        }
+        let fewest = |f: fn(&Cell) -> usize| self.cells.iter().map(f).min().unwrap_or(0);
+        let (b, n) = (fewest(|c| c.base_rounds), fewest(|c| c.new_rounds));
+        if b >= MIN_ROUNDS && n >= MIN_ROUNDS {
+            return Some(
+                "no cell could be judged: neither run has server µs/req or req/s to compare".into(),
+            );
+        }
+        Some(format!(
+            "no cell could be judged: a verdict needs at least {MIN_ROUNDS} rounds on each side and the runs have as few as {b} (BASE) and {n} (NEW); measure both with --rounds {MIN_ROUNDS} or more (5 gives tighter intervals)"
+        ))
+    }
 }
 
 /// Checks that two runs can be compared: the same spec and the same machine, unless `force`.
@@ -123,6 +157,15 @@ pub fn compatible(base: &Results, new: &Results, force: bool) -> Result<Vec<Stri
     }
     if b.spec_text != n.spec_text {
         notes.push("the spec's text differs between the runs".into());
+    }
+    // The tracepoints make every system call dearer (about 10% of lowlat's µs/req on
+    // /plaintext, see docs/PERFORMANCE.md): a run with them is not the same measurement.
+    let counted = |r: &Results| r.rows.iter().any(|x| x.syscalls_per_req.is_some());
+    if counted(base) != counted(new) {
+        notes.push(format!(
+            "system calls were counted in {} only: the tracepoints add to the server's µs/req (run both with or both with --no-syscalls)",
+            if counted(base) { "BASE" } else { "NEW" }
+        ));
     }
     if b.lowlat_version != n.lowlat_version {
         notes.push(format!(

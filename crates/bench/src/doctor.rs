@@ -47,6 +47,9 @@ pub struct Needs {
     pub loader_cpus: Vec<usize>,
     /// (target name, its CPUs, its pid when already running)
     pub targets: Vec<(String, Vec<usize>, Option<u32>)>,
+    /// System calls are to be counted through tracepoints, with tracefs in this directory
+    /// (`None` inside: the usual places); `None`: not counted (`--no-syscalls`).
+    pub syscalls: Option<Option<std::path::PathBuf>>,
 }
 
 impl Needs {
@@ -74,6 +77,7 @@ impl Needs {
                     (t.name.clone(), t.cpus.clone(), pid)
                 })
                 .collect(),
+            syscalls: Some(None),
         }
     }
 
@@ -85,6 +89,7 @@ impl Needs {
             closes_connections: true,
             loader_cpus: vec![],
             targets: vec![],
+            syscalls: Some(None),
         }
     }
 }
@@ -327,7 +332,28 @@ pub fn run(needs: &Needs, machine: &Machine) -> Vec<Check> {
     if let Some(c) = cpu_out_of_range(needs, machine) {
         out.push(c);
     }
+    if let Some(dir) = &needs.syscalls {
+        out.push(syscall_tracepoints(dir.as_deref()));
+    }
     out
+}
+
+/// Whether the server's system calls can be counted by kind (tracefs mounted, the tracepoints
+/// there, `perf_event_open` allowed). Without them a run goes on and its rows say why they
+/// have no syscall figures.
+#[must_use]
+pub fn syscall_tracepoints(dir: Option<&std::path::Path>) -> Check {
+    let need = "tracefs mounted and perf_event_open allowed: system calls per request by kind";
+    match crate::syscalls::probe(dir) {
+        Ok(tp) => check("syscall tracepoints", tp.describe(), need, Status::Ok, None),
+        Err(why) => check(
+            "syscall tracepoints",
+            why.reason,
+            need,
+            Status::Warn,
+            Some(why.fix),
+        ),
+    }
 }
 
 /// The open-file limit a target runs with (started targets inherit the loader's).
@@ -415,6 +441,7 @@ mod tests {
             closes_connections: true,
             loader_cpus: vec![1],
             targets: vec![("a".into(), vec![1], None)],
+            syscalls: Some(None),
         };
         let checks = run(&needs, &Machine::detect());
         for name in [
@@ -429,6 +456,7 @@ mod tests {
             "SMT",
             "governor",
             "shared cores (a)",
+            "syscall tracepoints",
         ] {
             assert!(
                 checks.iter().any(|c| c.name.contains(name)),

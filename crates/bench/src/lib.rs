@@ -11,6 +11,8 @@
 //! - [`target`]: starting, readiness-checking and always stopping one target.
 //! - [`procfs`]: /proc readers (process tree ticks and memory, per-core busy time, neighbours).
 //! - [`sampler`]: the 100 ms sampling thread and its time series.
+//! - [`syscalls`]: the server's system calls by kind, counted through the kernel's syscall
+//!   tracepoints (what /proc's read/write counts miss).
 //! - [`load`]: the boundary to the load generator ([`load::LoadDriver`]) and its `lowlat load` engine.
 //! - [`runner`]: the sweep — warm-up, levels × rounds, rows, "bound by", progress bar.
 //! - [`results`]: the results file format, written incrementally (JSON + CSV), and its reader.
@@ -34,6 +36,7 @@ pub mod runner;
 pub mod sampler;
 pub mod spec;
 mod sys;
+pub mod syscalls;
 pub mod target;
 
 pub use error::BenchError;

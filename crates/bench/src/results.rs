@@ -119,6 +119,14 @@ pub struct Row {
     /// /proc/PID/io could not be read, and in older results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_per_req: Option<KernelPerReq>,
+    /// The server tree's system calls per response, counted through the kernel's syscall
+    /// tracepoints (absent where they could not be counted: then `syscalls_unavailable` says
+    /// why; absent too with `--no-syscalls` and in older results).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscalls_per_req: Option<SyscallsPerReq>,
+    /// Why this row has no `syscalls_per_req` (tracefs not mounted, `perf_event_open` refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscalls_unavailable: Option<String>,
     /// `--perf-counters`: the server tree's instructions and CPU cycles per response (absent
     /// where the machine has no hardware counters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,14 +138,19 @@ pub struct Row {
 /// Kernel work per response, from /proc (see [`crate::procfs::KernelCounters`]).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct KernelPerReq {
-    /// Read-class system calls (`read`, `readv`, `pread`; not `recvfrom`/`recvmsg`).
+    /// Read-class system calls as the VFS counts them (`read`, `readv`, `pread`): socket calls
+    /// (`recvfrom`, `recvmsg`) are not among them, so this undercounts; see
+    /// [`SyscallsPerReq`] for every call.
     pub syscr: f64,
-    /// Write-class system calls (`write`, `writev`, `sendfile`; not `sendto`/`sendmsg`).
+    /// Write-class system calls as the VFS counts them (`write`, `writev`, `sendfile`; not
+    /// `sendto`/`sendmsg`).
     pub syscw: f64,
     pub voluntary_switches: f64,
     pub involuntary_switches: f64,
     pub minor_faults: f64,
 }
+
+pub use crate::syscalls::SyscallsPerReq;
 
 /// Everything but the rows: written once at the start.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -187,7 +200,8 @@ pub struct Writer {
     target_checks: Vec<Check>,
 }
 
-const CSV_COLUMNS: [&str; 36] = [
+/// The CSV's columns before the system calls (see [`csv_columns`]).
+const CSV_FIXED: [&str; 36] = [
     "target",
     "scenario",
     "connections",
@@ -226,6 +240,23 @@ const CSV_COLUMNS: [&str; 36] = [
     "cycles_per_req",
 ];
 
+/// Every CSV column: [`CSV_FIXED`], then the system calls per response counted through
+/// tracepoints (`syscalls_per_req` the total, `sys_NAME_per_req` one per counted call,
+/// `sys_other_per_req` the rest), and why they are missing when they are.
+#[must_use]
+pub fn csv_columns() -> Vec<String> {
+    let mut v: Vec<String> = CSV_FIXED.iter().map(|c| (*c).to_string()).collect();
+    v.push("syscalls_per_req".into());
+    v.extend(
+        crate::syscalls::CALLS
+            .iter()
+            .map(|c| format!("sys_{}_per_req", c.name)),
+    );
+    v.push("sys_other_per_req".into());
+    v.push("syscalls_unavailable".into());
+    v
+}
+
 impl Writer {
     /// Creates `dir/results.json` and `dir/results.csv`.
     ///
@@ -261,7 +292,7 @@ impl Writer {
         let start = format!("{head},\n  \"rows\": [");
         json.write_all(start.as_bytes())
             .map_err(|e| BenchError::io(&json_path, e))?;
-        csv.write_record(CSV_COLUMNS)
+        csv.write_record(csv_columns())
             .and_then(|()| csv.flush().map_err(csv::Error::from))
             .map_err(|e| BenchError::io(&csv_path, std::io::Error::other(e)))?;
         let mut w = Self {
@@ -347,10 +378,11 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(String::new, |v| format!("{v:.3}"))
 }
 
-/// One row's fields, in [`CSV_COLUMNS`] order.
-fn csv_record(r: &Row) -> [String; 36] {
+/// One row's fields, in [`csv_columns`] order.
+fn csv_record(r: &Row) -> Vec<String> {
     let k = |f: fn(&KernelPerReq) -> f64| opt(r.kernel_per_req.as_ref().map(f));
-    [
+    let s = r.syscalls_per_req.as_ref();
+    let mut v = vec![
         r.target.clone(),
         r.scenario.clone(),
         r.connections.to_string(),
@@ -387,7 +419,16 @@ fn csv_record(r: &Row) -> [String; 36] {
         k(|k| k.minor_faults),
         opt(r.instructions_per_req),
         opt(r.cycles_per_req),
-    ]
+    ];
+    v.push(opt(s.map(|s| s.total)));
+    v.extend(
+        crate::syscalls::CALLS
+            .iter()
+            .map(|c| opt(s.and_then(|s| s.call(c.name)))),
+    );
+    v.push(opt(s.map(|s| s.other)));
+    v.push(r.syscalls_unavailable.clone().unwrap_or_default());
+    v
 }
 
 /// Reads a results file; a file cut off mid-write keeps every complete row.
@@ -492,15 +533,41 @@ mod tests {
         }))
         .unwrap();
         let mut w = csv::Writer::from_writer(Vec::new());
-        w.write_record(CSV_COLUMNS).unwrap();
+        w.write_record(csv_columns()).unwrap();
         w.write_record(csv_record(&row)).unwrap();
         let bytes = w.into_inner().unwrap();
         let mut r = csv::Reader::from_reader(&bytes[..]);
         let rec = r.records().next().unwrap().unwrap();
-        assert_eq!(rec.len(), CSV_COLUMNS.len());
+        assert_eq!(rec.len(), csv_columns().len());
         assert_eq!(&rec[0], "a,b \"c\"\r\nd");
         assert_eq!(&rec[18], "", "no server µs/req");
         assert_eq!(&rec[28], "TLSv1.3 TLS13_AES_128_GCM_SHA256");
+        let cols = csv_columns();
+        let at = |name: &str| cols.iter().position(|c| c == name).unwrap();
+        assert_eq!(
+            &rec[at("syscalls_per_req")],
+            "",
+            "not counted: empty, not 0"
+        );
+
+        // Counted: the total, a column per call (empty where the kernel had no tracepoint for
+        // it), the rest; or the reason they were not.
+        let mut counted = row.clone();
+        counted.syscalls_per_req = Some(SyscallsPerReq {
+            total: 2.5,
+            calls: [("recvfrom".to_string(), 1.0), ("sendto".to_string(), 1.0)].into(),
+            other: 0.5,
+        });
+        let mut refused = row;
+        refused.syscalls_unavailable = Some("tracefs is not mounted".into());
+        let (c, r) = (csv_record(&counted), csv_record(&refused));
+        assert_eq!(c.len(), cols.len());
+        assert_eq!(&c[at("syscalls_per_req")], "2.500");
+        assert_eq!(&c[at("sys_recvfrom_per_req")], "1.000");
+        assert_eq!(&c[at("sys_epoll_wait_per_req")], "");
+        assert_eq!(&c[at("sys_other_per_req")], "0.500");
+        assert_eq!(&r[at("sys_other_per_req")], "");
+        assert_eq!(&r[at("syscalls_unavailable")], "tracefs is not mounted");
     }
 
     #[test]

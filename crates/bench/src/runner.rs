@@ -21,6 +21,7 @@ use crate::procfs;
 use crate::results::{self, BoundBy, Header, Row, Writer};
 use crate::sampler::{Measured, Sampler, Watch};
 use crate::spec::{Scenario, Spec, Target};
+use crate::syscalls::{SyscallCounters, Tracepoints, Unavailable};
 use crate::target::{preflight, target_vars, RunningTarget};
 
 /// How a sweep is run (beyond the spec).
@@ -34,6 +35,11 @@ pub struct RunOptions {
     pub force: bool,
     /// Count the server's instructions and cycles per request (`--perf-counters`).
     pub perf_counters: bool,
+    /// Count the server's system calls by kind through the kernel's syscall tracepoints (on
+    /// unless `--no-syscalls`).
+    pub syscalls: bool,
+    /// Where tracefs is mounted, when not at one of [`crate::syscalls::TRACEFS_DIRS`] (`--tracefs`).
+    pub tracefs: Option<PathBuf>,
 }
 
 /// Warm-up connections: enough to touch every worker's code paths, few enough not to need the
@@ -59,11 +65,14 @@ pub fn run(
         .flat_map(|s| s.levels.iter().copied())
         .max()
         .unwrap_or(1);
-    // Started targets inherit this limit, so raise it before anything starts.
-    let _ = crate::sys::raise_nofile(u64::from(max_conns) + 1024);
+    // Started targets inherit this limit, so raise it before anything starts. Beyond the
+    // connections: the syscall counters, one descriptor per counted call per server thread.
+    let _ = crate::sys::raise_nofile(u64::from(max_conns) + 4096);
 
     let machine = Machine::detect();
-    let checks = doctor::run(&Needs::of(spec), &machine);
+    let mut needs = Needs::of(spec);
+    needs.syscalls = opts.syscalls.then(|| opts.tracefs.clone());
+    let checks = doctor::run(&needs, &machine);
     let pb = progress_bar(spec, opts.progress);
     if doctor::has_failures(&checks) {
         let failed: Vec<&str> = checks
@@ -110,7 +119,7 @@ pub fn run(
         &pb,
         stop,
         max_conns,
-        opts.perf_counters,
+        opts,
     );
     pb.finish_and_clear();
     match outcome {
@@ -162,12 +171,15 @@ fn sweep(
     pb: &ProgressBar,
     stop: &AtomicBool,
     max_conns: u32,
-    perf_counters: bool,
+    opts: &RunOptions,
 ) -> Result<(), BenchError> {
     let mut perf = PerfState {
-        on: perf_counters,
+        on: opts.perf_counters,
         said: false,
     };
+    let tracepoints = opts
+        .syscalls
+        .then(|| Tracepoints::find(opts.tracefs.as_deref()));
     let spec_dir = spec
         .spec_dir
         .canonicalize()
@@ -205,10 +217,30 @@ fn sweep(
             procfs::nofile_of(running.pid),
             u64::from(max_conns) + 256,
         ))?;
+        // Opened once the target is ready, so that every thread it has is counted; threads it
+        // starts later are counted through `inherit`.
+        let counters = tracepoints.as_ref().map(|tp| {
+            let tp = tp.as_ref().map_err(Clone::clone)?;
+            SyscallCounters::open(tp, running.pid).map(|c| (c, tp))
+        });
+        if let Some(c) = &counters {
+            writer.add_target_check(syscall_check(&target.name, c))?;
+            if let Err(why) = c {
+                say(
+                    pb,
+                    format!(
+                        "  {}: system calls not counted: {} (fix: {})",
+                        target.name, why.reason, why.fix
+                    ),
+                );
+            }
+        }
+        let counters = counters.map(|c| c.map(|(c, _)| c));
         let cores = Cores::of(target, &running, spec, machine);
         for scenario in scenarios {
             run_scenario(
                 &mut perf,
+                counters.as_ref(),
                 spec,
                 driver,
                 target,
@@ -224,6 +256,31 @@ fn sweep(
         running.stop();
     }
     Ok(())
+}
+
+/// The record of how a target's system calls were counted, or why they were not.
+fn syscall_check(
+    target: &str,
+    counters: &Result<(SyscallCounters, &Tracepoints), Unavailable>,
+) -> doctor::Check {
+    let name = format!("syscall counts ({target})");
+    let need = "the kernel's syscall tracepoints through perf_event_open".to_string();
+    match counters {
+        Ok((c, tp)) => doctor::Check {
+            name,
+            value: format!("{} on {} thread(s)", tp.describe(), c.threads()),
+            need,
+            status: doctor::Status::Ok,
+            fix: None,
+        },
+        Err(why) => doctor::Check {
+            name,
+            value: why.reason.clone(),
+            need,
+            status: doctor::Status::Warn,
+            fix: Some(why.fix.clone()),
+        },
+    }
 }
 
 /// Which cores count as the server's and the loader's.
@@ -277,6 +334,7 @@ struct PerfState {
 #[allow(clippy::too_many_arguments)] // one call site
 fn run_scenario(
     perf: &mut PerfState,
+    syscalls: Option<&Result<SyscallCounters, Unavailable>>,
     spec: &Spec,
     driver: &dyn LoadDriver,
     target: &Target,
@@ -349,6 +407,7 @@ fn run_scenario(
                 attempts += 1;
                 let (outcome, mut measured, foreign) = measure_once(
                     perf.on,
+                    syscalls,
                     driver,
                     &plan_for(level, spec.run.duration),
                     running,
@@ -394,13 +453,14 @@ fn run_scenario(
                 break row;
             };
             say(pb, format!(
-                "  {:<12} {:<14} c={:<5} req/s={:<10.0} p99={:.2}ms server µs/req={} cpu={:.0}% rss={}kB errors={} {}",
+                "  {:<12} {:<14} c={:<5} req/s={:<10.0} p99={:.2}ms server µs/req={} syscalls/req={} cpu={:.0}% rss={}kB errors={} {}",
                 row.target,
                 row.scenario,
                 row.connections,
                 row.rps,
                 row.p99_us as f64 / 1000.0,
                 row.server_us_per_req.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+                row.syscalls_per_req.as_ref().map_or_else(|| "-".into(), |s| format!("{:.2}", s.total)),
                 row.server_cpu_pct,
                 row.rss_peak_kb,
                 row.errors,
@@ -437,6 +497,7 @@ type Foreign = (f64, Vec<String>);
 
 fn measure_once(
     perf_counters: bool,
+    syscalls: Option<&Result<SyscallCounters, Unavailable>>,
     driver: &dyn LoadDriver,
     plan: &LoadPlan,
     running: &RunningTarget,
@@ -445,6 +506,11 @@ fn measure_once(
 ) -> Result<(LoadOutcome, Measured, Foreign), String> {
     let a0 = procfs::all_user_ticks();
     let cpu0 = crate::sys::self_cpu_us();
+    // Read just outside the sampler and the load, so the window covers the whole measurement.
+    let sys0 = syscalls.map(|c| match c {
+        Ok(c) => c.read(),
+        Err(why) => Err(why.reason.clone()),
+    });
     let sampler = Sampler::start(Watch {
         root: running.pid,
         rss_exclude: running.rss_exclude.clone(),
@@ -455,7 +521,11 @@ fn measure_once(
     let t0 = Instant::now();
     let outcome = driver.run(plan, stop);
     let wall = t0.elapsed();
-    let measured = sampler.finish();
+    let mut measured = sampler.finish();
+    measured.syscalls = sys0.map(|before| match syscalls {
+        Some(Ok(c)) => Ok(c.read()?.since(&before?)),
+        _ => before,
+    });
     let cpu1 = crate::sys::self_cpu_us();
     let a1 = procfs::all_user_ticks();
     let mut outcome = outcome?;
@@ -561,6 +631,14 @@ fn make_row(
                 minor_faults: k.minor_faults as f64 / n,
             }
         }),
+        syscalls_per_req: match &m.syscalls {
+            Some(Ok(counts)) => counts.per_request(o.responses),
+            _ => None,
+        },
+        syscalls_unavailable: match m.syscalls {
+            Some(Err(why)) => Some(why),
+            _ => None,
+        },
         samples: m.samples,
         tls: o.tls.clone(),
     }

@@ -54,6 +54,10 @@ pub struct Measured {
     /// With [`Watch::perf`]: the tree's (instructions, cycles), or why they could not be
     /// counted (no hardware counters in this VM, `perf_event_paranoid`).
     pub perf: Option<Result<(u64, u64), String>>,
+    /// The tree's system calls during the measurement, counted through tracepoints, or why
+    /// they could not be; `None` when not asked for. Filled in by the runner, which holds the
+    /// counters (they live as long as the target, not one measurement).
+    pub syscalls: Option<Result<crate::syscalls::SyscallCounts, String>>,
 }
 
 /// A running sampler; [`Sampler::finish`] stops it and returns the measurement.
@@ -226,6 +230,7 @@ fn sample_loop(w: &Watch, stop: &AtomicBool) -> Measured {
         samples,
         kernel,
         perf,
+        syscalls: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The few system calls std does not wrap: CPU affinity, a parent-death signal for started
-//! targets, signalling a whole process group, and the open-file limit. Every `unsafe` block in
-//! the crate lives here, each with its invariant written down.
+//! targets, signalling a whole process group, the open-file limit, and perf counters (hardware
+//! events and the kernel's tracepoints). Every `unsafe` block in the crate lives here, each with
+//! its invariant written down.
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -170,11 +171,14 @@ pub enum PerfEvent {
     /// tests check the counting mechanism with it).
     #[cfg_attr(not(test), allow(dead_code))]
     TaskClock,
+    /// How often a kernel tracepoint fired, by its id in tracefs
+    /// (`events/raw_syscalls/sys_enter/id`): no hardware counter needed.
+    Tracepoint(u64),
 }
 
 /// One open perf counter on one thread, counting from the moment it was opened.
 #[derive(Debug)]
-pub struct PerfCounter(std::os::fd::OwnedFd);
+pub struct PerfCounter(std::fs::File);
 
 /// Opens a counter of `event` on thread `tid`, any CPU, user and kernel work.
 ///
@@ -187,6 +191,7 @@ pub fn perf_counter(tid: i32, event: PerfEvent) -> io::Result<PerfCounter> {
         PerfEvent::Instructions => (0, 1), // PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS
         PerfEvent::Cycles => (0, 0),       // PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES
         PerfEvent::TaskClock => (1, 1),    // PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK
+        PerfEvent::Tracepoint(id) => (2, id), // PERF_TYPE_TRACEPOINT
     };
     let attr = PerfEventAttr {
         kind,
@@ -218,21 +223,22 @@ pub fn perf_counter(tid: i32, event: PerfEvent) -> io::Result<PerfCounter> {
     }
     let fd = i32::try_from(fd).map_err(|_| io::Error::other("perf_event_open: fd out of range"))?;
     // SAFETY: the kernel just returned `fd`, an open descriptor nobody else owns.
-    Ok(PerfCounter(unsafe {
+    Ok(PerfCounter(std::fs::File::from(unsafe {
         std::os::fd::OwnedFd::from_raw_fd(fd)
-    }))
+    })))
 }
 
 impl PerfCounter {
-    /// The count so far.
+    /// The count so far: for a counter opened with `inherit`, the thread's own and that of every
+    /// thread and process it started since, running or exited.
     ///
     /// # Errors
     /// The `read(2)` error.
     pub fn value(&self) -> io::Result<u64> {
         use std::io::Read as _;
         let mut buf = [0u8; 8];
-        let mut f = std::fs::File::from(self.0.try_clone()?);
-        f.read_exact(&mut buf)?;
+        // One read(2) of the counter's 8 bytes (read_format 0: the value alone).
+        (&self.0).read_exact(&mut buf)?;
         Ok(u64::from_ne_bytes(buf))
     }
 }

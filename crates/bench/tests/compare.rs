@@ -1,6 +1,8 @@
 //! `lowlat bench compare` on the recorded TLS run (3 rounds per cell) and copies of it changed
 //! on purpose: identical runs show no measurable change; a 20% regression is caught and exits 3;
-//! too few rounds are said, not guessed; runs of another machine are refused unless forced.
+//! too few rounds are said, not guessed, and a gate where no cell could be judged exits 4 (the
+//! recorded 2-round static run against itself); runs of another machine are refused unless
+//! forced.
 
 use std::path::{Path, PathBuf};
 
@@ -101,9 +103,55 @@ fn too_few_rounds_are_said() {
     base.rows.retain(|r| r.round < 2);
     let cmp = compare(&base, &slowed(&base, 1.5), 0.05, Vec::new());
     assert!(cmp.cells.iter().all(|c| c.verdict == Verdict::Undecided));
-    assert!(!cmp.regressed(), "an undecided cell does not fail the gate");
+    assert!(!cmp.regressed(), "an undecided cell is not a slower one");
+    assert_eq!(cmp.judged(), 0);
+    let why = cmp.undecided().expect("nothing judged");
+    assert!(why.contains("--rounds 3"), "{why}");
     let text = lowlat_bench::compare::render_text(&cmp);
     assert!(text.contains("fewer than 3 rounds"), "{text}");
+    // One cell with enough rounds is a judgement: the gate can pass.
+    let mut mixed = recorded();
+    let first = (mixed.rows[0].scenario.clone(), mixed.rows[0].target.clone());
+    mixed
+        .rows
+        .retain(|r| r.round < 2 || (r.scenario == first.0 && r.target == first.1));
+    let cmp = compare(&mixed, &mixed, 0.05, Vec::new());
+    assert!(cmp.judged() > 0 && cmp.undecided().is_none());
+}
+
+/// Two real 2-round runs (the recorded static sweep's first two rounds, against themselves):
+/// no cell can be judged, so the gate fails with its own status, 4 — not 0 as if nothing had
+/// got slower, not 3 as if something had.
+#[test]
+fn two_round_runs_fail_the_gate() {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/results/static-100b-kernel/results.json");
+    let mut res = results::read(&p).unwrap_or_else(|e| panic!("{e}"));
+    res.rows.retain(|r| r.round < 2);
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        write(dir.path(), "a.json", &res),
+        write(dir.path(), "b.json", &res),
+    );
+    assert_eq!(
+        cli(&[
+            "compare",
+            &a.display().to_string(),
+            &b.display().to_string()
+        ]),
+        format!(
+            "{:?}",
+            std::process::ExitCode::from(lowlat_bench::compare::EXIT_UNDECIDED)
+        )
+    );
+    // No cell in common is no judgement either.
+    let mut other = res.clone();
+    for r in &mut other.rows {
+        r.connections += 1;
+    }
+    let cmp = compare(&res, &other, 0.05, Vec::new());
+    assert!(cmp.cells.is_empty());
+    assert!(cmp.undecided().unwrap().contains("no cell in common"));
 }
 
 /// Another machine is refused, naming the difference, unless forced; another spec likewise.

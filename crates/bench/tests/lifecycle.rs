@@ -18,6 +18,8 @@ fn opts(dir: &std::path::Path) -> RunOptions {
         progress: false,
         force: true,
         perf_counters: false,
+        syscalls: false,
+        tracefs: None,
     }
 }
 

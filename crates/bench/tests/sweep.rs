@@ -51,6 +51,7 @@ fn swept() -> &'static Swept {
     ONCE.get_or_init(|| {
         let nginx = common::need("nginx");
         let serve = common::lowlat_serve();
+        common::tracefs();
         let dir = common::scratch("sweep");
         std::fs::write(dir.join("nginx.conf.in"), NGINX_CONF).unwrap();
         let (lp, np) = (common::free_port(), common::free_port());
@@ -96,7 +97,7 @@ headers = {{ Accept = "text/plain" }}
         let spec_path = common::write_spec(&dir, "ci.toml", &spec_text);
         let spec = lowlat_bench::spec::load(&spec_path).unwrap_or_else(|e| panic!("{e}"));
         let out = dir.join("out");
-        let opts = RunOptions { out_dir: out.clone(), progress: false, force: true, perf_counters: false };
+        let opts = RunOptions { out_dir: out.clone(), progress: false, force: true, perf_counters: false, syscalls: true, tracefs: None };
         let results = runner::run(&spec, &lowlat_bench::load::Engine, &opts, &AtomicBool::new(false)).unwrap_or_else(|e| panic!("sweep failed: {e}"));
         report::render(&results, &ReportOptions { png: true, ..ReportOptions::default() }).unwrap_or_else(|e| panic!("report failed: {e}"));
         Swept { dir: out, results }
@@ -116,8 +117,8 @@ fn sweep_writes_expected_rows() {
     );
     assert_eq!(
         res.target_checks.len(),
-        TARGETS.len(),
-        "each target's open-file limit is recorded"
+        2 * TARGETS.len(),
+        "each target's open-file limit and how its system calls were counted are recorded"
     );
     assert!(res.header.machine.cpus >= 1 && !res.header.machine.kernel.is_empty());
     for t in TARGETS {
@@ -152,6 +153,9 @@ fn sweep_writes_expected_rows() {
                 "{t}: server CPU measured ({:.1}%)",
                 r.server_cpu_pct
             );
+            // Both answer each request with at least one receive and one send.
+            let sys = r.syscalls_per_req.as_ref().expect("system calls counted");
+            assert!(sys.total >= 2.0 && sys.total < 20.0, "{t} c={l}: {sys:?}");
             let us = r.server_us_per_req.expect("µs/req");
             assert!(us > 0.0 && us < 100_000.0, "{t}: {us} µs/req");
             assert_eq!(
@@ -262,6 +266,7 @@ fn html_report_parses_and_holds_every_chart() {
         "Environment check",
         "Spec",
         "req/s ÷ baseline",
+        "System calls per request",
         "ip_local_port_range",
         "ci-sweep",
     ] {

@@ -72,6 +72,8 @@ fn sweep(
         progress: false,
         force: true,
         perf_counters: false,
+        syscalls: false,
+        tracefs: None,
     };
     runner::run(
         &spec,

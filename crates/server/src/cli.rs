@@ -5,8 +5,9 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use crate::proxy::health::GroupView;
 use crate::settings::{check_config, merged, site_labels};
-use crate::settings::{service, ServeArgs};
+use crate::settings::{service_with_upstreams, ServeArgs};
 use crate::tls::TlsContext;
 use crate::{Server, ServerError, Service};
 
@@ -72,14 +73,14 @@ pub fn run(args: ServeArgs) -> ExitCode {
     };
     init_logging(&args);
     raise_fd_limit();
-    let service = match service(&args) {
-        Ok(service) => service,
+    let (service, upstreams) = match service_with_upstreams(&args) {
+        Ok(built) => built,
         Err(e) => {
             eprintln!("lowlat serve: {e}");
             return ExitCode::from(1);
         }
     };
-    match serve(&args, service) {
+    match serve_with(&args, service, upstreams) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lowlat serve: {e}");
@@ -121,6 +122,15 @@ fn raise_fd_limit() {
 /// # Errors
 /// Bind failures, bad configuration, a worker that failed.
 pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
+    serve_with(args, service, Vec::new())
+}
+
+/// [`serve`], with the reverse proxy's groups reported on `/metrics`.
+fn serve_with(
+    args: &ServeArgs,
+    service: Service,
+    upstreams: Vec<GroupView>,
+) -> Result<(), ServerError> {
     let mut cfg = args.to_config().map_err(ServerError::Config)?;
     let tls = args.tls_context().map_err(ServerError::Config)?;
     if let Some(tls) = &tls {
@@ -138,6 +148,7 @@ pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
         .map(|_| Arc::new(crate::metrics::Registry::new(workers)));
     if let Some(r) = &registry {
         r.set_sites(site_labels(args));
+        r.set_upstreams(upstreams);
     }
     cfg.metrics.clone_from(&registry);
     let server = Server::bind(cfg, service)?;
@@ -267,11 +278,12 @@ fn reload_config(
             return;
         }
     };
-    match service(&new) {
-        Ok(svc) => {
+    match service_with_upstreams(&new) {
+        Ok((svc, upstreams)) => {
             reloader.set_service(svc);
             if let Some(r) = registry {
                 r.set_sites(site_labels(&new));
+                r.set_upstreams(upstreams);
             }
             tracing::info!(
                 "SIGHUP: {}: reloaded (files, the app and the built-in routes)",

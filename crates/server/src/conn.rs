@@ -866,10 +866,14 @@ impl Downstream for Conn {
         out.extend_from_slice(b"HTTP/1.1 ");
         out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
         out.push(b' ');
-        out.extend_from_slice(if reason.is_empty() {
-            lowlat_http::response::reason(status).as_bytes()
-        } else {
+        // The upstream's phrase; an empty one (allowed) gets the standard phrase if there is one.
+        let standard = lowlat_http::response::reason(status);
+        out.extend_from_slice(if !reason.is_empty() {
             reason.as_bytes()
+        } else if standard == "Unknown" {
+            b""
+        } else {
+            standard.as_bytes()
         });
         out.extend_from_slice(b"\r\n");
         for f in fields.iter().filter(|f| pass(f.name)) {
@@ -1007,6 +1011,8 @@ impl Downstream for Conn {
             self.closing = true;
         }
         self.unparsed = self.rlen > 0;
+        // Nothing else will write it: the upstream side is done with this exchange.
+        self.drive(ctx);
     }
 
     fn backlog(&self) -> usize {

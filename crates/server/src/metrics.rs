@@ -121,6 +121,8 @@ pub struct Registry {
     /// The `site` label of each router index (the first name of each `[[site]]`), replaced at
     /// a reload.
     sites: std::sync::Mutex<Vec<String>>,
+    /// The reverse proxy's groups, replaced at a reload.
+    upstreams: std::sync::Mutex<Vec<crate::proxy::health::GroupView>>,
 }
 
 impl Registry {
@@ -132,6 +134,14 @@ impl Registry {
                 .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
                 .collect(),
             sites: std::sync::Mutex::new(vec!["default".to_owned()]),
+            upstreams: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The reverse proxy's groups to report (from the service in use).
+    pub fn set_upstreams(&self, groups: Vec<crate::proxy::health::GroupView>) {
+        if let Ok(mut u) = self.upstreams.lock() {
+            *u = groups;
         }
     }
 
@@ -316,6 +326,9 @@ impl Registry {
             "Bytes the static-file caches hold.",
         );
         let _ = writeln!(s, "lowlat_file_cache_bytes {cache_bytes}");
+        if let Ok(groups) = self.upstreams.lock() {
+            crate::proxy::health::render(&groups, &mut s);
+        }
         s
     }
 }

@@ -15,7 +15,7 @@ h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ddd}table{border-c
 td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}\
 figure{margin:1.5em 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:.85em;color:#555}\
 pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.85em}.warn{color:#a60}.fail{color:#c00;font-weight:bold}.ok{color:#080}\
-.note{color:#555;font-size:.9em}";
+.note{color:#555;font-size:.9em}div.wide{overflow-x:auto}table.syscalls{font-size:.8em}table.syscalls td,table.syscalls th{padding:.2em .4em}";
 
 const SCRIPT: &str = "window.addEventListener('load',function(){var n=0;\
 document.querySelectorAll('figure.chart svg').forEach(function(s){var r=s.getBoundingClientRect();if(r.width>0){if(r.height>0){n++;}}});\
@@ -102,6 +102,24 @@ struct Section<'a> {
     levels: Vec<[String; 15]>,
 }
 
+/// The system-call section: a column per call some server made (see
+/// [`super::syscalls::syscall_table`]).
+struct SyscallSection {
+    columns: Vec<&'static str>,
+    never_made: String,
+    rows: Vec<SyscallRow>,
+}
+
+struct SyscallRow {
+    scenario: String,
+    target: String,
+    connections: u32,
+    /// Total, each column, other; empty when nothing was counted.
+    cells: Vec<String>,
+    /// Why nothing was counted.
+    why: String,
+}
+
 /// The page: `templates/report.stpl`, which HTML-escapes every value but the style, the script
 /// and the charts (made here).
 #[derive(sailfish::TemplateSimple)]
@@ -122,6 +140,7 @@ struct Page<'a> {
     baseline: &'a str,
     /// One row per scenario × target: 13 cells, formatted.
     summary: Vec<[String; 13]>,
+    syscalls: Option<SyscallSection>,
     scenarios: Vec<Section<'a>>,
     checks: Vec<Vec<CheckRow<'a>>>,
     spec_file: &'a str,
@@ -244,6 +263,27 @@ pub fn page(
         },
         baseline,
         summary: summary_rows,
+        syscalls: super::syscalls::syscall_table(summary).map(|t| SyscallSection {
+            columns: t.columns,
+            never_made: t.never_made.join(", "),
+            rows: t
+                .rows
+                .into_iter()
+                .map(|r| {
+                    let (cells, why) = match r.cells {
+                        Ok(c) => (c, String::new()),
+                        Err(w) => (Vec::new(), w),
+                    };
+                    SyscallRow {
+                        scenario: r.scenario,
+                        target: r.target,
+                        connections: r.connections,
+                        cells,
+                        why,
+                    }
+                })
+                .collect(),
+        }),
         scenarios: sections,
         checks,
         spec_file: &h.spec_file,

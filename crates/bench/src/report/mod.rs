@@ -10,6 +10,7 @@
 pub mod charts;
 pub mod html;
 pub mod summary;
+pub mod syscalls;
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +18,7 @@ use crate::error::BenchError;
 use crate::results::{BoundBy, Results};
 use charts::{Chart, Series};
 pub use summary::{slug, summarise, Point, Summary};
+pub use syscalls::{syscall_table, syscall_table_text, SyscallTable, SyscallTableRow};
 
 /// What to draw, beyond the results.
 #[derive(Debug, Clone, Default)]
@@ -37,6 +39,8 @@ pub struct ReportFiles {
     pub html: PathBuf,
     pub svg: Vec<PathBuf>,
     pub png: Vec<PathBuf>,
+    /// The syscall table as Markdown, when the results have one.
+    pub syscalls: Option<String>,
 }
 
 /// Levels spread over more than a factor of 20 and not evenly spaced read better on a log axis.
@@ -184,18 +188,23 @@ pub fn build_charts(
                     .collect(),
             ),
         ));
-        if per_target
-            .iter()
-            .any(|(_, ps)| ps.iter().any(|p| p.syscalls_per_req.is_some()))
-        {
+        if per_target.iter().any(|(_, ps)| {
+            ps.iter()
+                .any(|p| p.syscalls_per_req.is_some() || p.switches_per_req.is_some())
+        }) {
             let mut kernel = Vec::new();
+            let counted = per_target
+                .iter()
+                .any(|(_, ps)| ps.iter().any(|p| p.syscalls_per_req.is_some()));
             for t in &targets {
-                kernel.push(line(
-                    &format!("{t} syscalls"),
-                    t,
-                    &|p| p.syscalls_per_req,
-                    false,
-                ));
+                if counted {
+                    kernel.push(line(
+                        &format!("{t} syscalls"),
+                        t,
+                        &|p| p.syscalls_per_req,
+                        false,
+                    ));
+                }
                 kernel.push(line(
                     &format!("{t} context switches"),
                     t,
@@ -207,7 +216,7 @@ pub fn build_charts(
                 scenario.clone(),
                 chart(
                     "kernel",
-                    "kernel work per request: read/write-class system calls (solid), context switches (dashed)",
+                    "kernel work per request: system calls (solid), context switches (dashed)",
                     "per request",
                     false,
                     kernel,
@@ -347,6 +356,7 @@ pub fn render(results_path: &Path, opts: &ReportOptions) -> Result<ReportFiles, 
         html: out_dir.join("report.html"),
         svg: Vec::new(),
         png: Vec::new(),
+        syscalls: None,
     };
     let mut rendered = Vec::new();
     for (section, chart) in &charts {
@@ -363,6 +373,7 @@ pub fn render(results_path: &Path, opts: &ReportOptions) -> Result<ReportFiles, 
     }
     let page = html::page(&res, &summary, &baseline, &rendered);
     std::fs::write(&files.html, page).map_err(|e| BenchError::io(&files.html, e))?;
+    files.syscalls = syscall_table(&summary).map(|t| syscall_table_text(&t));
     Ok(files)
 }
 

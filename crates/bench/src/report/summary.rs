@@ -5,7 +5,7 @@
 //! Both the page ([`super::html`]) and the charts ([`super::build_charts`]) read these; this
 //! module reads only the results and draws nothing.
 
-use crate::results::{BoundBy, Results, Row};
+use crate::results::{BoundBy, Results, Row, SyscallsPerReq};
 
 /// Rows of one target at one level of one scenario, summarised over rounds.
 #[derive(Debug, Clone)]
@@ -22,8 +22,13 @@ pub struct Point {
     pub rss_mib: f64,
     pub errors: u64,
     pub bound_by: BoundBy,
-    /// Read- and write-class system calls of the server per request (median over rounds).
+    /// Every system call of the server per request, counted through tracepoints (median over
+    /// rounds; `None` where they were not counted).
     pub syscalls_per_req: Option<f64>,
+    /// The same by call: each figure the median over the rounds that counted it.
+    pub syscalls: Option<SyscallsPerReq>,
+    /// Why the rounds have no syscall figures, when they have none.
+    pub syscalls_unavailable: Option<String>,
     /// Context switches (voluntary + involuntary) of the server per request.
     pub switches_per_req: Option<f64>,
 }
@@ -88,9 +93,14 @@ pub fn summarise(res: &Results) -> Summary {
                         bound_by: bounds[bounds.len() / 2],
                         syscalls_per_req: median(
                             at.iter()
-                                .filter_map(|r| r.kernel_per_req.map(|k| k.syscr + k.syscw))
+                                .filter_map(|r| Some(r.syscalls_per_req.as_ref()?.total))
                                 .collect(),
                         ),
+                        syscalls: syscall_medians(&at),
+                        syscalls_unavailable: at
+                            .iter()
+                            .find_map(|r| r.syscalls_unavailable.clone())
+                            .filter(|_| at.iter().all(|r| r.syscalls_per_req.is_none())),
                         switches_per_req: median(
                             at.iter()
                                 .filter_map(|r| {
@@ -107,6 +117,27 @@ pub fn summarise(res: &Results) -> Summary {
         out.push((scenario.clone(), per_target));
     }
     out
+}
+
+/// Each syscall figure's median over the rounds that counted it; `None` when none did.
+fn syscall_medians(rows: &[&&Row]) -> Option<SyscallsPerReq> {
+    let counted: Vec<&SyscallsPerReq> = rows
+        .iter()
+        .filter_map(|r| r.syscalls_per_req.as_ref())
+        .collect();
+    let first = counted.first()?;
+    let med = |f: &dyn Fn(&SyscallsPerReq) -> Option<f64>| {
+        median(counted.iter().filter_map(|s| f(s)).collect())
+    };
+    Some(SyscallsPerReq {
+        total: med(&|s| Some(s.total)).unwrap_or(0.0),
+        calls: first
+            .calls
+            .keys()
+            .filter_map(|name| Some((name.clone(), med(&|s| s.call(name))?)))
+            .collect(),
+        other: med(&|s| Some(s.other)).unwrap_or(0.0),
+    })
 }
 
 /// A file-name-safe form of a scenario name.

@@ -21,6 +21,34 @@ pub fn need(tool: &str) -> PathBuf {
     panic!("{tool} is not installed: run scripts/test-deps.sh");
 }
 
+/// Makes sure the kernel's syscall tracepoints can be counted: mounts tracefs at
+/// /sys/kernel/tracing when it is not mounted and this is root (as `lowlat bench doctor` tells
+/// a person to), and fails the test with the reason and the fix otherwise.
+pub fn tracefs() {
+    use lowlat_bench::syscalls;
+    let Err(why) = syscalls::probe(None) else {
+        return;
+    };
+    // Root is uid 0 on /proc/self/status's Uid line (real, effective, saved, fs).
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if root && why.reason.contains("not mounted") {
+        let _ = std::process::Command::new("mount")
+            .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+            .status();
+    }
+    if let Err(why) = syscalls::probe(None) {
+        panic!(
+            "syscall tracepoints unavailable: {} (fix: {})",
+            why.reason, why.fix
+        );
+    }
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");

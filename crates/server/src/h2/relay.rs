@@ -171,9 +171,10 @@ impl Downstream for StreamRelay<'_> {
         // Else the rest goes out with the windows; its last frame ends the stream.
     }
 
-    fn relay_abort(&mut self, _ctx: &mut WorkerCtx<'_>) {
+    fn relay_abort(&mut self, ctx: &mut WorkerCtx<'_>) {
         // The body cannot be completed: only this stream is reset.
         self.conn.stream_error(self.id, ErrorCode::Internal);
+        self.conn.drive(ctx);
     }
 
     fn relay_error(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {
@@ -186,6 +187,8 @@ impl Downstream for StreamRelay<'_> {
             .response(0, status, 0, std::time::Duration::ZERO);
         c.status_page(ctx, status);
         c.send_response(self.id, None, Some(i));
+        // Nothing else will write it: the upstream side is done with this exchange.
+        c.drive(ctx);
     }
 
     fn backlog(&self) -> usize {

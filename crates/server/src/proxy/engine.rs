@@ -40,7 +40,7 @@ pub(crate) fn is_upstream(token: Token) -> bool {
     token.0 >= TOKEN_BASE
 }
 
-/// Why an exchange failed.
+/// Why an exchange failed (in the order of [`super::stats::FAILURE_KINDS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failure {
     /// The connect failed.
@@ -118,6 +118,10 @@ impl Upstreams {
                 Err(e) => {
                     tracing::debug!(server = %group.cfg.servers[server].label, "upstream connect: {e}");
                     group.health.failed(server, now_ms());
+                    group
+                        .health
+                        .stats
+                        .failure(server, ctx.worker, Failure::Connect as usize);
                     return self.retry_or_answer(
                         server,
                         job,
@@ -190,6 +194,7 @@ impl Upstreams {
             // A pooled connection is writable (its edge was used long ago): try at once.
             c.writable = true;
         }
+        gauges(&group, server, ctx.worker);
         down.relay_link(Token(TOKEN_BASE + key));
         self.drive(key, ctx, down);
     }
@@ -508,6 +513,10 @@ impl Upstreams {
         let c = &mut self.conns[key];
         let label = &c.group.cfg.servers[c.server].label;
         let took = ctx.now.saturating_duration_since(c.sent_at);
+        c.group
+            .health
+            .stats
+            .response(c.server, ctx.worker, c.status, took);
         down.relay_end(ctx, label, c.status, took);
         down.flush_relayed(ctx);
         c.group.active.borrow_mut()[c.server] -= 1;
@@ -521,6 +530,7 @@ impl Upstreams {
             c.phase = Phase::Idle;
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
             c.group.idle.borrow_mut()[c.server].push(key);
+            gauges(&c.group, c.server, ctx.worker);
             if c.readable {
                 self.idle_event(key, ctx);
             }
@@ -554,6 +564,10 @@ impl Upstreams {
         let c = &mut self.conns[key];
         let server = c.server;
         let stale = c.reused && !c.got_bytes && why == Failure::Closed;
+        c.group
+            .health
+            .stats
+            .failure(server, ctx.worker, why as usize);
         if !stale {
             c.group.health.failed(server, now_ms());
         }
@@ -626,11 +640,19 @@ impl Upstreams {
 
     fn remove(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
         let mut c = self.conns.remove(key);
+        gauges(&c.group, c.server, ctx.worker);
         let _ = ctx.registry.deregister(c.sock.source());
         if !c.rbuf.is_empty() {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
         }
     }
+}
+
+/// Publishes this worker's connections to `server` (in an exchange, idle) for `/metrics`.
+fn gauges(group: &super::group::WorkerGroup, server: usize, worker: usize) {
+    let active = u64::from(group.active.borrow()[server]);
+    let idle = group.idle.borrow()[server].len() as u64;
+    group.health.stats.connections(server, worker, active, idle);
 }
 
 fn status_for(why: Failure) -> u16 {

@@ -182,7 +182,7 @@ mod tests {
             fail_timeout: Duration::from_secs(10),
             health: None,
         };
-        let health = Arc::new(GroupHealth::new(&cfg));
+        let health = Arc::new(GroupHealth::new(&cfg, 1));
         WorkerGroup::new(Arc::new(cfg), health)
     }
 

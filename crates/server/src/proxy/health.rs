@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::config::{HealthCheck, UpstreamAddr, UpstreamGroup};
+use super::stats::ServerStats;
 
 /// Milliseconds since the first call: the shared clock of the health state.
 pub(crate) fn now_ms() -> u64 {
@@ -34,13 +35,16 @@ pub(crate) struct ServerHealth {
 #[derive(Debug)]
 pub(crate) struct GroupHealth {
     pub(crate) servers: Vec<ServerHealth>,
+    /// The servers' counts, for `/metrics`.
+    pub(crate) stats: ServerStats,
     max_fails: u32,
     fail_timeout_ms: u64,
 }
 
 impl GroupHealth {
-    pub(crate) fn new(group: &UpstreamGroup) -> Self {
+    pub(crate) fn new(group: &UpstreamGroup, workers: usize) -> Self {
         Self {
+            stats: ServerStats::new(group.servers.len(), workers),
             servers: group
                 .servers
                 .iter()
@@ -188,4 +192,154 @@ fn exchange<S: Read + Write>(
         .and_then(|c| c.parse().ok())
         .filter(|_| buf.starts_with(b"HTTP/1."))
         .ok_or_else(|| std::io::Error::other("not an HTTP response"))
+}
+
+/// A group as `/metrics` sees it: its name, its servers' labels, and their shared state.
+#[derive(Debug, Clone)]
+pub struct GroupView {
+    pub(crate) name: String,
+    pub(crate) servers: Vec<String>,
+    pub(crate) shared: Arc<GroupHealth>,
+}
+
+impl GroupView {
+    pub(crate) fn new(group: &UpstreamGroup, shared: &Arc<GroupHealth>) -> Self {
+        Self {
+            name: group.name.clone(),
+            servers: group.servers.iter().map(|s| s.label.clone()).collect(),
+            shared: Arc::clone(shared),
+        }
+    }
+
+    /// (group, server, whether it may be chosen now, its totals), for each server.
+    pub(crate) fn rows(&self) -> Vec<(&str, &str, bool, super::stats::ServerTotals)> {
+        let now = now_ms();
+        self.shared
+            .stats
+            .totals()
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                (
+                    self.name.as_str(),
+                    self.servers[i].as_str(),
+                    self.shared.is_up(i, now),
+                    t,
+                )
+            })
+            .collect()
+    }
+}
+
+/// Appends the upstream families of `/metrics` for `groups` to `s`.
+pub(crate) fn render(groups: &[GroupView], s: &mut String) {
+    use super::stats::{FAILURE_KINDS, UPSTREAM_BUCKETS_US};
+    use std::fmt::Write as _;
+    if groups.is_empty() {
+        return;
+    }
+    let rows: Vec<_> = groups.iter().flat_map(GroupView::rows).collect();
+    let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
+    let head = |s: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    head(
+        s,
+        "lowlat_upstream_responses_total",
+        "counter",
+        "Responses relayed from each upstream server, by status class.",
+    );
+    for (g, srv, _, t) in &rows {
+        for (i, n) in t.responses.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "lowlat_upstream_responses_total{{group=\"{}\",server=\"{}\",class=\"{}xx\"}} {n}",
+                esc(g),
+                esc(srv),
+                i + 1
+            );
+        }
+    }
+    head(
+        s,
+        "lowlat_upstream_failures_total",
+        "counter",
+        "Exchanges with each upstream server that failed, by kind.",
+    );
+    for (g, srv, _, t) in &rows {
+        for (kind, n) in FAILURE_KINDS.iter().zip(&t.failures) {
+            let _ = writeln!(
+                s,
+                "lowlat_upstream_failures_total{{group=\"{}\",server=\"{}\",kind=\"{kind}\"}} {n}",
+                esc(g),
+                esc(srv)
+            );
+        }
+    }
+    head(
+        s,
+        "lowlat_upstream_response_seconds",
+        "histogram",
+        "From a request handed to an upstream server to its response's last byte.",
+    );
+    for (g, srv, _, t) in &rows {
+        let mut cumulative = 0;
+        for (i, n) in t.buckets.iter().enumerate() {
+            cumulative += n;
+            let le = UPSTREAM_BUCKETS_US
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |b| (*b as f64 / 1e6).to_string());
+            let _ = writeln!(s, "lowlat_upstream_response_seconds_bucket{{group=\"{}\",server=\"{}\",le=\"{le}\"}} {cumulative}", esc(g), esc(srv));
+        }
+        let _ = writeln!(
+            s,
+            "lowlat_upstream_response_seconds_sum{{group=\"{}\",server=\"{}\"}} {}",
+            esc(g),
+            esc(srv),
+            t.sum_us as f64 / 1e6
+        );
+        let _ = writeln!(
+            s,
+            "lowlat_upstream_response_seconds_count{{group=\"{}\",server=\"{}\"}} {cumulative}",
+            esc(g),
+            esc(srv)
+        );
+    }
+    head(
+        s,
+        "lowlat_upstream_up",
+        "gauge",
+        "Whether each upstream server may be chosen (passive and active health).",
+    );
+    for (g, srv, up, _) in &rows {
+        let _ = writeln!(
+            s,
+            "lowlat_upstream_up{{group=\"{}\",server=\"{}\"}} {}",
+            esc(g),
+            esc(srv),
+            u8::from(*up)
+        );
+    }
+    head(
+        s,
+        "lowlat_upstream_connections",
+        "gauge",
+        "Connections to each upstream server: in an exchange, or idle in a pool.",
+    );
+    for (g, srv, _, t) in &rows {
+        let _ = writeln!(
+            s,
+            "lowlat_upstream_connections{{group=\"{}\",server=\"{}\",state=\"active\"}} {}",
+            esc(g),
+            esc(srv),
+            t.active
+        );
+        let _ = writeln!(
+            s,
+            "lowlat_upstream_connections{{group=\"{}\",server=\"{}\",state=\"idle\"}} {}",
+            esc(g),
+            esc(srv),
+            t.idle
+        );
+    }
 }

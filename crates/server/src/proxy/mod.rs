@@ -18,6 +18,7 @@
 //! - `upstream`: one upstream connection and its socket.
 //! - `group`: one worker's view of a group: balancer, in-flight counts, idle pools.
 //! - `health`: passive and active health, shared by the workers.
+//! - `stats`: per-server counts for `/metrics`, one slot per worker.
 
 pub mod config;
 pub(crate) mod downstream;
@@ -27,4 +28,5 @@ pub mod handler;
 pub mod headers;
 pub(crate) mod health;
 pub(crate) mod job;
+pub mod stats;
 pub(crate) mod upstream;

@@ -18,5 +18,5 @@ pub mod sites;
 pub use args::{parse_listen, ListenAddr, ServeArgs, SiteArgs};
 pub(crate) use check::check_config;
 pub use file::merged;
-pub use sites::service;
 pub(crate) use sites::site_labels;
+pub use sites::{service, service_with_upstreams};

@@ -8,7 +8,7 @@ use super::args::{ServeArgs, SiteArgs};
 use super::proxy::ProxyRule;
 use crate::proxy::config::{Cidr, ProxyRoute, UpstreamGroup};
 use crate::proxy::group::WorkerGroup;
-use crate::proxy::health::{spawn_checks, GroupHealth};
+use crate::proxy::health::{spawn_checks, GroupHealth, GroupView};
 use crate::router::{RouteError, Router};
 use crate::{Service, WorkerInfo};
 
@@ -23,6 +23,14 @@ use crate::{Service, WorkerInfo};
 /// # Errors
 /// A one-line reason when the static or app flags are unusable.
 pub fn service(args: &ServeArgs) -> Result<Service, String> {
+    service_with_upstreams(args).map(|(service, _)| service)
+}
+
+/// [`service`], and its upstream groups as `/metrics` reports them.
+///
+/// # Errors
+/// As [`service`].
+pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupView>), String> {
     let workers = args.to_config().map_or(1, |c| c.workers);
     let default_site = SiteArgs {
         server_names: Vec::new(),
@@ -48,7 +56,12 @@ pub fn service(args: &ServeArgs) -> Result<Service, String> {
     let groups: Vec<Arc<UpstreamGroup>> = proxy.groups.into_iter().map(Arc::new).collect();
     let health: Vec<Arc<GroupHealth>> = groups
         .iter()
-        .map(|g| Arc::new(GroupHealth::new(g)))
+        .map(|g| Arc::new(GroupHealth::new(g, workers)))
+        .collect();
+    let views: Vec<GroupView> = groups
+        .iter()
+        .zip(&health)
+        .map(|(g, h)| GroupView::new(g, h))
         .collect();
     let trusted = Arc::new(proxy.trusted);
     // Active health checks start with the first worker's router, not when the service is
@@ -88,14 +101,15 @@ pub fn service(args: &ServeArgs) -> Result<Service, String> {
         Ok(router)
     };
     build(&WorkerInfo { index: 0 }).map_err(|e| e.to_string())?;
-    Ok(Arc::new(move |info: &WorkerInfo| {
+    let service: Service = Arc::new(move |info: &WorkerInfo| {
         if !checks_started.swap(true, std::sync::atomic::Ordering::Relaxed) {
             for (g, h) in groups_for_checks.iter().zip(&health_for_checks) {
                 spawn_checks(g, h);
             }
         }
         build(info).unwrap_or_else(|_| Router::new())
-    }))
+    });
+    Ok((service, views))
 }
 
 /// One site, ready to build a router on each worker.
