@@ -804,13 +804,15 @@ fn downloads_are_byte_exact() {
 
 /// A gibibyte from gunicorn through the proxy, checked byte for byte as it is read, with a
 /// second's pause at the start in which a client that does not read must not make the proxy
-/// buffer: the proxy's peak resident memory stays under 64 MiB.
+/// buffer: the proxy's peak resident memory stays under 64 MiB, and within 8 MiB of what it was
+/// before the download.
 #[test]
 fn a_gibibyte_download_keeps_the_proxy_small() {
     const N: u64 = 1 << 30;
     let upstream = Upstream::gunicorn();
     let proxy = Proxy::start(["--proxy".to_owned(), format!("/={}", upstream.url())]);
     assert_eq!(get(proxy.addr, "/status/200").status, 200);
+    let warm_kib = proxy.status_kib("VmHWM:");
     let mut s = connect(proxy.addr);
     write!(
         s,
@@ -857,6 +859,13 @@ fn a_gibibyte_download_keeps_the_proxy_small() {
     }
     assert_eq!(offset, N, "the whole body");
     let hwm_kib = proxy.status_kib("VmHWM:");
+    // The relay stops reading the upstream at 256 KiB of backlog: a few MiB over the warm
+    // baseline at most, whatever the body's size (measured: 16 MiB in all, under 1 MiB more).
+    assert!(
+        hwm_kib.saturating_sub(warm_kib) < 8 * 1024,
+        "the proxy's peak RSS grew by {} KiB during the download",
+        hwm_kib.saturating_sub(warm_kib)
+    );
     eprintln!(
         "1 GiB through the proxy in {:?}; its RSS while the client paused {paused_kib} KiB, \
          sampled peak {peak_kib} KiB, VmHWM {hwm_kib} KiB",
@@ -1384,6 +1393,158 @@ fn hashing_a_header_keeps_each_user_on_one_server() {
         2,
         "every user on one server: {per_server:?}"
     );
+
+    // hash:cookie:session — the cookie among others, in any position.
+    let proxy = Proxy::start([
+        "--proxy".to_owned(),
+        format!("/={},{}", a.url(), b.url()),
+        "--proxy-balance".to_owned(),
+        "hash:cookie:session".to_owned(),
+    ]);
+    let mut per_server = std::collections::BTreeMap::<String, usize>::new();
+    for user in 0..16 {
+        let servers: Vec<String> = [
+            format!("Cookie: session=s{user}\r\n"),
+            format!("Cookie: theme=dark; session=s{user}; lang=en\r\n"),
+            format!("Cookie: a=1\r\nCookie: session=s{user}\r\n"),
+        ]
+        .iter()
+        .map(|cookie| local(&get_with(proxy.addr, "/echo", cookie).json()))
+        .collect();
+        assert!(
+            servers.iter().all(|s| *s == servers[0]),
+            "session s{user} moved: {servers:?}"
+        );
+        *per_server.entry(servers[0].clone()).or_default() += 1;
+    }
+    assert_eq!(
+        per_server.len(),
+        2,
+        "every session on one server: {per_server:?}"
+    );
+}
+
+/// `--proxy-balance least-conn`: while one server holds a slow request, every other request goes
+/// to the other; with nothing in flight the two share the requests.
+#[test]
+fn least_conn_sends_requests_to_the_idle_server() {
+    let a = Upstream::gunicorn();
+    let b = Upstream::gunicorn();
+    let proxy = Proxy::start([
+        "--proxy".to_owned(),
+        format!("/={},{}", a.url(), b.url()),
+        "--proxy-balance".to_owned(),
+        "least-conn".to_owned(),
+    ]);
+    let mut held = connect(proxy.addr);
+    held.write_all(b"GET /slow/1500 HTTP/1.1\r\nHost: p\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let during: Vec<String> = (0..6)
+        .map(|_| local(&get(proxy.addr, "/echo").json()))
+        .collect();
+    assert!(
+        during.iter().all(|s| *s == during[0]),
+        "requests went to the busy server: {during:?}"
+    );
+    let r = read_response(&mut held, &mut Vec::new(), false);
+    assert_eq!(r.text(), "slept 1500 ms\n");
+    let after: Vec<String> = (0..6)
+        .map(|_| local(&get(proxy.addr, "/echo").json()))
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = after.iter().collect();
+    assert_eq!(distinct.len(), 2, "idle servers not shared: {after:?}");
+}
+
+/// `[[upstream]]` groups in the config file: weights (3 to 1: six of eight requests to the
+/// heavier server, nginx's smooth order), a rule naming a group with a path to drop the prefix
+/// (`/w/=weighted/`), and a group's own settings (its `balance`).
+#[test]
+fn config_file_groups_share_by_weight() {
+    let a = Upstream::gunicorn();
+    let b = Upstream::gunicorn();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("lowlat.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "proxy = [\"/w/=weighted/\", \"/h/=hashed/\"]\n\n\
+             [[upstream]]\nname = \"weighted\"\n\
+             servers = [{{ url = \"{a}\", weight = 3 }}, \"{b}\"]\n\n\
+             [[upstream]]\nname = \"hashed\"\nservers = [\"{a}\", \"{b}\"]\n\
+             balance = \"hash:header:X-User\"\n",
+            a = a.url(),
+            b = b.url()
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy::start(["--config".as_ref(), cfg.as_os_str()]);
+    let seen: Vec<String> = (0..8)
+        .map(|_| {
+            let echo = get(proxy.addr, "/w/echo").json();
+            assert_eq!(echo["path"], "/echo", "{echo}");
+            local(&echo)
+        })
+        .collect();
+    let on_a = seen.iter().filter(|s| **s == a.addr().to_string()).count();
+    assert_eq!(on_a, 6, "3:1 weights: {seen:?}");
+    // Smooth: never four in a row on one server.
+    for w in seen.windows(4) {
+        assert!(w.iter().any(|s| *s != w[0]), "not smooth: {seen:?}");
+    }
+    let user =
+        |u: &str| local(&get_with(proxy.addr, "/h/echo", &format!("X-User: {u}\r\n")).json());
+    for u in ["ann", "bob", "cy"] {
+        let first = user(u);
+        assert!((0..3).all(|_| user(u) == first), "{u} moved");
+    }
+}
+
+/// An HTTP/1.0 request without Host (allowed in HTTP/1.0) is forwarded as HTTP/1.1, which must
+/// carry Host (RFC 9112 §3.2): uvicorn (h11) refuses one without, so the proxy must supply it.
+#[test]
+#[ignore = "an HTTP/1.0 request without Host is forwarded as HTTP/1.1 without Host: h11 (uvicorn) answers 400 Invalid HTTP request"]
+fn an_http10_request_without_host_reaches_the_upstream_with_one() {
+    let upstream = Upstream::uvicorn();
+    let proxy = Proxy::start(["--proxy".to_owned(), format!("/={}", upstream.url())]);
+    let mut s = connect(proxy.addr);
+    s.write_all(b"GET /echo HTTP/1.0\r\n\r\n").unwrap();
+    let r = read_response(&mut s, &mut Vec::new(), false);
+    assert_eq!(r.status, 200, "{}{}", r.head, r.text());
+    assert!(!echoed_one(&r.json(), "host").is_empty());
+}
+
+/// A request in absolute form (`GET http://other.test/g/echo?x=1`, which a server must accept,
+/// RFC 9112 §3.2.2) reaches the upstream in origin form — the path after the prefix, rewritten
+/// as for any request — with Host taken from the target (the received Host is ignored), never
+/// as the absolute URI beside the client's other Host.
+#[test]
+#[ignore = "an absolute-form target is forwarded as it is, beside the client's Host (GET http://other.test/echo with Host: p), and under a rewritten prefix it is cut by the prefix's length: GET http://other.test/g/echo?x=1 reaches the upstream as GET /p://other.test/g/echo?x=1"]
+fn an_absolute_form_target_reaches_the_upstream_in_origin_form() {
+    let recorder = Recorder::start();
+    let proxy = Proxy::start([
+        "--proxy".to_owned(),
+        format!("/g/={}/", recorder.url()),
+        "--proxy".to_owned(),
+        format!("/={}", recorder.url()),
+    ]);
+    for (target, expected) in [
+        ("http://other.test/g/echo?x=1", "GET /echo?x=1 HTTP/1.1\r\n"),
+        ("http://other.test/echo", "GET /echo HTTP/1.1\r\n"),
+    ] {
+        let before = recorder.received().len();
+        let r = exchange(
+            proxy.addr,
+            format!("GET {target} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{target}: {}", r.head);
+        let got = String::from_utf8_lossy(&recorder.received()[before..]).into_owned();
+        assert!(
+            got.starts_with(expected),
+            "{target} reached the upstream as {got:?}"
+        );
+        assert_eq!(field(&got, "host"), Some("other.test"), "{got:?}");
+    }
 }
 
 /// Request smuggling at the proxy, over raw sockets, in front of a recording upstream: requests
