@@ -673,7 +673,8 @@ fn spoofed_forwarding_fields_are_replaced_unless_the_client_is_trusted() {
 
 /// Uploads through the proxy arrive whole, with the right SHA-256 at the upstream's /upload: curl
 /// with Content-Length and with chunked coding, a raw chunked body with extensions and a
-/// trailer, an empty POST; a body over `--max-body` is refused with 413 before any upstream.
+/// trailer, an empty POST; a body over `--max-body` is refused with 413 before any upstream,
+/// with Content-Length and chunked.
 #[test]
 fn uploads_arrive_whole_with_their_digest() {
     const N: usize = 3 << 20;
@@ -750,6 +751,16 @@ fn uploads_arrive_whole_with_their_digest() {
             &url,
         ]);
         assert_eq!(r.status, 413, "{upstream}: {}", r.head);
+        let (_, r) = curl_response(&[
+            "-H",
+            "Expect:",
+            "-H",
+            "Transfer-Encoding: chunked",
+            "--data-binary",
+            &format!("@{}", big.display()),
+            &url,
+        ]);
+        assert_eq!(r.status, 413, "{upstream}, chunked: {}", r.head);
     }
 }
 
@@ -2360,5 +2371,37 @@ fn a_connect_that_hangs_is_504_after_the_connect_timeout() {
     assert!(
         took >= Duration::from_secs(1) && took < Duration::from_millis(2500),
         "504 after {took:?}"
+    );
+}
+
+/// From a `--proxy-trusted` client, an X-Forwarded-For or Forwarded list split over several
+/// field lines (one list, RFC 9110 §5.3) is kept whole and extended: `1.1.1.1` and `2.2.2.2` on
+/// two lines become `1.1.1.1, 2.2.2.2, 127.0.0.1`.
+#[test]
+#[ignore = "of several X-Forwarded-For (or Forwarded) lines from a trusted client only the last is kept: 1.1.1.1 then 2.2.2.2 is forwarded as \"2.2.2.2, 127.0.0.1\""]
+fn repeated_forwarding_fields_from_a_trusted_client_are_all_kept() {
+    let upstream = Upstream::uvicorn();
+    let proxy = Proxy::start([
+        "--proxy".to_owned(),
+        format!("/={}", upstream.url()),
+        "--proxy-trusted".to_owned(),
+        "127.0.0.1".to_owned(),
+    ]);
+    let echo = get_with(
+        proxy.addr,
+        "/echo",
+        "X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\n\
+         Forwarded: for=1.1.1.1\r\nForwarded: for=2.2.2.2\r\n",
+    )
+    .json();
+    assert_eq!(
+        echoed(&echo, "x-forwarded-for").join(", "),
+        "1.1.1.1, 2.2.2.2, 127.0.0.1",
+        "{echo}"
+    );
+    assert_eq!(
+        echoed(&echo, "forwarded").join(", "),
+        "for=1.1.1.1, for=2.2.2.2, for=127.0.0.1;proto=http;host=\"proxied.test\"",
+        "{echo}"
     );
 }
