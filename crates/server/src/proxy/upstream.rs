@@ -129,3 +129,15 @@ pub(crate) struct UpConn {
     /// When the request was handed to this connection (the upstream's response time).
     pub(crate) sent_at: Instant,
 }
+
+#[cfg(test)]
+mod tests {
+    /// An idle pooled connection costs its record (it holds no buffer): well under the 1 KiB a
+    /// pooled connection may cost.
+    #[test]
+    fn an_idle_connection_is_small() {
+        let size = std::mem::size_of::<super::UpConn>();
+        println!("UpConn: {size} bytes");
+        assert!(size <= 512, "{size} bytes");
+    }
+}
