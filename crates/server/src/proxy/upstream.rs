@@ -125,6 +125,8 @@ pub(crate) struct UpConn {
     /// Edge-triggered readiness not yet used up.
     pub(crate) readable: bool,
     pub(crate) writable: bool,
+    /// An event reported the server's FIN or a reset.
+    pub(crate) closed_seen: bool,
     pub(crate) deadline: Instant,
     /// When the request was handed to this connection (the upstream's response time).
     pub(crate) sent_at: Instant,
