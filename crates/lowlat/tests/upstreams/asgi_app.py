@@ -7,7 +7,8 @@ Routes (every one but /echo and /upload ignores the method and the body):
 
     /echo            JSON: method, path, target, query, http_version, headers exactly as
                      uvicorn passed them (in order, repeats kept, names lower-cased by h11),
-                     body length and SHA-256, client address
+                     body length and SHA-256, client address, and the address the request
+                     arrived at (`local`: which of several upstreams answered)
     /bytes/N         N bytes of the pattern (`i % 251`), with Content-Length
     /chunked/N       the same without Content-Length (so chunked)
     /upload          JSON {"length", "sha256"} of the request body, hashed as it arrives
@@ -125,6 +126,7 @@ async def echo(scope, receive, send):
     digest = await read_body(receive)
     target = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
     client = scope.get("client")
+    server = scope.get("server")
     report = {
         "server": "uvicorn",
         "method": scope["method"],
@@ -136,6 +138,8 @@ async def echo(scope, receive, send):
         "body_length": digest.length,
         "body_sha256": digest.sha.hexdigest(),
         "client": f"{client[0]}:{client[1]}" if client else "",
+        # (host, port), or (path, None) on a unix socket.
+        "local": (f"{server[0]}:{server[1]}" if server[1] is not None else server[0]) if server else "",
     }
     await reply(send, 200, json.dumps(report) + "\n", b"application/json")
 

@@ -6,7 +6,8 @@
 Routes (every one but /echo and /upload ignores the method and the body):
 
     /echo            JSON: method, path, target, query, http_version, headers as gunicorn saw
-                     them, body length and SHA-256, client address
+                     them, body length and SHA-256, client address, and the address the
+                     request arrived at (`local`: which of several upstreams answered)
     /bytes/N         N bytes of the pattern (`i % 251`), with Content-Length
     /chunked/N       the same without Content-Length (so chunked: gunicorn does it for HTTP/1.1)
     /upload          JSON {"length", "sha256"} of the request body, read 64 KiB at a time
@@ -136,8 +137,16 @@ def echo(environ, start_response):
         "body_length": digest.length,
         "body_sha256": digest.sha.hexdigest(),
         "client": f"{environ.get('REMOTE_ADDR', '')}:{port}" if port else environ.get("REMOTE_ADDR", ""),
+        # SERVER_NAME and SERVER_PORT come from the Host field; the socket says where it listens.
+        "local": local_address(environ["gunicorn.socket"]),
     }
     return reply(start_response, "200 OK", json.dumps(report) + "\n", "application/json")
+
+
+def local_address(sock):
+    """`127.0.0.1:PORT`, or the unix socket's path."""
+    name = sock.getsockname()
+    return f"{name[0]}:{name[1]}" if isinstance(name, tuple) else name
 
 
 def partial(start_response, environ, then):
