@@ -22,7 +22,7 @@ use crate::config::ServerConfig;
 use crate::ctx::WorkerCtx;
 use crate::pool::BufferPool;
 use crate::proto::Connection;
-use crate::proxy::engine::{is_upstream, Upstreams, RELAY_LOW_WATER};
+use crate::proxy::engine::{is_upstream, Readiness, Upstreams, RELAY_LOW_WATER};
 use crate::router::Router;
 use crate::transport::Transport;
 
@@ -167,18 +167,26 @@ impl Worker {
                         now,
                         shutting_down,
                     };
-                    let readable =
-                        event.is_readable() || event.is_read_closed() || event.is_error();
-                    let writable =
-                        event.is_writable() || event.is_write_closed() || event.is_error();
-                    match client.and_then(|(t, st)| Some((conns.get_mut(t.0 - FIRST_CONN)?, st))) {
-                        Some((conn, stream)) => conn.with_downstream(stream, |down| {
-                            upstreams.on_event(token, readable, writable, &mut ctx, down);
-                        }),
-                        None => upstreams.on_event(token, readable, writable, &mut ctx, None),
-                    }
+                    let ready = Readiness {
+                        readable: event.is_readable() || event.is_read_closed() || event.is_error(),
+                        writable: event.is_writable()
+                            || event.is_write_closed()
+                            || event.is_error(),
+                        // The peer's FIN or a reset: a short read no longer means drained.
+                        closed: event.is_read_closed() || event.is_error(),
+                    };
+                    // What the client does while its response is relayed (answer the requests
+                    // pipelined behind it, forward the next) is on the client's behalf.
                     if let Some((t, _)) = client {
                         ctx.token = t;
+                    }
+                    match client.and_then(|(t, st)| Some((conns.get_mut(t.0 - FIRST_CONN)?, st))) {
+                        Some((conn, stream)) => conn.with_downstream(stream, |down| {
+                            upstreams.on_event(token, ready, &mut ctx, down);
+                        }),
+                        None => upstreams.on_event(token, ready, &mut ctx, None),
+                    }
+                    if let Some((t, _)) = client {
                         settle(
                             &mut conns,
                             &mut upstreams,
@@ -292,6 +300,9 @@ impl Worker {
                 // connections past their keep-alive time close.
                 for up in upstreams.expired(now) {
                     let client = upstreams.client_of(up);
+                    if let Some((t, _)) = client {
+                        ctx.token = t;
+                    }
                     match client.and_then(|(t, st)| Some((conns.get_mut(t.0 - FIRST_CONN)?, st))) {
                         Some((conn, stream)) => conn.with_downstream(stream, |down| {
                             upstreams.expire(up, &mut ctx, down);

@@ -35,6 +35,15 @@ const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
 
+/// What an event said of an upstream connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Readiness {
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    /// The server closed or reset: read until the end, whatever a short read suggests.
+    pub(crate) closed: bool,
+}
+
 /// Whether a token is an upstream connection's.
 pub(crate) fn is_upstream(token: Token) -> bool {
     token.0 >= TOKEN_BASE
@@ -154,6 +163,7 @@ impl Upstreams {
                 paused: false,
                 readable: false,
                 writable: false,
+                closed_seen: false,
                 deadline: now + group.cfg.timeouts.connect,
                 sent_at: now,
             };
@@ -203,8 +213,7 @@ impl Upstreams {
     pub(crate) fn on_event(
         &mut self,
         token: Token,
-        readable: bool,
-        writable: bool,
+        ready: Readiness,
         ctx: &mut WorkerCtx<'_>,
         down: Option<&mut dyn Downstream>,
     ) {
@@ -212,8 +221,9 @@ impl Upstreams {
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
-        c.readable |= readable;
-        c.writable |= writable;
+        c.readable |= ready.readable;
+        c.writable |= ready.writable;
+        c.closed_seen |= ready.closed;
         match down {
             Some(down) => self.drive(key, ctx, down),
             None => {
@@ -356,8 +366,9 @@ impl Upstreams {
                         }
                         Ok(n) => {
                             // A short read drains the socket: the next edge says when there is
-                            // more (as for client connections).
-                            c.readable = c.rlen + n == c.rbuf.len();
+                            // more (as for client connections) — unless the edge already said
+                            // the server closed, which no later edge repeats.
+                            c.readable = c.rlen + n == c.rbuf.len() || c.closed_seen;
                             c.rlen += n;
                             c.got_bytes = true;
                             if c.phase == Phase::Body {
@@ -410,6 +421,15 @@ impl Upstreams {
                     }
                 };
                 let head_len = p.head.head_len;
+                if has_bare_lf(&rbuf[..head_len]) {
+                    // A lone LF in a head: a recipient MAY take it for a line end (RFC 9112
+                    // §2.2), which would turn one field into two here — response splitting.
+                    // A proxy refuses it instead of relaying a head it re-serialises.
+                    tracing::debug!(server = %c.group.cfg.servers[c.server].label, "upstream response refused: bare LF in its head");
+                    c.rbuf = rbuf;
+                    self.fail(key, Failure::Invalid, ctx, down);
+                    return false;
+                }
                 if p.head.is_interim() {
                     // 100 Continue and the like: the request went whole, nothing to relay.
                     let mut rbuf = rbuf;
@@ -655,10 +675,25 @@ fn gauges(group: &super::group::WorkerGroup, server: usize, worker: usize) {
     group.health.stats.connections(server, worker, active, idle);
 }
 
+/// Whether `head` holds an LF not preceded by CR.
+fn has_bare_lf(head: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
+}
+
 fn status_for(why: Failure) -> u16 {
     if why == Failure::Timeout {
         504
     } else {
         502
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bare_line_feeds() {
+        assert!(!super::has_bare_lf(b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n"));
+        assert!(super::has_bare_lf(b"HTTP/1.1 200 OK\r\nA: b\nC: d\r\n\r\n"));
+        assert!(super::has_bare_lf(b"HTTP/1.1 200 OK\n\n"));
     }
 }

@@ -64,6 +64,12 @@ pub(crate) fn mount(
 
 impl Handler for ProxyHandler {
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
+        if has_dot_segment(req.path()) {
+            // The rule matched the path as written; `..` would step out of what it maps (and
+            // out of the prefix a rewrite replaced). Refused, not forwarded.
+            res.send_status(400);
+            return;
+        }
         let client = res.client().unwrap_or(ClientInfo {
             peer: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             tls: false,
@@ -130,10 +136,37 @@ fn cookie<'b>(req: &Req<'_, '_, 'b>, name: &str) -> Option<&'b [u8]> {
         })
 }
 
+/// Whether a path has a `.` or `..` segment, written plainly or percent-encoded (`%2e`).
+fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|seg| {
+        let decoded = seg.replace("%2e", ".").replace("%2E", ".");
+        decoded == "." || decoded == ".."
+    })
+}
+
 /// Lower-case hexadecimal digits of `v`, most significant first, filling `out`.
 fn hex(mut v: u64, out: &mut [u8]) {
     for b in out.iter_mut().rev() {
         *b = b"0123456789abcdef"[(v & 0xf) as usize];
         v >>= 4;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dot_segments() {
+        for bad in [
+            "/api/../x",
+            "/api/./x",
+            "/api/..",
+            "/api/%2e%2e/x",
+            "/api/%2E/x",
+        ] {
+            assert!(super::has_dot_segment(bad), "{bad}");
+        }
+        for good in ["/api/x", "/api/..x", "/api/.well-known/a", "/"] {
+            assert!(!super::has_dot_segment(good), "{good}");
+        }
     }
 }

@@ -125,7 +125,21 @@ pub(crate) struct UpConn {
     /// Edge-triggered readiness not yet used up.
     pub(crate) readable: bool,
     pub(crate) writable: bool,
+    /// An event reported the server's FIN or a reset.
+    pub(crate) closed_seen: bool,
     pub(crate) deadline: Instant,
     /// When the request was handed to this connection (the upstream's response time).
     pub(crate) sent_at: Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    /// An idle pooled connection costs its record (it holds no buffer): well under the 1 KiB a
+    /// pooled connection may cost.
+    #[test]
+    fn an_idle_connection_is_small() {
+        let size = std::mem::size_of::<super::UpConn>();
+        println!("UpConn: {size} bytes");
+        assert!(size <= 512, "{size} bytes");
+    }
 }

@@ -127,12 +127,24 @@ impl SiteService {
         let files = crate::files::FilesConfig::from_args(&site.files, workers)?;
         let mut app = crate::app::AppShared::from_args(&site.app)?;
         let root = site.files.root.as_deref();
-        let plaintext_on = !site.no_plaintext && !shadowed(root, crate::builtin::PATHS[0]);
-        let json_on = !site.no_json && !shadowed(root, crate::builtin::PATHS[1]);
-        if app
-            .as_ref()
-            .is_some_and(|a| !a.prefix().is_empty() && shadowed(root, a.prefix()))
-        {
+        // A forwarding rule takes everything under its prefix, the demo routes included (as a
+        // file in the root does): `--proxy /=…` forwards /plaintext too.
+        let forwarded = |path: &str| {
+            proxy.iter().any(|r| {
+                path.starts_with(r.prefix.as_str()) || r.prefix.trim_end_matches('/') == path
+            })
+        };
+        let plaintext_on = !site.no_plaintext
+            && !shadowed(root, crate::builtin::PATHS[0])
+            && !forwarded(crate::builtin::PATHS[0]);
+        let json_on = !site.no_json
+            && !shadowed(root, crate::builtin::PATHS[1])
+            && !forwarded(crate::builtin::PATHS[1]);
+        if app.as_ref().is_some_and(|a| {
+            !a.prefix().is_empty() && shadowed(root, a.prefix())
+                || forwarded(a.prefix())
+                || forwarded(&format!("{}/", a.prefix()))
+        }) {
             app = None;
         }
         Ok(Self {
