@@ -35,6 +35,9 @@ pub(crate) struct ProxyHandler {
     prefix: String,
     rewrite: Option<String>,
     trusted: Arc<Vec<Cidr>>,
+    /// `Host` for requests that have none: the group's name, or its first server's address
+    /// for a group a rule made from URLs.
+    default_host: String,
     /// This worker's request-id prefix (random per start): ids are unique across workers and
     /// restarts without a clock read or a lock per request.
     id_seed: u64,
@@ -52,7 +55,16 @@ pub(crate) fn mount(
 ) -> Result<(), RouteError> {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_usize(Rc::as_ptr(&group) as usize);
+    let first = group.cfg.servers.first().map(|s| s.label.as_str());
+    let default_host = match first {
+        Some(label) if group.cfg.name.contains('=') && !label.starts_with("unix:") => {
+            label.to_owned()
+        }
+        Some(_) if group.cfg.name.contains('=') => "localhost".to_owned(),
+        _ => group.cfg.name.clone(),
+    };
     let handler = ProxyHandler {
+        default_host,
         group,
         prefix: route.prefix.clone(),
         rewrite: route.rewrite.clone(),
@@ -87,6 +99,7 @@ impl Handler for ProxyHandler {
             &Target {
                 prefix: &self.prefix,
                 rewrite: self.rewrite.as_deref(),
+                default_host: &self.default_host,
             },
             &client,
             &self.trusted,

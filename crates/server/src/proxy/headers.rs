@@ -61,6 +61,9 @@ fn trim(mut v: &[u8]) -> &[u8] {
 pub struct Target<'a> {
     pub prefix: &'a str,
     pub rewrite: Option<&'a str>,
+    /// `Host` for a request that has none (HTTP/1.0): the upstream's name, as nginx's
+    /// `$proxy_host`.
+    pub default_host: &'a str,
 }
 
 /// Writes the request as the upstream gets it into `out`: `req` (already parsed and checked by
@@ -77,15 +80,26 @@ pub fn write_request(
 ) {
     out.extend_from_slice(req.method_token.as_bytes());
     out.push(b' ');
+    // Always origin form (RFC 9112 §3.2.1), from the path the rule matched: an absolute-form
+    // target's authority becomes the Host below (§3.2.2: the received Host is then ignored).
     match target.rewrite {
         Some(to) => {
             out.extend_from_slice(to.as_bytes());
-            let rest = req.target.get(target.prefix.len()..).unwrap_or("");
+            let rest = req.path.get(target.prefix.len()..).unwrap_or("");
             out.extend_from_slice(rest.as_bytes());
         }
-        None => out.extend_from_slice(req.target.as_bytes()),
+        None => out.extend_from_slice(req.path.as_bytes()),
+    }
+    if let Some(q) = req.query {
+        out.push(b'?');
+        out.extend_from_slice(q.as_bytes());
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    let authority = req
+        .target
+        .split_once("://")
+        .map(|(_, rest)| rest.split(['/', '?']).next().unwrap_or(rest))
+        .filter(|a| !a.is_empty());
 
     let connection: Vec<&[u8]> = req
         .headers
@@ -94,8 +108,9 @@ pub fn write_request(
         .map(|h| h.value)
         .collect();
     let believed = trusted.iter().any(|c| c.contains(client.peer.ip()));
-    let mut xff: Option<&[u8]> = None;
-    let mut forwarded: Option<&[u8]> = None;
+    // Several lines of a list field are one list (RFC 9110 §5.3): all are kept, in order.
+    let mut xff: Vec<&[u8]> = Vec::new();
+    let mut forwarded: Vec<&[u8]> = Vec::new();
     let mut proto: Option<&[u8]> = None;
     let mut fwd_host: Option<&[u8]> = None;
     let mut host: Option<&[u8]> = None;
@@ -110,11 +125,11 @@ pub fn write_request(
             continue;
         }
         if name.eq_ignore_ascii_case("x-forwarded-for") {
-            xff = Some(h.value);
+            xff.push(h.value);
             continue;
         }
         if name.eq_ignore_ascii_case("forwarded") {
-            forwarded = Some(h.value);
+            forwarded.push(h.value);
             continue;
         }
         if name.eq_ignore_ascii_case("x-forwarded-proto") {
@@ -126,6 +141,9 @@ pub fn write_request(
             continue;
         }
         if name.eq_ignore_ascii_case("host") {
+            if authority.is_some() {
+                continue;
+            }
             host = Some(h.value);
         }
         if name.eq_ignore_ascii_case("x-request-id") {
@@ -155,6 +173,15 @@ pub fn write_request(
         out.extend_from_slice(b"\r\n");
     }
 
+    // Host: the absolute-form target's authority, else the client's (passed above in its
+    // place), else — an HTTP/1.0 request without one — the upstream's name.
+    if let Some(a) = authority {
+        field(out, b"Host", a.as_bytes());
+        host = Some(a.as_bytes());
+    } else if host.is_none() {
+        field(out, b"Host", target.default_host.as_bytes());
+    }
+
     // X-Forwarded-For and Forwarded: a trusted proxy's list is extended, anyone else's replaced.
     let ip = client.peer.ip();
     let ip = match ip {
@@ -164,9 +191,11 @@ pub fn write_request(
     let mut ip_text = [0u8; 64];
     let ip_text = fmt_ip(ip, &mut ip_text);
     out.extend_from_slice(b"X-Forwarded-For: ");
-    if let (true, Some(prev)) = (believed, xff) {
-        out.extend_from_slice(prev);
-        out.extend_from_slice(b", ");
+    if believed {
+        for prev in &xff {
+            out.extend_from_slice(prev);
+            out.extend_from_slice(b", ");
+        }
     }
     out.extend_from_slice(ip_text);
     out.extend_from_slice(b"\r\n");
@@ -184,9 +213,11 @@ pub fn write_request(
         field(out, b"X-Forwarded-Host", h);
     }
     out.extend_from_slice(b"Forwarded: ");
-    if let (true, Some(prev)) = (believed, forwarded) {
-        out.extend_from_slice(prev);
-        out.extend_from_slice(b", ");
+    if believed {
+        for prev in &forwarded {
+            out.extend_from_slice(prev);
+            out.extend_from_slice(b", ");
+        }
     }
     // RFC 7239 §6: an IPv6 address is quoted and bracketed.
     if ip.is_ipv6() {
@@ -291,6 +322,7 @@ mod tests {
     const AS_IS: Target<'static> = Target {
         prefix: "/api/",
         rewrite: None,
+        default_host: "app",
     };
 
     #[test]
@@ -367,6 +399,7 @@ mod tests {
             &Target {
                 prefix: "/api/",
                 rewrite: Some("/"),
+                default_host: "app",
             },
         );
         assert!(out.starts_with("POST /v1/items HTTP/1.1\r\n"), "{out}");
@@ -379,6 +412,45 @@ mod tests {
             &AS_IS,
         );
         assert!(out.ends_with("Content-Length: 0\r\n\r\n"), "{out}");
+    }
+
+    #[test]
+    fn host_and_origin_form() {
+        let out = forward(
+            b"GET http://other.test/api/x?y=1 HTTP/1.1\r\nHost: p\r\n\r\n",
+            "127.0.0.1:1",
+            false,
+            &[],
+            &AS_IS,
+        );
+        assert!(out.starts_with("GET /api/x?y=1 HTTP/1.1\r\n"), "{out}");
+        assert!(
+            out.contains("Host: other.test\r\n") && !out.contains("Host: p"),
+            "{out}"
+        );
+        let out = forward(
+            b"GET /api/x HTTP/1.0\r\n\r\n",
+            "127.0.0.1:1",
+            false,
+            &[],
+            &AS_IS,
+        );
+        assert!(out.contains("\r\nHost: app\r\n"), "{out}");
+        let trusted = [Cidr {
+            addr: "127.0.0.1".parse().unwrap(),
+            bits: 32,
+        }];
+        let out = forward(
+            b"GET /api/ HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\n\r\n",
+            "127.0.0.1:1",
+            false,
+            &trusted,
+            &AS_IS,
+        );
+        assert!(
+            out.contains("X-Forwarded-For: 1.1.1.1, 2.2.2.2, 127.0.0.1\r\n"),
+            "{out}"
+        );
     }
 
     #[test]
