@@ -89,6 +89,31 @@ impl Worker {
         // The router was built from generation 0; a reload before this thread started shows.
         let mut generation = 0;
 
+        // What a connection (or the upstream side) may use of this worker while it is driven:
+        // everything the worker owns, lent for one call.
+        macro_rules! worker_ctx {
+            ($token:expr, $now:expr, $shutting_down:expr) => {
+                WorkerCtx {
+                    cfg,
+                    registry: self.poll.registry(),
+                    pool: &mut pool,
+                    router: &mut router,
+                    date: &date,
+                    scratch: &mut scratch,
+                    file_chunk: &mut file_chunk,
+                    access_log: access_log.as_mut(),
+                    counters: &mut counters,
+                    proxy_starts: &mut proxy_starts,
+                    proxy_cancels: &mut proxy_cancels,
+                    deferred: &mut deferred,
+                    token: $token,
+                    worker: self.index,
+                    now: $now,
+                    shutting_down: $shutting_down,
+                }
+            };
+        }
+
         loop {
             // A reload: the next requests are answered by a router built from the new service.
             let latest = self.services.generation();
@@ -149,24 +174,7 @@ impl Worker {
                 }
                 if is_upstream(token) {
                     let client = upstreams.client_of(token);
-                    let mut ctx = WorkerCtx {
-                        cfg,
-                        registry: self.poll.registry(),
-                        pool: &mut pool,
-                        router: &mut router,
-                        date: &date,
-                        scratch: &mut scratch,
-                        file_chunk: &mut file_chunk,
-                        access_log: access_log.as_mut(),
-                        counters: &mut counters,
-                        proxy_starts: &mut proxy_starts,
-                        proxy_cancels: &mut proxy_cancels,
-                        deferred: &mut deferred,
-                        token,
-                        worker: self.index,
-                        now,
-                        shutting_down,
-                    };
+                    let mut ctx = worker_ctx!(token, now, shutting_down);
                     let ready = Readiness {
                         readable: event.is_readable() || event.is_read_closed() || event.is_error(),
                         writable: event.is_writable()
@@ -201,24 +209,7 @@ impl Worker {
                 let Some(conn) = conns.get_mut(key) else {
                     continue;
                 };
-                let mut ctx = WorkerCtx {
-                    cfg,
-                    registry: self.poll.registry(),
-                    pool: &mut pool,
-                    router: &mut router,
-                    date: &date,
-                    scratch: &mut scratch,
-                    file_chunk: &mut file_chunk,
-                    access_log: access_log.as_mut(),
-                    counters: &mut counters,
-                    proxy_starts: &mut proxy_starts,
-                    proxy_cancels: &mut proxy_cancels,
-                    deferred: &mut deferred,
-                    token,
-                    worker: self.index,
-                    now,
-                    shutting_down,
-                };
+                let mut ctx = worker_ctx!(token, now, shutting_down);
                 conn.on_event(
                     &mut ctx,
                     event.is_readable() || event.is_error(),
@@ -235,24 +226,7 @@ impl Worker {
                 let Some(conn) = conns.get_mut(key) else {
                     continue;
                 };
-                let mut ctx = WorkerCtx {
-                    cfg,
-                    registry: self.poll.registry(),
-                    pool: &mut pool,
-                    router: &mut router,
-                    date: &date,
-                    scratch: &mut scratch,
-                    file_chunk: &mut file_chunk,
-                    access_log: access_log.as_mut(),
-                    counters: &mut counters,
-                    proxy_starts: &mut proxy_starts,
-                    proxy_cancels: &mut proxy_cancels,
-                    deferred: &mut deferred,
-                    token,
-                    worker: self.index,
-                    now,
-                    shutting_down,
-                };
+                let mut ctx = worker_ctx!(token, now, shutting_down);
                 conn.drive(&mut ctx);
                 settle(&mut conns, &mut upstreams, key, &mut ctx, &mut relays);
             }
@@ -262,24 +236,7 @@ impl Worker {
             }
             if now >= next_sweep {
                 next_sweep = now + sweep_every;
-                let mut ctx = WorkerCtx {
-                    cfg,
-                    registry: self.poll.registry(),
-                    pool: &mut pool,
-                    router: &mut router,
-                    date: &date,
-                    scratch: &mut scratch,
-                    file_chunk: &mut file_chunk,
-                    access_log: access_log.as_mut(),
-                    counters: &mut counters,
-                    proxy_starts: &mut proxy_starts,
-                    proxy_cancels: &mut proxy_cancels,
-                    deferred: &mut deferred,
-                    token: Token(0),
-                    worker: self.index,
-                    now,
-                    shutting_down,
-                };
+                let mut ctx = worker_ctx!(Token(0), now, shutting_down);
                 let mut idle = 0;
                 conns.retain(|key, conn| {
                     ctx.token = Token(key + FIRST_CONN);

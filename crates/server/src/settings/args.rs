@@ -317,6 +317,22 @@ pub struct SiteArgs {
     pub proxy: Vec<ProxyRule>,
 }
 
+impl ServeArgs {
+    /// The one site the top-level settings describe, when there are no `[[site]]` tables.
+    #[must_use]
+    pub fn default_site(&self) -> SiteArgs {
+        SiteArgs {
+            server_names: Vec::new(),
+            files: self.files.clone(),
+            app: self.app.clone(),
+            no_plaintext: self.no_plaintext,
+            no_json: self.no_json,
+            add_header: self.add_header.clone(),
+            proxy: self.proxy.clone(),
+        }
+    }
+}
+
 /// Parses `Name: value` for `--add-header`: a token name, a value without CR or LF, and not a
 /// header the server frames itself.
 fn parse_add_header(text: &str) -> Result<String, String> {

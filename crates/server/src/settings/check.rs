@@ -37,15 +37,7 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
     // What each site serves, checked site by site so that every missing root is said.
     let default_site;
     let sites: Vec<(Option<usize>, &SiteArgs)> = if args.sites.is_empty() {
-        default_site = SiteArgs {
-            server_names: Vec::new(),
-            files: args.files.clone(),
-            app: args.app.clone(),
-            no_plaintext: args.no_plaintext,
-            no_json: args.no_json,
-            add_header: args.add_header.clone(),
-            proxy: args.proxy.clone(),
-        };
+        default_site = args.default_site();
         vec![(None, &default_site)]
     } else {
         args.sites

@@ -32,15 +32,7 @@ pub fn service(args: &ServeArgs) -> Result<Service, String> {
 /// As [`service`].
 pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupView>), String> {
     let workers = args.to_config().map_or(1, |c| c.workers);
-    let default_site = SiteArgs {
-        server_names: Vec::new(),
-        files: args.files.clone(),
-        app: args.app.clone(),
-        no_plaintext: args.no_plaintext,
-        no_json: args.no_json,
-        add_header: args.add_header.clone(),
-        proxy: args.proxy.clone(),
-    };
+    let default_site = args.default_site();
     let site_args: Vec<&SiteArgs> = if args.sites.is_empty() {
         vec![&default_site]
     } else {
