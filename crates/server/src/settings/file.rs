@@ -277,22 +277,8 @@ fn sites(
                 bad = true;
                 continue;
             }
-            let mut cmd = command();
-            cmd.build();
-            let takes_value = cmd
-                .get_arguments()
-                .find(|a| a.get_long() == Some(flag.as_str()))
-                .and_then(clap::Arg::get_num_args)
-                .is_some_and(|n| n.takes_values());
-            match tokens_of(&flag, value, takes_value) {
-                Ok(tokens) => {
-                    if let Err(e) = command().try_get_matches_from(&tokens) {
-                        errors.push(at(key, &first_line(&e)));
-                        bad = true;
-                    } else {
-                        own.push((flag, tokens));
-                    }
-                }
+            match checked_tokens(command, &flag, value) {
+                Ok(tokens) => own.push((flag, tokens)),
                 Err(reason) => {
                     errors.push(at(key, &reason));
                     bad = true;
@@ -445,22 +431,8 @@ fn upstreams(
                 bad = true;
                 continue;
             }
-            let mut cmd = group_cmd();
-            cmd.build();
-            let takes_value = cmd
-                .get_arguments()
-                .find(|a| a.get_long() == Some(flag.as_str()))
-                .and_then(clap::Arg::get_num_args)
-                .is_some_and(|n| n.takes_values());
-            match tokens_of(&flag, value, takes_value) {
-                Ok(tokens) => {
-                    if let Err(e) = group_cmd().try_get_matches_from(&tokens) {
-                        errors.push(at(key, &first_line(&e)));
-                        bad = true;
-                    } else {
-                        own.push((flag, tokens));
-                    }
-                }
+            match checked_tokens(group_cmd, &flag, value) {
+                Ok(tokens) => own.push((flag, tokens)),
                 Err(reason) => {
                     errors.push(at(key, &reason));
                     bad = true;
@@ -510,6 +482,26 @@ fn line_in_site(text: &str, start: usize, key: &str) -> usize {
                 .is_some_and(|r| r.trim_start().starts_with('='))
         })
         .map_or(start, |(n, _)| n + 1)
+}
+
+/// The tokens one key of a table stands for, checked by its flag's own parser in `cmd`.
+fn checked_tokens(
+    cmd: impl Fn() -> Command,
+    flag: &str,
+    value: &toml::Value,
+) -> Result<Vec<String>, String> {
+    let mut built = cmd();
+    built.build();
+    let takes_value = built
+        .get_arguments()
+        .find(|a| a.get_long() == Some(flag))
+        .and_then(clap::Arg::get_num_args)
+        .is_some_and(|n| n.takes_values());
+    let tokens = tokens_of(flag, value, takes_value)?;
+    cmd()
+        .try_get_matches_from(&tokens)
+        .map_err(|e| first_line(&e))?;
+    Ok(tokens)
 }
 
 /// The command-line tokens one key stands for.
