@@ -5,8 +5,8 @@
 //! the line and the field (`bench/specs/x.toml:12: target[1].ready.timeout: ...`) so that a
 //! typo is found without reading the parser. Strings may refer to `${spec_dir}`, `${run_dir}`,
 //! `${out_dir}`, a `[vars]` entry, or an environment variable with an optional default
-//! (`${LOWLAT:-target/release/lowlat}`); they are expanded when a target is started, because
-//! `${run_dir}` exists only then.
+//! (`${LOWLAT:-target/release/lowlat}`, where the default may itself hold `${…}`); they are
+//! expanded when a target is started, because `${run_dir}` exists only then.
 //!
 //! A commented example of every field is
 //! `bench/specs/example.toml`.
@@ -1010,17 +1010,36 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Expands `${name}`, `${name:-default}` in `text`: `vars` first, then the environment.
+/// Expands `${name}`, `${name:-default}` in `text`: `vars` first, then the environment. A
+/// default may itself use `${…}` (`${CEILING:-${HOME}/.cache/ceiling}`), expanded only when
+/// it is used.
 ///
 /// # Errors
 /// The name of the first variable that is neither defined nor given a default.
 pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, String> {
+    expand_within(text, vars, 0)
+}
+
+/// How deep variables may refer to variables (`ceiling = "${anchors}/ceiling"`, `anchors =
+/// "${HOME}/…"`): far more than a spec needs, few enough to stop a circle at once.
+const MAX_NESTING: usize = 16;
+
+fn expand_within(
+    text: &str,
+    vars: &BTreeMap<String, String>,
+    depth: usize,
+) -> Result<String, String> {
+    if depth > MAX_NESTING {
+        return Err(format!(
+            "{text:?}: variables refer to each other in a circle (or more than {MAX_NESTING} deep)"
+        ));
+    }
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("${") {
         out.push_str(&rest[..at]);
         let after = &rest[at + 2..];
-        let Some(end) = after.find('}') else {
+        let Some(end) = closing_brace(after) else {
             return Err(format!("unclosed ${{ in {text:?}"));
         };
         let inner = &after[..end];
@@ -1028,17 +1047,19 @@ pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Str
             Some((n, d)) => (n, Some(d)),
             None => (inner, None),
         };
-        let value = vars
+        let value = match vars
             .get(name)
             .cloned()
             .or_else(|| std::env::var(name).ok().filter(|v| !v.is_empty()))
-            .or_else(|| default.map(str::to_string));
+        {
+            Some(v) => Some(v),
+            None => default
+                .map(|d| expand_within(d, vars, depth + 1))
+                .transpose()?,
+        };
         match value {
-            // A var may refer to the builtins (`www = "${run_dir}/www"`); one level of nesting
-            // is enough and cannot loop.
-            Some(v) if v.contains("${") && !v.contains(&format!("${{{name}")) => {
-                out.push_str(&expand(&v, vars)?)
-            }
+            // A var may refer to the builtins (`www = "${run_dir}/www"`) and to other vars.
+            Some(v) if v.contains("${") => out.push_str(&expand_within(&v, vars, depth + 1)?),
             Some(v) => out.push_str(&v),
             None => {
                 return Err(format!(
@@ -1050,6 +1071,22 @@ pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Str
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// Where the `}` that closes a `${` ends, in the text after the `${`: the first `}` not
+/// closing a `${` nested in a default.
+fn closing_brace(after: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let bytes = after.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'{' if i > 0 && bytes[i - 1] == b'$' => depth += 1,
+            b'}' if depth == 0 => return Some(i),
+            b'}' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -1098,5 +1135,37 @@ mod tests {
             .unwrap_err()
             .contains("not defined"));
         assert!(expand("${oops", &vars).is_err());
+        // A default may use variables itself, expanded only when it is used.
+        assert_eq!(
+            expand("${LOWLAT_BENCH_SURELY_UNSET:-${run_dir}/c}/x", &vars).unwrap(),
+            "/r/c/x"
+        );
+        assert_eq!(
+            expand(
+                "${LOWLAT_BENCH_SURELY_UNSET:-${LOWLAT_BENCH_ALSO_UNSET:-${www}}}",
+                &vars
+            )
+            .unwrap(),
+            "/r/www"
+        );
+        assert_eq!(
+            expand("${www:-${LOWLAT_BENCH_SURELY_UNSET}}", &vars).unwrap(),
+            "/r/www",
+            "an unused default is not expanded"
+        );
+        assert!(expand("${LOWLAT_BENCH_SURELY_UNSET:-${run_dir}", &vars).is_err());
+        // A var named like the start of another is not taken for a reference to itself.
+        let mut vars = vars;
+        vars.insert("up_addr".into(), "127.0.0.1:${up_port}".into());
+        vars.insert("up_port".into(), "8078".into());
+        vars.insert("up".into(), "${up_addr}".into());
+        assert_eq!(
+            expand("http://${up}/", &vars).unwrap(),
+            "http://127.0.0.1:8078/"
+        );
+        // A circle is an error, not a stack overflow.
+        vars.insert("a".into(), "x${b}".into());
+        vars.insert("b".into(), "${a}".into());
+        assert!(expand("${a}", &vars).unwrap_err().contains("circle"));
     }
 }
