@@ -484,17 +484,7 @@ fn plan_text(spec: &crate::spec::Spec) -> String {
         measurements(spec),
         human(estimate_secs(spec))
     );
-    for t in &spec.targets {
-        let how = match &t.launch {
-            crate::spec::Launch::Command { argv, .. } => argv.join(" "),
-            crate::spec::Launch::Pid(p) => format!("pid {p}"),
-        };
-        let _ = writeln!(
-            s,
-            "  target {}: {} at {} cpus {:?}",
-            t.name, how, t.url, t.cpus
-        );
-    }
+    // Started first, so listed first.
     for sv in &spec.services {
         if let crate::spec::Launch::Command { argv, .. } = &sv.process.launch {
             let _ = writeln!(
@@ -507,6 +497,17 @@ fn plan_text(spec: &crate::spec::Spec) -> String {
                 sv.addr_var()
             );
         }
+    }
+    for t in &spec.targets {
+        let how = match &t.launch {
+            crate::spec::Launch::Command { argv, .. } => argv.join(" "),
+            crate::spec::Launch::Pid(p) => format!("pid {p}"),
+        };
+        let _ = writeln!(
+            s,
+            "  target {}: {} at {} cpus {:?}",
+            t.name, how, t.url, t.cpus
+        );
     }
     for sc in &spec.scenarios {
         let _ = writeln!(
