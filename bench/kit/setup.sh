@@ -32,8 +32,7 @@ mkdir -p "$build"
 rm -rf "$build/may-mini-src" && cp -r "$here/../peers/may-mini" "$build/may-mini-src"
 CARGO_TARGET_DIR="$build/target" cargo build --release --quiet \
     --manifest-path "$build/may-mini-src/Cargo.toml"
-cc -O2 -Wall -o "$build/ceiling" "$here/ceiling/ceiling.c"
-cc -O2 -Wall -o "$build/ceiling-client" "$here/ceiling/ceiling-client.c"
+ANCHORS_BUILD="$build" "$here/ceiling/build.sh" >/dev/null
 # wrk2 (giltene/wrk2 at 44a94c1, Apache-2.0): wrk with constant-rate, coordinated-omission-corrected
 # latency; not packaged by Debian, so built from the source kept here
 if [ ! -x "$build/wrk2" ]; then

@@ -355,10 +355,16 @@ fn sweep(args: &BenchArgs) -> Result<ExitCode, BenchError> {
             .canonicalize()
             .unwrap_or(spec.spec_dir.clone());
         let out = std::env::temp_dir().join("lowlat-bench-check");
+        let spec_vars = spec.vars();
         for t in &spec.targets {
             let run_dir = out.join("run").join(&t.name);
-            let vars = crate::target::target_vars(&spec.vars, &spec_dir, &run_dir, &out, &t.name);
+            let vars = crate::target::target_vars(&spec_vars, &spec_dir, &run_dir, &out, &t.name);
             crate::target::preflight(t, &vars)?;
+        }
+        for sv in &spec.services {
+            let run_dir = crate::service::run_dir(&out, sv);
+            let vars = crate::service::service_vars(&spec_vars, &spec_dir, &run_dir, &out);
+            crate::service::preflight(sv, &vars)?;
         }
         print!("{}", plan_text(&spec));
         println!("{}", syscall_plan(args));
@@ -478,6 +484,20 @@ fn plan_text(spec: &crate::spec::Spec) -> String {
         measurements(spec),
         human(estimate_secs(spec))
     );
+    // Started first, so listed first.
+    for sv in &spec.services {
+        if let crate::spec::Launch::Command { argv, .. } = &sv.process.launch {
+            let _ = writeln!(
+                s,
+                "  service {}: {} at {} cpus {:?} (${{{}}}; not measured)",
+                sv.process.name,
+                argv.join(" "),
+                sv.addr,
+                sv.process.cpus,
+                sv.addr_var()
+            );
+        }
+    }
     for t in &spec.targets {
         let how = match &t.launch {
             crate::spec::Launch::Command { argv, .. } => argv.join(" "),

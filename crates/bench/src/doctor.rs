@@ -47,6 +47,8 @@ pub struct Needs {
     pub loader_cpus: Vec<usize>,
     /// (target name, its CPUs, its pid when already running)
     pub targets: Vec<(String, Vec<usize>, Option<u32>)>,
+    /// The CPUs the services are pinned to.
+    pub service_cpus: Vec<usize>,
     /// System calls are to be counted through tracepoints, with tracefs in this directory
     /// (`None` inside: the usual places); `None`: not counted (`--no-syscalls`).
     pub syscalls: Option<Option<std::path::PathBuf>>,
@@ -77,6 +79,11 @@ impl Needs {
                     (t.name.clone(), t.cpus.clone(), pid)
                 })
                 .collect(),
+            service_cpus: spec
+                .services
+                .iter()
+                .flat_map(|s| s.process.cpus.iter().copied())
+                .collect(),
             syscalls: Some(None),
         }
     }
@@ -89,6 +96,7 @@ impl Needs {
             closes_connections: true,
             loader_cpus: vec![],
             targets: vec![],
+            service_cpus: vec![],
             syscalls: Some(None),
         }
     }
@@ -375,7 +383,8 @@ fn cpu_out_of_range(needs: &Needs, machine: &Machine) -> Option<Check> {
     let all = needs
         .loader_cpus
         .iter()
-        .chain(needs.targets.iter().flat_map(|t| t.1.iter()));
+        .chain(needs.targets.iter().flat_map(|t| t.1.iter()))
+        .chain(needs.service_cpus.iter());
     let bad: Vec<usize> = all.copied().filter(|&c| c >= machine.cpus).collect();
     (!bad.is_empty()).then(|| {
         check(
@@ -441,6 +450,7 @@ mod tests {
             closes_connections: true,
             loader_cpus: vec![1],
             targets: vec![("a".into(), vec![1], None)],
+            service_cpus: vec![],
             syscalls: Some(None),
         };
         let checks = run(&needs, &Machine::detect());

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::spec::SpecError;
+use crate::spec::{Role, SpecError};
 
 /// Everything that can stop a sweep, a report or a doctor run.
 #[derive(Debug, thiserror::Error)]
@@ -17,22 +17,28 @@ pub enum BenchError {
     #[error("cannot compare: {0}")]
     Compare(String),
 
-    /// A target's command could not be started.
-    #[error("target {target}: cannot start {program:?}: {source}")]
+    /// A target's (or a service's) command could not be started.
+    #[error("{role} {target}: cannot start {program:?}: {source}")]
     Start {
+        role: Role,
         target: String,
         program: String,
         #[source]
         source: std::io::Error,
     },
 
-    /// A template or variable in a target could not be expanded or rendered.
-    #[error("target {target}: {message}")]
-    Prepare { target: String, message: String },
+    /// A template or variable in a target (or a service) could not be expanded or rendered.
+    #[error("{role} {target}: {message}")]
+    Prepare {
+        role: Role,
+        target: String,
+        message: String,
+    },
 
-    /// The target did not answer its readiness check in time.
-    #[error("target {target} was not ready within {:.1} s ({check}; last attempt: {last}); its output is in {}", timeout.as_secs_f64(), log.display())]
+    /// The target (or a service) did not answer its readiness check in time.
+    #[error("{role} {target} was not ready within {:.1} s ({check}; last attempt: {last}); its output is in {}", timeout.as_secs_f64(), log.display())]
     NotReady {
+        role: Role,
         target: String,
         check: String,
         timeout: Duration,
@@ -40,9 +46,10 @@ pub enum BenchError {
         log: PathBuf,
     },
 
-    /// The target exited on its own (before or during the sweep).
-    #[error("target {target} exited ({status}); its output is in {}", log.display())]
+    /// The target (or a service) exited on its own (before or during the sweep).
+    #[error("{role} {target} exited ({status}); its output is in {}", log.display())]
     Exited {
+        role: Role,
         target: String,
         status: String,
         log: PathBuf,

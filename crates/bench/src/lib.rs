@@ -9,6 +9,8 @@
 //! # Layout
 //! - [`spec`]: the TOML spec — parsing, validation with file/line/field errors, `${var}` expansion.
 //! - [`target`]: starting, readiness-checking and always stopping one target.
+//! - [`service`]: the processes the targets need but that are not measured (an upstream),
+//!   started before the first target and stopped after the last.
 //! - [`procfs`]: /proc readers (process tree ticks and memory, per-core busy time, neighbours).
 //! - [`sampler`]: the 100 ms sampling thread and its time series.
 //! - [`syscalls`]: the server's system calls by kind, counted through the kernel's syscall
@@ -34,6 +36,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod sampler;
+pub mod service;
 pub mod spec;
 mod sys;
 pub mod syscalls;

@@ -166,11 +166,29 @@ pub struct Header {
     pub baseline: String,
     /// Target names in spec order (so reports keep it).
     pub targets: Vec<String>,
+    /// The services the targets needed (`[[service]]`), not measured; absent when none, and
+    /// in older results.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceRecord>,
     pub scenarios: Vec<String>,
     pub machine: Machine,
     pub doctor: Vec<Check>,
     pub duration_s: f64,
     pub rounds: u32,
+}
+
+/// A service as it ran beside the targets (see [`crate::service`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ServiceRecord {
+    pub name: String,
+    /// Its command, `${…}` expanded.
+    pub command: Vec<String>,
+    /// The `host:port` it listened on (`${NAME_addr}`).
+    pub addr: String,
+    /// The CPUs it was pinned to.
+    pub cpus: Vec<usize>,
+    /// Its readiness check: `tcp`, or `http /path`.
+    pub ready: String,
 }
 
 /// A whole results file.

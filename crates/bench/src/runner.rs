@@ -5,7 +5,9 @@
 //!
 //! Targets are started one at a time and always stopped ([`RunningTarget`] stops on drop), on
 //! success, on error and on Ctrl-C (the `stop` flag ends the current measurement early; its
-//! partial row is discarded).
+//! partial row is discarded). The spec's services are started before the first target and
+//! stopped after the last, the same way ([`RunningServices`]); a service that exits stops the
+//! sweep, and the CPU its processes use is not counted as a neighbour's.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +22,7 @@ use crate::machine::Machine;
 use crate::procfs;
 use crate::results::{self, BoundBy, Header, Row, Writer};
 use crate::sampler::{Measured, Sampler, Watch};
+use crate::service::{self, RunningServices};
 use crate::spec::{Scenario, Spec, Target};
 use crate::syscalls::{SyscallCounters, Tracepoints, Unavailable};
 use crate::target::{preflight, target_vars, RunningTarget};
@@ -93,6 +96,19 @@ pub fn run(
             ),
         );
     }
+    let vars = spec.vars();
+    let spec_dir = spec
+        .spec_dir
+        .canonicalize()
+        .unwrap_or(spec.spec_dir.clone());
+    let services = spec
+        .services
+        .iter()
+        .map(|sv| {
+            let dir = service::run_dir(&out, sv);
+            service::record(sv, &service::service_vars(&vars, &spec_dir, &dir, &out))
+        })
+        .collect();
     let header = Header {
         format: results::FORMAT.into(),
         lowlat_version: env!("CARGO_PKG_VERSION").into(),
@@ -103,6 +119,7 @@ pub fn run(
         spec_text: spec.text.clone(),
         baseline: spec.run.baseline.clone(),
         targets: spec.targets.iter().map(|t| t.name.clone()).collect(),
+        services,
         scenarios: spec.scenarios.iter().map(|s| s.name.clone()).collect(),
         machine: machine.clone(),
         doctor: checks,
@@ -184,13 +201,26 @@ fn sweep(
         .spec_dir
         .canonicalize()
         .map_err(|e| BenchError::io(&spec.spec_dir, e))?;
-    // Every target's variables, templates and directories, before the first one starts.
+    let vars = spec.vars();
+    // Every target's and service's variables, templates and directories, before the first
+    // one starts.
     for target in &spec.targets {
         let run_dir = out.join("run").join(&target.name);
         preflight(
             target,
-            &target_vars(&spec.vars, &spec_dir, &run_dir, out, &target.name),
+            &target_vars(&vars, &spec_dir, &run_dir, out, &target.name),
         )?;
+    }
+    for sv in &spec.services {
+        let run_dir = service::run_dir(out, sv);
+        service::preflight(sv, &service::service_vars(&vars, &spec_dir, &run_dir, out))?;
+    }
+    if !spec.services.is_empty() {
+        pb.set_message("starting services");
+    }
+    let mut services = RunningServices::start(spec, &vars, &spec_dir, out, stop)?;
+    for (sv, running) in spec.services.iter().zip(services.iter()) {
+        writer.add_target_check(service_check(sv, running, spec))?;
     }
     for target in &spec.targets {
         let scenarios: Vec<&Scenario> = spec
@@ -208,10 +238,11 @@ fn sweep(
         }
         let run_dir = out.join("run").join(&target.name);
         std::fs::create_dir_all(&run_dir).map_err(|e| BenchError::io(&run_dir, e))?;
-        let vars = target_vars(&spec.vars, &spec_dir, &run_dir, out, &target.name);
+        let vars = target_vars(&vars, &spec_dir, &run_dir, out, &target.name);
         pb.set_message(format!("starting {}", target.name));
         let mut running = RunningTarget::start(target, &vars, &run_dir)?;
         running.wait_ready(&target.ready, target.ready_timeout, stop, out)?;
+        services.check_alive()?;
         writer.add_target_check(doctor::target_nofile(
             &target.name,
             procfs::nofile_of(running.pid),
@@ -245,6 +276,7 @@ fn sweep(
                 driver,
                 target,
                 &mut running,
+                &mut services,
                 scenario,
                 &cores,
                 writer,
@@ -255,7 +287,29 @@ fn sweep(
         }
         running.stop();
     }
+    services.stop();
     Ok(())
+}
+
+/// The record of a running service in the results: where it runs, and that it is not measured.
+fn service_check(sv: &crate::spec::Service, running: &RunningTarget, spec: &Spec) -> doctor::Check {
+    let cpus = &sv.process.cpus;
+    let beside = if cpus.iter().any(|c| spec.loader.cpus.contains(c)) {
+        " (shared with the loader: its busy share counts both)"
+    } else {
+        ""
+    };
+    doctor::Check {
+        name: format!("service ({})", sv.process.name),
+        value: format!(
+            "pid {} on {}, CPUs {cpus:?}{beside}",
+            running.pid,
+            running.url.trim_start_matches("http://")
+        ),
+        need: "not measured: its CPU is neither the server's nor a neighbour's".into(),
+        status: doctor::Status::Info,
+        fix: None,
+    }
 }
 
 /// The record of how a target's system calls were counted, or why they were not.
@@ -308,6 +362,7 @@ impl Cores {
                 .iter()
                 .copied()
                 .filter(|c| !spec.loader.cpus.contains(c))
+                .filter(|c| !spec.services.iter().any(|s| s.process.cpus.contains(c)))
                 .collect();
             if rest.is_empty() {
                 allowed
@@ -339,6 +394,7 @@ fn run_scenario(
     driver: &dyn LoadDriver,
     target: &Target,
     running: &mut RunningTarget,
+    services: &mut RunningServices,
     scenario: &Scenario,
     cores: &Cores,
     writer: &mut Writer,
@@ -389,6 +445,7 @@ fn run_scenario(
             .run(&plan_for(level, spec.run.warmup), stop)
             .map_err(|m| load_err(level, m))?;
         running.check_alive()?;
+        services.check_alive()?;
         pause(spec.run.pause, stop);
     }
     for &level in &scenario.levels {
@@ -411,6 +468,7 @@ fn run_scenario(
                     driver,
                     &plan_for(level, spec.run.duration),
                     running,
+                    services,
                     cores,
                     stop,
                 )
@@ -419,6 +477,7 @@ fn run_scenario(
                     return Err(interrupted());
                 }
                 running.check_alive()?;
+                services.check_alive()?;
                 if let Some(Err(why)) = &measured.perf {
                     if !perf.said {
                         perf.said = true;
@@ -495,12 +554,14 @@ fn pause(d: Duration, stop: &AtomicBool) {
 /// CPU used by other processes during a measurement: (% of one CPU, top users).
 type Foreign = (f64, Vec<String>);
 
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename these
 fn measure_once(
     perf_counters: bool,
     syscalls: Option<&Result<SyscallCounters, Unavailable>>,
     driver: &dyn LoadDriver,
     plan: &LoadPlan,
     running: &RunningTarget,
+    services: &RunningServices,
     cores: &Cores,
     stop: &AtomicBool,
 ) -> Result<(LoadOutcome, Measured, Foreign), String> {
@@ -532,8 +593,10 @@ fn measure_once(
     if outcome.client_cpu.is_zero() {
         outcome.client_cpu = Duration::from_micros(cpu1.saturating_sub(cpu0));
     }
+    // Neither the server's, nor the loader's (this process), nor the services' is a neighbour's.
     let mut exclude = measured.pids.clone();
     exclude.push(std::process::id());
+    exclude.extend(services.pids());
     let (ticks, top) = procfs::foreign_ticks(&a0, &a1, &exclude);
     let hz = crate::sys::clock_ticks() as f64;
     let pct = 100.0 * ticks as f64 / hz / wall.as_secs_f64().max(1e-3);

@@ -5,8 +5,12 @@
 //! the line and the field (`bench/specs/x.toml:12: target[1].ready.timeout: ...`) so that a
 //! typo is found without reading the parser. Strings may refer to `${spec_dir}`, `${run_dir}`,
 //! `${out_dir}`, a `[vars]` entry, or an environment variable with an optional default
-//! (`${LOWLAT:-target/release/lowlat}`); they are expanded when a target is started, because
-//! `${run_dir}` exists only then.
+//! (`${LOWLAT:-target/release/lowlat}`, where the default may itself hold `${…}`); they are
+//! expanded when a target is started, because `${run_dir}` exists only then.
+//!
+//! Besides the targets, a spec may name services (`[[service]]`): processes the targets need but
+//! that are not measured, such as the upstream behind a reverse proxy. Each listens on an
+//! address that every command and template may use as `${NAME_addr}`.
 //!
 //! A commented example of every field is
 //! `bench/specs/example.toml`.
@@ -73,7 +77,22 @@ pub struct Spec {
     pub run: RunSettings,
     pub loader: LoaderSettings,
     pub targets: Vec<Target>,
+    /// `[[service]]`: started before the first target, stopped after the last.
+    pub services: Vec<Service>,
     pub scenarios: Vec<Scenario>,
+}
+
+impl Spec {
+    /// The `${name}`s every target and service may use besides the builtins: `[vars]`, and
+    /// each service's address as `${NAME_addr}` (its `${…}` expanded where it is used).
+    #[must_use]
+    pub fn vars(&self) -> BTreeMap<String, String> {
+        let mut vars = self.vars.clone();
+        for s in &self.services {
+            vars.insert(s.addr_var(), s.addr.clone());
+        }
+        vars
+    }
 }
 
 /// How long and how often each level is measured.
@@ -128,10 +147,31 @@ pub enum Launch {
     Pid(u32),
 }
 
+/// What a started process is to the sweep, as its messages name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// A server under test (`[[target]]`).
+    Target,
+    /// A process the targets need, not measured (`[[service]]`).
+    Service,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Target => "target",
+            Self::Service => "service",
+        })
+    }
+}
+
 /// One server under test.
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
     pub name: String,
+    /// [`Role::Target`], or [`Role::Service`] for the process of a [`Service`].
+    pub role: Role,
     pub launch: Launch,
     /// Base URL (`http://127.0.0.1:8090`); the scenario's path is appended.
     pub url: String,
@@ -144,6 +184,27 @@ pub struct Target {
     pub rss_exclude: Vec<String>,
     /// For an `https://` URL: how its certificate is checked.
     pub tls: TargetTls,
+}
+
+/// A process the targets need but that is not measured (`[[service]]`): the upstream behind a
+/// reverse proxy, an origin behind a cache. Started once before the first target, pinned to its
+/// CPUs (never a target's), checked for readiness, and stopped after the last target, on an
+/// error and on Ctrl-C. Its CPU time is neither the server's nor a neighbour's.
+#[derive(Debug, Clone, Serialize)]
+pub struct Service {
+    /// Started, checked and stopped as a target is: its name, command, CPUs and readiness
+    /// check, `url` the `http://` of [`Service::addr`], role [`Role::Service`].
+    pub process: Target,
+    /// `host:port` it listens on, unexpanded; `${NAME_addr}` to the others.
+    pub addr: String,
+}
+
+impl Service {
+    /// The variable holding its address: `upstream_addr` for a service named `upstream`.
+    #[must_use]
+    pub fn addr_var(&self) -> String {
+        format!("{}_addr", self.process.name)
+    }
 }
 
 /// How an `https://` target's certificate is checked (`tls = { … }` in the spec).
@@ -191,6 +252,8 @@ struct RawSpec {
     loader: Option<Spanned<RawLoader>>,
     #[serde(rename = "target")]
     targets: Spanned<Vec<Spanned<RawTarget>>>,
+    #[serde(rename = "service", default)]
+    services: Vec<Spanned<RawService>>,
     #[serde(rename = "scenario")]
     scenarios: Spanned<Vec<Spanned<RawScenario>>>,
 }
@@ -240,6 +303,21 @@ struct RawTarget {
     #[serde(default)]
     rss_exclude: Vec<String>,
     tls: Option<Spanned<RawTls>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawService {
+    name: Spanned<String>,
+    command: Spanned<RawCommand>,
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    templates: BTreeMap<String, String>,
+    addr: Spanned<String>,
+    cpus: Option<Spanned<RawCpus>>,
+    ready: Option<Spanned<RawReady>>,
 }
 
 #[derive(Deserialize)]
@@ -497,6 +575,12 @@ impl Cx<'_> {
             }
         }
 
+        let mut services: Vec<Service> = Vec::new();
+        for (i, sv) in raw.services.into_iter().enumerate() {
+            let service = self.service(i, sv, &targets, &services, &raw.vars)?;
+            services.push(service);
+        }
+
         let baseline = match &run.baseline {
             Some(b) => {
                 if !targets.iter().any(|t| &t.name == b.get_ref()) {
@@ -565,6 +649,7 @@ impl Cx<'_> {
             },
             loader,
             targets,
+            services,
             scenarios,
         })
     }
@@ -602,21 +687,12 @@ impl Cx<'_> {
                 }
                 Launch::Pid(*p.get_ref())
             }
-            (Some(c), None) => {
-                let argv = match c.get_ref() {
-                    RawCommand::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
-                    RawCommand::Argv(v) => v.clone(),
-                };
-                if argv.is_empty() || argv[0].trim().is_empty() {
-                    return Err(self.err(&c.span(), f("command"), "is empty"));
-                }
-                Launch::Command {
-                    argv,
-                    cwd: t.cwd,
-                    env: t.env,
-                    templates: t.templates,
-                }
-            }
+            (Some(c), None) => Launch::Command {
+                argv: self.argv(&c, &f("command"))?,
+                cwd: t.cwd,
+                env: t.env,
+                templates: t.templates,
+            },
         };
         let url = t.url.get_ref().clone();
         if let Err(m) = check_url(&url) {
@@ -626,7 +702,154 @@ impl Cx<'_> {
             Some(c) => self.cpus(c, &f("cpus"))?,
             None => vec![],
         };
-        let (ready, ready_timeout) = match t.ready {
+        let (ready, ready_timeout) = self.ready(t.ready, &f)?;
+        let https = url.starts_with("https://");
+        let tls = match t.tls {
+            None => TargetTls::default(),
+            Some(raw) if !https => {
+                return Err(self.err(&raw.span(), f("tls"), "applies to https:// URLs only"));
+            }
+            Some(raw) => {
+                let span = raw.span();
+                let raw = raw.into_inner();
+                if raw.insecure && raw.cacert.is_some() {
+                    return Err(self.err(
+                        &span,
+                        f("tls"),
+                        "give insecure = true or cacert, not both",
+                    ));
+                }
+                TargetTls {
+                    insecure: raw.insecure,
+                    cacert: raw.cacert,
+                }
+            }
+        };
+        Ok(Target {
+            name,
+            role: Role::Target,
+            launch,
+            url,
+            cpus,
+            ready,
+            ready_timeout,
+            rss_exclude: t.rss_exclude,
+            tls,
+        })
+    }
+
+    /// One `[[service]]`: a command, the address it listens on, the CPUs it runs on (none of
+    /// a target's: their busy time is the server's) and its readiness check.
+    fn service(
+        &self,
+        i: usize,
+        raw: Spanned<RawService>,
+        targets: &[Target],
+        earlier: &[Service],
+        vars: &BTreeMap<String, String>,
+    ) -> Result<Service, SpecError> {
+        let span = raw.span();
+        let s = raw.into_inner();
+        let f = |name: &str| format!("service[{i}].{name}");
+        let name = s.name.get_ref().trim().to_string();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(self.err(
+                &s.name.span(),
+                f("name"),
+                "must be a non-empty name of letters, digits, _ and - (it names ${NAME_addr})",
+            ));
+        }
+        if targets.iter().any(|t| t.name == name) || earlier.iter().any(|e| e.process.name == name)
+        {
+            return Err(self.err(
+                &s.name.span(),
+                f("name"),
+                format!("{name:?} is already the name of a target or service (each has its own run directory)"),
+            ));
+        }
+        let addr_var = format!("{name}_addr");
+        if vars.contains_key(&addr_var) {
+            return Err(self.err(
+                &s.name.span(),
+                f("name"),
+                format!("[vars] already defines {addr_var}, which this service's address would be"),
+            ));
+        }
+        let addr = s.addr.get_ref().trim().to_string();
+        // Checked here when it holds no variable; otherwise once expanded, before the run.
+        if !addr.contains("${") {
+            if let Err(m) = check_addr(&addr) {
+                return Err(self.err(&s.addr.span(), f("addr"), m));
+            }
+        }
+        let cpus = match &s.cpus {
+            Some(c) => self.cpus(c, &f("cpus"))?,
+            None => {
+                return Err(self.err(
+                    &span,
+                    f("cpus"),
+                    "missing: the CPUs to pin it to, apart from the targets' (beside the loader on two cores: cpus = [1])",
+                ))
+            }
+        };
+        if let Some((t, c)) = targets
+            .iter()
+            .find_map(|t| t.cpus.iter().find(|c| cpus.contains(c)).map(|c| (t, c)))
+        {
+            return Err(self.err(
+                &s.cpus.as_ref().map_or(span.clone(), Spanned::span),
+                f("cpus"),
+                format!(
+                    "CPU {c} is target {:?}'s: the busy time of a target's CPUs is counted as the server's; pin the service elsewhere",
+                    t.name
+                ),
+            ));
+        }
+        let (ready, ready_timeout) = self.ready(s.ready, &f)?;
+        Ok(Service {
+            process: Target {
+                name,
+                role: Role::Service,
+                launch: Launch::Command {
+                    argv: self.argv(&s.command, &f("command"))?,
+                    cwd: s.cwd,
+                    env: s.env,
+                    templates: s.templates,
+                },
+                url: format!("http://{addr}"),
+                cpus,
+                ready,
+                ready_timeout,
+                rss_exclude: Vec::new(),
+                tls: TargetTls::default(),
+            },
+            addr,
+        })
+    }
+
+    /// A command: argv as a list, or one line run with `sh -c`.
+    fn argv(&self, c: &Spanned<RawCommand>, field: &str) -> Result<Vec<String>, SpecError> {
+        let argv = match c.get_ref() {
+            RawCommand::Shell(s) => vec!["sh".to_string(), "-c".to_string(), s.clone()],
+            RawCommand::Argv(v) => v.clone(),
+        };
+        if argv.is_empty() || argv[0].trim().is_empty() {
+            return Err(self.err(&c.span(), field, "is empty"));
+        }
+        Ok(argv)
+    }
+
+    /// The readiness check and its timeout (default: a TCP connection within 15 s).
+    fn ready(
+        &self,
+        ready: Option<Spanned<RawReady>>,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<(Readiness, Duration), SpecError> {
+        Ok(match ready {
             None => (Readiness::Tcp, Duration::from_secs(15)),
             Some(r) => {
                 let rspan = r.span();
@@ -638,7 +861,7 @@ impl Cx<'_> {
                             return Err(self.err(
                                 &d.span(),
                                 f("ready.timeout"),
-                                "must be longer than 0 (the target gets this long to answer)",
+                                "must be longer than 0 (the process gets this long to answer)",
                             ));
                         }
                         t
@@ -674,38 +897,6 @@ impl Cx<'_> {
                 };
                 (ready, timeout)
             }
-        };
-        let https = url.starts_with("https://");
-        let tls = match t.tls {
-            None => TargetTls::default(),
-            Some(raw) if !https => {
-                return Err(self.err(&raw.span(), f("tls"), "applies to https:// URLs only"));
-            }
-            Some(raw) => {
-                let span = raw.span();
-                let raw = raw.into_inner();
-                if raw.insecure && raw.cacert.is_some() {
-                    return Err(self.err(
-                        &span,
-                        f("tls"),
-                        "give insecure = true or cacert, not both",
-                    ));
-                }
-                TargetTls {
-                    insecure: raw.insecure,
-                    cacert: raw.cacert,
-                }
-            }
-        };
-        Ok(Target {
-            name,
-            launch,
-            url,
-            cpus,
-            ready,
-            ready_timeout,
-            rss_exclude: t.rss_exclude,
-            tls,
         })
     }
 
@@ -981,6 +1172,21 @@ fn check_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A service's address: `host:port`, the port a number (`127.0.0.1:8078`, `[::1]:8078`,
+/// `localhost:8078`).
+///
+/// # Errors
+/// What is wrong with it, in words.
+pub fn check_addr(addr: &str) -> Result<(), String> {
+    let bad = || format!("{addr:?} is not host:port (such as 127.0.0.1:8078)");
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || host.contains(['/', ' ']) || port.parse::<u16>().map_or(true, |p| p == 0)
+    {
+        return Err(bad());
+    }
+    Ok(())
+}
+
 /// Parses a duration the way every lowlat command line does
 /// ([`lowlat_http::units::parse_duration`]: `10s`, `500ms`, `250us`, `1.5s`, `2m`; a bare number
 /// is seconds).
@@ -1010,17 +1216,36 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Expands `${name}`, `${name:-default}` in `text`: `vars` first, then the environment.
+/// Expands `${name}`, `${name:-default}` in `text`: `vars` first, then the environment. A
+/// default may itself use `${…}` (`${CEILING:-${HOME}/.cache/ceiling}`), expanded only when
+/// it is used.
 ///
 /// # Errors
 /// The name of the first variable that is neither defined nor given a default.
 pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, String> {
+    expand_within(text, vars, 0)
+}
+
+/// How deep variables may refer to variables (`ceiling = "${anchors}/ceiling"`, `anchors =
+/// "${HOME}/…"`): far more than a spec needs, few enough to stop a circle at once.
+const MAX_NESTING: usize = 16;
+
+fn expand_within(
+    text: &str,
+    vars: &BTreeMap<String, String>,
+    depth: usize,
+) -> Result<String, String> {
+    if depth > MAX_NESTING {
+        return Err(format!(
+            "{text:?}: variables refer to each other in a circle (or more than {MAX_NESTING} deep)"
+        ));
+    }
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("${") {
         out.push_str(&rest[..at]);
         let after = &rest[at + 2..];
-        let Some(end) = after.find('}') else {
+        let Some(end) = closing_brace(after) else {
             return Err(format!("unclosed ${{ in {text:?}"));
         };
         let inner = &after[..end];
@@ -1028,17 +1253,19 @@ pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Str
             Some((n, d)) => (n, Some(d)),
             None => (inner, None),
         };
-        let value = vars
+        let value = match vars
             .get(name)
             .cloned()
             .or_else(|| std::env::var(name).ok().filter(|v| !v.is_empty()))
-            .or_else(|| default.map(str::to_string));
+        {
+            Some(v) => Some(v),
+            None => default
+                .map(|d| expand_within(d, vars, depth + 1))
+                .transpose()?,
+        };
         match value {
-            // A var may refer to the builtins (`www = "${run_dir}/www"`); one level of nesting
-            // is enough and cannot loop.
-            Some(v) if v.contains("${") && !v.contains(&format!("${{{name}")) => {
-                out.push_str(&expand(&v, vars)?)
-            }
+            // A var may refer to the builtins (`www = "${run_dir}/www"`) and to other vars.
+            Some(v) if v.contains("${") => out.push_str(&expand_within(&v, vars, depth + 1)?),
             Some(v) => out.push_str(&v),
             None => {
                 return Err(format!(
@@ -1050,6 +1277,22 @@ pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Str
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// Where the `}` that closes a `${` ends, in the text after the `${`: the first `}` not
+/// closing a `${` nested in a default.
+fn closing_brace(after: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let bytes = after.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'{' if i > 0 && bytes[i - 1] == b'$' => depth += 1,
+            b'}' if depth == 0 => return Some(i),
+            b'}' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -1098,5 +1341,37 @@ mod tests {
             .unwrap_err()
             .contains("not defined"));
         assert!(expand("${oops", &vars).is_err());
+        // A default may use variables itself, expanded only when it is used.
+        assert_eq!(
+            expand("${LOWLAT_BENCH_SURELY_UNSET:-${run_dir}/c}/x", &vars).unwrap(),
+            "/r/c/x"
+        );
+        assert_eq!(
+            expand(
+                "${LOWLAT_BENCH_SURELY_UNSET:-${LOWLAT_BENCH_ALSO_UNSET:-${www}}}",
+                &vars
+            )
+            .unwrap(),
+            "/r/www"
+        );
+        assert_eq!(
+            expand("${www:-${LOWLAT_BENCH_SURELY_UNSET}}", &vars).unwrap(),
+            "/r/www",
+            "an unused default is not expanded"
+        );
+        assert!(expand("${LOWLAT_BENCH_SURELY_UNSET:-${run_dir}", &vars).is_err());
+        // A var named like the start of another is not taken for a reference to itself.
+        let mut vars = vars;
+        vars.insert("up_addr".into(), "127.0.0.1:${up_port}".into());
+        vars.insert("up_port".into(), "8078".into());
+        vars.insert("up".into(), "${up_addr}".into());
+        assert_eq!(
+            expand("http://${up}/", &vars).unwrap(),
+            "http://127.0.0.1:8078/"
+        );
+        // A circle is an error, not a stack overflow.
+        vars.insert("a".into(), "x${b}".into());
+        vars.insert("b".into(), "${a}".into());
+        assert!(expand("${a}", &vars).unwrap_err().contains("circle"));
     }
 }

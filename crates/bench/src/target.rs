@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::BenchError;
 use crate::procfs;
-use crate::spec::{expand, Launch, Readiness, Target};
+use crate::spec::{expand, Launch, Readiness, Role, Target};
 
 /// How long a target gets to exit after SIGTERM before its group is killed.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -28,6 +28,8 @@ pub const SETTLE: Duration = Duration::from_millis(300);
 #[derive(Debug)]
 pub struct RunningTarget {
     pub name: String,
+    /// A target, or a service's process (for messages).
+    pub role: Role,
     /// Root of the process tree that is measured.
     pub pid: u32,
     /// Our child, when we started it (its pid is also its process group id).
@@ -96,6 +98,7 @@ pub fn target_vars(
 /// [`BenchError::Prepare`] naming the target and the field.
 pub fn preflight(target: &Target, vars: &BTreeMap<String, String>) -> Result<(), BenchError> {
     let prep = |field: &str, message: String| BenchError::Prepare {
+        role: target.role,
         target: target.name.clone(),
         message: format!("{field}: {message}"),
     };
@@ -150,6 +153,7 @@ impl RunningTarget {
         run_dir: &Path,
     ) -> Result<Self, BenchError> {
         let prep = |message: String| BenchError::Prepare {
+            role: target.role,
             target: target.name.clone(),
             message,
         };
@@ -166,6 +170,7 @@ impl RunningTarget {
                 }
                 Ok(Self {
                     name: target.name.clone(),
+                    role: target.role,
                     pid: *pid,
                     child: None,
                     log,
@@ -222,12 +227,14 @@ impl RunningTarget {
                 std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
                 crate::sys::prepare_child(&mut cmd, &target.cpus);
                 let child = cmd.spawn().map_err(|source| BenchError::Start {
+                    role: target.role,
                     target: target.name.clone(),
                     program: argv[0].clone(),
                     source,
                 })?;
                 Ok(Self {
                     name: target.name.clone(),
+                    role: target.role,
                     pid: child.id(),
                     child: Some(child),
                     log,
@@ -273,6 +280,7 @@ impl RunningTarget {
             };
             if Instant::now() >= deadline {
                 return Err(BenchError::NotReady {
+                    role: self.role,
                     target: self.name.clone(),
                     check,
                     timeout,
@@ -301,6 +309,7 @@ impl RunningTarget {
         };
         match status {
             Some(status) => Err(BenchError::Exited {
+                role: self.role,
                 target: self.name.clone(),
                 status,
                 log: self.log.clone(),

@@ -97,6 +97,56 @@ fn check_prepares_every_target() {
     }
 }
 
+/// `--check` prepares every service as it does every target — its command, its templates, its
+/// address once expanded — and a target may use a service's address as `${NAME_addr}`.
+#[test]
+fn check_prepares_every_service() {
+    let dir = common::scratch("cli-service");
+    let spec = |service: &str, target_arg: &str| {
+        format!(
+            "name = \"svc\"\n[vars]\nup_port = \"18997\"\n[run]\nlevels = [1]\nduration = \"1s\"\n\
+             [[service]]\nname = \"up\"\ncpus = [0]\n{service}\n\
+             [[target]]\nname = \"t\"\ncommand = [\"true\", \"{target_arg}\"]\nurl = \"http://127.0.0.1:18996\"\n\
+             [[scenario]]\nname = \"s\"\npath = \"/\"\n"
+        )
+    };
+    let check = |name: &str, service: &str, target_arg: &str| {
+        let path = common::write_spec(&dir, name, &spec(service, target_arg));
+        code(&["--check", path.to_str().unwrap()])
+    };
+    let good =
+        "command = [\"true\", \"${up_port}\", \"${run_dir}\"]\naddr = \"127.0.0.1:${up_port}\"";
+    assert_eq!(
+        check("good.toml", good, "--proxy=/up/=http://${up_addr}"),
+        exit(0)
+    );
+    for (name, service, target_arg) in [
+        ("target-var.toml", good, "${down_addr}"),
+        (
+            "command.toml",
+            "command = [\"true\", \"${nope}\"]\naddr = \"127.0.0.1:1\"",
+            "",
+        ),
+        (
+            "addr-var.toml",
+            "command = [\"true\"]\naddr = \"127.0.0.1:${nope}\"",
+            "",
+        ),
+        (
+            "addr-shape.toml",
+            "command = [\"true\"]\naddr = \"${up_port}\"",
+            "",
+        ),
+        (
+            "template.toml",
+            "command = [\"true\"]\naddr = \"127.0.0.1:1\"\ntemplates = { \"u.conf\" = \"/nonexistent/u.in\" }",
+            "",
+        ),
+    ] {
+        assert_eq!(check(name, service, target_arg), exit(1), "{name}");
+    }
+}
+
 /// `doctor` runs every check; it fails (1) only when a check fails.
 #[test]
 fn doctor_runs() {

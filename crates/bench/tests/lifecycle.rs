@@ -23,47 +23,6 @@ fn opts(dir: &std::path::Path) -> RunOptions {
     }
 }
 
-/// Waits briefly for processes to be reaped by init before declaring survivors.
-fn assert_none_survive(marker: &str) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let left: Vec<_> = common::procs_with(marker)
-            .into_iter()
-            .filter(|(p, _)| !is_zombie(*p))
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "processes survived: {left:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Runs `then` on a thread once results.csv holds a row (or after 30 s).
-fn after_first_row(
-    dir: &std::path::Path,
-    then: impl FnOnce() + Send + 'static,
-) -> std::thread::JoinHandle<()> {
-    let csv = dir.join("out/results.csv");
-    std::thread::spawn(move || {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline
-            && std::fs::read_to_string(&csv).map_or(0, |s| s.lines().count()) < 2
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        then();
-    })
-}
-
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('Z'))
-    })
-}
-
 /// A target that never listens: the error says which check, how long, and where its output is;
 /// the target and its children are gone.
 #[test]
@@ -114,7 +73,7 @@ path = "/"
         took >= Duration::from_secs(1) && took < Duration::from_secs(10),
         "{took:?}"
     );
-    assert_none_survive("31.415");
+    common::assert_none_survive("31.415");
 }
 
 /// The target's main process exits mid-sweep while its children keep running: the sweep stops
@@ -151,7 +110,7 @@ path = "/"
     );
     let spec = lowlat_bench::spec::load(&spec).unwrap();
     // The main process exits once the first row is written.
-    let when = after_first_row(&dir, {
+    let when = common::after_first_row(&dir, {
         let die = dir.join("die");
         move || std::fs::write(&die, b"").unwrap()
     });
@@ -169,9 +128,9 @@ path = "/"
             .contains("target brief exited (exit status: 3)"),
         "{err}"
     );
-    assert_none_survive("41.1");
-    assert_none_survive("41.2");
-    assert_none_survive(&format!("http.server {port}"));
+    common::assert_none_survive("41.1");
+    common::assert_none_survive("41.2");
+    common::assert_none_survive(&format!("http.server {port}"));
     let res = lowlat_bench::results::read(&dir.join("out/results.json")).unwrap();
     assert!(
         res.status.starts_with("failed: target brief exited"),
@@ -232,7 +191,7 @@ path = "/"
         err.to_string(),
         "load generator against py (index, 3 connections): engine exploded"
     );
-    assert_none_survive(&format!("http.server {port}"));
+    common::assert_none_survive(&format!("http.server {port}"));
 }
 
 /// Ctrl-C (the stop flag) ends the sweep early: the error says so, the target is stopped, the
@@ -267,12 +226,12 @@ path = "/"
     let spec = lowlat_bench::spec::load(&spec).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
-    let t = after_first_row(&dir, move || flag.store(true, Ordering::Relaxed));
+    let t = common::after_first_row(&dir, move || flag.store(true, Ordering::Relaxed));
     let err = runner::run(&spec, &lowlat_bench::load::Engine, &opts(&dir), &stop)
         .expect_err("interrupted");
     t.join().unwrap();
     assert!(matches!(err, BenchError::Interrupted { .. }), "{err}");
-    assert_none_survive(&format!("http.server {port}"));
+    common::assert_none_survive(&format!("http.server {port}"));
     let path = dir.join("out/results.json");
     let res = lowlat_bench::results::read(&path).unwrap();
     assert_eq!(res.status, "interrupted");

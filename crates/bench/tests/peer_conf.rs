@@ -47,6 +47,42 @@ fn every_shipped_spec_renders_its_templates() {
     }
 }
 
+/// The proxy spec sends every proxy to its one upstream service: bench/conf's `${upstream}` and
+/// lowlat's `${upstream_addr}` are the service's address; the service shares the loader's CPU
+/// and no proxy's; each server is a target in clear and over TLS, each in its own scenario.
+#[test]
+fn proxy_spec_forwards_to_its_service() {
+    use lowlat_bench::spec::{expand, Launch};
+    let spec = lowlat_bench::spec::load(&bench_dir().join("specs/proxy.toml")).unwrap();
+    let vars = spec.vars();
+    assert_eq!(spec.services.len(), 1);
+    let up = &spec.services[0];
+    assert_eq!(expand(&up.addr, &vars).unwrap(), "127.0.0.1:8078");
+    assert_eq!(expand("${upstream}", &vars).unwrap(), "127.0.0.1:8078");
+    assert_eq!(up.process.cpus, spec.loader.cpus);
+    let Launch::Command { argv, .. } = &spec.targets[0].launch else {
+        panic!("lowlat is started by the spec")
+    };
+    let argv: Vec<String> = argv.iter().map(|a| expand(a, &vars).unwrap()).collect();
+    assert!(
+        argv.windows(2)
+            .any(|w| w[0] == "--proxy" && w[1] == "/up/=http://127.0.0.1:8078"),
+        "{argv:?}"
+    );
+    for t in &spec.targets {
+        assert_eq!(t.cpus, vec![0], "{}", t.name);
+    }
+    for (scenario, https) in [("proxy", false), ("proxy-tls", true)] {
+        let sc = spec.scenarios.iter().find(|s| s.name == scenario).unwrap();
+        assert_eq!(sc.path, "/up/plaintext");
+        assert_eq!(sc.targets.len(), 5, "{scenario}: {:?}", sc.targets);
+        for name in &sc.targets {
+            let t = spec.targets.iter().find(|t| &t.name == name).unwrap();
+            assert_eq!(t.url.starts_with("https://"), https, "{name}");
+        }
+    }
+}
+
 /// compare.py fills in every configuration in bench/conf/ (its only copy: bench/kit has none).
 #[test]
 fn the_kit_renders_every_configuration() {

@@ -44,6 +44,14 @@ name = "b"
 pid = 1
 url = "http://127.0.0.1:8081"
 
+[[service]]
+name = "up"
+command = ["upstream", "--port", "18077"]
+env = { UP = "1" }
+addr = "127.0.0.1:18077"
+cpus = [1]
+ready = { tcp = true, timeout = "2s" }
+
 [[scenario]]
 name = "plain"
 path = "/plaintext"
@@ -93,6 +101,28 @@ fn valid_spec_with_every_field() {
         ("HEAD", false)
     );
     assert_eq!(s.scenarios[1].levels, vec![10, 20, 30]);
+    let up = &s.services[0];
+    assert_eq!(
+        (
+            up.process.name.as_str(),
+            up.addr.as_str(),
+            up.process.cpus.clone()
+        ),
+        ("up", "127.0.0.1:18077", vec![1])
+    );
+    assert_eq!(up.process.role, spec::Role::Service);
+    assert_eq!(
+        (up.process.ready.clone(), up.process.ready_timeout),
+        (Readiness::Tcp, Duration::from_secs(2))
+    );
+    assert!(
+        matches!(&up.process.launch, Launch::Command { argv, env, .. } if argv[0] == "upstream" && env["UP"] == "1")
+    );
+    assert_eq!(
+        s.vars().get("up_addr").map(String::as_str),
+        Some("127.0.0.1:18077"),
+        "its address is ${{up_addr}} to the others"
+    );
 }
 
 /// The specs shipped under bench/specs parse.
@@ -153,7 +183,8 @@ fn line_of(text: &str, needle: &str) -> usize {
 #[test]
 fn errors_name_file_line_and_field() {
     // (what, spec text, line holding this text, field, words in the message)
-    let cases: Vec<(&str, String, &str, &str, &str)> = vec![
+    let cases: Vec<(&str, String, &str, &str, &str)> =
+        vec![
         (
             "TOML syntax",
             with("rounds = 2", "rounds = = 2"),
@@ -309,6 +340,55 @@ fn errors_name_file_line_and_field() {
             "timeout = \"0s\"",
             "target[0].ready.timeout",
             "longer than 0",
+        ),
+        (
+            "service without cpus",
+            with("cpus = [1]\n", ""),
+            "[[service]]",
+            "service[0].cpus",
+            "the CPUs to pin it to",
+        ),
+        (
+            "service on a target's CPU",
+            with("cpus = [1]", "cpus = [0, 1]"),
+            "cpus = [0, 1]",
+            "service[0].cpus",
+            "CPU 0 is target \"a\"'s",
+        ),
+        (
+            "service address without a port",
+            with("addr = \"127.0.0.1:18077\"", "addr = \"127.0.0.1\""),
+            "addr = \"127.0.0.1\"",
+            "service[0].addr",
+            "not host:port",
+        ),
+        (
+            "service named like a target",
+            with("name = \"up\"", "name = \"b\""),
+            "name = \"b\"\ncommand = [\"upstream",
+            "service[0].name",
+            "already the name of a target",
+        ),
+        (
+            "service address variable taken by [vars]",
+            with("port = \"18090\"", "port = \"18090\"\nup_addr = \"x\""),
+            "name = \"up\"",
+            "service[0].name",
+            "[vars] already defines up_addr",
+        ),
+        (
+            "service with a url",
+            with("addr = \"127.0.0.1:18077\"", "url = \"http://127.0.0.1:18077\""),
+            "url = \"http://127.0.0.1:18077\"",
+            "service[0].url",
+            "unknown field `url`",
+        ),
+        (
+            "service without a command",
+            with("command = [\"upstream\", \"--port\", \"18077\"]\n", ""),
+            "[[service]]",
+            "service[0]",
+            "missing field `command`",
         ),
         (
             "a framing header",

@@ -1,11 +1,13 @@
 //! Helpers shared by lowlat-bench's integration tests: required tools (a missing one fails the
 //! test with the command that installs it), free ports, scratch directories, the `lowlat serve`
-//! example program, and finding processes by a marker in their command line.
+//! example program, finding processes by a marker in their command line (and waiting for them to
+//! be gone), and the ceiling responder built from bench/kit.
 
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// The path of `tool` on PATH; fails the test when it is missing.
 pub fn need(tool: &str) -> PathBuf {
@@ -99,4 +101,66 @@ pub fn write_spec(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write spec");
     p
+}
+
+/// Waits briefly for processes to be reaped by init before declaring survivors.
+pub fn assert_none_survive(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left: Vec<_> = procs_with(marker)
+            .into_iter()
+            .filter(|(p, _)| !is_zombie(*p))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "processes survived: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `then` on a thread once results.csv holds a row (or after 30 s).
+pub fn after_first_row(
+    dir: &Path,
+    then: impl FnOnce() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let csv = dir.join("out/results.csv");
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline
+            && std::fs::read_to_string(&csv).map_or(0, |s| s.lines().count()) < 2
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        then();
+    })
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+/// The ceiling responder (bench/kit/ceiling/ceiling.c) compiled with gcc into `dir`, under the
+/// name `name` (a process name no other test's process has).
+pub fn ceiling(dir: &Path, name: &str) -> PathBuf {
+    let gcc = need("gcc");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/kit/ceiling/ceiling.c");
+    let exe = dir.join(name);
+    let out = std::process::Command::new(gcc)
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
 }
