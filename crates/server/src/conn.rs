@@ -431,7 +431,7 @@ impl Conn {
                 Ok(Status::Complete(req)) => req,
                 Ok(Status::Partial) => break,
                 Err(e) => {
-                    Self::write_error(&mut self.wbuf, ctx, e);
+                    Self::write_error(&mut self.wbuf, ctx, e, self.peer, buf);
                     self.closing = true;
                     self.lingering = true;
                     pos = self.rlen;
@@ -443,7 +443,13 @@ impl Conn {
                 BodyFraming::None => (&[], req.head_len),
                 BodyFraming::Length(n) => {
                     if n > ctx.cfg.max_body_bytes {
-                        Self::write_error(&mut self.wbuf, ctx, ParseError::BodyTooLarge);
+                        Self::write_error(
+                            &mut self.wbuf,
+                            ctx,
+                            ParseError::BodyTooLarge,
+                            self.peer,
+                            buf,
+                        );
                         self.closing = true;
                         self.lingering = true;
                         pos = self.rlen;
@@ -482,7 +488,7 @@ impl Conn {
                         data.extend_from_slice(d);
                     }) {
                         Err(e) => {
-                            Self::write_error(&mut self.wbuf, ctx, e);
+                            Self::write_error(&mut self.wbuf, ctx, e, self.peer, buf);
                             self.closing = true;
                             self.lingering = true;
                             pos = self.rlen;
@@ -615,9 +621,49 @@ impl Conn {
     }
 
     /// Writes the response for a refused request (the connection closes after it).
-    fn write_error(wbuf: &mut Vec<u8>, ctx: &mut WorkerCtx<'_>, e: ParseError) {
+    /// Writes the response for a refused request (the connection closes after it), counts it,
+    /// and logs it with what `raw` (the bytes received of it) tells of its request line, as
+    /// nginx logs every request it answers.
+    fn write_error(
+        wbuf: &mut Vec<u8>,
+        ctx: &mut WorkerCtx<'_>,
+        e: ParseError,
+        peer: std::net::SocketAddr,
+        raw: &[u8],
+    ) {
         ctx.counters.parse_error(e);
-        Self::write_status(wbuf, ctx, e.status(), Version::Http11, true);
+        let status = e.status();
+        ctx.counters.response(0, status, 0, Duration::ZERO);
+        if let Some(log) = ctx.access_log.as_deref_mut() {
+            let line = raw.split(|&b| b == b'\n').next().unwrap_or_default();
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let mut parts = line.splitn(3, |&b| b == b' ');
+            fn text(p: Option<&[u8]>) -> &str {
+                p.and_then(|p| std::str::from_utf8(p).ok())
+                    .filter(|t| !t.is_empty())
+                    .unwrap_or("-")
+            }
+            let (method, target) = (text(parts.next()), text(parts.next()));
+            let version = if parts.next() == Some(b"HTTP/1.0") {
+                Version::Http10
+            } else {
+                Version::Http11
+            };
+            log.record(&crate::access_log::Entry {
+                remote: peer,
+                method,
+                target,
+                version,
+                status,
+                bytes: 0,
+                duration: Duration::ZERO,
+                user_agent: None,
+                referer: None,
+                worker: ctx.worker,
+                upstream: None,
+            });
+        }
+        Self::write_status(wbuf, ctx, status, Version::Http11, true);
     }
 
     fn write_status(
@@ -638,11 +684,11 @@ impl Conn {
     /// Writes an error response outside of `process` (timeouts, over-long bodies).
     pub(crate) fn fail(&mut self, ctx: &mut WorkerCtx<'_>, e: ParseError) {
         if !self.closing {
-            // Whatever was half-received is abandoned.
+            // Whatever was half-received is abandoned (after its request line is logged).
+            Self::write_error(&mut self.wbuf, ctx, e, self.peer, &self.rbuf[..self.rlen]);
             self.rlen = 0;
             self.body_pending = false;
             self.chunk = None;
-            Self::write_error(&mut self.wbuf, ctx, e);
             self.closing = true;
         }
     }

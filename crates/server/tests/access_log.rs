@@ -118,3 +118,49 @@ fn full_disk_does_not_stop_serving() {
     }
     s.stop();
 }
+
+/// Refused requests get their line too, as nginx writes one for every answer: a control byte in
+/// a field (400), an over-long target (414), a body over the limit (413), bytes that are no
+/// request at all (400, its first bytes escaped as the method).
+#[test]
+fn refused_requests_are_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("access.log");
+    let (s, _) = server(&path, Format::Combined);
+    let long = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(9000));
+    for (raw, status) in [
+        (
+            &b"GET /ctl HTTP/1.1\r\nHost: x\r\nX: a\x01b\r\n\r\n"[..],
+            "400",
+        ),
+        (long.as_bytes(), "414"),
+        (
+            b"POST /big HTTP/1.0\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n",
+            "413",
+        ),
+        (b"\x16\x03\x01\x02\x00\r\n\r\n", "400"),
+    ] {
+        let reply = roundtrip(s.addr, raw).expect("reply");
+        assert_eq!(reply.status.to_string(), status);
+    }
+    s.stop();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[0].contains("\"GET /ctl HTTP/1.1\" 400 0"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].contains(&format!("\"GET /{} HTTP/1.1\" 414 0", "a".repeat(9000))));
+    assert!(
+        lines[2].contains("\"POST /big HTTP/1.0\" 413 0"),
+        "{}",
+        lines[2]
+    );
+    assert!(
+        lines[3].contains("\"\\x16\\x03\\x01\\x02\\x00 - HTTP/1.1\" 400 0"),
+        "{}",
+        lines[3]
+    );
+}
