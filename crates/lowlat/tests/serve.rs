@@ -186,6 +186,20 @@ fn bad_input_one_line_errors() {
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.starts_with("lowlat serve: cannot bind"), "{err}");
+    // The metrics address taken: the line says it is the metrics listener's.
+    let (code, err) = run(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("lowlat serve: cannot bind the metrics listener (--metrics)")),
+        "{err}"
+    );
 }
 
 /// A port another lowlat already serves is refused, not silently shared through SO_REUSEPORT.
@@ -425,6 +439,41 @@ fn config_reload_under_load_has_no_errors() {
     assert_eq!(cache_control(server.addr), "max-age=6");
     server.signal("TERM");
     assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
+}
+
+/// A reload that changes a setting only a restart applies names it (and applies the rest).
+#[test]
+fn reload_names_the_settings_that_wait_for_a_restart() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("lowlat.toml");
+    std::fs::write(&cfg, "workers = 1\nmax_body = \"1m\"\n").unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&cfg);
+    let (mut child, mut stderr, _) = support::spawn_serve(cmd);
+    std::fs::write(&cfg, "workers = 2\nmax_body = \"2m\"\n").unwrap();
+    let hup = Command::new("kill")
+        .arg("-HUP")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let mut line = String::new();
+    let mut seen = String::new();
+    while stderr.read_line(&mut line).unwrap_or(0) > 0 {
+        seen.push_str(&line);
+        if line.contains("change only at a restart") {
+            break;
+        }
+        line.clear();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.contains("workers, max_body changed"),
+        "no warning naming the keys: {seen}"
+    );
 }
 
 /// Virtual hosts: `[[site]]` tables chosen by `Host` (any case, with or without a port, a

@@ -161,7 +161,7 @@ fn serve_with(
     .map_err(ServerError::Signals)?;
     if let (Some(addr), Some(registry)) = (args.metrics, registry.clone()) {
         let bound = crate::metrics::serve(addr, registry)
-            .map_err(|source| ServerError::Bind { addr, source })?;
+            .map_err(|source| ServerError::MetricsBind { addr, source })?;
         tracing::info!("metrics on http://{bound}/metrics");
     }
     let running = server.start()?;
@@ -179,7 +179,7 @@ fn serve_with(
     let handle = running.shutdown_handle();
     let reloader = running.reload_handle();
     let config_path = args.config.clone();
-    let old_args = format!("{:?}", restart_settings(args));
+    let old_args = restart_settings(args);
     let grace = args.grace;
     std::thread::Builder::new()
         .name("lowlat-signals".into())
@@ -221,39 +221,35 @@ fn serve_with(
 
 /// The settings a reload cannot change (sockets, threads, limits, logs): a change to one is kept
 /// for the next start.
-fn restart_settings(a: &ServeArgs) -> impl std::fmt::Debug + '_ {
-    (
-        (
-            &a.listen,
-            &a.tls_listen,
-            a.workers,
-            a.pin,
-            a.backlog,
-            a.max_conns,
-        ),
-        (a.max_uri, a.max_head, a.max_headers, a.max_body),
-        (
-            a.keepalive_timeout,
-            a.header_timeout,
-            a.body_timeout,
-            a.write_timeout,
-            a.grace,
-        ),
-        (
-            &a.cert,
-            &a.key,
-            a.tls_handshake_timeout,
-            a.tls_crypto,
-            &a.h2,
-        ),
-        (
-            &a.log_level,
-            &a.log_format,
-            &a.access_log,
-            &a.access_log_format,
-            a.metrics,
-        ),
-    )
+fn restart_settings(a: &ServeArgs) -> Vec<(&'static str, String)> {
+    let d = |v: &dyn std::fmt::Debug| format!("{v:?}");
+    vec![
+        ("listen", d(&a.listen)),
+        ("tls_listen", d(&a.tls_listen)),
+        ("workers", d(&a.workers)),
+        ("pin", d(&a.pin)),
+        ("backlog", d(&a.backlog)),
+        ("max_conns", d(&a.max_conns)),
+        ("max_uri", d(&a.max_uri)),
+        ("max_head", d(&a.max_head)),
+        ("max_headers", d(&a.max_headers)),
+        ("max_body", d(&a.max_body)),
+        ("keepalive_timeout", d(&a.keepalive_timeout)),
+        ("header_timeout", d(&a.header_timeout)),
+        ("body_timeout", d(&a.body_timeout)),
+        ("write_timeout", d(&a.write_timeout)),
+        ("grace", d(&a.grace)),
+        ("cert", d(&a.cert)),
+        ("key", d(&a.key)),
+        ("tls_handshake_timeout", d(&a.tls_handshake_timeout)),
+        ("tls_crypto", d(&a.tls_crypto)),
+        ("h2_*", d(&a.h2)),
+        ("log_level", d(&a.log_level)),
+        ("log_format", d(&a.log_format)),
+        ("access_log", d(&a.access_log)),
+        ("access_log_format", d(&a.access_log_format)),
+        ("metrics", d(&a.metrics)),
+    ]
 }
 
 /// SIGHUP with `--config`: re-reads the file (under the same command line) and serves the new
@@ -262,7 +258,7 @@ fn restart_settings(a: &ServeArgs) -> impl std::fmt::Debug + '_ {
 fn reload_config(
     path: &std::path::Path,
     reloader: &crate::ReloadHandle,
-    old: &str,
+    old: &[(&'static str, String)],
     registry: Option<&crate::metrics::Registry>,
 ) {
     let new = match merged(path, &command_line()) {
@@ -289,10 +285,17 @@ fn reload_config(
                 "SIGHUP: {}: reloaded (files, the app and the built-in routes)",
                 path.display()
             );
-            if format!("{:?}", restart_settings(&new)) != old {
+            let changed: Vec<&str> = restart_settings(&new)
+                .iter()
+                .zip(old)
+                .filter(|(n, o)| n.1 != o.1)
+                .map(|(n, _)| n.0)
+                .collect();
+            if !changed.is_empty() {
                 tracing::warn!(
-                    "SIGHUP: {}: addresses, workers, limits, timeouts, certificates' paths and logs change only at a restart",
-                    path.display()
+                    "SIGHUP: {}: {} changed: kept as they were until a restart (addresses, workers, limits, timeouts, certificates' paths and logs change only at a restart)",
+                    path.display(),
+                    changed.join(", ")
                 );
             }
         }

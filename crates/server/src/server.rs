@@ -19,6 +19,11 @@ pub enum ServerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot bind the metrics listener (--metrics) {addr}: {source}")]
+    MetricsBind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot start worker: {0}")]
     Worker(std::io::Error),
     #[error("a worker failed: {0}")]
