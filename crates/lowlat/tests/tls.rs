@@ -220,6 +220,57 @@ fn expired_certificate_warns_at_start() {
     );
 }
 
+/// A CA certificate (what a plain `openssl req -x509` makes: CA:TRUE), which rustls clients
+/// refuse as a server's own: `--check-config` still says ok but warns, naming the file, and a
+/// start warns the same.
+#[test]
+fn a_ca_certificate_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--check-config",
+            "--cert",
+        ])
+        .arg(&cert)
+        .arg("--key")
+        .arg(&key)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration ok"));
+    assert!(
+        err.contains("warning:") && err.contains("ca.crt") && err.contains("CA:TRUE"),
+        "{err}"
+    );
+    let serve = Serve::start(&cert, &key);
+    assert!(
+        serve.banner.contains("WARN") && serve.banner.contains("CA:TRUE"),
+        "{}",
+        serve.banner
+    );
+}
+
 fn flags(base: &[&str], pair: &[&Path; 2]) -> Vec<String> {
     let mut v: Vec<String> = base.iter().map(|s| (*s).to_owned()).collect();
     v.push("--cert".into());

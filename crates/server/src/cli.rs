@@ -15,6 +15,9 @@ use crate::{Server, ServerError, Service};
 /// may be about to replace it, and a server that refuses to start is worse than a warning).
 fn warn_expired(ctx: &TlsContext) {
     for cert in &ctx.certificates().certs {
+        if cert.is_ca {
+            tracing::warn!("{}", crate::settings::ca_warning(&cert.paths.cert));
+        }
         if cert.expired {
             tracing::warn!(
                 "the certificate in {} expired on {} (served anyway)",

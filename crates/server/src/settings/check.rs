@@ -60,8 +60,14 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
     if let Err(e) = args.to_config() {
         problems.push(locate(None, e));
     }
-    if let Err(e) = args.tls_context() {
-        problems.push(e);
+    match args.tls_context() {
+        Err(e) => problems.push(e),
+        Ok(Some(tls)) => {
+            for cert in tls.certificates().certs.iter().filter(|c| c.is_ca) {
+                eprintln!("lowlat serve: warning: {}", ca_warning(&cert.paths.cert));
+            }
+        }
+        Ok(None) => {}
     }
     // What is left to find once each site checks: routes that do not fit together.
     if sites_ok {
@@ -85,6 +91,15 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
     let shown = args.config.as_ref().map(|p| p.display().to_string());
     problems.sort_by_key(|p| line_of_problem(p, shown.as_deref()).unwrap_or(usize::MAX));
     problems
+}
+
+/// The warning for a certificate that is a CA's (basicConstraints CA:TRUE).
+pub(crate) fn ca_warning(path: &Path) -> String {
+    format!(
+        "{}: a CA certificate (basicConstraints CA:TRUE), which rustls clients and browsers refuse as a server's own; \
+         make the server's with CA:FALSE (openssl req -x509 … -addext basicConstraints=critical,CA:FALSE)",
+        path.display()
+    )
 }
 
 /// The key a message is about: its first `--flag`, as a key (`--cache-control` → `cache_control`).

@@ -16,7 +16,7 @@ pub mod proxy;
 pub mod sites;
 
 pub use args::{parse_listen, ListenAddr, ServeArgs, SiteArgs};
-pub(crate) use check::check_config;
+pub(crate) use check::{ca_warning, check_config};
 pub use file::merged;
 pub(crate) use sites::site_labels;
 pub use sites::{service, service_with_upstreams};

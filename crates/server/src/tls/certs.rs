@@ -38,6 +38,9 @@ pub struct LoadedCert {
     pub expired: bool,
     /// `notAfter`, as text, for the warning.
     pub not_after: String,
+    /// basicConstraints says CA:TRUE (what a plain `openssl req -x509` makes): rustls clients,
+    /// curl on rustls and browsers refuse such a certificate as a server's own.
+    pub is_ca: bool,
 }
 
 /// The certificates in use, looked up by server name.
@@ -157,13 +160,14 @@ fn load_pair(pair: &CertPaths, provider: &CryptoProvider) -> Result<LoadedCert, 
             reason: other.to_string(),
         },
     })?;
-    let (names, expired, not_after) = inspect_leaf(&key.cert[0], &pair.cert)?;
+    let (names, expired, not_after, is_ca) = inspect_leaf(&key.cert[0], &pair.cert)?;
     Ok(LoadedCert {
         paths: pair.clone(),
         key: Arc::new(key),
         names,
         expired,
         not_after,
+        is_ca,
     })
 }
 
@@ -204,11 +208,11 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     })
 }
 
-/// The leaf's DNS names and whether it has expired.
+/// The leaf's DNS names, whether it has expired (and when it does), whether it is a CA's.
 fn inspect_leaf(
     der: &CertificateDer<'_>,
     path: &Path,
-) -> Result<(Vec<String>, bool, String), TlsError> {
+) -> Result<(Vec<String>, bool, String, bool), TlsError> {
     use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
     let (_, cert) = X509Certificate::from_der(der).map_err(|e| TlsError::BadPem {
         path: path.to_owned(),
@@ -232,7 +236,12 @@ fn inspect_leaf(
     }
     let validity = cert.validity();
     let expired = validity.time_to_expiration().is_none();
-    Ok((names, expired, validity.not_after.to_string()))
+    let is_ca = cert
+        .basic_constraints()
+        .ok()
+        .flatten()
+        .is_some_and(|bc| bc.value.ca);
+    Ok((names, expired, validity.not_after.to_string(), is_ca))
 }
 
 #[cfg(test)]
