@@ -62,9 +62,12 @@ pub struct LoadArgs {
     /// Count a request as failed after this long without its response.
     #[arg(short = 'T', long, value_parser = parse_duration, default_value = "2s")]
     pub timeout: Duration,
-    /// wrk's Lua script: not supported (say so, instead of an unknown flag).
-    #[arg(short = 's', long, value_name = "FILE", hide = true)]
+    /// Run a Lua script with wrk's API: setup, init, delay, request, response, done.
+    #[arg(short = 's', long, value_name = "FILE", conflicts_with = "http10")]
     pub script: Option<std::path::PathBuf>,
+    /// Arguments for the script's init(args), after `--`.
+    #[arg(last = true, value_name = "SCRIPT ARGS", requires = "script")]
+    pub script_args: Vec<String>,
     /// Print the version.
     #[arg(short = 'v', long, action = clap::ArgAction::Version)]
     pub version: Option<bool>,
@@ -245,13 +248,6 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
     if let Some(LoadCommand::Merge(m)) = &args.command {
         return merge(m);
     }
-    if let Some(script) = &args.script {
-        eprintln!(
-            "lowlat load: Lua scripts are not supported ({}); use -H, -m, --body and weighted URLs (URL@W) instead",
-            script.display()
-        );
-        return Ok(ExitCode::from(2));
-    }
     let cfg = to_config(&args)?;
     let stop = Arc::new(AtomicBool::new(false));
     // A second Ctrl-C exits at once; the first stops the run and prints what it measured.
@@ -261,8 +257,9 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
         Arc::clone(&stop),
     );
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
-    // Bad input is one line on stderr, before any banner.
-    cfg.check().map_err(|e| e.to_string())?;
+    // Bad input is one line on stderr, before any banner; a script's setup() and init() run
+    // here, before the banner, as in wrk.
+    let prepared = crate::prepare(&cfg).map_err(|e| e.to_string())?;
     if let Some(at) = args.start_at {
         wait_until(at, args.quiet || args.json, &stop);
     }
@@ -271,17 +268,18 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
     }
     let mut line = ProgressLine::new(!args.quiet);
     let started = SystemTime::now();
-    let result = crate::run_with_progress(&cfg, &stop, |p| line.update(p));
+    let result = prepared.run(&stop, |p| line.update(p));
     line.finish();
-    let report = result.map_err(|e| e.to_string())?;
+    let finished = result.map_err(|e| e.to_string())?;
+    let report = &finished.report;
     let thresholds = crate::thresholds::Thresholds {
         max_error_rate: args.max_error_rate,
         max_p99: args.max_p99,
         min_rps: args.min_rps,
     };
-    let outcomes = thresholds.check(&report);
+    let outcomes = thresholds.check(report);
     if args.json {
-        let mut v = crate::json::to_json(&report, &cfg);
+        let mut v = crate::json::to_json(report, &cfg);
         if thresholds.any() {
             v["thresholds"] = serde_json::to_value(&outcomes).unwrap_or_default();
         }
@@ -293,7 +291,7 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
             serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
         );
     } else {
-        print!("{}", crate::text::render(&report, args.latency));
+        print!("{}", crate::text::render(report, args.latency));
         for o in &outcomes {
             println!("{}", crate::thresholds::describe(o));
         }
@@ -304,9 +302,12 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, String> {
     if let Some(path) = &args.hdr_log {
         let mut f = std::fs::File::create(path)
             .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        crate::hdrlog::write_log(&mut f, &report, started, args.tag.as_deref())
+        crate::hdrlog::write_log(&mut f, report, started, args.tag.as_deref())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    // The script's done() speaks after the report, as in wrk.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    finished.done().map_err(|e| e.to_string())?;
     if report.errors.tls > 0 {
         if let Some(why) = &report.tls_error {
             // Counted in the report; said here once, so a verification failure is not silent.
@@ -374,5 +375,9 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, String> {
         },
         uncorrected_latency: args.u_latency,
         h2: args.h2,
+        script: args.script.as_ref().map(|path| crate::ScriptOptions {
+            path: path.clone(),
+            args: args.script_args.clone(),
+        }),
     })
 }
