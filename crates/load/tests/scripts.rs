@@ -523,6 +523,51 @@ fn static_scripts_send_the_table_request() {
     assert!(seen.iter().any(|a| a.batch == 2), "--pipeline 2 applies");
 }
 
+/// Over TLS, and over HTTP/2 with TLS (ALPN) or in clear (h2c), against `lowlat serve`'s engine:
+/// what `request()` returns is sent (over HTTP/2 parsed and sent as streams) and `response()`
+/// gets each response's status, header fields and body (the script fails the run otherwise).
+#[test]
+fn scripts_over_tls_and_h2() {
+    let pki = lowlat_testkit::pki::Pki::new();
+    let (server, https, http) = common::lowlat::serve(&pki, lowlat_server::tls::ALPN_H2_HTTP1);
+    let script = temp_script(
+        r#"
+n = 0
+function request()
+  n = n + 1
+  return wrk.format(nil, n % 2 == 0 and "/plaintext" or "/nope")
+end
+function response(status, headers, body)
+  local ct = headers["content-type"] or headers["Content-Type"]
+  if status == 200 and (body ~= "Hello, World!" or ct ~= "text/plain") then
+    error("unexpected 200: " .. tostring(ct) .. " " .. body)
+  end
+  if status ~= 200 and status ~= 404 then error("status " .. status) end
+end
+"#,
+    );
+    for (base, h2) in [(&https, false), (&https, true), (&http, true)] {
+        let mut cfg = scripted(&format!("{base}/"), script.path().to_owned(), 100);
+        cfg.h2 = h2;
+        cfg.tls = common::lowlat::trusting(&pki);
+        cfg.connections = 2;
+        cfg.pipeline = if h2 { 4 } else { 1 };
+        let r = run(&cfg);
+        assert_eq!(r.responses, 100, "{base} h2 {h2}");
+        // The first request() is the check (n = 1, not sent): 50 of each after it.
+        assert_eq!(r.status.success, 50, "{base} h2 {h2}");
+        assert_eq!(r.status.client_error, 50, "{base} h2 {h2}");
+    }
+    // A script without request(): its request, built once, as streams.
+    let post = wrk_script("post.lua");
+    let mut cfg = scripted(&format!("{http}/plaintext"), post, 20);
+    cfg.h2 = true;
+    let r = run(&cfg);
+    assert_eq!(r.responses, 20);
+    assert_eq!(r.status.client_error, 20, "POST /plaintext is 405");
+    common::lowlat::stop(server);
+}
+
 /// What the same script sends through wrk and through lowlat load, on one connection: the same
 /// requests in the same order (method, target, header fields in any order, body). wrk's
 /// `pairs()` order of the header table is its own, so only the order of fields may differ.
