@@ -5,12 +5,14 @@
 //!
 //! What keeps the calls cheap, measured against the ceiling responder (docs/PERFORMANCE.md,
 //! "Lua scripts"):
-//! - `request()` returning the very string it returned last time (wrk's pipeline.lua does) is not
-//!   parsed again: the last string is held, and Lua interns strings, so the same pointer is the
-//!   same bytes.
+//! - `request()` returning the very string it returned last time (wrk's pipeline.lua does) is
+//!   neither copied out of Lua nor parsed again: the Lua side compares it with the last one
+//!   (strings are interned: one pointer compare) and says "the same", and the bytes already
+//!   checked are sent again.
 //! - `response()`'s header table is filled in Lua from a template made once per distinct head
 //!   (a server repeats its heads byte for byte, bar a `Date` once a second), instead of a string
-//!   pushed from Rust for every name and value of every response.
+//!   pushed from Rust for every name and value of every response; the head is not parsed again
+//!   either. The template and the body are handed to Lua only when they change.
 //! - A `response()` that declares no parameter beyond the status (wrk's stop.lua) gets neither
 //!   table nor body.
 
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lowlat_http::body::ChunkedDecoder;
-use lowlat_http::client::{parse_response_head, ResponseBody};
+use lowlat_http::client::{parse_response_head, ResponseBody, ResponseHead};
 use lowlat_http::Status;
 use mlua::{Function, Lua, Table, Value};
 
@@ -40,20 +42,21 @@ pub(crate) struct ThreadScript {
     call_request: Function,
     call_delay: Function,
     call_response: Function,
+    set_response: Function,
     /// When `response()` takes at most the status: the call that builds nothing.
     light_response: Option<Function>,
     light_response_factory: Function,
     flush: Function,
-    /// The last string `request()` returned (held so that its pointer stays its own) and the
-    /// requests found in it.
-    last_request: Option<mlua::LuaString>,
+    /// The bytes `request()` returned last and the requests found in them.
+    last_request: Vec<u8>,
     requests: Requests,
-    /// The last final response head and the header table made from it.
+    /// The last response's bytes up to the end of its final head (interim heads included),
+    /// whether it answered a `HEAD`, and what the head said; its header table is in Lua.
     head: Vec<u8>,
-    template: Option<Table>,
-    /// The last body handed to `response()`, and its Lua string.
-    body: Vec<u8>,
-    body_string: Option<mlua::LuaString>,
+    head_for_head: bool,
+    parsed_head: Option<ResponseHead>,
+    /// The last body handed to Lua (when at most [`REUSED_BODY_BYTES`]).
+    body: Option<Vec<u8>>,
     /// A chunked body, decoded.
     decoded: Vec<u8>,
 }
@@ -63,6 +66,7 @@ pub(crate) struct Calls {
     pub request: Function,
     pub delay: Function,
     pub response: Function,
+    pub set_response: Function,
     pub light_response_factory: Function,
 }
 
@@ -84,15 +88,16 @@ impl ThreadScript {
             call_request: calls.request,
             call_delay: calls.delay,
             call_response: calls.response,
+            set_response: calls.set_response,
             light_response: None,
             light_response_factory: calls.light_response_factory,
             flush,
-            last_request: None,
+            last_request: Vec::new(),
             requests: Requests::default(),
             head: Vec::new(),
-            template: None,
-            body: Vec::new(),
-            body_string: None,
+            head_for_head: false,
+            parsed_head: None,
+            body: None,
             decoded: Vec::new(),
         })
     }
@@ -132,6 +137,11 @@ impl ThreadScript {
             .call(())
             .map_err(|e| describe(&e, &self.name))?;
         let s = match value {
+            // The string of the last call: checked already.
+            Value::Boolean(true) if !self.requests.ends.is_empty() => {
+                out.extend_from_slice(&self.last_request);
+                return Ok(&self.requests);
+            }
             Value::String(s) => s,
             Value::Integer(_) | Value::Number(_) => self
                 .lua
@@ -142,23 +152,16 @@ impl ThreadScript {
             other => return Err(self.refused(&format!("{}, not a string", other.type_name()))),
         };
         let bytes = s.as_bytes();
-        let same = self
-            .last_request
-            .as_ref()
-            .is_some_and(|last| last.to_pointer() == s.to_pointer());
-        if !same {
-            wire::split(&bytes, &mut self.requests).map_err(|e| {
-                format!(
-                    "{}: request() must return complete HTTP/1.1 requests: {e}",
-                    self.name
-                )
-            })?;
-        }
-        out.extend_from_slice(&bytes);
+        self.last_request.clear();
+        self.last_request.extend_from_slice(&bytes);
         drop(bytes);
-        if !same {
-            self.last_request = Some(s);
-        }
+        wire::split(&self.last_request, &mut self.requests).map_err(|e| {
+            format!(
+                "{}: request() must return complete HTTP/1.1 requests: {e}",
+                self.name
+            )
+        })?;
+        out.extend_from_slice(&self.last_request);
         Ok(&self.requests)
     }
 
@@ -207,15 +210,37 @@ impl ThreadScript {
         if !self.light(status)? {
             return Ok(());
         }
+        // The head of the last response again (a pure function of its bytes): neither parsed
+        // nor made into a table again.
+        let head = match self.parsed_head {
+            Some(head) if request_was_head == self.head_for_head && raw.starts_with(&self.head) => {
+                head
+            }
+            _ => {
+                let (end, head) = final_head(raw, request_was_head);
+                head_table(&self.lua, &raw[end - head.head_len..end])
+                    .and_then(|(t, n)| self.set_response.call::<()>((t, n, Value::Nil)))
+                    .map_err(|e| describe(&e, &self.name))?;
+                self.head.clear();
+                self.head.extend_from_slice(&raw[..end]);
+                self.head_for_head = request_was_head;
+                self.parsed_head = Some(head);
+                head
+            }
+        };
+        let rest = &raw[self.head.len()..];
         let mut decoded = std::mem::take(&mut self.decoded);
-        let (head, body) = split_response(raw, request_was_head, &mut decoded);
-        if self.template.is_none() || self.head != head {
-            let template = head_table(&self.lua, head).map_err(|e| describe(&e, &self.name))?;
-            self.head.clear();
-            self.head.extend_from_slice(head);
-            self.template = Some(template);
-        }
-        let result = self.call_full(status, body.unwrap_or(&decoded));
+        let body = match head.body {
+            ResponseBody::None => &[][..],
+            ResponseBody::Length(_) | ResponseBody::UntilClose => rest,
+            ResponseBody::Chunked => {
+                decoded.clear();
+                let _ =
+                    ChunkedDecoder::new(u64::MAX).decode(rest, |d| decoded.extend_from_slice(d));
+                &decoded[..]
+            }
+        };
+        let result = self.call_full(status, body);
         self.decoded = decoded;
         result
     }
@@ -234,7 +259,7 @@ impl ThreadScript {
         if !self.light(status)? {
             return Ok(());
         }
-        let template = (|| {
+        (|| {
             let t = self.lua.create_table_with_capacity(0, fields.len())?;
             for (name, value) in fields {
                 if !name.starts_with(b":") {
@@ -244,11 +269,10 @@ impl ThreadScript {
                     )?;
                 }
             }
-            Ok(t)
+            self.set_response.call::<()>((t, fields.len(), Value::Nil))
         })()
         .map_err(|e: mlua::Error| describe(&e, &self.name))?;
-        self.head.clear();
-        self.template = Some(template);
+        self.parsed_head = None;
         self.call_full(status, body)
     }
 
@@ -263,28 +287,27 @@ impl ThreadScript {
         }
     }
 
+    /// Hands the body to Lua when it is not the last one's, then calls `response()`.
     fn call_full(&mut self, status: u16, body: &[u8]) -> Result<(), String> {
-        let body = if body.len() <= REUSED_BODY_BYTES {
-            match &self.body_string {
-                Some(s) if self.body == body => s.clone(),
-                _ => {
-                    let s = self
-                        .lua
-                        .create_string(body)
-                        .map_err(|e| describe(&e, &self.name))?;
-                    self.body.clear();
-                    self.body.extend_from_slice(body);
-                    self.body_string = Some(s.clone());
-                    s
-                }
-            }
-        } else {
-            self.lua
+        if self.body.as_deref() != Some(body) {
+            let s = self
+                .lua
                 .create_string(body)
-                .map_err(|e| describe(&e, &self.name))?
-        };
+                .map_err(|e| describe(&e, &self.name))?;
+            self.set_response
+                .call::<()>((Value::Nil, Value::Nil, s))
+                .map_err(|e| describe(&e, &self.name))?;
+            match &mut self.body {
+                Some(b) if body.len() <= REUSED_BODY_BYTES => {
+                    b.clear();
+                    b.extend_from_slice(body);
+                }
+                _ if body.len() <= REUSED_BODY_BYTES => self.body = Some(body.to_vec()),
+                _ => self.body = None,
+            }
+        }
         self.call_response
-            .call::<()>((status, self.template.clone(), body))
+            .call::<()>(status)
             .map_err(|e| describe(&e, &self.name))
     }
 
@@ -313,40 +336,29 @@ fn light_response(lua: &Lua, factory: &Function) -> mlua::Result<Option<Function
     }
 }
 
-/// The final head of a response and its body as the script sees it: `Some(bytes)` when they are
-/// on the wire as they are, `None` when a chunked body was decoded into `decoded`.
-fn split_response<'r>(
-    raw: &'r [u8],
-    request_was_head: bool,
-    decoded: &mut Vec<u8>,
-) -> (&'r [u8], Option<&'r [u8]>) {
+/// Where the final head of a response ends (after any interim `1xx` heads) and what it says.
+fn final_head(raw: &[u8], request_was_head: bool) -> (usize, ResponseHead) {
     let mut at = 0;
     // The reader framed these bytes already: every head parses.
     while let Ok(Status::Complete(head)) = parse_response_head(&raw[at..], request_was_head) {
-        let body_start = at + head.head_len;
-        if head.is_interim() {
-            at = body_start;
-            continue;
+        at += head.head_len;
+        if !head.is_interim() {
+            return (at, head);
         }
-        let head_bytes = &raw[at..body_start];
-        let rest = &raw[body_start..];
-        return match head.body {
-            ResponseBody::None => (head_bytes, Some(&[])),
-            ResponseBody::Length(_) | ResponseBody::UntilClose => (head_bytes, Some(rest)),
-            ResponseBody::Chunked => {
-                decoded.clear();
-                let _ =
-                    ChunkedDecoder::new(u64::MAX).decode(rest, |d| decoded.extend_from_slice(d));
-                (head_bytes, None)
-            }
-        };
     }
-    (&raw[..0], Some(&raw[..0]))
+    let none = ResponseHead {
+        version: lowlat_http::Version::Http11,
+        status: 0,
+        body: ResponseBody::None,
+        keep_alive: true,
+        head_len: 0,
+    };
+    (raw.len(), none)
 }
 
-/// The header fields of `head` as a table of name → value, names as sent; of repeated fields
-/// the last wins (as in wrk).
-fn head_table(lua: &Lua, head: &[u8]) -> mlua::Result<Table> {
+/// The header fields of `head` as a table of name → value, names as sent (of repeated fields
+/// the last wins, as in wrk), and how many there are.
+fn head_table(lua: &Lua, head: &[u8]) -> mlua::Result<(Table, usize)> {
     let mut fields = [httparse::EMPTY_HEADER; lowlat_http::limits::MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut fields);
     let _ = resp.parse(head);
@@ -354,7 +366,7 @@ fn head_table(lua: &Lua, head: &[u8]) -> mlua::Result<Table> {
     for h in resp.headers.iter() {
         t.raw_set(lua.create_string(h.name)?, lua.create_string(h.value)?)?;
     }
-    Ok(t)
+    Ok((t, resp.headers.len()))
 }
 
 #[cfg(test)]
@@ -362,19 +374,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn responses_split_into_head_and_body() {
-        let mut decoded = Vec::new();
+    fn final_heads_skip_interim_ones() {
         let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi";
-        let (head, body) = split_response(raw, false, &mut decoded);
-        assert_eq!(head, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n");
-        assert_eq!(body, Some(&b"hi"[..]));
-        let raw =
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n1\r\n!\r\n0\r\n\r\n";
-        let (_, body) = split_response(raw, false, &mut decoded);
-        assert_eq!(body, None);
-        assert_eq!(decoded, b"hi!");
+        let (end, head) = final_head(raw, false);
+        assert_eq!(&raw[end..], b"hi");
+        assert_eq!((head.status, head.body), (200, ResponseBody::Length(2)));
         let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n";
-        let (_, body) = split_response(raw, true, &mut decoded);
-        assert_eq!(body, Some(&b""[..]));
+        assert_eq!(final_head(raw, true).1.body, ResponseBody::None);
     }
 }

@@ -356,8 +356,9 @@ impl State {
         own: Option<&Arc<ThreadControl>>,
     ) -> mlua::Result<Self> {
         let lua = crate::sys::lua_with_all_libraries();
-        let (wrk, start, request, delay, response, light): (
+        let (wrk, start, request, delay, response, set_response, light): (
             Table,
+            Function,
             Function,
             Function,
             Function,
@@ -403,6 +404,7 @@ impl State {
                 request,
                 delay,
                 response,
+                set_response,
                 light_response_factory: light,
             },
         })
