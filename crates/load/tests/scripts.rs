@@ -568,6 +568,34 @@ end
     common::lowlat::stop(server);
 }
 
+/// `wrk.lookup()` and `wrk.connect()` in `setup()`, and `thread.addr`: a thread sent elsewhere
+/// connects there (every request arrives at the second server), and reads its address back.
+#[test]
+fn setup_chooses_the_thread_address() {
+    let (first, first_log) = recorder();
+    let (second, second_log) = recorder();
+    let script = temp_script(&format!(
+        r#"
+function setup(thread)
+  local addrs = wrk.lookup("127.0.0.1", "{port}")
+  assert(#addrs >= 1 and wrk.connect(addrs[1]), "lookup or connect failed")
+  assert(not wrk.connect(wrk.lookup("127.0.0.1", 1)[1]), "port 1 accepted a connection")
+  thread.addr = addrs[1]
+end
+function request()
+  return wrk.format(nil, "/" .. tostring(wrk.thread.addr))
+end
+"#,
+        port = second.addr.port()
+    ));
+    let r = run(&scripted(&first.url("/"), script.path().to_owned(), 10));
+    assert_eq!(r.responses, 10);
+    assert!(arrived(&first_log).is_empty());
+    let seen = arrived(&second_log);
+    assert_eq!(seen.len(), 10);
+    assert!(seen.iter().all(|a| a.target == format!("/{}", second.addr)));
+}
+
 /// What the same script sends through wrk and through lowlat load, on one connection: the same
 /// requests in the same order (method, target, header fields in any order, body). wrk's
 /// `pairs()` order of the header table is its own, so only the order of fields may differ.
