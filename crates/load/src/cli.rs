@@ -19,11 +19,15 @@ use crate::progress::ProgressLine;
     disable_version_flag = true,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    about = "Generate HTTP/1.1 load (http:// and https://): wrk's flags, wrk2's constant rate, pipelining",
+    about = "Generate HTTP/1.1 load (http:// and https://): wrk's flags and Lua scripts, wrk2's constant rate, pipelining",
     after_help = "Examples:\n  lowlat load -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n  \
                   lowlat load -t1 -c256 --pipeline 16 -d10s http://127.0.0.1:8080/plaintext\n  \
                   lowlat load -R 5000 -c50 -d60s --hdr-log run.hlog http://127.0.0.1:8080/\n  \
-                  lowlat load -n 100k -c64 http://127.0.0.1:8080/a@3 http://127.0.0.1:8080/b@1"
+                  lowlat load -n 100k -c64 http://127.0.0.1:8080/a@3 http://127.0.0.1:8080/b@1\n  \
+                  lowlat load -t2 -c64 -d30s -s pipeline.lua http://127.0.0.1:8080/ -- 16\n\n\
+                  Scripts (-s) use wrk's Lua API: the wrk table (format, lookup, connect), setup(thread),\n\
+                  init(args), delay(), request(), response(status, headers, body), done(summary, latency,\n\
+                  requests); arguments after -- go to init(args). A script error ends the run (exit 1)."
 )]
 pub struct LoadArgs {
     #[command(subcommand)]
@@ -62,7 +66,7 @@ pub struct LoadArgs {
     /// Count a request as failed after this long without its response.
     #[arg(short = 'T', long, value_parser = parse_duration, default_value = "2s")]
     pub timeout: Duration,
-    /// Run a Lua script with wrk's API: setup, init, delay, request, response, done.
+    /// Run a Lua script with wrk's API (setup, init, delay, request, response, done).
     #[arg(short = 's', long, value_name = "FILE", conflicts_with = "http10")]
     pub script: Option<std::path::PathBuf>,
     /// Arguments for the script's init(args), after `--`.

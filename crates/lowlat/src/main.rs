@@ -19,7 +19,7 @@ struct Cli {
 enum Command {
     /// Serve HTTP/1.1: built-in endpoints, static files, the dynamic app.
     Serve(Box<lowlat_server::settings::ServeArgs>),
-    /// Generate HTTP load (wrk's flags, wrk2's constant rate, pipelining).
+    /// Generate HTTP load (wrk's flags and Lua scripts, wrk2's constant rate, pipelining).
     Load(Box<lowlat_load::cli::LoadArgs>),
     /// Run benchmark sweeps from a spec and render reports.
     Bench(lowlat_bench::cli::BenchArgs),
