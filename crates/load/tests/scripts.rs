@@ -442,6 +442,7 @@ fn malformed_requests_are_refused_before_sending() {
             "malformed request at 2:1",
         ),
         ("return nil", "not nil, not a string"),
+        ("return true", "not boolean, not a string"),
         (
             "n = (n or 0) + 1 if n < 3 then return wrk.format() end return 'GET /x HTTP/1.1\\r\\n'",
             "incomplete request at 2:1",

@@ -143,12 +143,11 @@ impl ThreadScript {
                 return Ok(&self.requests);
             }
             Value::String(s) => s,
-            Value::Integer(_) | Value::Number(_) => self
-                .lua
-                .coerce_string(value)
-                .ok()
-                .flatten()
-                .ok_or_else(|| self.refused("a number that is not a string"))?,
+            // Anything but a string or a number, by its type name.
+            Value::Table(t) => {
+                let kind: String = t.raw_get(1).unwrap_or_default();
+                return Err(self.refused(&format!("{kind}, not a string")));
+            }
             other => return Err(self.refused(&format!("{}, not a string", other.type_name()))),
         };
         let bytes = s.as_bytes();

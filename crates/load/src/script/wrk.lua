@@ -79,12 +79,16 @@ end
 -- request(): its result, or `true` when it is the very string of the last call (strings are
 -- interned, so `==` on strings is one pointer compare): lowlat then sends the bytes it already
 -- has and checked, instead of copying and parsing them again (wrk's pipeline.lua returns the
--- same string every time).
+-- same string every time). A number is taken as its string, as wrk takes it; anything else
+-- comes back as `{ type name }`, for lowlat to refuse.
 local last_request
 local function call_request()
    local r = _G.request()
-   if type(r) ~= "string" then
-      return r
+   local t = type(r)
+   if t == "number" then
+      r = tostring(r)
+   elseif t ~= "string" then
+      return { t }
    end
    if r == last_request then
       return true
