@@ -17,9 +17,24 @@ pipelined scenario) and must print wrk's "Requests/sec:" and "N requests in" lin
 HTTP/2: `--h2 M` compares h2load and `lowlat load --h2` with M streams per connection, against
 h2o over TLS (ALPN h2) on /100.html (`--server lowlat-h2 --lowlat-serve "CMD"` to load
 `lowlat serve` instead; CMD gets {port}, {tls_port}, {cert}, {key}, {www}).
+
+Lua scripts: `--script auth,counter,...` runs wrk and `lowlat load` with each of wrk's example
+scripts (crates/load/tests/wrk-scripts/NAME.lua; a path works too), taking turns script by
+script within each repetition, beside both without a script (`none`) and, for a script that
+only sets up its request (post), `lowlat load` sending the same request from flags (`= flags`):
+what the script itself costs. Both get `-t1 -c N -d Ns -s FILE URL` and nothing else (no
+extra headers), so they send the same requests. Two figures per cell, each beside its ratio to
+wrk's with the same script: CPU 1's busy time per response (as above), and the loader process's
+own CPU time per response (getrusage of the child), which a neighbour on CPU 1 cannot inflate —
+the one to read for delay and stop, whose few responses are swamped by anything else on the
+core.
+
+  bench/kit/loaders.py --lowlat "target/release/lowlat load" --conns "16 256" \
+      --script none,counter,auth,setup,pipeline,post,delay,report,stop --reps 5 --duration 4
 """
 import argparse
 import os
+import resource
 import tempfile
 import re
 import statistics
@@ -111,6 +126,85 @@ def run_custom(prefix):
     return run
 
 
+WRK_SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(compare.HERE)), "crates", "load", "tests", "wrk-scripts")
+
+# Scripts that call nothing per request, and the same requests from lowlat load's flags alone:
+# the difference is what the script costs (nothing, if it is set up once).
+SAME_AS_FLAGS = {
+    "post": ["-X", "POST", "--body", "foo=bar&baz=quux",
+             "-H", "Content-Type: application/x-www-form-urlencoded"],
+    "report": [],
+}
+
+
+def script_path(name):
+    return name if os.path.sep in name or name.endswith(".lua") else os.path.join(WRK_SCRIPTS, name + ".lua")
+
+
+def run_scripted(prefix, extra):
+    """A loader: the command `prefix`, then -t1 -c N -d Ns, then `extra` (the script), the URL."""
+    def run(url, conns, secs, depth):
+        cmd = ["taskset", "-c", "1", *prefix, "-t1", "-c", str(conns), "-d", f"{secs}s", *extra, url]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60).stdout
+        m = re.search(r"(\d+) requests in", out)
+        return (int(m.group(1)) if m else None), out
+    return run
+
+
+def scripts_main(args, url):
+    """wrk and lowlat load with each script, taking turns; medians per cell."""
+    names = [n.strip() for n in args.script.split(",") if n.strip()]
+    lowlat = args.lowlat.split()
+    cells = []  # (script, loader name, run)
+    for name in names:
+        if name == "none":
+            cells.append((name, "wrk", run_scripted(["wrk"], [])))
+            cells.append((name, "lowlat load", run_scripted(lowlat, ["-q"])))
+            continue
+        path = script_path(name)
+        if not os.path.exists(path):
+            raise SystemExit(f"no script {path}")
+        cells.append((name, "wrk", run_scripted(["wrk"], ["-s", path])))
+        cells.append((name, "lowlat load", run_scripted(lowlat, ["-q", "-s", path])))
+        if name in SAME_AS_FLAGS:
+            cells.append((name, "lowlat load = flags", run_scripted(lowlat, ["-q"] + SAME_AS_FLAGS[name])))
+    results = {}
+    for rep in range(args.reps):
+        for conns in [int(c) for c in args.conns.split()]:
+            for name, loader, run in cells:
+                c0, t0 = compare.core_busy(), time.time()
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                n, out = run(url, conns, args.duration, 1)
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                wall, c1 = time.time() - t0, compare.core_busy()
+                if not n:
+                    compare.log(f"  {name} {loader}: no result: {out.strip()[-160:]}")
+                    continue
+                busy = compare.busy_pct(c0, c1, "cpu1") / 100 * wall
+                # The loader process's own CPU time: what a neighbour on CPU 1 cannot add to.
+                own = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+                results.setdefault((name, conns, loader), []).append(
+                    (n / args.duration, busy / n * 1e6, own / n * 1e6))
+                compare.log(f"  rep {rep + 1} {name:9s} c={conns:<5d} {loader:20s} {n / args.duration:9.0f} req/s "
+                            f"{busy / n * 1e6:7.2f} client µs/resp {own / n * 1e6:7.2f} process µs/resp")
+    print("| script | conns | load generator | req/s | client µs/resp | ÷ wrk's, same script "
+          "| process µs/resp | ÷ wrk's |\n|---|---|---|---|---|---|---|---|")
+    for conns in [int(c) for c in args.conns.split()]:
+        for name in names:
+            wrk = results.get((name, conns, "wrk"))
+            wrk_cost = statistics.median(c for _, c, _ in wrk) if wrk else None
+            wrk_own = statistics.median(o for _, _, o in wrk) if wrk else None
+            for (n_, c_, loader), runs in results.items():
+                if (n_, c_) != (name, conns):
+                    continue
+                rate = statistics.median(r for r, _, _ in runs)
+                cost = statistics.median(c for _, c, _ in runs)
+                own = statistics.median(o for _, _, o in runs)
+                ratio = f"{cost / wrk_cost:.2f}" if wrk_cost else "-"
+                own_ratio = f"{own / wrk_own:.2f}" if wrk_own else "-"
+                print(f"| {name} | {conns} | {loader} | {rate:.0f} | {cost:.2f} | {ratio} | {own:.2f} | {own_ratio} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lowlat", help="command prefix of `lowlat load`")
@@ -122,6 +216,8 @@ def main():
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--pipeline", action="store_true", help="also 16-deep pipelining (wrk via Lua)")
+    ap.add_argument("--script", default="", metavar="NAMES",
+                    help="wrk's example scripts to run with both wrk and lowlat load (auth,counter,...; none)")
     ap.add_argument("--run-dir", default=os.path.join(tempfile.gettempdir(), f"lowlat-anchors-{os.getuid()}"))
     args = ap.parse_args()
 
@@ -152,6 +248,14 @@ def main():
         url = f"https://127.0.0.1:{srv.port + compare.TLS_PORT_OFFSET}{path}"
     if args.server == "ceiling" and os.path.exists(os.path.join(compare.BUILD, "ceiling-client")):
         loaders["ceiling-client"] = run_ceiling_client(response_length(srv.port, path))
+    if args.script:
+        if not args.lowlat:
+            raise SystemExit("--script needs --lowlat")
+        try:
+            scripts_main(args, url)
+        finally:
+            srv.stop()
+        return
     rows = []
     try:
         depths = [1, 16] if args.pipeline else [1]

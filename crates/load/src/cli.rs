@@ -24,11 +24,15 @@ use crate::progress::ProgressLine;
     disable_version_flag = true,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    about = "Generate HTTP/1.1 or HTTP/2 load (http:// and https://): wrk's flags, wrk2's constant rate, pipelining",
+    about = "Generate HTTP/1.1 or HTTP/2 load (http:// and https://): wrk's flags and Lua scripts, wrk2's constant rate, pipelining",
     after_help = "Examples:\n  lowlat load -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n  \
                   lowlat load -t1 -c256 --pipeline 16 -d10s http://127.0.0.1:8080/plaintext\n  \
                   lowlat load -R 5000 -c50 -d60s --hdr-log run.hlog http://127.0.0.1:8080/\n  \
-                  lowlat load -n 100k -c64 http://127.0.0.1:8080/a@3 http://127.0.0.1:8080/b@1"
+                  lowlat load -n 100k -c64 http://127.0.0.1:8080/a@3 http://127.0.0.1:8080/b@1\n  \
+                  lowlat load -t2 -c64 -d30s -s pipeline.lua http://127.0.0.1:8080/ -- 16\n\n\
+                  Scripts (-s) use wrk's Lua API: the wrk table (format, lookup, connect), setup(thread),\n\
+                  init(args), delay(), request(), response(status, headers, body), done(summary, latency,\n\
+                  requests); arguments after -- go to init(args). A script error ends the run (exit 1)."
 )]
 pub struct LoadArgs {
     #[command(subcommand)]
@@ -68,9 +72,12 @@ pub struct LoadArgs {
     /// Count a request as failed after this long without its response.
     #[arg(short = 'T', long, value_parser = parse_duration, default_value = "2s")]
     pub timeout: Duration,
-    /// wrk's Lua script: not supported (say so, instead of an unknown flag).
-    #[arg(short = 's', long, value_name = "FILE", hide = true)]
+    /// Run a Lua script with wrk's API (setup, init, delay, request, response, done).
+    #[arg(short = 's', long, value_name = "FILE", conflicts_with = "http10")]
     pub script: Option<std::path::PathBuf>,
+    /// Arguments for the script's init(args), after `--`.
+    #[arg(last = true, value_name = "SCRIPT ARGS", requires = "script")]
+    pub script_args: Vec<String>,
     /// Print the version.
     #[arg(short = 'v', long, action = clap::ArgAction::Version)]
     pub version: Option<bool>,
@@ -312,13 +319,6 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, Failure> {
     if let Some(LoadCommand::Merge(m)) = &args.command {
         return Ok(merge(m)?);
     }
-    if let Some(script) = &args.script {
-        eprintln!(
-            "lowlat load: Lua scripts are not supported ({}); use -H, -m, --body and weighted URLs (URL@W) instead",
-            script.display()
-        );
-        return Ok(ExitCode::from(2));
-    }
     let cfg = to_config(&args)?;
     let stop = Arc::new(AtomicBool::new(false));
     // A second Ctrl-C exits at once; the first stops the run and prints what it measured.
@@ -328,8 +328,9 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, Failure> {
         Arc::clone(&stop),
     );
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
-    // Bad input is one line on stderr, before any banner.
-    cfg.check()?;
+    // Bad input is one line on stderr, before any banner; a script's setup() and init() run
+    // here, before the banner, as in wrk.
+    let prepared = crate::prepare(&cfg)?;
     if let Some(at) = args.start_at {
         wait_until(at, args.quiet || args.json, &stop);
     }
@@ -338,17 +339,18 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, Failure> {
     }
     let mut line = ProgressLine::new(!args.quiet);
     let started = SystemTime::now();
-    let result = crate::run_with_progress(&cfg, &stop, |p| line.update(p));
+    let result = prepared.run(&stop, |p| line.update(p));
     line.finish();
-    let report = result?;
+    let finished = result?;
+    let report = &finished.report;
     let thresholds = crate::thresholds::Thresholds {
         max_error_rate: args.max_error_rate,
         max_p99: args.max_p99,
         min_rps: args.min_rps,
     };
-    let outcomes = thresholds.check(&report);
+    let outcomes = thresholds.check(report);
     if args.json {
-        let mut v = crate::json::to_json(&report, &cfg);
+        let mut v = crate::json::to_json(report, &cfg);
         if thresholds.any() {
             v["thresholds"] = serde_json::to_value(&outcomes).unwrap_or_default();
         }
@@ -360,7 +362,7 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, Failure> {
             serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
         );
     } else {
-        print!("{}", crate::text::render(&report, args.latency));
+        print!("{}", crate::text::render(report, args.latency));
         for o in &outcomes {
             println!("{}", crate::thresholds::describe(o));
         }
@@ -371,9 +373,12 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, Failure> {
     if let Some(path) = &args.hdr_log {
         let mut f = std::fs::File::create(path)
             .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        crate::hdrlog::write_log(&mut f, &report, started, args.tag.as_deref())
+        crate::hdrlog::write_log(&mut f, report, started, args.tag.as_deref())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    // The script's done() speaks after the report, as in wrk.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    finished.done().map_err(|e| e.to_string())?;
     if report.errors.tls > 0 {
         if let Some(why) = &report.tls_error {
             // Counted in the report; said here once, so a verification failure is not silent.
@@ -464,5 +469,9 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, Failure> {
         },
         uncorrected_latency: args.u_latency,
         h2: args.h2,
+        script: args.script.as_ref().map(|path| crate::ScriptOptions {
+            path: path.clone(),
+            args: args.script_args.clone(),
+        }),
     })
 }

@@ -108,6 +108,18 @@ pub struct LoadConfig {
     /// Speak HTTP/2: ALPN `h2` for `https://`, prior knowledge (h2c) for `http://`;
     /// `pipeline` is then the number of streams in flight per connection (h2load's `-m`).
     pub h2: bool,
+    /// wrk's Lua script (`-s`): its requests replace the ones built from the URL, `method`,
+    /// `headers` and `body` (which fill its `wrk` table); `pipeline` counts its `request()`
+    /// batches in flight.
+    pub script: Option<ScriptOptions>,
+}
+
+/// A Lua script with wrk's API (`-s FILE -- ARGS`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScriptOptions {
+    pub path: std::path::PathBuf,
+    /// The arguments after `--`, `init(args)`'s `args[1]`, `args[2]`, ... (`args[0]` is the URL).
+    pub args: Vec<String>,
 }
 
 /// TLS settings for `https://` targets (ignored for `http://`).
@@ -145,6 +157,7 @@ impl Default for LoadConfig {
             tls: TlsOptions::default(),
             uncorrected_latency: false,
             h2: false,
+            script: None,
         }
     }
 }

@@ -39,12 +39,13 @@ pub struct Progress {
 
 /// Runs `plan` until its duration or request count is reached, or until `stop` becomes true
 /// (the figures measured so far are then returned, with [`Report::interrupted`] set), calling
-/// `on_progress` about every [`PROGRESS_EVERY`] from the calling thread.
+/// `on_progress` about every [`PROGRESS_EVERY`] from the calling thread. Returns the report and
+/// the threads' rate samples (requests per second, for a script's `done()`).
 pub(crate) fn run(
     plan: &Plan,
     stop: &AtomicBool,
     mut on_progress: impl FnMut(&Progress),
-) -> Result<Report, LoadError> {
+) -> Result<(Report, Vec<f64>), LoadError> {
     let live: Vec<LiveCounters> = (0..plan.threads.len())
         .map(|_| LiveCounters::default())
         .collect();
@@ -136,11 +137,15 @@ pub(crate) fn run(
         }
         results
     });
+    // A script's error ended the run: it is the run's error.
+    if let Some(message) = plan.script.as_ref().and_then(|s| s.script.error()) {
+        return Err(LoadError::Script(message));
+    }
     let mut threads = Vec::with_capacity(results.len());
     for r in results {
         threads.push(r?);
     }
     let mut report = Report::merge(threads, stop.load(Ordering::Relaxed));
     report.thread_rates = RateSummary::from_samples(&rate_samples);
-    Ok(report)
+    Ok((report, rate_samples))
 }

@@ -41,6 +41,10 @@ pub enum LoadError {
         #[source]
         source: io::Error,
     },
+    /// The Lua script (`-s`) cannot be read, fails (file, line and message), or its
+    /// `request()` returned something that is not complete HTTP/1.x requests.
+    #[error("{0}")]
+    Script(String),
     /// A loader thread panicked (a bug); the run's figures are lost.
     #[error("a loader thread failed")]
     ThreadPanicked,

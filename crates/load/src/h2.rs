@@ -20,10 +20,15 @@ use crate::plan::H2Request;
 const SETTINGS_NO_RFC7540_PRIORITIES: u16 = 9;
 
 /// What reading frames found, for the worker to count.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) enum Event {
-    /// A response ended: its request's send time and its status.
-    Response { sent: Instant, status: u16 },
+    /// A response ended: its request's send time and its status; its fields and body when
+    /// the session collects them.
+    Response {
+        sent: Instant,
+        status: u16,
+        collected: Option<Collected>,
+    },
     /// The server reset a stream: its request failed.
     Reset { sent: Instant },
 }
@@ -33,6 +38,14 @@ pub(crate) enum Event {
 pub(crate) enum H2Error {
     /// A frame that makes no sense, or a header block that does not decode.
     Protocol,
+}
+
+/// A response's fields (its first final head, pseudo-fields included) and body, for a script's
+/// `response()`.
+#[derive(Debug, Default)]
+pub(crate) struct Collected {
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub body: Vec<u8>,
 }
 
 /// A stream in flight.
@@ -67,6 +80,12 @@ pub(crate) struct Session {
     pub goaway: Option<u32>,
     /// Per request of the cycle: the encoder generation its cached block is valid for.
     cache: Vec<(u64, Vec<u8>)>,
+    /// A header block being encoded for a request outside the cycle.
+    scratch: Vec<u8>,
+    /// Whether responses' fields and bodies are kept (a script's `response()`), in
+    /// `collected`, one entry per entry of `slots`.
+    collect: bool,
+    collected: VecDeque<Collected>,
 }
 
 impl Session {
@@ -100,7 +119,15 @@ impl Session {
             max_streams: usize::MAX,
             goaway: None,
             cache: vec![(u64::MAX, Vec::new()); requests],
+            scratch: Vec::new(),
+            collect: false,
+            collected: VecDeque::new(),
         }
+    }
+
+    /// Keeps each response's fields and body, for a script's `response()`.
+    pub fn collect_responses(&mut self) {
+        self.collect = true;
     }
 
     /// Streams in flight.
@@ -128,17 +155,6 @@ impl Session {
 
     /// Queues request `index` of the cycle on the next stream, sent (or scheduled) at `sent`.
     pub fn request(&mut self, index: usize, req: &H2Request, sent: Instant) {
-        let id = 2 * self.next + 1;
-        self.next += 1;
-        if self.slots.is_empty() {
-            self.base = self.next - 1;
-        }
-        self.slots.push_back(Slot {
-            sent,
-            status: 0,
-            done: false,
-        });
-        self.live += 1;
         let (generation, cached) = &mut self.cache[index];
         if *generation != self.enc.generation() {
             cached.clear();
@@ -154,8 +170,40 @@ impl Session {
                 u64::MAX
             };
         }
+        let block = std::mem::take(cached);
+        self.send(&block, req, sent);
+        self.cache[index].1 = block;
+    }
+
+    /// Queues a request that is not part of the cycle (made by a script's `request()`) on the
+    /// next stream, encoding its fields afresh.
+    pub fn request_once(&mut self, req: &H2Request, sent: Instant) {
+        let mut block = std::mem::take(&mut self.scratch);
+        block.clear();
+        self.enc
+            .encode_fields(req.fields.iter().map(|(n, v)| (&n[..], &v[..])), &mut block);
+        self.send(&block, req, sent);
+        self.scratch = block;
+    }
+
+    /// Opens the next stream with the header block `block` and `req`'s body.
+    fn send(&mut self, block: &[u8], req: &H2Request, sent: Instant) {
+        let id = 2 * self.next + 1;
+        self.next += 1;
+        if self.slots.is_empty() {
+            self.base = self.next - 1;
+        }
+        self.slots.push_back(Slot {
+            sent,
+            status: 0,
+            done: false,
+        });
+        if self.collect {
+            self.collected.push_back(Collected::default());
+        }
+        self.live += 1;
         let end_stream = req.body.is_none();
-        frame::write_headers(&mut self.out, id, cached, end_stream, 16_384);
+        frame::write_headers(&mut self.out, id, block, end_stream, 16_384);
         if let Some(body) = &req.body {
             let mut chunks = body.chunks(16_384).peekable();
             if chunks.peek().is_none() {
@@ -222,6 +270,12 @@ impl Session {
         match h.kind {
             kind::DATA => {
                 self.received += u64::from(h.len);
+                if self.collect {
+                    let data = frame::unpad(h.flags, payload).map_err(|_| H2Error::Protocol)?;
+                    if let Some(c) = self.index(h.stream).and_then(|i| self.collected.get_mut(i)) {
+                        c.body.extend_from_slice(data);
+                    }
+                }
                 if h.has(flag::END_STREAM) {
                     self.end(h.stream, on);
                 }
@@ -290,6 +344,8 @@ impl Session {
     /// A response head: its status is kept for the stream's end.
     fn head(&mut self, stream: u32, block: &[u8]) -> Result<(), H2Error> {
         let mut status = 0u16;
+        let collect = self.collect;
+        let mut fields = Vec::new();
         self.dec
             .decode(block, |n, v| {
                 if n == b":status" {
@@ -298,6 +354,9 @@ impl Session {
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(0);
                 }
+                if collect {
+                    fields.push((n.to_vec(), v.to_vec()));
+                }
             })
             .map_err(|_| H2Error::Protocol)?;
         // An interim (1xx) head or trailers leave the final status in place.
@@ -305,22 +364,40 @@ impl Session {
             if let Some(slot) = self.slot(stream) {
                 slot.status = status;
             }
+            if let Some(c) = self.index(stream).and_then(|i| self.collected.get_mut(i)) {
+                if c.fields.is_empty() {
+                    c.fields = fields;
+                }
+            }
         }
         Ok(())
     }
 
     fn end(&mut self, stream: u32, on: &mut impl FnMut(Event)) {
+        let collected = if self.collect {
+            self.index(stream)
+                .and_then(|i| self.collected.get_mut(i))
+                .map(std::mem::take)
+        } else {
+            None
+        };
         if let Some(slot) = self.finish(stream) {
             on(Event::Response {
                 sent: slot.sent,
                 status: slot.status,
+                collected,
             });
         }
     }
 
-    fn slot(&mut self, stream: u32) -> Option<&mut Slot> {
+    /// The position of `stream` in `slots`.
+    fn index(&self, stream: u32) -> Option<usize> {
         let n = stream.checked_sub(1)? / 2;
-        let i = n.checked_sub(self.base)? as usize;
+        Some(n.checked_sub(self.base)? as usize)
+    }
+
+    fn slot(&mut self, stream: u32) -> Option<&mut Slot> {
+        let i = self.index(stream)?;
         self.slots.get_mut(i).filter(|s| !s.done)
     }
 
@@ -332,6 +409,7 @@ impl Session {
         self.live -= 1;
         while self.slots.front().is_some_and(|s| s.done) {
             self.slots.pop_front();
+            self.collected.pop_front();
             self.base += 1;
         }
         Some(copy)

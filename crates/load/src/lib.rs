@@ -38,6 +38,10 @@
 //!   and per-thread rate samples ([`RateSummary`], wrk's `Req/Sec`).
 //! - [`LoadError`]: why a run could not start or finish. Failed requests are not errors of the
 //!   run; they are counted in [`ErrorCounts`].
+//! - [`prepare`]`(&LoadConfig) -> Result<Prepared, LoadError>`, then [`Prepared::run`] and
+//!   [`Finished::done`]: the same run in three steps, for a caller that prints between them — a
+//!   Lua script's (`LoadConfig::script`) `setup()` and `init()` run in `prepare`, its `done()`
+//!   after the report.
 //!
 //! # Semantics
 //! - Every request ends as one response or one error. A failure that ends a connection (reset,
@@ -87,6 +91,9 @@
 //! Below both:
 //! - `plan`: what the threads run — hosts, laid-out request bytes, each thread's connections;
 //!   built by `prepare`, read by the engine.
+//! - `script`: `-s`, wrk's Lua API on LuaJIT — the main state and one state per thread, set up
+//!   (`setup()`, `init()`, the first `request()` checked) for `prepare`, called by `worker`
+//!   (`request()`, `response()`, `delay()`, only those the script defines), `done()` at the end.
 //! - [`report`]: per-thread counters, [`Report`], [`LatencySummary`], [`TlsSummary`].
 //! - `tls_failure`: why a TLS handshake failed, in words, with what to do next.
 //! - `sys`: the few system calls std lacks (thread CPU time, affinity, timerfd, descriptor
@@ -110,6 +117,7 @@ mod prepare;
 mod progress;
 pub mod report;
 mod request;
+mod script;
 mod sys;
 pub mod text;
 pub mod thresholds;
@@ -120,7 +128,7 @@ mod url;
 mod validate;
 mod worker;
 
-pub use config::{LoadConfig, Target, TlsOptions};
+pub use config::{LoadConfig, ScriptOptions, Target, TlsOptions};
 pub use engine::{Progress, PROGRESS_EVERY};
 pub use error::LoadError;
 pub use report::{
@@ -148,6 +156,64 @@ pub fn run_with_progress(
     stop: &AtomicBool,
     on_progress: impl FnMut(&Progress),
 ) -> Result<Report, LoadError> {
-    let plan = prepare::checked(cfg)?;
-    engine::run(&plan, stop, on_progress)
+    let finished = prepare(cfg)?.run(stop, on_progress)?;
+    finished.done()?;
+    Ok(finished.report)
+}
+
+/// Checks `cfg` and gets everything ready to run, in wrk's order: what [`LoadConfig::check`]
+/// checks, then a script's `setup()` and `init()`. For a caller that prints between that and
+/// the run (the CLI's banner), or after the report and before the script's `done()`.
+///
+/// # Errors
+/// As [`run`], before any load is sent.
+pub fn prepare(cfg: &LoadConfig) -> Result<Prepared, LoadError> {
+    Ok(Prepared {
+        plan: prepare::checked(cfg)?,
+    })
+}
+
+/// A run ready to start (see [`prepare`]).
+#[derive(Debug)]
+pub struct Prepared {
+    plan: plan::Plan,
+}
+
+impl Prepared {
+    /// Runs the load, calling `on_progress` about every [`PROGRESS_EVERY`].
+    ///
+    /// # Errors
+    /// As [`run`]; and [`LoadError::Script`] when the script fails during the run.
+    pub fn run(
+        self,
+        stop: &AtomicBool,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<Finished, LoadError> {
+        let (report, rate_samples) = engine::run(&self.plan, stop, on_progress)?;
+        Ok(Finished {
+            report,
+            script: self.plan.script.map(|s| (s.script, rate_samples)),
+        })
+    }
+}
+
+/// A finished run: its [`Report`], and a script's `done()` still to call.
+#[derive(Debug)]
+pub struct Finished {
+    pub report: Report,
+    script: Option<(std::sync::Arc<script::Script>, Vec<f64>)>,
+}
+
+impl Finished {
+    /// Calls the script's `done(summary, latency, requests)`, when it has one (wrk calls it
+    /// after printing its report).
+    ///
+    /// # Errors
+    /// [`LoadError::Script`] when `done()` fails.
+    pub fn done(&self) -> Result<(), LoadError> {
+        match &self.script {
+            Some((script, samples)) => script.done(&self.report, samples),
+            None => Ok(()),
+        }
+    }
 }

@@ -11,7 +11,10 @@
 //! that was checked before any of them started.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::script::Script;
 
 /// The requests of one host, laid out so that any `depth` consecutive ones are one slice.
 #[derive(Debug, Clone)]
@@ -122,6 +125,28 @@ pub(crate) struct Plan {
     pub uncorrected: bool,
     /// HTTP/2, `pipeline` streams in flight per connection.
     pub h2: bool,
+    /// With `-s`: the script's states and what the threads do with them.
+    pub script: Option<ScriptPlan>,
+}
+
+/// A run with a Lua script: one host, and per thread its own [`Group`] (the address `setup()`
+/// gave it, and without `request()` the requests its `init()` built).
+#[derive(Debug, Clone)]
+pub(crate) struct ScriptPlan {
+    pub script: Arc<Script>,
+    /// Thread `i` runs `groups[i]` instead of `Plan::groups`.
+    pub groups: Vec<Group>,
+    /// `request()` is called for every batch a connection sends.
+    pub dynamic: bool,
+    /// Requests in the first `request()` result: a connection calls `request()` again once
+    /// that many fit within the depth.
+    pub per_call: usize,
+    /// `delay()` is called before every send (closed loop only).
+    pub delay: bool,
+    /// `response()` is called for every response: heads and bodies are kept for it.
+    pub response: bool,
+    /// `http` or `https`: `:scheme` of the HTTP/2 requests made from `request()`.
+    pub scheme: &'static str,
 }
 
 #[cfg(test)]

@@ -10,21 +10,112 @@
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use crate::config::{LoadConfig, Target, DEFAULT_DURATION};
+use crate::config::{LoadConfig, ScriptOptions, Target, DEFAULT_DURATION, MAX_PIPELINE};
 use crate::error::LoadError;
-use crate::plan::{ConnSpec, Group, Plan, RequestBatch};
+use crate::plan::{ConnSpec, Group, H2Request, Plan, RequestBatch, ScriptPlan};
 use crate::request::{build_h2_request, build_request, is_head, weighted_cycle};
 use crate::url::{parse_url, Url};
 use crate::validate::validate;
-use crate::{sys, tls};
+use crate::{script, sys, tls};
 
 /// The plan for `cfg`, once everything checked before a run has passed: the plan itself, the
-/// descriptor limit for its connections, and one connection to each host.
+/// descriptor limit for its connections, and one connection to each host; then a script's
+/// `setup()` and `init()`, which see a target known to answer.
 pub(crate) fn checked(cfg: &LoadConfig) -> Result<Plan, LoadError> {
-    let plan = plan(cfg)?;
+    let mut plan = plan(cfg)?;
     check_fd_limit(cfg.connections)?;
     check_reachable(&plan)?;
+    if let Some(script) = &cfg.script {
+        plan.script = Some(script_plan(cfg, script, &mut plan)?);
+    }
     Ok(plan)
+}
+
+/// Starts the script (`script::start`) and gives each thread its group: the address `setup()`
+/// chose, and without `request()` the requests `init()` left in the `wrk` table, laid out like
+/// the command line's. The depth becomes `--pipeline` batches of the first `request()`'s size.
+fn script_plan(
+    cfg: &LoadConfig,
+    options: &ScriptOptions,
+    plan: &mut Plan,
+) -> Result<ScriptPlan, LoadError> {
+    let url = parse_url(&cfg.targets[0].url)?;
+    let group = &plan.groups[0];
+    let default_port = if url.tls { 443 } else { 80 };
+    let started = script::start(&script::Inputs {
+        file: &options.path,
+        args: &options.args,
+        target: script::Target {
+            url: &cfg.targets[0].url,
+            scheme: if url.tls { "https" } else { "http" },
+            host: url.host.trim_start_matches('[').trim_end_matches(']'),
+            port: (url.port != default_port).then_some(url.port),
+            path: &url.target,
+            addr: group.addr,
+        },
+        method: &cfg.method,
+        body: cfg.body.as_deref(),
+        headers: &cfg.headers,
+        threads: cfg.threads,
+    })?;
+    if started.delay && cfg.rate.is_some() {
+        return Err(LoadError::Config(
+            "the script's delay() and -R both decide when requests are sent: use one".into(),
+        ));
+    }
+    let depth = cfg.pipeline as usize * started.per_call.max(1);
+    if depth > MAX_PIPELINE as usize {
+        return Err(LoadError::Config(format!(
+            "--pipeline {} batches of the script's {} requests are more than {MAX_PIPELINE} in flight",
+            cfg.pipeline, started.per_call
+        )));
+    }
+    plan.pipeline = u32::try_from(depth).unwrap_or(MAX_PIPELINE);
+    let scheme = if url.tls { "https" } else { "http" };
+    let mut groups = Vec::with_capacity(started.threads.len());
+    for thread in &started.threads {
+        let mut g = group.clone();
+        g.addr = thread.addr;
+        match &thread.requests {
+            Some((bytes, split)) => {
+                let head = split.all_head().ok_or_else(|| {
+                    LoadError::Script(format!(
+                        "{}: the request of the wrk table mixes HEAD with other methods",
+                        options.path.display()
+                    ))
+                })?;
+                let mut requests = Vec::with_capacity(split.len());
+                let mut start = 0;
+                for &end in &split.ends {
+                    requests.push(bytes[start..end].to_vec());
+                    start = end;
+                }
+                let cycle: Vec<usize> = (0..requests.len()).collect();
+                g.requests = RequestBatch::new(&requests, &cycle, depth, head);
+                if cfg.h2 {
+                    g.h2_requests.clear();
+                    script::wire::to_h2(bytes, split, scheme, |(fields, body)| {
+                        g.h2_requests.push(H2Request { fields, body });
+                    });
+                    g.h2_cycle = cycle;
+                }
+            }
+            None => {
+                g.h2_requests.clear();
+                g.h2_cycle.clear();
+            }
+        }
+        groups.push(g);
+    }
+    Ok(ScriptPlan {
+        script: started.script,
+        groups,
+        dynamic: started.dynamic,
+        per_call: started.per_call.max(1),
+        delay: started.delay,
+        response: started.response,
+        scheme,
+    })
 }
 
 impl LoadConfig {
@@ -150,6 +241,7 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
         keep_alive: cfg.keep_alive,
         pin_cpus: cfg.pin_cpus.clone(),
         latency_intervals: cfg.latency_intervals,
+        script: None,
     })
 }
 

@@ -1,6 +1,6 @@
 //! The few system calls std and mio do not wrap: a thread's CPU time, CPU affinity, the
-//! descriptor limit, and a nanosecond timer for rate mode. Every `unsafe` block of the crate
-//! lives here.
+//! descriptor limit, and a nanosecond timer for rate mode; and a Lua state with every standard
+//! library, for `-s` scripts. Every `unsafe` block of the crate lives here.
 //!
 //! Why a timerfd: mio's `poll` timeout has millisecond resolution (rounded up), and in rate mode
 //! a send that leaves up to 1 ms late is 1 ms of latency charged to the server, since latency is
@@ -127,6 +127,16 @@ impl TimerFd {
             Err(io::Error::last_os_error())
         }
     }
+}
+
+/// A Lua state (LuaJIT) with every standard library, `debug`, `ffi` and `jit` included, as wrk
+/// opens them (`luaL_openlibs`) for its scripts.
+pub(crate) fn lua_with_all_libraries() -> mlua::Lua {
+    // SAFETY: mlua calls `debug` and `ffi` unsafe because a script using them can break memory
+    // safety (poke memory, call C). The script is the user's own program, run with the user's
+    // rights as wrk runs it, and wrk's scripts may use these libraries; mlua's own API stays
+    // sound on a state that has them.
+    unsafe { mlua::Lua::unsafe_new_with(mlua::StdLib::ALL, mlua::LuaOptions::new()) }
 }
 
 impl AsRawFd for TimerFd {

@@ -28,6 +28,17 @@ pub(crate) fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
             return err("with --h2 a request body can be at most 65535 bytes".into());
         }
     }
+    if cfg.script.is_some() {
+        if cfg.targets.len() > 1 {
+            return err("a script runs against one URL, as in wrk".into());
+        }
+        if cfg.http10 {
+            return err(
+                "with a script, its requests say their HTTP version; --http1.0 does not apply"
+                    .into(),
+            );
+        }
+    }
     if cfg.threads == 0 || cfg.threads > MAX_THREADS {
         return err(format!(
             "threads must be from 1 to {MAX_THREADS}, not {}",
@@ -220,6 +231,16 @@ mod tests {
             },
             LoadConfig {
                 pin_cpus: vec![0, 1 << 20],
+                ..base()
+            },
+            LoadConfig {
+                targets: vec![Target::new("http://a/"), Target::new("http://b/")],
+                script: Some(crate::config::ScriptOptions::default()),
+                ..base()
+            },
+            LoadConfig {
+                http10: true,
+                script: Some(crate::config::ScriptOptions::default()),
                 ..base()
             },
         ];

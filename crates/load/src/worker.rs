@@ -22,8 +22,9 @@ use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::plan::{ConnSpec, Group, Plan};
+use crate::plan::{ConnSpec, Group, H2Request, Plan, ScriptPlan};
 use crate::report::ThreadStats;
+use crate::script::ThreadScript;
 use crate::sys;
 use crate::transport::{Handshake, Stream};
 
@@ -173,6 +174,16 @@ struct Conn {
     wake: Option<Instant>,
     /// With `--h2`: the connection's HTTP/2 session, once it is open.
     h2: Option<Box<crate::h2::Session>>,
+    /// With a script's `request()`: what it returned, to write from `out_pos` on.
+    out: Vec<u8>,
+    out_pos: usize,
+    /// With a script's `request()`: whether each request in flight is a `HEAD` (its response
+    /// has no body), oldest first.
+    heads: VecDeque<bool>,
+    /// With a script's `request()` and `--h2`: the requests to send as streams.
+    h2_out: Vec<H2Request>,
+    /// With a script's `response()`: the bytes of a response that spans reads.
+    capture: Vec<u8>,
 }
 
 /// The loop and everything it owns.
@@ -201,6 +212,13 @@ pub(crate) struct Worker<'a> {
     sweep_every: Duration,
     next_sweep: Instant,
     cpu_at_start: (Duration, Duration),
+    /// Which thread of the plan this is.
+    index: usize,
+    /// With `-s`: what the threads do with the script, and this thread's Lua state.
+    script_plan: Option<&'a ScriptPlan>,
+    script: Option<ThreadScript>,
+    /// The script failed (the run ends) or called `thread:stop()` (this thread ends).
+    script_ended: bool,
 }
 
 impl<'a> Worker<'a> {
@@ -213,6 +231,12 @@ impl<'a> Worker<'a> {
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
         let depth = plan.pipeline as usize;
+        let script_plan = plan.script.as_ref();
+        // With a script, each thread has its own group: its address and requests.
+        let groups = match script_plan {
+            Some(s) => std::slice::from_ref(&s.groups[index]),
+            None => &plan.groups[..],
+        };
         let conns = plan.threads[index]
             .iter()
             .map(|&spec| Conn {
@@ -232,8 +256,16 @@ impl<'a> Worker<'a> {
                 timer: None,
                 wake: None,
                 h2: None,
+                out: Vec::new(),
+                out_pos: 0,
+                heads: VecDeque::new(),
+                h2_out: Vec::new(),
+                capture: Vec::new(),
             })
             .collect::<Vec<_>>();
+        // Not for delay(): its milliseconds wait for `poll`'s timeout, which wakes the loop once
+        // for every delay that ends within the same millisecond (as wrk's timers do); a timerfd
+        // armed to each one cost twice wrk's CPU per response at 256 connections.
         let timerfd = if plan.conn_interval.is_some() {
             let t = sys::TimerFd::new()?;
             poll.registry().register(
@@ -255,7 +287,7 @@ impl<'a> Worker<'a> {
             (plan.timeout / 20).clamp(Duration::from_millis(1), Duration::from_millis(100));
         Ok(Self {
             plan,
-            groups: &plan.groups,
+            groups,
             stop,
             live,
             poll,
@@ -275,11 +307,24 @@ impl<'a> Worker<'a> {
             sweep_every,
             next_sweep: start + sweep_every,
             cpu_at_start: (Duration::ZERO, Duration::ZERO),
+            index,
+            script_plan,
+            script: script_plan.and_then(|s| s.script.take(index)),
+            script_ended: false,
         })
     }
 
     /// Runs until the deadline, the request count, or the stop flag; returns the thread's figures.
+    /// A script's state goes back to the script afterwards, for `done()`.
     pub fn run(mut self) -> io::Result<ThreadStats> {
+        let result = self.run_loop();
+        if let (Some(plan), Some(script)) = (self.script_plan, self.script.take()) {
+            plan.script.put(self.index, script);
+        }
+        result.map(|()| self.stats)
+    }
+
+    fn run_loop(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(EVENTS.min(self.conns.len() + 1));
         self.cpu_at_start = sys::thread_cpu_time();
         if self.measuring {
@@ -300,6 +345,7 @@ impl<'a> Worker<'a> {
             if self.stop.load(Ordering::Relaxed)
                 || self.deadline.is_some_and(|d| now >= d)
                 || self.finished()
+                || self.script_stopped()
             {
                 break;
             }
@@ -331,7 +377,8 @@ impl<'a> Worker<'a> {
                     ConnState::Open => {
                         let pending = conn.stream.as_ref().is_some_and(Stream::has_pending)
                             || conn.h2.as_ref().is_some_and(|h| h.has_output());
-                        if ev.is_writable() && (conn.partial.is_some() || pending) {
+                        let unwritten = conn.partial.is_some() || conn.out_pos < conn.out.len();
+                        if ev.is_writable() && (unwritten || pending) {
                             self.flush(idx, now);
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
@@ -368,7 +415,7 @@ impl<'a> Worker<'a> {
         } else {
             Duration::ZERO
         };
-        Ok(self.stats)
+        Ok(())
     }
 
     /// The time, for everything done next. Every timestamp the loop takes comes from here, so
@@ -434,6 +481,8 @@ impl<'a> Worker<'a> {
         conn.carry.clear();
         conn.partial = None;
         conn.owed = 0;
+        conn.heads.clear();
+        conn.capture.clear();
         conn.wake = None;
         conn.waiting_since = now;
         let addr = self.groups[conn.spec.group].addr;
@@ -523,14 +572,18 @@ impl<'a> Worker<'a> {
         let conn = &mut self.conns[idx];
         if self.plan.h2 {
             let group = &self.groups[conn.spec.group];
-            conn.h2 = Some(Box::new(crate::h2::Session::new(group.h2_requests.len())));
+            let mut session = Box::new(crate::h2::Session::new(group.h2_requests.len()));
+            if self.script_plan.is_some_and(|s| s.response) {
+                session.collect_responses();
+            }
+            conn.h2 = Some(session);
         }
         conn.state = ConnState::Open;
         conn.waiting_since = now;
         if self.plan.conn_interval.is_some() {
             self.send_due(idx, now);
         } else {
-            self.send_more(idx, self.depth, now);
+            self.send_next(idx, self.depth, now);
         }
     }
 
@@ -593,8 +646,110 @@ impl<'a> Worker<'a> {
         self.timers.push(Reverse((wake, idx, conn.generation)));
     }
 
+    /// Closed loop, as responses make room: the next send, after the script's `delay()` when
+    /// it has one (wrk calls it before every send, the first included).
+    fn send_next(&mut self, idx: usize, k: usize, now: Instant) {
+        if self.script_stopped() {
+            // thread:stop() in the response() just read: nothing more goes out (as in wrk).
+            return;
+        }
+        if !self.script_plan.is_some_and(|s| s.delay) {
+            return self.send_more(idx, k, now);
+        }
+        if self.conns[idx].timer.is_some() || self.room(idx) == 0 {
+            return;
+        }
+        let Some(script) = &mut self.script else {
+            return;
+        };
+        let wait = match script.delay() {
+            Ok(wait) => wait,
+            Err(e) => return self.script_failed(e),
+        };
+        if wait.is_zero() {
+            return self.send_more(idx, k, now);
+        }
+        let conn = &mut self.conns[idx];
+        let at = now + wait;
+        conn.timer = Some(at);
+        self.timers.push(Reverse((at, idx, conn.generation)));
+    }
+
+    /// The script failed, or called `thread:stop()`.
+    fn script_stopped(&self) -> bool {
+        self.script_ended || self.script.as_ref().is_some_and(ThreadScript::stopped)
+    }
+
+    /// How many more requests connection `idx` may have in flight: with a script's
+    /// `request()`, whether one more batch fits (0 or the batch size).
+    fn room(&self, idx: usize) -> usize {
+        let conn = &self.conns[idx];
+        let room = depth_of(conn, self.depth).saturating_sub(conn.sent.len());
+        match self.script_plan {
+            Some(s) if s.dynamic => {
+                if room >= s.per_call || conn.sent.is_empty() {
+                    s.per_call
+                } else {
+                    0
+                }
+            }
+            _ => room,
+        }
+    }
+
+    /// Calls the script's `request()` for connection `idx` and queues what it returned (at
+    /// most `allowed` of its requests, for a counted run): its bytes, or with `--h2` its
+    /// streams. Returns how many requests were queued; `None` when the script failed.
+    fn next_batch(&mut self, idx: usize, allowed: usize, now: Instant) -> Option<usize> {
+        let (Some(script), Some(plan)) = (&mut self.script, self.script_plan) else {
+            return None;
+        };
+        let conn = &mut self.conns[idx];
+        let start = conn.out.len();
+        let requests = match script.request(&mut conn.out) {
+            Ok(r) => r,
+            Err(e) => {
+                conn.out.truncate(start);
+                self.script_failed(e);
+                return None;
+            }
+        };
+        let k = requests.len().min(allowed);
+        conn.out.truncate(start + requests.ends[k - 1]);
+        if self.plan.h2 {
+            let mut kept = requests.clone();
+            kept.ends.truncate(k);
+            let h2_out = &mut conn.h2_out;
+            crate::script::wire::to_h2(&conn.out[start..], &kept, plan.scheme, |(fields, body)| {
+                h2_out.push(H2Request { fields, body });
+            });
+            conn.out.truncate(start);
+        } else {
+            conn.heads.extend(&requests.heads[..k]);
+        }
+        if script.stopped() {
+            self.script_ended = true;
+        }
+        if conn.sent.is_empty() {
+            conn.waiting_since = now;
+        }
+        Some(k)
+    }
+
+    /// The script raised an error, or returned what cannot be sent: the run ends with it.
+    fn script_failed(&mut self, message: String) {
+        if let Some(plan) = self.script_plan {
+            plan.script.fail(message);
+        }
+        self.script_ended = true;
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
     /// Closed loop: queue up to `k` more requests (within the budget and the depth) and write.
     fn send_more(&mut self, idx: usize, k: usize, now: Instant) {
+        if self.script_plan.is_some_and(|s| s.dynamic) {
+            return self.send_batches(idx, now);
+        }
         let conn = &mut self.conns[idx];
         let room = depth_of(conn, self.depth).saturating_sub(conn.sent.len());
         let mut k = k.min(room);
@@ -615,43 +770,88 @@ impl<'a> Worker<'a> {
         self.flush(idx, now);
     }
 
+    /// Closed loop with a script's `request()`: one batch per call, as many as fit within the
+    /// depth and the budget, then one write.
+    fn send_batches(&mut self, idx: usize, now: Instant) {
+        let mut queued = 0;
+        while self.room(idx) > 0 && !self.script_ended {
+            let allowed = match (self.measuring, self.budget) {
+                (true, Some(0)) => break,
+                (true, Some(b)) => usize::try_from(b).unwrap_or(usize::MAX),
+                _ => usize::MAX,
+            };
+            let Some(k) = self.next_batch(idx, allowed, now) else {
+                return;
+            };
+            if self.measuring {
+                if let Some(b) = &mut self.budget {
+                    *b -= k as u64;
+                }
+            }
+            let conn = &mut self.conns[idx];
+            conn.sent.push(now, k);
+            conn.owed += k;
+            queued += k;
+        }
+        if queued > 0 {
+            self.flush(idx, now);
+        }
+    }
+
     /// Rate mode: queue every request whose scheduled time has come (within the depth), write
     /// them, and arm a timer for the next one.
     fn send_due(&mut self, idx: usize, now: Instant) {
         let Some(interval) = self.plan.conn_interval else {
             return;
         };
-        let conn = &mut self.conns[idx];
-        if conn.state != ConnState::Open {
+        let conn = &self.conns[idx];
+        if conn.state != ConnState::Open || self.script_stopped() {
             return;
         }
         let phase = Duration::from_secs_f64(
             interval.as_secs_f64() * conn.spec.global as f64 / self.plan.connections as f64,
         );
-        let due = |k: u64| self.start + phase + interval.mul_f64(k as f64);
+        let start = self.start;
+        let due = move |k: u64| start + phase + interval.mul_f64(k as f64);
+        // With a script's `request()`, each call is one batch; its requests take consecutive
+        // slots of the schedule and are charged from the first one's time, as in wrk2.
+        let dynamic = self.script_plan.is_some_and(|s| s.dynamic);
         let mut queued = 0;
-        let depth = depth_of(conn, self.depth);
-        while conn.sent.len() < depth {
-            let t = due(conn.scheduled);
+        while self.room(idx) > 0 && !self.script_ended {
+            let t = due(self.conns[idx].scheduled);
             if t > now {
                 break;
             }
-            if self.measuring && t >= self.measure_start {
-                match &mut self.budget {
-                    Some(0) => break,
-                    Some(b) => *b -= 1,
-                    None => {}
+            let counted = self.measuring && t >= self.measure_start;
+            let allowed = match (counted, self.budget) {
+                (true, Some(0)) => break,
+                (true, Some(b)) => usize::try_from(b).unwrap_or(usize::MAX),
+                _ => usize::MAX,
+            };
+            let k = if dynamic {
+                match self.next_batch(idx, allowed, now) {
+                    Some(k) => k,
+                    None => return,
+                }
+            } else {
+                1
+            };
+            if counted {
+                if let Some(b) = &mut self.budget {
+                    *b -= k as u64;
                 }
             }
+            let conn = &mut self.conns[idx];
             if conn.sent.is_empty() {
                 conn.waiting_since = now;
             }
-            conn.sent.push(t, 1);
-            conn.scheduled += 1;
-            queued += 1;
+            conn.sent.push(t, k);
+            conn.scheduled += k as u64;
+            queued += k;
         }
-        conn.owed += queued;
-        if conn.sent.len() < depth && self.budget != Some(0) {
+        self.conns[idx].owed += queued;
+        if self.room(idx) > 0 && self.budget != Some(0) {
+            let conn = &mut self.conns[idx];
             let next = due(conn.scheduled);
             if conn.timer.is_none_or(|t| t > next) {
                 conn.timer = Some(next);
@@ -680,6 +880,37 @@ impl<'a> Worker<'a> {
                 self.fail(idx, Failure::Write, now);
                 return;
             }
+        }
+        if self.script_plan.is_some_and(|s| s.dynamic) {
+            // What the script's request() returned, in `out`.
+            if conn.owed > 0 {
+                if let Some(actual) = &mut conn.actual {
+                    actual.push(now, conn.owed);
+                }
+                if self.measuring {
+                    self.stats.requests += conn.owed as u64;
+                }
+                conn.owed = 0;
+            }
+            while conn.out_pos < conn.out.len() {
+                match stream.write(&conn.out[conn.out_pos..]) {
+                    Ok(n) => {
+                        conn.out_pos += n;
+                        if conn.out_pos < conn.out.len() {
+                            return; // The socket buffer is full: wait for a writable event.
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        self.fail(idx, Failure::Write, now);
+                        return;
+                    }
+                }
+            }
+            conn.out.clear();
+            conn.out_pos = 0;
+            return;
         }
         loop {
             let (start, end) = match conn.partial {
@@ -741,11 +972,18 @@ impl<'a> Worker<'a> {
             let k = conn.owed;
             // The owed requests are the newest in `sent`; each stream keeps its own time.
             let first = conn.sent.len() - k;
-            for i in 0..k {
-                let sent = conn.sent.nth(first + i).unwrap_or(now);
-                let index = group.h2_cycle[conn.cursor];
-                h2.request(index, &group.h2_requests[index], sent);
-                conn.cursor = (conn.cursor + 1) % group.h2_cycle.len();
+            if self.script_plan.is_some_and(|s| s.dynamic) {
+                for (i, req) in conn.h2_out.drain(..).enumerate() {
+                    let sent = conn.sent.nth(first + i).unwrap_or(now);
+                    h2.request_once(&req, sent);
+                }
+            } else {
+                for i in 0..k {
+                    let sent = conn.sent.nth(first + i).unwrap_or(now);
+                    let index = group.h2_cycle[conn.cursor];
+                    h2.request(index, &group.h2_requests[index], sent);
+                    conn.cursor = (conn.cursor + 1) % group.h2_cycle.len();
+                }
             }
             conn.owed = 0;
             if let Some(actual) = &mut conn.actual {
@@ -784,11 +1022,24 @@ impl<'a> Worker<'a> {
         let mut completed = 0;
         let stats = &mut self.stats;
         let (measuring, measure_start) = (self.measuring, self.measure_start);
+        let mut script = self.script.as_mut();
+        let mut script_error = None;
         let result = h2.read(&self.buf[..n], |event| {
             completed += 1;
             conn.sent.pop();
             match event {
-                crate::h2::Event::Response { sent, status } => {
+                crate::h2::Event::Response {
+                    sent,
+                    status,
+                    collected,
+                } => {
+                    if let (Some(script), Some(c), None) =
+                        (script.as_deref_mut(), collected, &script_error)
+                    {
+                        if let Err(e) = script.response_fields(status, &c.fields, &c.body) {
+                            script_error = Some(e);
+                        }
+                    }
                     record_uncorrected(
                         stats,
                         conn.actual.as_mut(),
@@ -814,6 +1065,9 @@ impl<'a> Worker<'a> {
         let exhausted = h2.exhausted() && h2.in_flight() == 0;
         let acks = h2.has_output();
         conn.h2 = Some(h2);
+        if let Some(e) = script_error {
+            self.script_failed(e);
+        }
         if result.is_err() {
             return Err(Failure::Protocol);
         }
@@ -883,7 +1137,7 @@ impl<'a> Worker<'a> {
         if self.plan.conn_interval.is_some() {
             self.send_due(idx, now);
         } else if completed > 0 {
-            self.send_more(idx, completed, now);
+            self.send_next(idx, completed, now);
         }
     }
 
@@ -894,6 +1148,11 @@ impl<'a> Worker<'a> {
         }
         let conn = &mut self.conns[idx];
         let head_method = self.groups[conn.spec.group].requests.head;
+        // With a script: `request()` says per request whether it is a HEAD, and `response()`
+        // wants each response's bytes.
+        let dynamic = self.script_plan.is_some_and(|s| s.dynamic);
+        let capture = self.script_plan.is_some_and(|s| s.response);
+        let mut script_error = None;
         let mut carry = std::mem::take(&mut conn.carry);
         let from_carry = !carry.is_empty();
         if from_carry {
@@ -916,19 +1175,44 @@ impl<'a> Worker<'a> {
                     run.flush(&mut self.stats, self.measuring, self.measure_start, now);
                     return Err(Failure::Protocol);
                 }
+                let head = if dynamic {
+                    conn.heads.front().copied().unwrap_or(false)
+                } else {
+                    head_method
+                };
                 match conn
                     .reader
-                    .read_cached(&data[i..], head_method, Some(&mut self.head_cache))
+                    .read_cached(&data[i..], head, Some(&mut self.head_cache))
                 {
                     Err(_) => {
                         run.flush(&mut self.stats, self.measuring, self.measure_start, now);
                         return Err(Failure::Protocol);
                     }
                     Ok(Step::NeedMore { consumed }) => {
+                        if capture {
+                            conn.capture.extend_from_slice(&data[i..i + consumed]);
+                        }
                         i += consumed;
                         break;
                     }
                     Ok(Step::Complete { consumed, response }) => {
+                        if let (true, Some(script)) = (capture, &mut self.script) {
+                            // The response's bytes: in this read alone (no copy), or after the
+                            // part an earlier read kept.
+                            let raw: &[u8] = if conn.capture.is_empty() {
+                                &data[i..i + consumed]
+                            } else {
+                                conn.capture.extend_from_slice(&data[i..i + consumed]);
+                                &conn.capture
+                            };
+                            if let Err(e) = script.response(response.status, raw, head) {
+                                script_error = Some(e);
+                            }
+                            conn.capture.clear();
+                        }
+                        if dynamic {
+                            conn.heads.pop_front();
+                        }
                         i += consumed;
                         completed += 1;
                         let sent = conn.sent.pop().unwrap_or(now);
@@ -943,6 +1227,9 @@ impl<'a> Worker<'a> {
                         }
                         if !response.keep_alive || !self.plan.keep_alive {
                             close = true;
+                            break;
+                        }
+                        if script_error.is_some() {
                             break;
                         }
                     }
@@ -963,6 +1250,9 @@ impl<'a> Worker<'a> {
             carry.clear();
         }
         conn.carry = carry;
+        if let Some(e) = script_error {
+            self.script_failed(e);
+        }
         if close {
             self.closed_by_server(idx, now);
             return Ok(Consumed::Closed);
@@ -1014,6 +1304,21 @@ impl<'a> Worker<'a> {
         };
         match conn.reader.eof(held) {
             Ok(Some(response)) => {
+                if let (true, Some(script)) = (
+                    self.script_plan.is_some_and(|s| s.response),
+                    &mut self.script,
+                ) {
+                    let head = conn.heads.pop_front().unwrap_or(false);
+                    let raw = std::mem::take(&mut conn.capture);
+                    let result = script.response(response.status, &raw, head);
+                    conn.capture = raw;
+                    conn.capture.clear();
+                    if let Err(e) = result {
+                        self.script_failed(e);
+                        return;
+                    }
+                }
+                let conn = &mut self.conns[idx];
                 let sent = conn.sent.pop().unwrap_or(now);
                 record_uncorrected(
                     &mut self.stats,
@@ -1072,6 +1377,9 @@ impl<'a> Worker<'a> {
         conn.timer = None;
         conn.partial = None;
         conn.owed = 0;
+        conn.out.clear();
+        conn.out_pos = 0;
+        conn.h2_out.clear();
     }
 
     /// Fires due timers: rate-mode sends and reconnects after a back-off.
@@ -1089,7 +1397,12 @@ impl<'a> Worker<'a> {
                 ConnState::Idle if conn.wake == Some(t) => self.connect(idx, now),
                 ConnState::Open if conn.timer == Some(t) => {
                     conn.timer = None;
-                    self.send_due(idx, now);
+                    if self.plan.conn_interval.is_some() {
+                        self.send_due(idx, now);
+                    } else {
+                        // The script's delay() is over.
+                        self.send_more(idx, self.depth, now);
+                    }
                 }
                 _ => {}
             }

@@ -24,7 +24,8 @@ enum Command {
     /// Serve HTTP/1.1 and HTTP/2, in clear and over TLS: built-in endpoints, static files, the
     /// dynamic app.
     Serve(Box<lowlat_server::settings::ServeArgs>),
-    /// Generate HTTP/1.1 or HTTP/2 load (wrk's flags, wrk2's constant rate, pipelining).
+    /// Generate HTTP/1.1 or HTTP/2 load (wrk's flags and Lua scripts, wrk2's constant rate,
+    /// pipelining).
     Load(Box<lowlat_load::cli::LoadArgs>),
     /// Run benchmark sweeps from a spec and render reports.
     Bench(lowlat_bench::cli::BenchArgs),
