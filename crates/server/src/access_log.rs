@@ -310,7 +310,8 @@ impl WorkerLog {
             protocol: &'a str,
             status: u16,
             bytes: u64,
-            duration_us: u64,
+            /// Microseconds, with nanoseconds as the fraction.
+            duration_us: f64,
             user_agent: Option<std::borrow::Cow<'a, str>>,
             referer: Option<std::borrow::Cow<'a, str>>,
             worker: usize,
@@ -333,7 +334,7 @@ impl WorkerLog {
             },
             status: e.status,
             bytes: e.bytes,
-            duration_us: u64::try_from(e.duration.as_micros()).unwrap_or(u64::MAX),
+            duration_us: e.duration.as_nanos() as f64 / 1e3,
             user_agent: e.user_agent.map(String::from_utf8_lossy),
             referer: e.referer.map(String::from_utf8_lossy),
             worker: e.worker,

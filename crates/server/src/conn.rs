@@ -550,7 +550,10 @@ impl Conn {
                 self.chunk = None;
                 break;
             }
-            let took = ctx.now.saturating_duration_since(self.head_started);
+            // With metrics or a log, the clock when answered: the loop's time is the same for a
+            // request read and answered in one turn, which would time it at zero.
+            let end = if ctx.timed { Instant::now() } else { ctx.now };
+            let took = end.saturating_duration_since(self.head_started);
             ctx.counters.response(
                 site,
                 if done.sent { done.status } else { 500 },

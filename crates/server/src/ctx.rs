@@ -37,5 +37,8 @@ pub(crate) struct WorkerCtx<'a> {
     pub(crate) token: Token,
     pub(crate) worker: usize,
     pub(crate) now: Instant,
+    /// Request times are read off the clock when answered (metrics or an access log want
+    /// them true); otherwise the loop's time serves, and costs nothing.
+    pub(crate) timed: bool,
     pub(crate) shutting_down: bool,
 }

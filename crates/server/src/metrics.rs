@@ -50,7 +50,8 @@ pub(crate) struct Counters {
     pub(crate) parse_errors: [u64; PARSE_KINDS.len()],
     /// Request durations: one count per bucket of [`DURATION_BUCKETS_US`], then `+Inf`.
     pub(crate) duration_buckets: [u64; DURATION_BUCKETS_US.len() + 1],
-    pub(crate) duration_sum_us: u64,
+    /// Nanoseconds: a request answered in under a microsecond still adds to the sum.
+    pub(crate) duration_sum_ns: u64,
     /// Gauges, set at publication.
     pub(crate) open: u64,
     pub(crate) idle: u64,
@@ -79,7 +80,8 @@ impl Counters {
             .position(|&b| us <= b)
             .unwrap_or(DURATION_BUCKETS_US.len());
         self.duration_buckets[bucket] += 1;
-        self.duration_sum_us = self.duration_sum_us.saturating_add(us);
+        let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        self.duration_sum_ns = self.duration_sum_ns.saturating_add(ns);
     }
 
     /// A request was refused before a handler saw it.
@@ -103,7 +105,7 @@ impl Counters {
             ])
             .chain(self.parse_errors.iter().copied())
             .chain(self.duration_buckets.iter().copied())
-            .chain([self.duration_sum_us, self.open, self.idle])
+            .chain([self.duration_sum_ns, self.open, self.idle])
             .chain([self.cache_hits, self.cache_misses, self.cache_bytes])
     }
 }
@@ -188,7 +190,7 @@ impl Registry {
         };
         let parse = take(PARSE_KINDS.len());
         let buckets = take(DURATION_BUCKETS_US.len() + 1);
-        let [sum_us, open, idle] = take(3)[..] else {
+        let [sum_ns, open, idle] = take(3)[..] else {
             return String::new();
         };
         let [hits, misses, cache_bytes] = take(3)[..] else {
@@ -302,7 +304,7 @@ impl Registry {
         let _ = writeln!(
             s,
             "lowlat_request_duration_seconds_sum {}",
-            sum_us as f64 / 1e6
+            sum_ns as f64 / 1e9
         );
         let _ = writeln!(s, "lowlat_request_duration_seconds_count {cumulative}");
         family(

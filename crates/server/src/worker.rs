@@ -91,6 +91,7 @@ impl Worker {
 
         // What a connection (or the upstream side) may use of this worker while it is driven:
         // everything the worker owns, lent for one call.
+        let timed = cfg.metrics.is_some() || cfg.access_log.is_some();
         macro_rules! worker_ctx {
             ($token:expr, $now:expr, $shutting_down:expr) => {
                 WorkerCtx {
@@ -109,6 +110,7 @@ impl Worker {
                     token: $token,
                     worker: self.index,
                     now: $now,
+                    timed,
                     shutting_down: $shutting_down,
                 }
             };

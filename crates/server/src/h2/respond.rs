@@ -133,7 +133,12 @@ impl H2Conn {
             self.status_page(ctx, 500);
         }
         let status = if done.sent { done.status } else { 500 };
-        let took = ctx.now.saturating_duration_since(started);
+        let end = if ctx.timed {
+            std::time::Instant::now()
+        } else {
+            ctx.now
+        };
+        let took = end.saturating_duration_since(started);
         ctx.counters.response(site, status, done.body_bytes, took);
         if let Some(log) = ctx.access_log.as_deref_mut() {
             log.record(&crate::access_log::Entry {
