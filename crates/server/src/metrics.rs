@@ -197,9 +197,7 @@ impl Registry {
             return String::new();
         };
         let mut s = String::new();
-        let family = |s: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
+
         family(
             &mut s,
             "lowlat_responses_total",
@@ -331,8 +329,117 @@ impl Registry {
         if let Ok(groups) = self.upstreams.lock() {
             crate::proxy::health::render(&groups, &mut s);
         }
+        process(&mut s);
         s
     }
+}
+
+/// The `# HELP` and `# TYPE` lines of a family.
+fn family(s: &mut String, name: &str, kind: &str, help: &str) {
+    use std::fmt::Write as _;
+    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// The process's own families (Prometheus's standard `process_*` names, as its client libraries
+/// export them) and `lowlat_build_info`, read from /proc at the scrape: nothing on the request
+/// path.
+fn process(s: &mut String) {
+    use std::fmt::Write as _;
+    // SAFETY: sysconf reads a constant of the system.
+    let ticks = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        t if t > 0 => t as f64,
+        _ => 100.0,
+    };
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    if let (Some(utime), Some(stime)) = (field(11), field(12)) {
+        family(
+            s,
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time of the process.",
+        );
+        let _ = writeln!(s, "process_cpu_seconds_total {}", (utime + stime) / ticks);
+    }
+    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    });
+    if let (Some(boot), Some(start)) = (boot, field(19)) {
+        family(
+            s,
+            "process_start_time_seconds",
+            "gauge",
+            "When the process started, in seconds since the epoch.",
+        );
+        let _ = writeln!(s, "process_start_time_seconds {}", boot + start / ticks);
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    if let Some(rss) = kib("VmRSS:") {
+        family(
+            s,
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the process.",
+        );
+        let _ = writeln!(s, "process_resident_memory_bytes {}", rss * 1024.0);
+    }
+    if let Some(vm) = kib("VmSize:") {
+        family(
+            s,
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory of the process.",
+        );
+        let _ = writeln!(s, "process_virtual_memory_bytes {}", vm * 1024.0);
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        family(
+            s,
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors of the process.",
+        );
+        let _ = writeln!(s, "process_open_fds {}", fds.count());
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } == 0 {
+        family(
+            s,
+            "process_max_fds",
+            "gauge",
+            "The process's limit on open file descriptors.",
+        );
+        let _ = writeln!(s, "process_max_fds {}", lim.rlim_cur);
+    }
+    family(
+        s,
+        "lowlat_build_info",
+        "gauge",
+        "The running version, as a label; always 1.",
+    );
+    let _ = writeln!(
+        s,
+        "lowlat_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
 }
 
 /// Serves `GET /metrics` on `addr` from a thread of its own (scrapes are rare; the workers are

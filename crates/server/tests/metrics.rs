@@ -107,6 +107,28 @@ fn counts_match_the_requests_made() {
     );
     assert_eq!(m["lowlat_connections_open"], 1.0, "{m:?}");
     assert_eq!(m["lowlat_connections_idle"], 1.0, "{m:?}");
+    // The process's own families, as Prometheus's client libraries name them.
+    // In clock ticks (10 ms): a short test may not have used one yet.
+    assert!(m["process_cpu_seconds_total"] >= 0.0, "{m:?}");
+    assert!(m["process_resident_memory_bytes"] > 1e6, "{m:?}");
+    assert!(m["process_open_fds"] >= 3.0, "{m:?}");
+    assert!(m["process_max_fds"] >= m["process_open_fds"], "{m:?}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = m["process_start_time_seconds"];
+    assert!(
+        started <= now + 1.0 && started > now - 3600.0,
+        "{started} vs {now}"
+    );
+    assert_eq!(
+        m[&format!(
+            "lowlat_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        )],
+        1.0
+    );
     assert_eq!(m["lowlat_request_duration_seconds_count"], 38.0, "{m:?}");
     // Requests answered within one loop turn still take time: the sum is not zero.
     assert!(m["lowlat_request_duration_seconds_sum"] > 0.0, "{m:?}");
