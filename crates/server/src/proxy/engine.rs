@@ -438,12 +438,13 @@ impl Upstreams {
                     c.rbuf = rbuf;
                     continue;
                 }
-                let connection: Vec<&[u8]> = p
-                    .fields
-                    .iter()
-                    .filter(|f| f.name.eq_ignore_ascii_case("connection"))
-                    .map(|f| f.value)
-                    .collect();
+                let fields = p.fields;
+                let connection = || {
+                    fields
+                        .iter()
+                        .filter(|f| f.name.eq_ignore_ascii_case("connection"))
+                        .map(|f| f.value)
+                };
                 let announced = p
                     .fields
                     .iter()
@@ -461,7 +462,7 @@ impl Upstreams {
                 };
                 c.status = p.head.status;
                 c.keep_alive = p.head.keep_alive;
-                let pass = |name: &str| response_field_passes(name, &connection);
+                let pass = |name: &str| response_field_passes(name, connection());
                 down.relay_head(ctx, p.head.status, p.reason, p.fields, &pass, relay);
                 let mut rbuf = rbuf;
                 rbuf.copy_within(head_len..c.rlen, 0);
