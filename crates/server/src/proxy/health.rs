@@ -177,21 +177,25 @@ fn exchange<S: Read + Write>(
     read_timeout(s, Some(timeout))?;
     write_timeout(s, Some(timeout))?;
     s.write_all(request.as_bytes())?;
-    let mut buf = [0u8; 64];
+    // The status as the proxy's relay reads it: the codec's response parser, not a second one.
+    let mut buf = vec![0u8; lowlat_http::limits::MAX_HEAD_BYTES + 1];
     let mut n = 0;
-    while n < 12 {
+    loop {
         let got = s.read(&mut buf[n..])?;
         if got == 0 {
-            break;
+            return Err(std::io::Error::other("closed before a response head"));
         }
         n += got;
+        match lowlat_http::client::parse_response_head(&buf[..n], false) {
+            Ok(lowlat_http::Status::Complete(head)) if !head.is_interim() => return Ok(head.status),
+            Ok(lowlat_http::Status::Complete(head)) => {
+                buf.copy_within(head.head_len..n, 0);
+                n -= head.head_len;
+            }
+            Ok(lowlat_http::Status::Partial) => {}
+            Err(e) => return Err(std::io::Error::other(e)),
+        }
     }
-    // "HTTP/1.1 200"
-    std::str::from_utf8(buf.get(9..12).unwrap_or_default())
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .filter(|_| buf.starts_with(b"HTTP/1."))
-        .ok_or_else(|| std::io::Error::other("not an HTTP response"))
 }
 
 /// A group as `/metrics` sees it: its name, its servers' labels, and their shared state.
