@@ -60,8 +60,6 @@ struct Relay {
     head_only: bool,
     /// The body goes out chunked (its length is not known ahead).
     chunked: bool,
-    /// The head went out.
-    head_sent: bool,
     status: u16,
     body_bytes: u64,
     started: Instant,
@@ -89,6 +87,8 @@ pub(crate) struct Conn {
     pub(crate) io: Transport,
     /// The client's address (for the access log).
     peer: std::net::SocketAddr,
+    /// The client as handlers that pass it on see it (the proxy).
+    client: ClientInfo,
     /// Read buffer, fully initialised; `rlen` bytes of it hold data. Empty (no capacity) while
     /// the connection has no unanswered bytes.
     rbuf: Vec<u8>,
@@ -154,9 +154,14 @@ impl Conn {
         } else {
             Wait::Idle
         };
+        let client = ClientInfo {
+            peer,
+            tls: io.is_tls(),
+        };
         Self {
             io,
             peer,
+            client,
             rbuf: Vec::new(),
             rlen: 0,
             wbuf: Vec::new(),
@@ -524,13 +529,11 @@ impl Conn {
                 keep_alive,
                 req.version,
             );
-            res.set_client(ClientInfo {
-                peer: self.peer,
-                tls: self.io.is_tls(),
-            });
+            let mut forward = None;
+            res.set_client(&self.client, &mut forward);
             let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
-            let mut done = res.finish();
-            if let Some(job) = done.forward.take() {
+            let done = res.finish();
+            if let Some(job) = forward.take() {
                 // Answered later, by the upstream side; what follows waits for it.
                 ctx.proxy_starts.push((ctx.token, 0, job));
                 if ctx.access_log.is_some() {
@@ -541,7 +544,6 @@ impl Conn {
                     version: req.version,
                     head_only: req.is_head(),
                     chunked: false,
-                    head_sent: false,
                     status: 0,
                     body_bytes: 0,
                     started: self.head_started,
@@ -966,7 +968,6 @@ impl Downstream for Conn {
             out.extend_from_slice(b"Connection: keep-alive\r\n");
         }
         out.extend_from_slice(b"\r\n");
-        relay.head_sent = true;
         relay.status = status;
     }
 

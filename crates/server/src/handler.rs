@@ -79,9 +79,11 @@ pub struct Response<'a> {
     status: u16,
     body_bytes: u64,
     /// Who asked (for handlers that pass it on: the proxy).
-    client: Option<ClientInfo>,
-    /// The request is to be forwarded instead: nothing was written.
-    forward: Option<ProxyJob>,
+    // Both lent by the connection (the client is known once per connection, the slot is its
+    // own): a `Response`, made and moved for every request, carries two words for them.
+    client: Option<&'a ClientInfo>,
+    /// Where a request to forward is put (the connection's slot); nothing is written then.
+    forward: Option<&'a mut Option<ProxyJob>>,
 }
 
 /// What a finished response left for the connection: whether one was written, whether to
@@ -92,8 +94,6 @@ pub(crate) struct Finished {
     pub(crate) file: Option<FileBody>,
     pub(crate) status: u16,
     pub(crate) body_bytes: u64,
-    /// A request to forward: the answer comes later, from an upstream.
-    pub(crate) forward: Option<ProxyJob>,
 }
 
 impl<'a> Response<'a> {
@@ -127,20 +127,29 @@ impl<'a> Response<'a> {
         }
     }
 
-    /// Says who asked: the client's address and whether it came over TLS.
-    pub(crate) fn set_client(&mut self, client: ClientInfo) {
+    /// Says who asked (the client's address, whether over TLS) and where a request to forward
+    /// goes: a connection that can relay an upstream's answer lends its slot.
+    pub(crate) fn set_client(&mut self, client: &'a ClientInfo, forward: &'a mut Option<ProxyJob>) {
         self.client = Some(client);
+        self.forward = Some(forward);
     }
 
     /// The client that asked, when the connection said.
     #[must_use]
     pub fn client(&self) -> Option<ClientInfo> {
-        self.client
+        self.client.copied()
     }
 
     /// Answers by forwarding: the response will come from an upstream.
     pub(crate) fn forward(&mut self, job: ProxyJob) {
-        self.forward = Some(job);
+        match &mut self.forward {
+            Some(slot) => **slot = Some(job),
+            // Nowhere to relay an answer from: a gateway error rather than no answer.
+            None => {
+                job.group.give_buffer(job.request);
+                self.send_status(502);
+            }
+        }
     }
 
     /// Whether only the head will be sent (the request was `HEAD`).
@@ -293,7 +302,6 @@ impl<'a> Response<'a> {
             file: self.file,
             status: self.status,
             body_bytes: self.body_bytes,
-            forward: self.forward,
         }
     }
 }

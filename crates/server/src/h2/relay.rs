@@ -98,7 +98,6 @@ impl Downstream for StreamRelay<'_> {
         );
         c.block = block;
         if let Some(r) = &mut c.streams[i].relay {
-            r.head_sent = true;
             r.status = status;
             if end {
                 // Nothing follows; `relay_end` closes the stream.

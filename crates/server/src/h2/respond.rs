@@ -94,13 +94,15 @@ impl H2Conn {
             true,
             Version::Http2,
         );
-        res.set_client(crate::proxy::headers::ClientInfo {
+        let client = crate::proxy::headers::ClientInfo {
             peer: self.peer,
             tls: self.io.is_tls(),
-        });
+        };
+        let mut forward = None;
+        res.set_client(&client, &mut forward);
         let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
-        let mut done = res.finish();
-        if let Some(job) = done.forward.take() {
+        let done = res.finish();
+        if let Some(job) = forward.take() {
             // Answered as the upstream's response arrives (`super::relay`).
             ctx.proxy_starts.push((ctx.token, id, job));
             let i = match entry {
@@ -122,7 +124,6 @@ impl H2Conn {
             s.relay = Some(Relay {
                 upstream: None,
                 open: true,
-                head_sent: false,
                 head_only: req.is_head(),
                 status: 0,
                 body_bytes: 0,

@@ -54,7 +54,6 @@ pub(crate) struct Relay {
     pub(crate) upstream: Option<mio::Token>,
     /// More of the body is to come: the last DATA frame sent so far does not end the stream.
     pub(crate) open: bool,
-    pub(crate) head_sent: bool,
     pub(crate) head_only: bool,
     pub(crate) status: u16,
     pub(crate) body_bytes: u64,
