@@ -64,6 +64,8 @@ pub struct Router {
     sites: Vec<(Vec<String>, Router)>,
     /// Header lines added to every response of this router (a site's `--add-header`).
     extra_headers: Vec<u8>,
+    /// The site's HTTP→HTTPS redirect, answered before any route (`https_redirect`).
+    https_redirect: Option<crate::returns::HttpsRedirect>,
 }
 
 impl Router {
@@ -241,6 +243,11 @@ impl Router {
         }
     }
 
+    /// Redirects this router's clear-text requests to HTTPS (see [`crate::returns::HttpsRedirect`]).
+    pub fn set_https_redirect(&mut self, redirect: Option<crate::returns::HttpsRedirect>) {
+        self.https_redirect = redirect;
+    }
+
     fn dispatch_here(
         &mut self,
         head: &Request<'_, '_>,
@@ -248,6 +255,11 @@ impl Router {
         worker: usize,
         res: &mut Response<'_>,
     ) {
+        if let Some(redirect) = &mut self.https_redirect {
+            if redirect.answer(head, res) {
+                return;
+            }
+        }
         let Self {
             tree,
             routes,
@@ -258,6 +270,7 @@ impl Router {
             location,
             sites: _,
             extra_headers: _,
+            https_redirect: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,

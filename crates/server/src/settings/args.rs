@@ -115,6 +115,17 @@ pub struct ServeArgs {
     /// [[upstream]] group of the config file (repeatable)
     #[arg(long = "proxy", value_name = "PREFIX=TARGET", value_parser = parse_proxy_rule)]
     pub proxy: Vec<ProxyRule>,
+    /// Answer requests under PREFIX with STATUS, as nginx's `return`: a redirect to URL (301,
+    /// 302, 303, 307, 308), or TEXT (or the status page) for another status; URL and TEXT may
+    /// use $scheme $host $request_uri $uri $args $server_port (repeatable; the longest prefix
+    /// among --return and --proxy rules wins)
+    #[arg(long = "return", value_name = "PREFIX=STATUS [URL|TEXT]", value_parser = crate::returns::parse_return_rule)]
+    pub returns: Vec<crate::returns::ReturnRule>,
+    /// Redirect requests that came in clear to HTTPS (308, same host, path and query; the port
+    /// of the first --tls-listen unless 443), except ACME challenges under
+    /// /.well-known/acme-challenge/
+    #[arg(long)]
+    pub https_redirect: bool,
     /// A proxy in front of this server whose X-Forwarded-* and Forwarded values are kept and
     /// extended, ADDR or ADDR/BITS (repeatable); from others they are replaced
     #[arg(long = "proxy-trusted", value_name = "NETWORK", value_parser = parse_cidr)]
@@ -315,6 +326,10 @@ pub struct SiteArgs {
     pub add_header: Vec<String>,
     /// The site's forwarding rules.
     pub proxy: Vec<ProxyRule>,
+    /// The site's `return` rules.
+    pub returns: Vec<crate::returns::ReturnRule>,
+    /// Redirect the site's clear-text requests to HTTPS.
+    pub https_redirect: bool,
 }
 
 impl ServeArgs {
@@ -329,6 +344,8 @@ impl ServeArgs {
             no_json: self.no_json,
             add_header: self.add_header.clone(),
             proxy: self.proxy.clone(),
+            returns: self.returns.clone(),
+            https_redirect: self.https_redirect,
         }
     }
 }

@@ -195,6 +195,8 @@ fn site_flags() -> Vec<String> {
             "no-json".to_owned(),
             "add-header".to_owned(),
             "proxy".to_owned(),
+            "return".to_owned(),
+            "https-redirect".to_owned(),
         ])
         .filter(|f| f != "help")
         .collect()
@@ -309,6 +311,8 @@ fn sites(
                     no_json: a.no_json,
                     add_header: a.add_header,
                     proxy: a.proxy,
+                    returns: a.returns,
+                    https_redirect: a.https_redirect,
                 },
             )),
             Err(e) => errors.push(format!("{shown}:{start}: site[{i}]: {e}")),
