@@ -129,7 +129,8 @@ impl H2Conn {
         }
         self.last_progress = ctx.now;
         if s.body.len() as u64 + payload_range.len() as u64 > max_body {
-            return self.refuse(ctx, h.stream, 413);
+            let head = s.head.take();
+            return self.refuse(ctx, h.stream, 413, head.as_deref());
         }
         s.body.extend_from_slice(&self.rbuf[payload_range]);
         if end_stream {
@@ -263,7 +264,10 @@ impl H2Conn {
             Err(HeadError::Malformed) => return self.stream_error(id, ErrorCode::Protocol),
             Err(HeadError::TooLarge) => {
                 self.last_progress = ctx.now;
-                return self.refuse(ctx, id, 431);
+                let head = std::mem::take(&mut self.head);
+                self.refuse(ctx, id, 431, Some(&head));
+                self.head = head;
+                return;
             }
             Ok(()) => {}
         }
@@ -292,7 +296,10 @@ impl H2Conn {
             .content_length
             .is_some_and(|n| n > ctx.cfg.max_body_bytes)
         {
-            return self.refuse(ctx, id, 413);
+            let head = std::mem::take(&mut self.head);
+            self.refuse(ctx, id, 413, Some(&head));
+            self.head = head;
+            return;
         }
         let head = std::mem::take(&mut self.head);
         self.streams.push(Stream::receiving(

@@ -253,16 +253,5 @@ fn shadowed(root: Option<&std::path::Path>, route: &str) -> bool {
 /// The `site` label of each router index on `/metrics`: a site's first server name, in the
 /// order the router numbers them (the first site is the default).
 pub(crate) fn site_labels(args: &ServeArgs) -> Vec<String> {
-    if args.sites.is_empty() {
-        return vec!["default".to_owned()];
-    }
-    args.sites
-        .iter()
-        .map(|s| {
-            s.server_names
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "default".to_owned())
-        })
-        .collect()
+    args.site_labels()
 }
