@@ -105,7 +105,11 @@ fn h2c(url: &str, extra: &[&str]) -> (u16, String, String) {
         .split_once("\r\n\r\n")
         .unwrap_or_else(|| panic!("curl {url}: {text:?} {:?}", out.stderr));
     assert!(head.starts_with("HTTP/2 "), "{head}");
-    (head[7..10].parse().unwrap(), head.to_owned(), body.to_owned())
+    (
+        head[7..10].parse().unwrap(),
+        head.to_owned(),
+        body.to_owned(),
+    )
 }
 
 fn write(dir: &Path, rel: &str, body: &str) {
@@ -176,7 +180,12 @@ fn returns_redirect_and_answer_by_longest_prefix() {
             &format!("http://example.com:{port}/new?a=b"),
             "302 Found\n",
         ),
-        ("/go/deeper", 302, &format!("http://example.com:{port}/new?"), "302 Found\n"),
+        (
+            "/go/deeper",
+            302,
+            &format!("http://example.com:{port}/new?"),
+            "302 Found\n",
+        ),
         ("/see", 303, "/other", "303 See Other\n"),
         ("/tmp/x", 307, "/t", "307 Temporary Redirect\n"),
         (
@@ -220,7 +229,10 @@ fn returns_redirect_and_answer_by_longest_prefix() {
         addr,
         "POST /old/form HTTP/1.1\r\nHost: a.example\r\nContent-Length: 3\r\nConnection: close\r\n\r\nx=1",
     );
-    assert_eq!((s, field(&head, "location")), (301, "https://a.example/old/form".into()));
+    assert_eq!(
+        (s, field(&head, "location")),
+        (301, "https://a.example/old/form".into())
+    );
     let (s, _, body) = raw(
         addr,
         "HEAD /hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
@@ -276,13 +288,19 @@ fn https_redirect_to_the_tls_port_sparing_acme_challenges() {
         (s, field(&head, "location")),
         (308, format!("https://localhost:{tls}/form"))
     );
-    let (s, head, _) = h2c(&format!("http://127.0.0.1:{clear}/h2?q"), &["-H", "Host: localhost"]);
+    let (s, head, _) = h2c(
+        &format!("http://127.0.0.1:{clear}/h2?q"),
+        &["-H", "Host: localhost"],
+    );
     assert_eq!(
         (s, field(&head, "location")),
         (308, format!("https://localhost:{tls}/h2?q"))
     );
     let (s, _, body) = get(addr, "localhost", "/.well-known/acme-challenge/tok");
-    assert_eq!((s, body.as_str()), (200, "token-for-/.well-known/acme-challenge/tok"));
+    assert_eq!(
+        (s, body.as_str()),
+        (200, "token-for-/.well-known/acme-challenge/tok")
+    );
     // Over TLS: served, not redirected (the built-in site's front page).
     let out = curl(&[
         "-o",
@@ -323,9 +341,15 @@ return = ["/old/=302 http://$host/new$uri", "/teapot=418 short and stout"]
     let server = Serve::start(&["--config", config.to_str().unwrap()]);
     let addr = server.addr();
     let (s, head, _) = get(addr, "secure.test", "/x?1");
-    assert_eq!((s, field(&head, "location").as_str()), (308, "https://secure.test/x?1"));
+    assert_eq!(
+        (s, field(&head, "location").as_str()),
+        (308, "https://secure.test/x?1")
+    );
     let (s, head, _) = get(addr, "plain.test:99", "/old/x");
-    assert_eq!((s, field(&head, "location").as_str()), (302, "http://plain.test/new/old/x"));
+    assert_eq!(
+        (s, field(&head, "location").as_str()),
+        (302, "http://plain.test/new/old/x")
+    );
     let (s, _, body) = get(addr, "plain.test", "/teapot");
     assert_eq!((s, body.as_str()), (418, "short and stout"));
     let (s, _, _) = get(addr, "plain.test", "/plaintext");
@@ -343,11 +367,23 @@ fn try_files_falls_back_inside_the_root_only() {
     write(root.path(), "assets/app.js", "js");
     write(root.path(), "docs/index.html", "docs");
     write(root.path(), ".env", "dot");
-    std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.path().join("leak")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.path().join("leak"))
+        .unwrap();
     let root_arg = root.path().to_str().unwrap();
     let spa = Serve::start(&[
-        "--listen", "127.0.0.1:0", "--workers", "1", "--h2c", "--root", root_arg,
-        "--try-files", "$uri", "--try-files", "$uri/", "--try-files", "/index.html",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--h2c",
+        "--root",
+        root_arg,
+        "--try-files",
+        "$uri",
+        "--try-files",
+        "$uri/",
+        "--try-files",
+        "/index.html",
     ]);
     let addr = spa.addr();
     // (target, status, body)
@@ -376,8 +412,18 @@ fn try_files_falls_back_inside_the_root_only() {
     drop(spa);
 
     let strict = Serve::start(&[
-        "--listen", "127.0.0.1:0", "--workers", "1", "--root", root_arg,
-        "--try-files", "$uri", "--try-files", "${uri}index.html", "--try-files", "=404",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--root",
+        root_arg,
+        "--try-files",
+        "$uri",
+        "--try-files",
+        "${uri}index.html",
+        "--try-files",
+        "=404",
     ]);
     let addr = strict.addr();
     let cases: &[(&str, u16, &str)] = &[
@@ -469,9 +515,14 @@ return = ["/r=200 ok"]
     // The time variables, and the format given inline on the command line.
     let inline = dir.path().join("inline.log");
     let server = Serve::start(&[
-        "--listen", "127.0.0.1:0", "--workers", "1",
-        "--access-log", inline.to_str().unwrap(),
-        "--access-log-format", "[$time_local] $time_iso8601 $msec $status $worker",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--access-log",
+        inline.to_str().unwrap(),
+        "--access-log-format",
+        "[$time_local] $time_iso8601 $msec $status $worker",
     ]);
     get(server.addr(), "x", "/nothing-here");
     server.stop();
@@ -481,6 +532,73 @@ return = ["/r=200 ok"]
     )
     .unwrap();
     assert!(shape.is_match(&line), "{line:?}");
+}
+
+/// A proxied request's line: the upstream's address, status and time, and the request's fields
+/// kept while the upstream answered (over HTTP/1.1 and HTTP/2).
+#[test]
+fn log_format_of_proxied_requests() {
+    // An upstream that answers every request on its connections with "up".
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = upstream.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in upstream.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(n) = conn.read(&mut chunk) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let _ =
+                            conn.write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nup");
+                    }
+                }
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let server = Serve::start(&[
+        "--listen", "127.0.0.1:0", "--workers", "1", "--h2c",
+        "--proxy", &format!("/api/=http://{up}"),
+        "--access-log", log.to_str().unwrap(),
+        "--access-log-format",
+        "\"$request\" $status $body_bytes_sent $upstream_addr $upstream_status $upstream_response_time x=$http_x_custom id=$request_id host=$host",
+    ]);
+    let (s, _, body) = raw(
+        server.addr(),
+        "GET /api/a?b HTTP/1.1\r\nHost: h.test\r\nX-Custom: kept\r\nX-Request-Id: r-9\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!((s, body.as_str()), (201, "up"));
+    let (s, _, body) = h2c(
+        &format!("http://{}/api/b", server.addr()),
+        &["-H", "X-Custom: h2", "-H", "Host: h2.test"],
+    );
+    assert_eq!((s, body.as_str()), (201, "up"));
+    server.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let want = [
+        format!(
+            r#"^"GET /api/a\?b HTTP/1\.1" 201 2 {up} 201 \d+\.\d{{3}} x=kept id=r-9 host=h\.test$"#
+        ),
+        format!(
+            r#"^"GET /api/b HTTP/2\.0" 201 2 {up} 201 \d+\.\d{{3}} x=h2 id=[0-9a-f]{{32}} host=h2\.test$"#
+        ),
+    ];
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (line, want) in lines.iter().zip(&want) {
+        assert!(
+            regex::Regex::new(want).unwrap().is_match(line),
+            "{line} !~ {want}"
+        );
+    }
 }
 
 /// The built-in formats: `combined` unchanged, the JSON line gains its site.
@@ -530,7 +648,12 @@ main = "$remote_addr $remote_adr"
     )
     .unwrap();
     let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config", config.to_str().unwrap()])
+        .args([
+            "serve",
+            "--check-config",
+            "--config",
+            config.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -552,19 +675,31 @@ main = "$remote_addr $remote_adr"
     )
     .unwrap();
     let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config", config.to_str().unwrap()])
+        .args([
+            "serve",
+            "--check-config",
+            "--config",
+            config.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains(&format!("{shown}:3: access_log_format: --access-log-format nosuch: no [log_format]")),
+        err.contains(&format!(
+            "{shown}:3: access_log_format: --access-log-format nosuch: no [log_format]"
+        )),
         "{err}"
     );
     // A rule on a prefix another rule has.
     let out = Command::new(BIN)
         .args([
-            "serve", "--check-config", "--return", "/a/=403", "--proxy", "/a=http://127.0.0.1:1",
+            "serve",
+            "--check-config",
+            "--return",
+            "/a/=403",
+            "--proxy",
+            "/a=http://127.0.0.1:1",
         ])
         .output()
         .unwrap();
@@ -580,10 +715,17 @@ fn refused_http2_requests_are_logged() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
     let server = Serve::start(&[
-        "--listen", "127.0.0.1:0", "--workers", "1", "--h2c",
-        "--max-body", "16",
-        "--h2-max-header-list", "1k",
-        "--access-log", log.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--h2c",
+        "--max-body",
+        "16",
+        "--h2-max-header-list",
+        "1k",
+        "--access-log",
+        log.to_str().unwrap(),
     ]);
     let url = format!("http://{}/upload", server.addr());
     let big = "x".repeat(100);
@@ -602,7 +744,13 @@ fn refused_http2_requests_are_logged() {
         .lines()
         .map(|l| {
             let request = l.split('"').nth(1).unwrap_or("");
-            let status = l.split('"').nth(2).unwrap_or("").split_whitespace().next().unwrap_or("");
+            let status = l
+                .split('"')
+                .nth(2)
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
             (request, status)
         })
         .collect();

@@ -471,16 +471,27 @@ impl WorkerLog {
                         b.extend_from_slice(h);
                         b[at..].make_ascii_lowercase();
                     }
-                    None => dash(b, e.site.and_then(|i| cfg.sites.get(i)).map(String::as_bytes)),
+                    None => dash(
+                        b,
+                        e.site.and_then(|i| cfg.sites.get(i)).map(String::as_bytes),
+                    ),
                 },
-                LogVar::Site => dash(b, e.site.and_then(|i| cfg.sites.get(i)).map(String::as_bytes)),
+                LogVar::Site => dash(
+                    b,
+                    e.site.and_then(|i| cfg.sites.get(i)).map(String::as_bytes),
+                ),
                 LogVar::RequestTime => seconds_ms(b, e.duration),
                 LogVar::RequestId => match e.fields.get("x-request-id") {
                     Some(id) if !id.is_empty() => escaped(b, id),
                     _ => {
                         // nginx's form: 32 hex digits, made only when a format uses it.
                         *ids += 1;
-                        let _ = write!(b, "{:016x}{:016x}", *id_seed, ids.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ *id_seed);
+                        let _ = write!(
+                            b,
+                            "{:016x}{:016x}",
+                            *id_seed,
+                            ids.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ *id_seed
+                        );
                     }
                 },
                 LogVar::UpstreamAddr => dash(b, e.upstream.map(|u| u.addr.as_bytes())),

@@ -146,7 +146,10 @@ fn var(name: &str) -> Result<LogVar, String> {
             return Err("$http_ needs a field name ($http_user_agent)".into());
         }
         return Ok(LogVar::Http(
-            field.to_ascii_lowercase().replace('_', "-").into_boxed_str(),
+            field
+                .to_ascii_lowercase()
+                .replace('_', "-")
+                .into_boxed_str(),
         ));
     }
     if name == "worker" {
@@ -170,7 +173,10 @@ mod tests {
 
     #[test]
     fn compiles() {
-        let f = LogFormat::compile("$remote_addr [$time_local] \"$request\" $http_X_Real_IP ${status}s").unwrap();
+        let f = LogFormat::compile(
+            "$remote_addr [$time_local] \"$request\" $http_X_Real_IP ${status}s",
+        )
+        .unwrap();
         assert_eq!(
             f.segments,
             vec![

@@ -59,9 +59,7 @@ pub fn parse_return_rule(text: &str) -> Result<ReturnRule, String> {
         || prefix.contains(['?', '#', '{', '}', ' ', '*'])
         || prefix.split('/').any(|seg| seg == "." || seg == "..")
     {
-        return Err(format!(
-            "{text:?}: the prefix must be a path such as /old/"
-        ));
+        return Err(format!("{text:?}: the prefix must be a path such as /old/"));
     }
     let rest = rest.trim_start();
     let (code, body) = match rest.split_once(' ') {
@@ -88,7 +86,9 @@ pub fn parse_return_rule(text: &str) -> Result<ReturnRule, String> {
             return Err(format!("{text:?}: a {status} redirect needs a URL"));
         };
         if url.contains([' ', '\t', '"', '<', '>', '\\']) {
-            return Err(format!("{text:?}: {url:?} is not a URL (no spaces or quotes)"));
+            return Err(format!(
+                "{text:?}: {url:?} is not a URL (no spaces or quotes)"
+            ));
         }
     } else if (300..400).contains(&status) {
         return Err(format!(
@@ -203,19 +203,22 @@ impl HttpsRedirect {
             buf: Vec::new(),
         }
     }
+}
 
-    /// Answers `req` with the redirect when it came in clear; `false` (nothing sent) when it
-    /// came over TLS or asks for an ACME challenge.
-    pub fn answer(&mut self, req: &Request<'_, '_>, res: &mut Response<'_>) -> bool {
+impl Handler for HttpsRedirect {
+    /// Answers with the redirect when the request came in clear; leaves it to the routes (sends
+    /// nothing) when it came over TLS or asks for an ACME challenge.
+    fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
+        let req: &Request<'_, '_> = req.head;
         if res.client().is_some_and(|c| c.tls) || req.path.starts_with(ACME_CHALLENGE_PREFIX) {
-            return false;
+            return;
         }
         self.buf.clear();
         self.buf.extend_from_slice(b"Location: ");
         let cx = self.site.context(false);
         if self.template.expand(req, &cx, &mut self.buf).is_err() {
             res.send_status(400);
-            return true;
+            return;
         }
         // `OPTIONS *` has no path to keep: the site's root.
         if req.target == "*" {
@@ -224,7 +227,6 @@ impl HttpsRedirect {
         }
         self.buf.extend_from_slice(b"\r\n");
         res.send_status_with(308, &self.buf);
-        true
     }
 }
 
@@ -236,10 +238,20 @@ mod tests {
     fn rules() {
         // (flag value, Ok((prefix, status, literal text)) or Err(words in the message))
         let ok: &[(&str, &str, u16, Option<&str>)] = &[
-            ("/old/=301 https://example.com/new/", "/old/", 301, Some("https://example.com/new/")),
+            (
+                "/old/=301 https://example.com/new/",
+                "/old/",
+                301,
+                Some("https://example.com/new/"),
+            ),
             ("/=308 https://$host$request_uri", "/", 308, None),
             ("/private/=403", "/private/", 403, None),
-            ("/gone=410 Gone for good", "/gone", 410, Some("Gone for good")),
+            (
+                "/gone=410 Gone for good",
+                "/gone",
+                410,
+                Some("Gone for good"),
+            ),
             ("/health=200 ok", "/health", 200, Some("ok")),
             ("/x= 302 /y", "/x", 302, Some("/y")),
         ];

@@ -64,8 +64,9 @@ pub struct Router {
     sites: Vec<(Vec<String>, Router)>,
     /// Header lines added to every response of this router (a site's `--add-header`).
     extra_headers: Vec<u8>,
-    /// The site's HTTP→HTTPS redirect, answered before any route (`https_redirect`).
-    https_redirect: Option<crate::returns::HttpsRedirect>,
+    /// A handler asked before any route, which may leave the request unanswered for the
+    /// routes (a site's HTTP→HTTPS redirect).
+    first: Option<Box<dyn Handler>>,
 }
 
 impl Router {
@@ -243,9 +244,10 @@ impl Router {
         }
     }
 
-    /// Redirects this router's clear-text requests to HTTPS (see [`crate::returns::HttpsRedirect`]).
-    pub fn set_https_redirect(&mut self, redirect: Option<crate::returns::HttpsRedirect>) {
-        self.https_redirect = redirect;
+    /// Asks `handler` first about every request of this router; what it leaves unanswered is
+    /// routed as usual (a site's HTTP→HTTPS redirect answers clear-text requests only).
+    pub fn first(&mut self, handler: impl Handler + 'static) {
+        self.first = Some(Box::new(handler));
     }
 
     fn dispatch_here(
@@ -255,8 +257,15 @@ impl Router {
         worker: usize,
         res: &mut Response<'_>,
     ) {
-        if let Some(redirect) = &mut self.https_redirect {
-            if redirect.answer(head, res) {
+        if let Some(first) = &mut self.first {
+            let req = Req {
+                head,
+                body,
+                params: &[],
+                worker,
+            };
+            first.handle(&req, res);
+            if res.is_sent() {
                 return;
             }
         }
@@ -270,7 +279,7 @@ impl Router {
             location,
             sites: _,
             extra_headers: _,
-            https_redirect: _,
+            first: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,

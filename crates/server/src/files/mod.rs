@@ -330,7 +330,11 @@ fn try_files(
             .ok()
             .is_some_and(|text| path::normalize(text, cfg.dotfiles, norm).is_ok());
         let mode = if i == last { Mode::Answer } else { Mode::Probe };
-        if ok && lookup(cfg, root, cache, norm, req, fields, is_head, res, scratch, mode) {
+        if ok
+            && lookup(
+                cfg, root, cache, norm, req, fields, is_head, res, scratch, mode,
+            )
+        {
             return;
         }
         if i == last {

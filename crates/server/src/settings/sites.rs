@@ -221,7 +221,7 @@ impl SiteService {
             crate::returns::mount(&mut router, rule, &self.context)?;
         }
         if self.https_redirect {
-            router.set_https_redirect(Some(HttpsRedirect::new(self.context.clone())));
+            router.first(HttpsRedirect::new(self.context.clone()));
         }
         crate::builtin::mount_some(&mut router, self.plaintext_on, self.json_on)?;
         if let Some(app) = &self.app {
