@@ -708,18 +708,21 @@ main = "$remote_addr $remote_adr"
     assert!(err.contains("another rule"), "{err}");
 }
 
-/// HTTP/2 requests refused before routing (413 by Content-Length and by DATA, 431) are logged,
-/// as HTTP/1.1 ones are.
+/// HTTP/2 requests refused before routing (413 by Content-Length, 431) are logged and counted
+/// by kind, as HTTP/1.1 ones are.
 #[test]
 fn refused_http2_requests_are_logged() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
+    let metrics = format!("127.0.0.1:{}", free_port());
     let server = Serve::start(&[
         "--listen",
         "127.0.0.1:0",
         "--workers",
         "1",
         "--h2c",
+        "--metrics",
+        &metrics,
         "--max-body",
         "16",
         "--h2-max-header-list",
@@ -738,6 +741,23 @@ fn refused_http2_requests_are_logged() {
         "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
     );
     assert_eq!(s, 413);
+    // Counters are published as the worker's loop turns: asked until they show (5 s at most).
+    let wants = [
+        "lowlat_parse_errors_total{kind=\"body_too_large\"} 2\n",
+        "lowlat_parse_errors_total{kind=\"head_too_large\"} 1\n",
+        "lowlat_responses_total{site=\"default\",class=\"4xx\"} 3\n",
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let scrape = loop {
+        let (_, _, scrape) = get(metrics.parse().unwrap(), "m", "/metrics");
+        if wants.iter().all(|w| scrape.contains(w)) || std::time::Instant::now() > deadline {
+            break scrape;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for want in wants {
+        assert!(scrape.contains(want), "{want} in {scrape}");
+    }
     server.stop();
     let text = std::fs::read_to_string(&log).unwrap();
     let statuses: Vec<(&str, &str)> = text

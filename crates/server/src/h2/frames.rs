@@ -3,6 +3,7 @@
 //! they can raise (RFC 9113 §5.4, §6).
 use lowlat_http::h2::frame::{self, flag, kind, ErrorCode, FrameHeader, MAX_WINDOW};
 use lowlat_http::h2::HeadError;
+use lowlat_http::ParseError;
 
 use super::conn::{remember, H2Conn, Pending, CONNECTION_WINDOW};
 use super::stream::{State, Stream};
@@ -130,7 +131,7 @@ impl H2Conn {
         self.last_progress = ctx.now;
         if s.body.len() as u64 + payload_range.len() as u64 > max_body {
             let head = s.head.take();
-            return self.refuse(ctx, h.stream, 413, head.as_deref());
+            return self.refuse(ctx, h.stream, ParseError::BodyTooLarge, head.as_deref());
         }
         s.body.extend_from_slice(&self.rbuf[payload_range]);
         if end_stream {
@@ -265,7 +266,7 @@ impl H2Conn {
             Err(HeadError::TooLarge) => {
                 self.last_progress = ctx.now;
                 let head = std::mem::take(&mut self.head);
-                self.refuse(ctx, id, 431, Some(&head));
+                self.refuse(ctx, id, ParseError::HeadTooLarge, Some(&head));
                 self.head = head;
                 return;
             }
@@ -297,7 +298,7 @@ impl H2Conn {
             .is_some_and(|n| n > ctx.cfg.max_body_bytes)
         {
             let head = std::mem::take(&mut self.head);
-            self.refuse(ctx, id, 413, Some(&head));
+            self.refuse(ctx, id, ParseError::BodyTooLarge, Some(&head));
             self.head = head;
             return;
         }

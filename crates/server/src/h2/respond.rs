@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use lowlat_http::h2::frame::{self, ErrorCode};
 use lowlat_http::h2::RequestHead;
 use lowlat_http::request::{Header, Method, Request};
+use lowlat_http::ParseError;
 use lowlat_http::Version;
 
 use super::conn::{remember, H2Conn};
@@ -60,7 +61,7 @@ impl H2Conn {
             &mut big
         };
         let Some(n) = request_fields(head, slots, ctx.cfg.head.max_headers) else {
-            return self.refuse(ctx, id, 431, Some(head));
+            return self.refuse(ctx, id, ParseError::TooManyHeaders, Some(head));
         };
         let fields = &slots[..n];
         let (path, query) = match target.split_once('?') {
@@ -248,16 +249,18 @@ impl H2Conn {
         remember(&mut self.closed_ids, id);
     }
 
-    /// Answers `status` on a stream whose request is refused (too large), then resets it if
-    /// the client was still sending. Counted and logged as HTTP/1.1 refusals are, with what
-    /// `head` (as far as it was decoded) tells of the request.
+    /// Answers a stream whose request is refused (too large: 413, 431), then resets it if the
+    /// client was still sending. Counted (by kind, as `lowlat_parse_errors_total`) and logged as
+    /// HTTP/1.1 refusals are, with what `head` (as far as it was decoded) tells of the request.
     pub(super) fn refuse(
         &mut self,
         ctx: &mut WorkerCtx<'_>,
         id: u32,
-        status: u16,
+        e: ParseError,
         head: Option<&RequestHead>,
     ) {
+        let status = e.status();
+        ctx.counters.parse_error(e);
         let still_sending = match self.streams.iter().position(|s| s.id == id) {
             Some(i) => self.streams.swap_remove(i).state == State::Open,
             None => false,
