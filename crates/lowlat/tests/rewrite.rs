@@ -409,6 +409,13 @@ fn try_files_falls_back_inside_the_root_only() {
     }
     let (s, _, b) = h2c(&format!("http://{addr}/deep/link"), &[]);
     assert_eq!((s, b.as_str()), (200, "spa"));
+    // A path found missing is remembered for --cache-valid (1 s), as a found file is: a file
+    // that appears is served once that has passed.
+    assert_eq!(get(addr, "x", "/late.js").2, "spa");
+    write(root.path(), "late.js", "late");
+    assert_eq!(get(addr, "x", "/late.js").2, "spa");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(get(addr, "x", "/late.js").2, "late");
     drop(spa);
 
     let strict = Serve::start(&[

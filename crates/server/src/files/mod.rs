@@ -55,6 +55,7 @@ pub mod mime;
 pub mod path;
 pub mod range;
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,7 +90,14 @@ pub struct StaticFiles {
     scratch: Vec<u8>,
     /// A `try_files` entry expanded, and normalised (reused).
     candidate: (Vec<u8>, Vec<u8>),
+    /// `try_files` entries found to name no file, and when: trusted for `--cache-valid` as
+    /// cached files are (nginx's `open_file_cache_errors`), so a single-page app's deep links
+    /// cost no `open` and no allocation once warm. At most [`MAX_MISSING`] paths.
+    missing: HashMap<Box<[u8]>, Instant>,
 }
+
+/// Most paths a worker remembers as missing for `try_files`; the set is emptied when full.
+pub const MAX_MISSING: usize = 4096;
 
 impl StaticFiles {
     /// A handler for one worker.
@@ -107,6 +115,7 @@ impl StaticFiles {
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(1024),
             candidate: (Vec::new(), Vec::new()),
+            missing: HashMap::new(),
         }
     }
 }
@@ -120,6 +129,7 @@ impl Handler for StaticFiles {
             path,
             scratch,
             candidate,
+            missing,
         } = self;
         let is_head = matches!(req.method(), Method::Head);
         let readable = is_head || matches!(req.method(), Method::Get);
@@ -168,7 +178,7 @@ impl Handler for StaticFiles {
 
         if !cfg.try_files.is_empty() {
             try_files(
-                cfg, root, cache, req, &fields, is_head, res, scratch, candidate,
+                cfg, root, cache, req, &fields, is_head, res, scratch, candidate, missing,
             );
             return;
         }
@@ -301,7 +311,9 @@ fn try_files(
     res: &mut Response<'_>,
     scratch: &mut Vec<u8>,
     candidate: &mut (Vec<u8>, Vec<u8>),
+    missing: &mut HashMap<Box<[u8]>, Instant>,
 ) {
+    let now = crate::clock::loop_now();
     let cx = crate::template::Context {
         tls: res.client().is_some_and(|c| c.tls),
         ports: crate::template::Ports::default(),
@@ -330,12 +342,26 @@ fn try_files(
             .ok()
             .is_some_and(|text| path::normalize(text, cfg.dotfiles, norm).is_ok());
         let mode = if i == last { Mode::Answer } else { Mode::Probe };
+        if ok && mode == Mode::Probe {
+            let known_missing = missing
+                .get(norm.as_slice())
+                .is_some_and(|&at| now.duration_since(at) < cfg.cache_valid);
+            if known_missing {
+                continue;
+            }
+        }
         if ok
             && lookup(
                 cfg, root, cache, norm, req, fields, is_head, res, scratch, mode,
             )
         {
             return;
+        }
+        if ok && mode == Mode::Probe {
+            if missing.len() >= MAX_MISSING {
+                missing.clear();
+            }
+            missing.insert(norm.as_slice().into(), now);
         }
         if i == last {
             res.send_status(404);
