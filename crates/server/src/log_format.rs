@@ -53,6 +53,10 @@ pub enum LogVar {
     BytesSent,
     /// A request field by its lower-case name, `_` read as `-` (`$http_x_forwarded_for`).
     Http(Box<str>),
+    /// `$http_user_agent` and `$http_referer`: found once per request for every format, so a
+    /// line does not scan the fields for them again.
+    UserAgent,
+    Referer,
     /// The request's host without port, lower-cased, else the site's name.
     Host,
     /// The site's first server name (`$server_name`, `$site`); `default` with no `[[site]]`.
