@@ -361,7 +361,7 @@ impl WorkerLog {
         let b = &mut self.buf;
         let mut ip = itoa::Buffer::new();
         // The address without its port, as nginx's $remote_addr.
-        let _ = write!(b, "{}", e.remote.ip());
+        push_ip(b, e.remote.ip());
         b.extend_from_slice(b" - - [");
         b.extend_from_slice(&self.combined_time);
         b.extend_from_slice(b"] \"");
@@ -430,9 +430,7 @@ impl WorkerLog {
                 Segment::Var(v) => v,
             };
             match v {
-                LogVar::RemoteAddr => {
-                    let _ = write!(b, "{}", e.remote.ip());
-                }
+                LogVar::RemoteAddr => push_ip(b, e.remote.ip()),
                 LogVar::RemoteUser => basic_user(b, e.fields.get("authorization")),
                 LogVar::TimeLocal => b.extend_from_slice(&combined_time[..]),
                 LogVar::TimeIso8601 => {
@@ -486,14 +484,12 @@ impl WorkerLog {
                 LogVar::RequestId => match e.fields.get("x-request-id") {
                     Some(id) if !id.is_empty() => escaped(b, id),
                     _ => {
-                        // nginx's form: 32 hex digits, made only when a format uses it.
+                        // nginx's form: 32 hex digits, made only when a format uses it: the
+                        // worker's seed, then its count mixed with it (unique per worker and
+                        // start, not guessable from outside).
                         *ids += 1;
-                        let _ = write!(
-                            b,
-                            "{:016x}{:016x}",
-                            *id_seed,
-                            ids.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ *id_seed
-                        );
+                        hex64(b, *id_seed);
+                        hex64(b, ids.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ *id_seed);
                     }
                 },
                 LogVar::UpstreamAddr => dash(b, e.upstream.map(|u| u.addr.as_bytes())),
@@ -590,6 +586,26 @@ fn escaped(out: &mut Vec<u8>, v: &[u8]) {
     }
 }
 
+/// An address as `Display` writes it (`127.0.0.1`, `::1`), IPv4 by hand: `write!` through the
+/// formatting machinery cost ~650 instructions a line, 15% of a logged `/plaintext` request
+/// (callgrind, docs/PERFORMANCE.md).
+fn push_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let mut num = itoa::Buffer::new();
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(num.format(octet).as_bytes());
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
 /// Seconds with milliseconds, as nginx's `$request_time` (`0.003`). By hand rather than
 /// `write!`, whose formatting machinery cost ~300 instructions a line (callgrind).
 fn seconds_ms(out: &mut Vec<u8>, d: Duration) {
@@ -668,6 +684,24 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(civil_from_days(20_781), (2026, 11, 24));
+    }
+
+    #[test]
+    fn addresses_as_display_writes_them() {
+        for ip in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.20.3.40",
+            "::1",
+            "::ffff:1.2.3.4",
+            "2001:db8::8a2e:370:7334",
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            let mut out = Vec::new();
+            push_ip(&mut out, ip);
+            assert_eq!(String::from_utf8(out).unwrap(), ip.to_string());
+        }
     }
 
     #[test]
