@@ -25,6 +25,7 @@ use super::downstream::Downstream;
 use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
+use super::upload::UPLOAD_LOW_WATER;
 use super::upstream::{BodyLeft, Phase, Sock, UpConn};
 use crate::ctx::WorkerCtx;
 
@@ -429,12 +430,15 @@ impl Upstreams {
         if !c.writable {
             return Sent::Wait;
         }
-        let was_full = !pipe.has_room();
+        let before = pipe.pending().len();
         match c.sock.write(pipe.pending()) {
             Ok(n) => {
                 pipe.taken(n);
                 c.deadline = ctx.now + c.group.cfg.timeouts.write;
-                let resume = was_full && pipe.drained();
+                // The client's side stops at the high-water mark, above the low one: crossing
+                // the low one downwards is when a stopped client must read again (a client that
+                // was not stopped is only driven once more, for nothing).
+                let resume = before >= UPLOAD_LOW_WATER && pipe.drained();
                 drop(pipe);
                 if resume {
                     // The client's side stopped reading for room: it reads (and feeds) again.
@@ -456,7 +460,12 @@ impl Upstreams {
     }
 
     /// Body bytes were passed to a streaming upload: the connection writes them.
-    pub(crate) fn wake(&mut self, token: Token, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+    pub(crate) fn wake(
+        &mut self,
+        token: Token,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
         let key = token.0 - TOKEN_BASE;
         if self
             .conns

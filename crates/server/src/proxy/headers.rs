@@ -345,7 +345,9 @@ mod tests {
             peer: peer.parse().unwrap(),
             tls,
         };
-        write_request(&mut out, &req, body, None, target, &client, trusted, b"id-1");
+        write_request(
+            &mut out, &req, body, None, target, &client, trusted, b"id-1",
+        );
         String::from_utf8(out).unwrap()
     }
 

@@ -118,7 +118,6 @@ impl Upload {
         self.complete && self.pos == self.buf.len()
     }
 
-
     pub(crate) fn sent(&self) -> u64 {
         self.sent
     }
