@@ -350,10 +350,12 @@ impl Upstreams {
                         }
                         // Nothing to write now: an upstream may answer before the body ends.
                         let c = &mut self.conns[key];
-                        if c.phase == Phase::Sending && c.readable && !c.paused {
-                            if self.read_response(key, ctx, down) {
-                                continue;
-                            }
+                        if c.phase == Phase::Sending
+                            && c.readable
+                            && !c.paused
+                            && self.read_response(key, ctx, down)
+                        {
+                            continue;
                         }
                         return;
                     }
