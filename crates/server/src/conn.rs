@@ -21,8 +21,9 @@ use crate::access_log::{HeldRequest, UpstreamFields};
 use crate::ctx::WorkerCtx;
 use crate::handler::{FileBody, Response};
 use crate::proxy::downstream::Downstream;
-use crate::proxy::headers::ClientInfo;
+use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::job::RelayBody;
+use crate::proxy::upload::{Upload, UploadRef};
 use crate::transport::{Flushed, ReadFailure, Transport};
 use crate::wait::Wait;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
@@ -46,6 +47,11 @@ const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Extra raw bytes allowed beyond the head and body limits while a body is read: the undecoded
 /// tail of a chunked body (a size line, extensions, CRLFs) and the next pipelined request.
 const CHUNK_FRAMING_ALLOWANCE: usize = 64 * 1024;
+
+/// A body longer than this that is not all here when its head is parsed streams to an upstream
+/// as it arrives, when the request is forwarded (smaller ones are read whole first: the request
+/// can then be retried on another server, and takes a pooled connection for one write).
+const STREAM_MIN_BODY: u64 = 64 * 1024;
 
 /// A connection waiting for an upstream's response is bounded by the upstream side's timeouts;
 /// this only keeps its own deadline from firing first.
@@ -79,6 +85,18 @@ struct ChunkState {
     data: Vec<u8>,
     /// Raw bytes after the head already fed to the decoder.
     scanned: usize,
+}
+
+/// The client's side of a body streaming to an upstream (see `proxy::upload`).
+struct ClientUpload {
+    pipe: UploadRef,
+    left: UploadLeft,
+}
+
+/// What is left of a streaming body to read.
+enum UploadLeft {
+    Length(u64),
+    Chunked(ChunkedDecoder),
 }
 
 /// One client connection.
@@ -136,6 +154,10 @@ pub(crate) struct Conn {
     upstream: Option<Token>,
     /// The forwarded request's log fields, kept for its line (reused; only with an access log).
     held: Option<Box<HeldRequest>>,
+    /// The forwarded request's body, still arriving and streaming to the upstream.
+    upload: Option<Box<ClientUpload>>,
+    /// Body bytes went to the upload since the upstream side was last woken for them.
+    upload_fed: bool,
     pub(crate) wait: Wait,
     pub(crate) deadline: Instant,
 }
@@ -185,6 +207,8 @@ impl Conn {
             relay: None,
             upstream: None,
             held: None,
+            upload: None,
+            upload_fed: false,
             wait,
             deadline: now + first_deadline,
         }
@@ -222,9 +246,10 @@ impl Conn {
         }
         if read_closed {
             self.fin_seen = true;
-            if self.relay.is_some() {
+            if self.relay.is_some() && self.upload.is_none() {
                 // The client left while its response was on the way: nginx's 499. The worker
-                // abandons the upstream exchange.
+                // abandons the upstream exchange. (During an upload, what it sent before its
+                // FIN is read first: the end of the body may be in it.)
                 self.close_now(ctx);
                 return;
             }
@@ -272,8 +297,15 @@ impl Conn {
                 self.lingering = false;
                 continue;
             }
-            if !self.read_ready || self.relay.is_some() {
-                // While a response is relayed, pipelined requests wait in the socket.
+            if self.eof && self.upload.is_some() {
+                // The client closed before the end of the body it is streaming: the upstream
+                // exchange is abandoned (the upstream sees the request cut short).
+                self.close_now(ctx);
+                return;
+            }
+            if !self.read_ready || self.relay.is_some() && !self.upload_has_room() {
+                // While a response is relayed, pipelined requests wait in the socket; so does
+                // a streaming body while the upstream has not taken what it was given.
                 break;
             }
             match self.read(ctx) {
@@ -421,6 +453,11 @@ impl Conn {
     /// Answers every complete request at the start of the read buffer.
     fn process(&mut self, ctx: &mut WorkerCtx<'_>) {
         self.unparsed = false;
+        if self.upload.is_some() {
+            // What arrives is the body streaming to the upstream, not requests.
+            self.feed_upload();
+            return;
+        }
         let mut pos = 0;
         // Where the raw bytes of a pending chunked body start, and how many are decoded.
         let mut decoded_raw = None;
@@ -443,8 +480,20 @@ impl Conn {
                     break;
                 }
             };
+            // A body that goes to a handler taking it as it comes (the proxy) streams when it is
+            // long and not all here, or longer than bodies read whole may be, or chunked.
+            let streamed = match req.framing {
+                BodyFraming::None => None,
+                BodyFraming::Length(n) => ((n > ctx.cfg.max_body_bytes
+                    || n > STREAM_MIN_BODY && ((buf.len() - req.head_len) as u64) < n)
+                    && ctx.router.streams_body(&req))
+                .then_some(StreamedBody::Length(n)),
+                BodyFraming::Chunked => (self.chunk.is_none() && ctx.router.streams_body(&req))
+                    .then_some(StreamedBody::Chunked),
+            };
             // Delimit the body; if it is not all here yet, wait for it.
             let (body, consumed): (&[u8], usize) = match req.framing {
+                _ if streamed.is_some() => (&[], req.head_len),
                 BodyFraming::None => (&[], req.head_len),
                 BodyFraming::Length(n) => {
                     if n > ctx.cfg.max_body_bytes {
@@ -531,9 +580,29 @@ impl Conn {
             );
             let mut forward = None;
             res.set_client(&self.client, &mut forward);
+            if let Some(framing) = streamed {
+                res.set_streamed(framing);
+            }
             let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
             let done = res.finish();
-            if let Some(job) = forward.take() {
+            if let Some(mut job) = forward.take() {
+                if let Some(framing) = streamed {
+                    // The body follows the head to the upstream as it is read (`feed_upload`).
+                    let pipe = Upload::new(framing);
+                    let left = match framing {
+                        StreamedBody::Length(n) => UploadLeft::Length(n),
+                        StreamedBody::Chunked => {
+                            UploadLeft::Chunked(ChunkedDecoder::new(job.group.cfg.max_body))
+                        }
+                    };
+                    job.upload = Some(std::rc::Rc::clone(&pipe));
+                    self.upload = Some(Box::new(ClientUpload { pipe, left }));
+                    if req.expect_continue {
+                        // As nginx does when it streams a body: the server asks for it.
+                        self.wbuf
+                            .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                    }
+                }
                 // Answered later, by the upstream side; what follows waits for it.
                 ctx.proxy_starts.push((ctx.token, 0, job));
                 if ctx.access_log.is_some() {
@@ -583,10 +652,11 @@ impl Conn {
             }
             pos += consumed;
             self.chunk = None;
-            if close || !keep_alive || !sent {
+            if close || !keep_alive || !sent || streamed.is_some() {
                 self.closing = true;
-                // Unread bytes (pipelined after a close) would turn our close into a reset.
-                self.lingering = pos < self.rlen;
+                // Unread bytes (pipelined after a close, a body not read) would turn our close
+                // into a reset.
+                self.lingering = pos < self.rlen || streamed.is_some();
                 pos = self.rlen;
             }
             if let Some(file) = file {
@@ -609,6 +679,81 @@ impl Conn {
                 // Stopped early (file, high water): the rest is parsed after the flush.
                 self.unparsed = self.file.is_some() || self.wbuf.len() >= OUTPUT_HIGH_WATER;
             }
+        }
+        if self.upload.is_some() {
+            // The body's first bytes came with the head.
+            self.feed_upload();
+        }
+    }
+
+    /// Whether a streaming body may be read now: the upstream side took enough of what it was
+    /// given (or wants no more).
+    fn upload_has_room(&self) -> bool {
+        self.upload
+            .as_ref()
+            .is_some_and(|u| u.pipe.borrow().has_room())
+    }
+
+    /// Passes what the read buffer holds of a streaming body to the upstream side: the bytes of
+    /// a length, the decoded data of chunks (re-framed there). A malformed or over-long chunked
+    /// body fails the exchange (400 or 413 if the upstream has not answered yet). What follows
+    /// the body stays in the buffer: the next pipelined request.
+    fn feed_upload(&mut self) {
+        let Some(up) = self.upload.as_mut() else {
+            return;
+        };
+        let mut pipe = up.pipe.borrow_mut();
+        if pipe.is_closed() {
+            // The upstream answered before the body ended (or the exchange ended): the rest
+            // is not read, and the connection closes after the response.
+            drop(pipe);
+            self.upload = None;
+            self.rlen = 0;
+            return;
+        }
+        let data = &self.rbuf[..self.rlen];
+        let (used, done) = match &mut up.left {
+            UploadLeft::Length(left) => {
+                let n = data.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                pipe.put(&data[..n]);
+                *left -= n as u64;
+                (n, *left == 0)
+            }
+            UploadLeft::Chunked(decoder) => match decoder.decode(data, |d| pipe.put(d)) {
+                Ok(progress) => (progress.consumed, progress.done),
+                Err(e) => {
+                    pipe.fail(e.status());
+                    drop(pipe);
+                    self.upload = None;
+                    self.upload_fed = true;
+                    self.rlen = 0;
+                    // The rest of the body may still come: read and dropped after the answer.
+                    self.lingering = true;
+                    if let Some(relay) = &mut self.relay {
+                        relay.keep_alive = false;
+                    }
+                    return;
+                }
+            },
+        };
+        if done {
+            pipe.end();
+        }
+        drop(pipe);
+        self.upload_fed |= used > 0 || done;
+        self.rbuf.copy_within(used..self.rlen, 0);
+        self.rlen -= used;
+        if done {
+            self.upload = None;
+        }
+    }
+
+    /// The upstream connection to drive for body bytes just passed to it, once.
+    pub(crate) fn take_upload_wake(&mut self) -> Option<Token> {
+        if std::mem::take(&mut self.upload_fed) {
+            self.upstream
+        } else {
+            None
         }
     }
 
@@ -855,7 +1000,10 @@ impl Conn {
         if !self.write_blocked {
             self.wrote = false;
         }
-        let (wait, deadline) = if self.relay.is_some() && !self.write_blocked {
+        let (wait, deadline) = if self.upload_has_room() && !self.write_blocked {
+            // Streaming a body: the client's pace is bounded as for any body.
+            (Wait::Body, ctx.now + cfg.body_timeout)
+        } else if self.relay.is_some() && !self.write_blocked {
             // The upstream side's timeouts bound the wait (and answer 504).
             (Wait::Upstream, ctx.now + UPSTREAM_WAIT_LIMIT)
         } else if self.closing && self.lingering && self.wait == Wait::Linger {
@@ -910,6 +1058,11 @@ impl Downstream for Conn {
         let Some(relay) = &mut self.relay else {
             return;
         };
+        if self.upload.is_some() {
+            // Answered before the body ended: the rest of it is not read, so the next request
+            // cannot be found; the connection closes after this response.
+            relay.keep_alive = false;
+        }
         if self.wbuf.capacity() == 0 {
             self.wbuf = ctx.pool.take_write();
         }
@@ -1004,6 +1157,7 @@ impl Downstream for Conn {
             return;
         };
         self.upstream = None;
+        let unread = self.end_upload();
         if relay.chunked {
             self.wbuf.extend_from_slice(b"0\r\n\r\n");
         }
@@ -1026,7 +1180,7 @@ impl Downstream for Conn {
         }
         if !relay.keep_alive {
             self.closing = true;
-            self.lingering = self.rlen > 0;
+            self.lingering = self.rlen > 0 || unread;
         }
         // Requests pipelined behind this one are answered now.
         self.unparsed = self.rlen > 0;
@@ -1036,15 +1190,20 @@ impl Downstream for Conn {
         // Already-written bytes go out; then the close shows the response was cut.
         self.relay = None;
         self.upstream = None;
+        self.end_upload();
         let _ = self.flush(ctx);
         self.close_now(ctx);
     }
 
     fn relay_error(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {
-        let Some(relay) = self.relay.take() else {
+        let Some(mut relay) = self.relay.take() else {
             return;
         };
         self.upstream = None;
+        if self.end_upload() {
+            relay.keep_alive = false;
+            self.lingering = true;
+        }
         let took = ctx.now.saturating_duration_since(relay.started);
         ctx.counters.response(0, status, 0, took);
         if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
@@ -1075,6 +1234,21 @@ impl Downstream for Conn {
 
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>) {
         self.drive(ctx);
+    }
+}
+
+impl Conn {
+    /// The exchange a body was streaming to ended: the upstream side wants no more. Returns
+    /// whether part of the body was left unread (the connection must then close, lingering).
+    fn end_upload(&mut self) -> bool {
+        match self.upload.take() {
+            Some(up) => {
+                up.pipe.borrow_mut().close();
+                self.rlen = 0;
+                true
+            }
+            None => false,
+        }
     }
 }
 

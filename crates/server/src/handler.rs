@@ -13,7 +13,7 @@ use lowlat_http::request::{Method, Request};
 use lowlat_http::response::{ConnectionHeader, ResponseHead};
 use lowlat_http::Version;
 
-use crate::proxy::headers::ClientInfo;
+use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::job::ProxyJob;
 
 /// A request as handed to a handler.
@@ -84,6 +84,9 @@ pub struct Response<'a> {
     client: Option<&'a ClientInfo>,
     /// Where a request to forward is put (the connection's slot); nothing is written then.
     forward: Option<&'a mut Option<ProxyJob>>,
+    /// The request's body is still arriving and will stream (framed so) to whoever forwards
+    /// it; only a handler that takes a streamed body is given such a request.
+    streamed: Option<StreamedBody>,
 }
 
 /// What a finished response left for the connection: whether one was written, whether to
@@ -124,6 +127,7 @@ impl<'a> Response<'a> {
             body_bytes: 0,
             client: None,
             forward: None,
+            streamed: None,
         }
     }
 
@@ -132,6 +136,16 @@ impl<'a> Response<'a> {
     pub(crate) fn set_client(&mut self, client: &'a ClientInfo, forward: &'a mut Option<ProxyJob>) {
         self.client = Some(client);
         self.forward = Some(forward);
+    }
+
+    /// Says that the request's body is still arriving and will stream after the head.
+    pub(crate) fn set_streamed(&mut self, framing: StreamedBody) {
+        self.streamed = Some(framing);
+    }
+
+    /// How the request's body streams, when it does (see [`Handler::takes_streamed_body`]).
+    pub(crate) fn streamed(&self) -> Option<StreamedBody> {
+        self.streamed
     }
 
     /// The client that asked, when the connection said.
@@ -324,6 +338,12 @@ fn status_body(status: u16, buf: &mut [u8; 64]) -> usize {
 pub trait Handler {
     /// Answers `req` through `res`. A handler that returns without answering gets a 500.
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>);
+
+    /// Whether this handler takes a request whose body is still arriving (the proxy, which
+    /// streams it on); every other handler is given the body whole, up to `--max-body`.
+    fn takes_streamed_body(&self) -> bool {
+        false
+    }
 }
 
 impl<F> Handler for F

@@ -130,6 +130,15 @@ impl Connection {
 
     /// Relayed responses whose client side has drained below `low`: (upstream, stream) pairs
     /// whose upstream may be read again.
+    /// The upstream connection to drive for request-body bytes this connection just read for
+    /// it (HTTP/1.1 streams bodies; HTTP/2 bodies are read whole).
+    pub(crate) fn take_upload_wake(&mut self) -> Option<Token> {
+        match self {
+            Self::H1(c) => c.take_upload_wake(),
+            Self::H2(_) | Self::Switching => None,
+        }
+    }
+
     pub(crate) fn relays_below(&self, low: usize, out: &mut Vec<(Token, u32)>) {
         match self {
             Self::H1(c) => {

@@ -232,6 +232,30 @@ impl Router {
         0
     }
 
+    /// Whether `head` goes to a handler that takes its body while it still arrives (see
+    /// [`Handler::takes_streamed_body`]): the same choice of site, route and method as
+    /// [`Router::dispatch`], asked before the body is read. Only asked for a body that is not
+    /// all here, so it costs nothing per ordinary request.
+    pub fn streams_body(&mut self, head: &Request<'_, '_>) -> bool {
+        if !self.sites.is_empty() {
+            if let Some((_, site)) = self.site_for(head.header("host")) {
+                return site.streams_here(head);
+            }
+        }
+        self.streams_here(head)
+    }
+
+    fn streams_here(&self, head: &Request<'_, '_>) -> bool {
+        let Ok(matched) = self.tree.at(head.path) else {
+            return false;
+        };
+        self.routes[*matched.value]
+            .methods
+            .iter()
+            .find(|&&(m, _)| m == head.method)
+            .is_some_and(|&(_, h)| self.handlers[h].takes_streamed_body())
+    }
+
     /// Header lines (each `Name: value`) to add to every response of this router.
     pub fn set_extra_headers(&mut self, lines: &[String]) {
         self.extra_headers.clear();

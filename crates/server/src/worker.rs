@@ -361,6 +361,21 @@ fn settle(
         }
         return;
     }
+    if let Some(up) = conn.take_upload_wake() {
+        // Body bytes it read for a streaming upload: the upstream connection writes them.
+        conn.with_downstream(0, |down| {
+            if let Some(down) = down {
+                upstreams.wake(up, ctx, down);
+            }
+        });
+        if conn.closed() {
+            conns.remove(key);
+            while let Some(up) = ctx.proxy_cancels.pop() {
+                upstreams.cancel(up, ctx);
+            }
+            return;
+        }
+    }
     conn.relays_below(RELAY_LOW_WATER, relays);
     while let Some((up, stream)) = relays.pop() {
         conn.with_downstream(stream, |down| {

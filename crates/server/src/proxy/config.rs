@@ -77,6 +77,8 @@ pub struct UpstreamGroup {
     pub servers: Vec<UpstreamServer>,
     pub balance: Balance,
     pub timeouts: UpstreamTimeouts,
+    /// Largest request body forwarded (413 beyond).
+    pub max_body: u64,
     /// Idle keep-alive connections kept per server, per worker.
     pub keepalive: usize,
     /// How long an idle pooled connection is kept.

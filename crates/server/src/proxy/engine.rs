@@ -25,6 +25,7 @@ use super::downstream::Downstream;
 use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
+use super::upload::UPLOAD_LOW_WATER;
 use super::upstream::{BodyLeft, Phase, Sock, UpConn};
 use crate::ctx::WorkerCtx;
 
@@ -34,6 +35,18 @@ pub(crate) const TOKEN_BASE: usize = usize::MAX / 2;
 const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
+
+/// A streaming request body waiting for its client is bounded by the client connection's body
+/// timeout (which abandons the exchange); this only keeps the upstream's deadline from firing
+/// first.
+const UPLOAD_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// What writing a streaming body achieved.
+enum Sent {
+    More,
+    Wait,
+    Over,
+}
 
 /// What an event said of an upstream connection.
 #[derive(Debug, Clone, Copy)]
@@ -325,17 +338,35 @@ impl Upstreams {
                     }
                 }
                 Phase::Sending => {
-                    if !c.writable {
-                        return;
-                    }
                     let Some(job) = &c.job else {
                         return self.close(key, ctx);
                     };
+                    if c.wpos == job.request.len() {
+                        // The head is out; a streaming body follows as it arrives.
+                        match self.send_upload(key, ctx, down) {
+                            Sent::More => continue,
+                            Sent::Wait => {}
+                            Sent::Over => return,
+                        }
+                        // Nothing to write now: an upstream may answer before the body ends.
+                        let c = &mut self.conns[key];
+                        if c.phase == Phase::Sending
+                            && c.readable
+                            && !c.paused
+                            && self.read_response(key, ctx, down)
+                        {
+                            continue;
+                        }
+                        return;
+                    }
+                    if !c.writable {
+                        return;
+                    }
                     match c.sock.write(&job.request[c.wpos..]) {
                         Ok(n) => {
                             c.wpos += n;
                             c.deadline = ctx.now + c.group.cfg.timeouts.write;
-                            if c.wpos == job.request.len() {
+                            if c.wpos == job.request.len() && job.upload.is_none() {
                                 c.phase = Phase::Waiting;
                                 c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
                             }
@@ -352,46 +383,153 @@ impl Upstreams {
                     if c.paused || !c.readable {
                         return;
                     }
-                    if c.rbuf.is_empty() {
-                        c.rbuf = ctx.pool.take_read();
-                    }
-                    if c.rlen == c.rbuf.len() {
-                        // Only a head can fill the buffer (a body is handed on as it comes).
-                        return self.fail(key, Failure::Invalid, ctx, down);
-                    }
-                    match c.sock.read(&mut c.rbuf[c.rlen..]) {
-                        Ok(0) => {
-                            c.readable = false;
-                            return self.eof(key, ctx, down);
-                        }
-                        Ok(n) => {
-                            // A short read drains the socket: the next edge says when there is
-                            // more (as for client connections) — unless the edge already said
-                            // the server closed, which no later edge repeats.
-                            c.readable = c.rlen + n == c.rbuf.len() || c.closed_seen;
-                            c.rlen += n;
-                            c.got_bytes = true;
-                            if c.phase == Phase::Body {
-                                c.deadline = ctx.now + c.group.cfg.timeouts.read;
-                            }
-                            if !self.process(key, ctx, down) {
-                                return;
-                            }
-                            down.flush_relayed(ctx);
-                            if let Some(c) = self.conns.get_mut(key) {
-                                if c.phase == Phase::Body && down.backlog() > RELAY_HIGH_WATER {
-                                    c.paused = true;
-                                }
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            c.readable = false;
-                            return;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => return self.fail(key, Failure::Closed, ctx, down),
+                    if !self.read_response(key, ctx, down) {
+                        return;
                     }
                 }
+            }
+        }
+    }
+
+    /// Writes what a streaming request body has ready (the head is out). `More`: progress was
+    /// made; `Wait`: nothing can be written now (the socket is full, or the client has sent
+    /// nothing more yet); `Over`: the exchange ended here.
+    fn send_upload(
+        &mut self,
+        key: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> Sent {
+        let c = &mut self.conns[key];
+        let Some(up) = c.job.as_ref().and_then(|j| j.upload.clone()) else {
+            return Sent::Wait;
+        };
+        let mut pipe = up.borrow_mut();
+        if let Some(status) = pipe.failed() {
+            // The client's body was refused midway: the upstream got part of a request, which
+            // only a close can end.
+            drop(pipe);
+            tracing::debug!(status, "request body refused while streaming");
+            let relayed = c.head_relayed;
+            self.close(key, ctx);
+            if relayed {
+                down.relay_abort(ctx);
+            } else {
+                down.relay_error(ctx, status);
+            }
+            return Sent::Over;
+        }
+        if pipe.done() {
+            c.phase = Phase::Waiting;
+            c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+            return Sent::More;
+        }
+        if pipe.pending().is_empty() {
+            // The client's pace: its connection's body timeout bounds the wait.
+            c.deadline = ctx.now + UPLOAD_WAIT_LIMIT;
+            return Sent::Wait;
+        }
+        if !c.writable {
+            return Sent::Wait;
+        }
+        let before = pipe.pending().len();
+        match c.sock.write(pipe.pending()) {
+            Ok(n) => {
+                pipe.taken(n);
+                c.deadline = ctx.now + c.group.cfg.timeouts.write;
+                // The client's side stops at the high-water mark, above the low one: crossing
+                // the low one downwards is when a stopped client must read again (a client that
+                // was not stopped is only driven once more, for nothing).
+                let resume = before >= UPLOAD_LOW_WATER && pipe.drained();
+                drop(pipe);
+                if resume {
+                    // The client's side stopped reading for room: it reads (and feeds) again.
+                    down.flush_relayed(ctx);
+                }
+                Sent::More
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.writable = false;
+                Sent::Wait
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Sent::More,
+            Err(_) => {
+                drop(pipe);
+                self.fail(key, Failure::Closed, ctx, down);
+                Sent::Over
+            }
+        }
+    }
+
+    /// Body bytes were passed to a streaming upload: the connection writes them.
+    pub(crate) fn wake(
+        &mut self,
+        token: Token,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let key = token.0 - TOKEN_BASE;
+        if self
+            .conns
+            .get(key)
+            .is_some_and(|c| c.phase == Phase::Sending)
+        {
+            self.drive(key, ctx, down);
+        }
+    }
+
+    /// One read of the response and what it brings. Returns false when there is nothing more to
+    /// do now (drained, paused, or the exchange ended).
+    fn read_response(
+        &mut self,
+        key: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> bool {
+        let c = &mut self.conns[key];
+        if c.rbuf.is_empty() {
+            c.rbuf = ctx.pool.take_read();
+        }
+        if c.rlen == c.rbuf.len() {
+            // Only a head can fill the buffer (a body is handed on as it comes).
+            self.fail(key, Failure::Invalid, ctx, down);
+            return false;
+        }
+        match c.sock.read(&mut c.rbuf[c.rlen..]) {
+            Ok(0) => {
+                c.readable = false;
+                self.eof(key, ctx, down);
+                false
+            }
+            Ok(n) => {
+                // A short read drains the socket: the next edge says when there is more (as
+                // for client connections) — unless the edge already said the server closed,
+                // which no later edge repeats.
+                c.readable = c.rlen + n == c.rbuf.len() || c.closed_seen;
+                c.rlen += n;
+                c.got_bytes = true;
+                if c.phase == Phase::Body {
+                    c.deadline = ctx.now + c.group.cfg.timeouts.read;
+                }
+                if !self.process(key, ctx, down) {
+                    return false;
+                }
+                down.flush_relayed(ctx);
+                if let Some(c) = self.conns.get_mut(key) {
+                    if c.phase == Phase::Body && down.backlog() > RELAY_HIGH_WATER {
+                        c.paused = true;
+                    }
+                }
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.readable = false;
+                false
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+            Err(_) => {
+                self.fail(key, Failure::Closed, ctx, down);
+                false
             }
         }
     }
@@ -400,7 +538,8 @@ impl Upstreams {
     /// the exchange ended (the connection is back in its pool, or gone).
     fn process(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) -> bool {
         let c = &mut self.conns[key];
-        if c.phase == Phase::Waiting {
+        // While a body streams (Sending), an upstream may answer before it ends.
+        if matches!(c.phase, Phase::Waiting | Phase::Sending) {
             loop {
                 let head_request = c.job.as_ref().is_some_and(|j| j.head_request);
                 let mut slots: ResponseHeaderSlots<'_> =
@@ -470,6 +609,15 @@ impl Upstreams {
                 c.rbuf = rbuf;
                 c.head_relayed = true;
                 if let Some(job) = c.job.take() {
+                    if let Some(up) = &job.upload {
+                        let mut pipe = up.borrow_mut();
+                        if !pipe.done() {
+                            // Answered before the whole body went: the upstream stops here
+                            // (nginx too), and the connection cannot carry another request.
+                            pipe.close();
+                            c.keep_alive = false;
+                        }
+                    }
                     job.group.give_buffer(job.request);
                 }
                 match left {
@@ -627,6 +775,11 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        if job.upload.as_ref().is_some_and(|u| u.borrow().sent() > 0) {
+            // Part of the body is gone: it cannot be sent again.
+            job.group.give_buffer(std::mem::take(&mut job.request));
+            return down.relay_error(ctx, status_for(why));
+        }
         if job.idempotent && stale && !job.stale_retried {
             // The pool's connection had been closed by the server: a fresh one, same server.
             job.stale_retried = true;

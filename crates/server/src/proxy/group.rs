@@ -176,6 +176,7 @@ mod tests {
                 read: Duration::from_secs(1),
                 write: Duration::from_secs(1),
             },
+            max_body: 1 << 20,
             keepalive: 8,
             keepalive_timeout: Duration::from_secs(60),
             max_fails: 1,

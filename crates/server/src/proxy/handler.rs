@@ -10,7 +10,7 @@ use lowlat_http::request::Method;
 
 use super::config::{Balance, Cidr, HashKey, ProxyRoute};
 use super::group::{fnv, WorkerGroup};
-use super::headers::{write_request, ClientInfo, Target};
+use super::headers::{write_request, ClientInfo, StreamedBody, Target};
 use super::job::ProxyJob;
 use crate::handler::{Handler, Req, Response};
 use crate::router::{RouteError, Router};
@@ -75,11 +75,24 @@ pub(crate) fn mount(
 }
 
 impl Handler for ProxyHandler {
+    fn takes_streamed_body(&self) -> bool {
+        true
+    }
+
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
         if has_dot_segment(req.path()) {
             // The rule matched the path as written; `..` would step out of what it maps (and
             // out of the prefix a rewrite replaced). Refused, not forwarded.
             res.send_status(400);
+            return;
+        }
+        let streamed = res.streamed();
+        let too_large = match streamed {
+            Some(StreamedBody::Length(n)) => n > self.group.cfg.max_body,
+            _ => req.body.len() as u64 > self.group.cfg.max_body,
+        };
+        if too_large {
+            res.send_status(413);
             return;
         }
         let client = res.client().unwrap_or(ClientInfo {
@@ -96,6 +109,7 @@ impl Handler for ProxyHandler {
             &mut request,
             req.head,
             req.body,
+            streamed,
             &Target {
                 prefix: &self.prefix,
                 rewrite: self.rewrite.as_deref(),
@@ -131,6 +145,8 @@ impl Handler for ProxyHandler {
             hash,
             retried: false,
             stale_retried: false,
+            // The connection that reads the body attaches it.
+            upload: None,
         });
     }
 }

@@ -15,6 +15,7 @@
 //! - `job`: a request on its way; how its body will be framed for the client.
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
 //! - `engine`: the worker's upstream connections: exchanges, retries, timeouts, pools.
+//! - `upload`: a request body streaming to an upstream while it arrives.
 //! - `upstream`: one upstream connection and its socket.
 //! - `group`: one worker's view of a group: balancer, in-flight counts, idle pools.
 //! - `health`: passive and active health, shared by the workers.
@@ -29,4 +30,5 @@ pub mod headers;
 pub(crate) mod health;
 pub(crate) mod job;
 pub mod stats;
+pub(crate) mod upload;
 pub(crate) mod upstream;

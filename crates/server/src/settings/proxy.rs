@@ -6,7 +6,7 @@ use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lowlat_http::units::parse_positive_duration;
+use lowlat_http::units::{parse_nonzero_size, parse_positive_duration};
 
 use crate::proxy::config::{
     Balance, Cidr, HashKey, HealthCheck, ProxyConfig, ProxyRoute, UpstreamAddr, UpstreamGroup,
@@ -34,6 +34,10 @@ pub struct GroupArgs {
     /// Longest pause while writing a request to an upstream (504 after)
     #[arg(id = "proxy_write_timeout", long = "proxy-write-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
     pub write_timeout: Duration,
+    /// Largest request body forwarded (413 beyond); a body that is still arriving streams to the
+    /// upstream as it comes, so this bounds no memory, only what an upstream is asked to take
+    #[arg(id = "proxy_max_body", long = "proxy-max-body", value_name = "SIZE", default_value = "1g", value_parser = parse_nonzero_size)]
+    pub max_body: u64,
     /// Idle keep-alive connections kept per upstream server and worker (0: a connection per
     /// request)
     #[arg(
@@ -248,6 +252,7 @@ fn group(name: String, servers: Vec<UpstreamServer>, g: &GroupArgs) -> UpstreamG
             read: g.read_timeout,
             write: g.write_timeout,
         },
+        max_body: g.max_body,
         keepalive: g.keepalive,
         keepalive_timeout: g.keepalive_timeout,
         max_fails: g.max_fails,
