@@ -15,6 +15,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use lowlat_http::client::{HeadCache, ResponseReader, Step};
@@ -118,6 +119,13 @@ impl SendTimes {
     }
 }
 
+/// The thread's script, when it has one (its state, held for this turn of the loop).
+fn held_script<'s>(
+    script: &'s mut Option<MutexGuard<'_, Option<ThreadScript>>>,
+) -> Option<&'s mut ThreadScript> {
+    script.as_deref_mut().and_then(Option::as_mut)
+}
+
 /// What a connection is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ConnState {
@@ -214,9 +222,11 @@ pub(crate) struct Worker<'a> {
     cpu_at_start: (Duration, Duration),
     /// Which thread of the plan this is.
     index: usize,
-    /// With `-s`: what the threads do with the script, and this thread's Lua state.
+    /// With `-s`: what the threads do with the script, and this thread's Lua state, locked for
+    /// each turn of the loop and let go while it waits in `poll` (so that the main state's
+    /// `thread:get()` and `thread:set()` reach a running thread between two turns).
     script_plan: Option<&'a ScriptPlan>,
-    script: Option<ThreadScript>,
+    script: Option<MutexGuard<'a, Option<ThreadScript>>>,
     /// The script failed (the run ends) or called `thread:stop()` (this thread ends).
     script_ended: bool,
 }
@@ -309,18 +319,19 @@ impl<'a> Worker<'a> {
             cpu_at_start: (Duration::ZERO, Duration::ZERO),
             index,
             script_plan,
-            script: script_plan.and_then(|s| s.script.take(index)),
+            script: script_plan.and_then(|s| s.script.lock(index)),
             script_ended: false,
         })
     }
 
     /// Runs until the deadline, the request count, or the stop flag; returns the thread's figures.
-    /// A script's state goes back to the script afterwards, for `done()`.
+    /// What the script printed is written out at the end.
     pub fn run(mut self) -> io::Result<ThreadStats> {
         let result = self.run_loop();
-        if let (Some(plan), Some(script)) = (self.script_plan, self.script.take()) {
-            plan.script.put(self.index, script);
+        if let Some(script) = held_script(&mut self.script) {
+            script.flush_output();
         }
+        self.script = None;
         result.map(|()| self.stats)
     }
 
@@ -350,7 +361,11 @@ impl<'a> Worker<'a> {
                 break;
             }
             let wait = self.next_wait(now);
-            match self.poll.poll(&mut events, Some(wait)) {
+            // The script's state is free while the loop waits; one lock per turn, not per call.
+            self.script = None;
+            let polled = self.poll.poll(&mut events, Some(wait));
+            self.script = self.script_plan.and_then(|s| s.script.lock(self.index));
+            match polled {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -659,7 +674,7 @@ impl<'a> Worker<'a> {
         if self.conns[idx].timer.is_some() || self.room(idx) == 0 {
             return;
         }
-        let Some(script) = &mut self.script else {
+        let Some(script) = held_script(&mut self.script) else {
             return;
         };
         let wait = match script.delay() {
@@ -677,7 +692,12 @@ impl<'a> Worker<'a> {
 
     /// The script failed, or called `thread:stop()`.
     fn script_stopped(&self) -> bool {
-        self.script_ended || self.script.as_ref().is_some_and(ThreadScript::stopped)
+        self.script_ended
+            || self
+                .script
+                .as_deref()
+                .and_then(Option::as_ref)
+                .is_some_and(ThreadScript::stopped)
     }
 
     /// How many more requests connection `idx` may have in flight: with a script's
@@ -701,7 +721,7 @@ impl<'a> Worker<'a> {
     /// most `allowed` of its requests, for a counted run): its bytes, or with `--h2` its
     /// streams. Returns how many requests were queued; `None` when the script failed.
     fn next_batch(&mut self, idx: usize, allowed: usize, now: Instant) -> Option<usize> {
-        let (Some(script), Some(plan)) = (&mut self.script, self.script_plan) else {
+        let (Some(script), Some(plan)) = (held_script(&mut self.script), self.script_plan) else {
             return None;
         };
         let conn = &mut self.conns[idx];
@@ -1022,7 +1042,7 @@ impl<'a> Worker<'a> {
         let mut completed = 0;
         let stats = &mut self.stats;
         let (measuring, measure_start) = (self.measuring, self.measure_start);
-        let mut script = self.script.as_mut();
+        let mut script = held_script(&mut self.script);
         let mut script_error = None;
         let result = h2.read(&self.buf[..n], |event| {
             completed += 1;
@@ -1196,7 +1216,7 @@ impl<'a> Worker<'a> {
                         break;
                     }
                     Ok(Step::Complete { consumed, response }) => {
-                        if let (true, Some(script)) = (capture, &mut self.script) {
+                        if let (true, Some(script)) = (capture, held_script(&mut self.script)) {
                             // The response's bytes: in this read alone (no copy), or after the
                             // part an earlier read kept.
                             let raw: &[u8] = if conn.capture.is_empty() {
@@ -1306,7 +1326,7 @@ impl<'a> Worker<'a> {
             Ok(Some(response)) => {
                 if let (true, Some(script)) = (
                     self.script_plan.is_some_and(|s| s.response),
-                    &mut self.script,
+                    held_script(&mut self.script),
                 ) {
                     let head = conn.heads.pop_front().unwrap_or(false);
                     let raw = std::mem::take(&mut conn.capture);
