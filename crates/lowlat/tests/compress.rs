@@ -416,12 +416,17 @@ fn precompressed_sibling_first() {
     assert_eq!(r.decoded(), file);
 }
 
-/// Dynamic responses (the app's HTML, the embedded site) are compressed per response; the
-/// app's own Vary is kept beside ours.
+/// Dynamic responses (the app's HTML and JSON, the embedded site) are compressed per response;
+/// the app's own Vary is kept beside ours.
 #[test]
 fn dynamic_responses_are_compressed() {
-    let server = Serve::start(&["--compress"]);
+    // The app's pages are about 250 bytes: a lower minimum takes them in.
+    let server = Serve::start(&["--compress", "--compress-min-size", "100"]);
     for proto in ["--http1.1", "--http2-prior-knowledge"] {
+        let stats = get(&server.url("/app/_stats"), Some("br"), &[proto]);
+        assert_eq!(stats.header("content-encoding"), Some("br"), "{proto}");
+        let json: serde_json::Value = serde_json::from_slice(&stats.decoded()).unwrap();
+        assert!(json.is_object() || json.is_array());
         let plain = get(&server.url("/app/"), None, &[proto]);
         let r = get(&server.url("/app/"), Some("gzip"), &[proto]);
         assert_eq!(r.status, 200);
