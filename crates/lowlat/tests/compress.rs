@@ -215,7 +215,10 @@ fn each_coding_decodes_to_the_file() {
             assert_eq!(r.header("content-encoding"), Some(coding), "{proto}");
             assert!(r.varies(), "{proto} {coding}: {:?}", r.headers);
             assert_eq!(
-                r.header("content-length").unwrap().parse::<usize>().unwrap(),
+                r.header("content-length")
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap(),
                 r.body.len()
             );
             assert!(r.body.len() < file.len() / 3, "{coding}: {}", r.body.len());
@@ -276,7 +279,10 @@ fn qvalues_and_order() {
         assert_eq!(r.status, 200);
         assert_eq!(r.header("content-encoding"), want, "{accept}");
         assert!(r.varies(), "{accept}");
-        assert_eq!(r.decoded(), std::fs::read(dir.path().join("index.html")).unwrap());
+        assert_eq!(
+            r.decoded(),
+            std::fs::read(dir.path().join("index.html")).unwrap()
+        );
     }
 }
 
@@ -335,7 +341,10 @@ fn ranges_head_and_conditionals() {
         assert_eq!(head.status, 200);
         assert_eq!(head.header("content-encoding"), Some("gzip"));
         assert_eq!(
-            head.header("content-length").unwrap().parse::<usize>().unwrap(),
+            head.header("content-length")
+                .unwrap()
+                .parse::<usize>()
+                .unwrap(),
             full.body.len()
         );
         assert!(head.body.is_empty());
@@ -432,11 +441,17 @@ fn dynamic_responses_are_compressed() {
         assert_eq!(r.status, 200);
         assert_eq!(r.header("content-encoding"), Some("gzip"), "{proto}");
         assert!(r.varies() && plain.varies());
-        assert!(r.all("vary").iter().any(|v| v.contains("Accept") && !v.contains("Encoding")));
+        assert!(r
+            .all("vary")
+            .iter()
+            .any(|v| v.contains("Accept") && !v.contains("Encoding")));
         let html = String::from_utf8(r.decoded()).unwrap();
         assert!(html.contains("<html"), "{html}");
         assert_eq!(
-            r.header("content-length").unwrap().parse::<usize>().unwrap(),
+            r.header("content-length")
+                .unwrap()
+                .parse::<usize>()
+                .unwrap(),
             r.body.len()
         );
         let welcome = get(&server.url("/"), Some("zstd"), &[proto]);
@@ -466,9 +481,17 @@ fn per_site_and_checked() {
     )
     .unwrap();
     let server = Serve::start(&["--config", path_str(&conf)]);
-    let a = get(&server.url("/index.html"), Some("gzip"), &["-H", "Host: a.test"]);
+    let a = get(
+        &server.url("/index.html"),
+        Some("gzip"),
+        &["-H", "Host: a.test"],
+    );
     assert_eq!(a.header("content-encoding"), Some("gzip"));
-    let b = get(&server.url("/index.html"), Some("gzip"), &["-H", "Host: b.test"]);
+    let b = get(
+        &server.url("/index.html"),
+        Some("gzip"),
+        &["-H", "Host: b.test"],
+    );
     assert_eq!(b.header("content-encoding"), None);
 
     std::fs::write(

@@ -299,8 +299,7 @@ impl Encoders {
         let before = c.total_in();
         loop {
             let fed = usize::try_from(c.total_in() - before).unwrap_or(input.len());
-            let status =
-                c.compress_vec(&input[fed..], out, flate2::FlushCompress::Finish)?;
+            let status = c.compress_vec(&input[fed..], out, flate2::FlushCompress::Finish)?;
             if status == flate2::Status::StreamEnd {
                 return Ok(());
             }
@@ -470,7 +469,9 @@ mod tests {
                 #[command(flatten)]
                 c: CompressArgs,
             }
-            Cli::try_parse_from(["x", "--compress-min-size", "2m"]).unwrap().c
+            Cli::try_parse_from(["x", "--compress-min-size", "2m"])
+                .unwrap()
+                .c
         };
         assert!(CompressConfig::from_args(&args).is_err());
     }

@@ -249,10 +249,7 @@ mod tests {
                 "{field:?} {order:?}"
             );
         }
-        assert_eq!(
-            choose(Some(b"gzip"), set(&[Br]), &DEFAULT_ORDER),
-            Identity
-        );
+        assert_eq!(choose(Some(b"gzip"), set(&[Br]), &DEFAULT_ORDER), Identity);
     }
 
     #[test]

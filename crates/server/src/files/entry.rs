@@ -179,7 +179,10 @@ impl Entry {
             .map(|e| e.etag.len() + e.head_ok.len() + e.head_not_modified.len() + 64)
             .sum();
         variants
-            + encoded + 2 * key_len + 256 + self.fs_path.as_ref().map_or(0, |p| p.as_os_str().len())
+            + encoded
+            + 2 * key_len
+            + 256
+            + self.fs_path.as_ref().map_or(0, |p| p.as_os_str().len())
     }
 
     /// Whether any representation keeps a descriptor open.
@@ -351,7 +354,11 @@ fn build(
 
 /// The heads of every coding the site compresses with, for a compressible identity variant.
 #[must_use]
-pub fn encoded_heads(cfg: &FilesConfig, content_type: &str, identity: &Variant) -> Vec<EncodedHeads> {
+pub fn encoded_heads(
+    cfg: &FilesConfig,
+    content_type: &str,
+    identity: &Variant,
+) -> Vec<EncodedHeads> {
     let last_modified = String::from_utf8_lossy(&identity.last_modified);
     cfg.compress
         .order

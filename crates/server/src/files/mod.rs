@@ -460,8 +460,7 @@ fn serve_encoded(
         }
     };
     let mut body = Vec::new();
-    if let Err(e) = crate::compress::encode(heads.coding, &cfg.compress.levels, bytes, &mut body)
-    {
+    if let Err(e) = crate::compress::encode(heads.coding, &cfg.compress.levels, bytes, &mut body) {
         tracing::debug!("cannot compress: {e}");
         return send(identity, 200, &identity.head_ok, 0, identity.len, res);
     }
