@@ -27,6 +27,8 @@
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
 //! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
 //! - [`builtin`]: `/plaintext` and `/json`.
+//! - [`compress`]: compression on the fly (gzip, br, zstd): settings, per-worker encoders,
+//!   counts.
 //! - [`files`]: static files under a document root (or the embedded default site).
 //! - [`app`]: the dynamic app, 1000 prefix-routed responders as JSON or HTML.
 //! - [`settings`]: the flags and the config file, parsed and checked; the service built from
@@ -38,6 +40,7 @@ pub mod app;
 pub mod builtin;
 pub mod cli;
 mod clock;
+pub mod compress;
 pub mod config;
 mod conn;
 mod ctx;

@@ -64,6 +64,8 @@ pub struct Router {
     sites: Vec<(Vec<String>, Router)>,
     /// Header lines added to every response of this router (a site's `--add-header`).
     extra_headers: Vec<u8>,
+    /// The site's compression on the fly, when on (lent to each response it answers).
+    compress: Option<std::rc::Rc<crate::compress::CompressConfig>>,
 }
 
 impl Router {
@@ -209,18 +211,21 @@ impl Router {
 
     /// Finds the handler for `head` and lets it answer through `res`. Returns which site
     /// answered: 0 for this router (the default site), `i + 1` for the `i`th added site.
-    pub fn dispatch(
+    pub fn dispatch<'r>(
         &mut self,
-        head: &Request<'_, '_>,
+        head: &Request<'r, 'r>,
         body: &[u8],
         worker: usize,
-        res: &mut Response<'_>,
+        res: &mut Response<'r>,
     ) -> usize {
         if !self.sites.is_empty() {
             if let Some((i, site)) = self.site_for(head.header("host")) {
                 site.dispatch(head, body, worker, res);
                 return i + 1;
             }
+        }
+        if let Some(cfg) = &self.compress {
+            res.set_compression(cfg, head.headers);
         }
         if self.extra_headers.is_empty() {
             self.dispatch_here(head, body, worker, res);
@@ -256,6 +261,11 @@ impl Router {
             .is_some_and(|&(_, h)| self.handlers[h].takes_streamed_body())
     }
 
+    /// Compresses this router's dynamic responses on the fly by `cfg`, when it is on.
+    pub fn set_compression(&mut self, cfg: &crate::compress::CompressConfig) {
+        self.compress = cfg.on.then(|| std::rc::Rc::new(cfg.clone()));
+    }
+
     /// Header lines (each `Name: value`) to add to every response of this router.
     pub fn set_extra_headers(&mut self, lines: &[String]) {
         self.extra_headers.clear();
@@ -282,6 +292,7 @@ impl Router {
             location,
             sites: _,
             extra_headers: _,
+            compress: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,

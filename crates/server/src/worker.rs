@@ -286,6 +286,7 @@ impl Worker {
                     counters.cache_hits = hits;
                     counters.cache_misses = misses;
                     counters.cache_bytes = bytes as u64;
+                    counters.compress = crate::compress::stats();
                     registry.publish(self.index, &counters);
                 }
             }

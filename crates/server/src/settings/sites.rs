@@ -169,6 +169,7 @@ impl SiteService {
             crate::app::mount(&mut router, app, info)?;
         }
         crate::files::mount(&mut router, &self.files);
+        router.set_compression(&self.files.compress);
         router.set_extra_headers(&self.add_header);
         Ok(router)
     }
