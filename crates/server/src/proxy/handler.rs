@@ -105,6 +105,10 @@ impl Handler for ProxyHandler {
             &self.trusted,
             &id,
         );
+        let upgrade = super::upgrade::is_websocket_upgrade(req.head);
+        if upgrade {
+            super::upgrade::add_upgrade_fields(&mut request);
+        }
         let hash = match &self.group.cfg.balance {
             Balance::Hash(HashKey::Client) => match client.peer.ip() {
                 std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
@@ -131,6 +135,7 @@ impl Handler for ProxyHandler {
             hash,
             retried: false,
             stale_retried: false,
+            upgrade,
         });
     }
 }

@@ -23,6 +23,8 @@ pub(crate) struct ProxyJob {
     pub(crate) retried: bool,
     /// Sent again on a fresh connection after a pooled one was found closed.
     pub(crate) stale_retried: bool,
+    /// A WebSocket opening handshake: a `101` answer turns the exchange into a tunnel.
+    pub(crate) upgrade: bool,
 }
 
 /// How the response body reaches the client.

@@ -85,6 +85,8 @@ pub(crate) enum Phase {
     Body,
     /// In its server's pool, waiting for the next request.
     Idle,
+    /// Switched protocols (`101`): a byte tunnel to the client until both close.
+    Tunnel,
 }
 
 /// How the rest of the response body is delimited.
@@ -130,6 +132,8 @@ pub(crate) struct UpConn {
     pub(crate) deadline: Instant,
     /// When the request was handed to this connection (the upstream's response time).
     pub(crate) sent_at: Instant,
+    /// The client-to-upstream side of a tunnel (only in [`Phase::Tunnel`]).
+    pub(crate) tunnel: Option<Box<super::tunnel::Tunnel>>,
 }
 
 #[cfg(test)]

@@ -34,6 +34,9 @@ pub struct GroupArgs {
     /// Longest pause while writing a request to an upstream (504 after)
     #[arg(id = "proxy_write_timeout", long = "proxy-write-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
     pub write_timeout: Duration,
+    /// Longest time a WebSocket tunnel may pass no byte either way (it is closed after)
+    #[arg(id = "proxy_tunnel_idle_timeout", long = "proxy-tunnel-idle-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
+    pub tunnel_idle_timeout: Duration,
     /// Idle keep-alive connections kept per upstream server and worker (0: a connection per
     /// request)
     #[arg(
@@ -247,6 +250,7 @@ fn group(name: String, servers: Vec<UpstreamServer>, g: &GroupArgs) -> UpstreamG
             first_byte: g.first_byte_timeout,
             read: g.read_timeout,
             write: g.write_timeout,
+            tunnel_idle: g.tunnel_idle_timeout,
         },
         keepalive: g.keepalive,
         keepalive_timeout: g.keepalive_timeout,
