@@ -393,3 +393,100 @@ fn an_upgrade_to_a_route_that_does_not_proxy_is_ignored() {
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(text.ends_with("Hello, World!"), "{text}");
 }
+
+/// `lowlat load --ws` with `--json`: the report as a value.
+fn load_ws(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["load", "--ws", "--json", "-q"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run lowlat load");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "lowlat load --ws {args:?}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// `lowlat load --ws` against the echo server directly, through the proxy in clear, and through
+/// it over TLS: every message of a counted run comes back (each an echo of its own length), with
+/// no error; in rate mode, the rate is kept; the loader's Close at the end reaches the server.
+#[test]
+fn load_ws_directly_and_through_the_proxy() {
+    let pki = Pki::new();
+    let leaf = pki.leaf("proxy", &["localhost"], KeyKind::EcdsaP256);
+    let upstream = Upstream::websocket_echo();
+    let proxy = Proxy::start([
+        "--tls-listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--cert".to_owned(),
+        leaf.cert.display().to_string(),
+        "--key".to_owned(),
+        leaf.key.display().to_string(),
+        "--proxy".to_owned(),
+        format!("/={}", upstream.url()),
+    ]);
+    let tls = proxy.tls_addr.expect("a TLS listener");
+    let ca = pki.ca_path();
+    let targets = [
+        format!("ws://{}/direct", upstream.addr()),
+        format!("ws://{}/proxied", proxy.addr),
+        format!("wss://localhost:{}/secure", tls.port()),
+    ];
+    for url in &targets {
+        let r = load_ws(&[
+            "-c",
+            "8",
+            "-n",
+            "2000",
+            "--pipeline",
+            "2",
+            "--ws-message-size",
+            "1k",
+            "--cacert",
+            ca.to_str().unwrap(),
+            url,
+        ]);
+        assert_eq!(r["responses"], 2000, "{url}: {r}");
+        assert_eq!(r["errors"]["total"], 0, "{url}: {r}");
+        // Each echo is the 1 KiB payload behind a 4-byte head.
+        let read = r["bytes_read"].as_u64().unwrap();
+        assert!(read >= 2000 * 1028, "{url}: {read} bytes read");
+    }
+    wait_for("the echo server's log", "closed /proxied code 1000", || {
+        upstream.log()
+    });
+
+    let r = load_ws(&["-c", "4", "-d", "2s", "-R", "400", &targets[1]]);
+    let rate = r["requests_per_sec"].as_f64().unwrap();
+    assert!((360.0..440.0).contains(&rate), "{rate}/s: {r}");
+    assert_eq!(r["errors"]["total"], 0, "{r}");
+}
+
+/// A server that answers the handshake with anything but a valid 101 is a protocol error per
+/// connection, and the loader says what the server answered.
+#[test]
+fn load_ws_against_a_server_that_does_not_upgrade() {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let (mut child, _stderr, banner) = support::spawn_serve(cmd);
+    let addr = support::address(&banner, "http://");
+    let out = Command::new(BIN)
+        .args(["load", "--ws", "-c", "2", "-d", "500ms"])
+        .arg(format!("ws://{addr}/plaintext"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("WebSocket handshake: answered 200 instead of 101 Switching Protocols"),
+        "{stderr}"
+    );
+}
