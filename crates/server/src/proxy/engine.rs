@@ -31,8 +31,8 @@ use super::downstream::Downstream;
 use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
-use super::tunnel::{self, Pumped, Tunnel};
-use super::upstream::{BodyLeft, Phase, Sock, UpConn};
+use super::tunnel::{self, Pumped};
+use super::upstream::{BodyLeft, Phase, Sock, Tunnel, UpConn};
 use crate::ctx::WorkerCtx;
 
 /// Tokens of upstream connections start here (client connections and listeners stay below).

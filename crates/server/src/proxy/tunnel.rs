@@ -23,23 +23,6 @@ use crate::ctx::WorkerCtx;
 /// Smaller than a response relay's mark: a tunnel is long-lived, and many may be open at once.
 pub(crate) const TUNNEL_HIGH_WATER: usize = 64 * 1024;
 
-/// The client-to-upstream half of a tunnel, and where each direction stands.
-#[derive(Debug)]
-pub(crate) struct Tunnel {
-    /// Client bytes not yet taken by the upstream (a pooled read buffer): `buf[pos..len]`.
-    buf: Vec<u8>,
-    pos: usize,
-    len: usize,
-    /// The client sent its FIN (or TLS `close_notify`).
-    client_eof: bool,
-    /// The upstream's sending side was half-closed after the client's FIN.
-    upstream_shut: bool,
-    /// The upstream sent its FIN.
-    upstream_eof: bool,
-    /// The client was told the upstream is done (half-closed after its output).
-    client_shut: bool,
-}
-
 /// What a turn of [`pump`] left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pumped {
@@ -49,25 +32,6 @@ pub(crate) enum Pumped {
     Done,
     /// A side failed (reset, write error): the tunnel is torn down.
     Broken,
-}
-
-impl Tunnel {
-    pub(crate) fn new(buf: Vec<u8>) -> Self {
-        Self {
-            buf,
-            pos: 0,
-            len: 0,
-            client_eof: false,
-            upstream_shut: false,
-            upstream_eof: false,
-            client_shut: false,
-        }
-    }
-
-    /// The buffer, for the worker's pool, when the tunnel ends.
-    pub(crate) fn into_buffer(self) -> Vec<u8> {
-        self.buf
-    }
 }
 
 /// Moves every byte that can move without blocking, both ways, and handles the closes.
