@@ -490,3 +490,153 @@ fn load_ws_against_a_server_that_does_not_upgrade() {
         "{stderr}"
     );
 }
+
+/// A client frame: FIN, `opcode`, masked as RFC 6455 §5.3 requires.
+fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mask = [0x37, 0xfa, 0x21, 0x3d];
+    let mut frame = vec![0x80 | opcode];
+    match payload.len() {
+        n @ 0..=125 => frame.push(0x80 | n as u8),
+        n @ 126..=65535 => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
+}
+
+/// Reads one unmasked server frame: (first byte, payload).
+fn ws_read(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut two = [0; 2];
+    s.read_exact(&mut two).unwrap();
+    let len = match two[1] & 0x7f {
+        126 => {
+            let mut b = [0; 2];
+            s.read_exact(&mut b).unwrap();
+            u64::from(u16::from_be_bytes(b))
+        }
+        127 => {
+            let mut b = [0; 8];
+            s.read_exact(&mut b).unwrap();
+            u64::from_be_bytes(b)
+        }
+        n => u64::from(n),
+    };
+    let mut payload = vec![0; usize::try_from(len).unwrap()];
+    s.read_exact(&mut payload).unwrap();
+    (two[0], payload)
+}
+
+/// The handshake over a raw socket (without permessage-deflate, so frames cross as written);
+/// returns the socket after the 101's head.
+fn ws_connect(addr: SocketAddr, path: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: proxy\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    assert!(
+        head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"),
+        "{head}"
+    );
+    s
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A client that sends without reading is held by back-pressure, not by the proxy's memory: 200
+/// one-MiB messages offered, the echoes left unread, the writes stop well short of them (every
+/// buffer on the way full, the proxy reading neither side) and the proxy grows by a few MiB at
+/// most; then every echo, read at last, comes back byte for byte.
+#[test]
+fn a_client_that_does_not_read_is_held_by_back_pressure() {
+    const MESSAGES: usize = 200;
+    let upstream = Upstream::websocket_echo();
+    let proxy = Proxy::start(["--proxy".to_owned(), format!("/={}", upstream.url())]);
+    let pid = proxy.child.id();
+    let mut s = ws_connect(proxy.addr, "/pressure");
+    let before = rss_kib(pid);
+    let frame = ws_frame(0x2, &support::upstream::pattern(0, 1 << 20));
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writer = {
+        let mut s = s.try_clone().unwrap();
+        let written = Arc::clone(&written);
+        std::thread::spawn(move || {
+            for _ in 0..MESSAGES {
+                s.write_all(&frame).unwrap();
+                written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    // Until the writer makes no progress for a second: everything on the way is full.
+    let mut last = usize::MAX;
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = written.load(std::sync::atomic::Ordering::Relaxed);
+        if now == last {
+            break;
+        }
+        last = now;
+        assert!(
+            now < MESSAGES,
+            "all {MESSAGES} MiB went out unread: no back-pressure"
+        );
+    }
+    let grown = rss_kib(pid).saturating_sub(before);
+    assert!(
+        grown < 16 * 1024,
+        "the proxy grew by {grown} KiB holding {last} MiB"
+    );
+    let pattern = support::upstream::pattern(0, 1 << 20);
+    for i in 0..MESSAGES {
+        let (first, payload) = ws_read(&mut s);
+        assert_eq!(first, 0x82, "message {i}");
+        assert!(payload == pattern, "message {i} came back changed");
+    }
+    writer.join().unwrap();
+}
+
+/// The client's FIN (a half-close, no Close frame) reaches the server as a FIN after the bytes
+/// before it: their echo still comes back, then the server (which sees the connection end)
+/// closes, and the client reads the end.
+#[test]
+fn a_client_half_close_reaches_the_server() {
+    let upstream = Upstream::websocket_echo();
+    let proxy = Proxy::start(["--proxy".to_owned(), format!("/={}", upstream.url())]);
+    let mut s = ws_connect(proxy.addr, "/half");
+    s.write_all(&ws_frame(0x1, b"last words")).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(ws_read(&mut s), (0x81, b"last words".to_vec()));
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    wait_for("the echo server's log", "closed /half code 1006", || {
+        upstream.log()
+    });
+    drop(s);
+    assert_released(upstream.addr().port(), "after a half-close");
+    assert_released(proxy.addr.port(), "after a half-close");
+}
