@@ -1127,7 +1127,9 @@ impl Downstream for Conn {
     }
 
     fn backlog(&self) -> usize {
-        self.wbuf.len() - self.wpos
+        // Encrypted bytes still waiting for the socket count too: a tunnel half-closes the
+        // client only once nothing at all is left to send, TLS records included.
+        self.wbuf.len() - self.wpos + usize::from(self.io.has_pending())
     }
 
     fn relay_link(&mut self, upstream: Token) {
