@@ -210,13 +210,20 @@ fn messages_cross_both_ways_and_either_side_closes() {
     assert_released(proxy.addr.port(), "after the server's close");
 }
 
-/// Over TLS (`--tls-listen`): the same echo and closes through `wss://`.
+/// Over TLS (`--tls-listen`): the same echo and closes through `wss://`, and the tunnel's line
+/// in the JSON access log.
 #[test]
 fn tunnels_work_for_tls_clients() {
     let pki = Pki::new();
     let leaf = pki.leaf("proxy", &["localhost"], KeyKind::EcdsaP256);
     let upstream = Upstream::websocket_echo();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.json");
     let proxy = Proxy::start([
+        "--access-log".to_owned(),
+        log.display().to_string(),
+        "--access-log-format".to_owned(),
+        "json".to_owned(),
         "--tls-listen".to_owned(),
         "127.0.0.1:0".to_owned(),
         "--cert".to_owned(),
@@ -241,6 +248,21 @@ fn tunnels_work_for_tls_clients() {
     wait_for("the echo server's log", "closed /secure code 1000", || {
         upstream.log()
     });
+    let text = wait_for("the access log", "\"/secure\"", || read_log(&log));
+    let line: serde_json::Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["target"] == "/secure")
+        .unwrap();
+    assert_eq!(line["status"], 101, "{line}");
+    assert_eq!(line["upstream_status"], 101, "{line}");
+    for field in ["bytes", "bytes_received"] {
+        let n = line[field].as_u64().unwrap();
+        assert!(
+            (1 << 20..(1 << 20) + 16_384).contains(&n),
+            "{field}: {line}"
+        );
+    }
     let r = client(
         "server-close",
         &format!("{base}/close/4002"),
