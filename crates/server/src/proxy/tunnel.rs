@@ -23,6 +23,12 @@ use crate::ctx::WorkerCtx;
 /// Smaller than a response relay's mark: a tunnel is long-lived, and many may be open at once.
 pub(crate) const TUNNEL_HIGH_WATER: usize = 64 * 1024;
 
+/// Bytes one pump moves (both ways together) before the worker turns to its other connections:
+/// a tunnel streaming as fast as loopback allows would otherwise keep the loop to itself. What
+/// is left continues on the next turn (the client connection is deferred, and its drive pumps
+/// the tunnel again), as a large file send does.
+const TUNNEL_TURN_BYTES: usize = 512 * 1024;
+
 /// What a turn of [`pump`] left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pumped {
@@ -40,8 +46,14 @@ pub(crate) fn pump(c: &mut UpConn, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downs
         return Pumped::Broken;
     };
     let idle = c.group.cfg.timeouts.tunnel_idle;
+    let mut turn = 0usize;
     loop {
         let mut moved = false;
+        if turn >= TUNNEL_TURN_BYTES {
+            ctx.deferred.push(ctx.token);
+            c.deadline = ctx.now + idle;
+            return Pumped::Open;
+        }
 
         // Upstream → client.
         let mut relayed = false;
@@ -59,6 +71,7 @@ pub(crate) fn pump(c: &mut UpConn, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downs
                     // A short read drains the socket (edge-triggered), unless the edge said
                     // the server closed, which no later edge repeats.
                     c.readable = n == c.rbuf.len() || c.closed_seen;
+                    turn += n;
                     down.tunnel_write(ctx, &c.rbuf[..n]);
                     relayed = true;
                     moved = true;
@@ -81,6 +94,7 @@ pub(crate) fn pump(c: &mut UpConn, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downs
                 match c.sock.write(&t.buf[t.pos..t.len]) {
                     Ok(n) => {
                         t.pos += n;
+                        turn += n;
                         moved = true;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
