@@ -182,6 +182,8 @@ struct Conn {
     wake: Option<Instant>,
     /// With `--h2`: the connection's HTTP/2 session, once it is open.
     h2: Option<Box<crate::h2::Session>>,
+    /// With `--ws`: the connection's WebSocket session, once it is open.
+    ws: Option<Box<crate::ws::Session>>,
     /// With a script's `request()`: what it returned, to write from `out_pos` on.
     out: Vec<u8>,
     out_pos: usize,
@@ -266,6 +268,7 @@ impl<'a> Worker<'a> {
                 timer: None,
                 wake: None,
                 h2: None,
+                ws: None,
                 out: Vec::new(),
                 out_pos: 0,
                 heads: VecDeque::new(),
@@ -422,6 +425,7 @@ impl<'a> Worker<'a> {
                 .store(self.stats.errors.total(), Ordering::Relaxed);
         }
         let end = Instant::now();
+        self.close_ws_sessions();
         let (u, s) = sys::thread_cpu_time();
         self.stats.cpu_user = u.saturating_sub(self.cpu_at_start.0);
         self.stats.cpu_system = s.saturating_sub(self.cpu_at_start.1);
@@ -431,6 +435,21 @@ impl<'a> Worker<'a> {
             Duration::ZERO
         };
         Ok(())
+    }
+
+    /// `--ws`, at the end: each open session says Close (1000) in one best-effort write, so the
+    /// server sees the run end as a normal closure, not a dropped connection.
+    fn close_ws_sessions(&mut self) {
+        for conn in &mut self.conns {
+            if let (Some(stream), Some(ws)) = (&mut conn.stream, &mut conn.ws) {
+                if ws.upgraded() && !ws.has_output() && !stream.has_pending() {
+                    ws.written();
+                    ws.close();
+                    let _ = stream.write(&ws.out);
+                    let _ = stream.flush_pending();
+                }
+            }
+        }
     }
 
     /// The time, for everything done next. Every timestamp the loop takes comes from here, so
@@ -585,6 +604,25 @@ impl<'a> Worker<'a> {
     /// The connection is ready for requests (TCP connected, TLS handshake done).
     fn opened(&mut self, idx: usize, now: Instant) {
         let conn = &mut self.conns[idx];
+        if let Some(ws) = &self.plan.ws {
+            // The handshake first; messages once the 101 is in (`consume_ws`).
+            let (key, accept) = crate::ws::handshake_key();
+            let mut handshake = ws.handshakes[conn.spec.group].clone();
+            handshake.extend_from_slice(b"Sec-WebSocket-Key: ");
+            handshake.extend_from_slice(key.as_bytes());
+            handshake.extend_from_slice(b"\r\n\r\n");
+            let seed = (conn.spec.global as u64) << 32 | u64::from(conn.generation);
+            conn.ws = Some(Box::new(crate::ws::Session::new(
+                &handshake,
+                &accept,
+                ws.message_size,
+                seed,
+            )));
+            conn.state = ConnState::Open;
+            conn.waiting_since = now;
+            self.flush_ws(idx, now);
+            return;
+        }
         if self.plan.h2 {
             let group = &self.groups[conn.spec.group];
             let mut session = Box::new(crate::h2::Session::new(group.h2_requests.len()));
@@ -885,6 +923,9 @@ impl<'a> Worker<'a> {
 
     /// Writes what is owed: first the rest of a short write, then the owed requests, one write.
     fn flush(&mut self, idx: usize, now: Instant) {
+        if self.plan.ws.is_some() {
+            return self.flush_ws(idx, now);
+        }
         if self.plan.h2 {
             return self.flush_h2(idx, now);
         }
@@ -1032,6 +1073,131 @@ impl<'a> Worker<'a> {
         h2.written();
     }
 
+    /// WebSocket: once the handshake is done, the owed messages are queued (one copy of the
+    /// prebuilt frame each) behind any pong, then one write of all of it.
+    fn flush_ws(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let (Some(stream), Some(ws)) = (&mut conn.stream, &mut conn.ws) else {
+            return;
+        };
+        match stream.flush_pending() {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(_) => {
+                self.fail(idx, Failure::Write, now);
+                return;
+            }
+        }
+        if conn.owed > 0 && ws.upgraded() {
+            let k = conn.owed;
+            for _ in 0..k {
+                ws.message();
+            }
+            conn.owed = 0;
+            if let Some(actual) = &mut conn.actual {
+                actual.push(now, k);
+            }
+            if self.measuring {
+                self.stats.requests += k as u64;
+            }
+        }
+        while ws.has_output() {
+            match stream.write(&ws.out[ws.out_pos..]) {
+                Ok(n) => {
+                    ws.out_pos += n;
+                    if ws.has_output() {
+                        return; // The socket buffer is full: wait for a writable event.
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.fail(idx, Failure::Write, now);
+                    return;
+                }
+            }
+        }
+        ws.written();
+    }
+
+    /// WebSocket: reads the handshake's answer, then echoes in `self.buf[..n]`; each echo
+    /// completes the oldest message in flight (a server answers in order).
+    fn consume_ws(&mut self, idx: usize, n: usize, now: Instant) -> Result<Consumed, Failure> {
+        let conn = &mut self.conns[idx];
+        let Some(mut ws) = conn.ws.take() else {
+            return Err(Failure::Protocol);
+        };
+        let was_upgraded = ws.upgraded();
+        let mut run = Recorded::empty(now);
+        let (mut completed, mut closed, mut stray) = (0, false, false);
+        let stats = &mut self.stats;
+        let (measuring, measure_start) = (self.measuring, self.measure_start);
+        let result = ws.read(&self.buf[..n], |event| match event {
+            crate::ws::Event::Upgraded => {}
+            crate::ws::Event::Echo => {
+                let Some(sent) = conn.sent.pop() else {
+                    stray = true;
+                    return;
+                };
+                completed += 1;
+                record_uncorrected(
+                    stats,
+                    conn.actual.as_mut(),
+                    measuring && sent >= measure_start,
+                    now,
+                );
+                // An echo counts as a successful response.
+                if let Some(mut done) = run.push(sent, 200) {
+                    done.flush(stats, measuring, measure_start, now);
+                }
+            }
+            crate::ws::Event::Closed => closed = true,
+        });
+        run.flush(&mut self.stats, self.measuring, self.measure_start, now);
+        let upgraded_now = !was_upgraded && ws.upgraded();
+        let answer = ws.has_output();
+        conn.ws = Some(ws);
+        if let Err(e) = result {
+            if self.stats.ws_error.is_none() {
+                let why = match e {
+                    crate::ws::WsError::Handshake(why) => format!("WebSocket handshake: {why}"),
+                    crate::ws::WsError::Frame => {
+                        "a WebSocket frame was refused, or an echo had another length".into()
+                    }
+                };
+                self.stats.ws_error = Some(format!(
+                    "{} {why}",
+                    self.groups[self.conns[idx].spec.group].authority
+                ));
+            }
+            return Err(Failure::Protocol);
+        }
+        if stray {
+            return Err(Failure::Protocol);
+        }
+        if closed {
+            // The server ended the session: messages in flight are lost.
+            if self.conns[idx].sent.is_empty() {
+                self.closed_by_server(idx, now);
+            } else {
+                self.fail(idx, Failure::Read, now);
+            }
+            return Ok(Consumed::Closed);
+        }
+        if upgraded_now {
+            self.conns[idx].waiting_since = now;
+            if self.plan.conn_interval.is_some() {
+                // Messages due during the handshake go now, charged from their schedule.
+                self.send_due(idx, now);
+            } else {
+                self.send_next(idx, self.depth, now);
+            }
+        } else if answer {
+            self.flush_ws(idx, now);
+        }
+        Ok(Consumed::More(completed))
+    }
+
     /// HTTP/2: reads the frames in `self.buf[..n]`; completed streams are recorded.
     fn consume_h2(&mut self, idx: usize, n: usize, now: Instant) -> Result<Consumed, Failure> {
         let conn = &mut self.conns[idx];
@@ -1163,6 +1329,9 @@ impl<'a> Worker<'a> {
 
     /// Walks the responses in `self.buf[..n]` (after any held head bytes).
     fn consume(&mut self, idx: usize, n: usize, now: Instant) -> Result<Consumed, Failure> {
+        if self.plan.ws.is_some() {
+            return self.consume_ws(idx, n, now);
+        }
         if self.plan.h2 {
             return self.consume_h2(idx, n, now);
         }
@@ -1308,8 +1477,11 @@ impl<'a> Worker<'a> {
 
     fn on_eof(&mut self, idx: usize, now: Instant) {
         let conn = &mut self.conns[idx];
-        if self.plan.h2 {
-            if conn.sent.is_empty() {
+        if self.plan.h2 || self.plan.ws.is_some() {
+            if conn.ws.as_ref().is_some_and(|w| !w.upgraded()) {
+                // Closed before answering the handshake.
+                self.fail(idx, Failure::Protocol, now);
+            } else if conn.sent.is_empty() {
                 self.close(idx);
                 self.connect(idx, now);
             } else {
@@ -1439,7 +1611,10 @@ impl<'a> Worker<'a> {
             let conn = &self.conns[idx];
             let waiting = match conn.state {
                 ConnState::Connecting | ConnState::Handshaking => true,
-                ConnState::Open => !conn.sent.is_empty(),
+                // A WebSocket handshake waits for its 101 with nothing counted in flight.
+                ConnState::Open => {
+                    !conn.sent.is_empty() || conn.ws.as_ref().is_some_and(|w| !w.upgraded())
+                }
                 ConnState::Idle | ConnState::Done => false,
             };
             if waiting && now.saturating_duration_since(conn.waiting_since) > timeout {

@@ -91,6 +91,9 @@ pub(crate) struct Entry<'a> {
     /// For a proxied request: the upstream server, its status and its response time (nginx's
     /// `$upstream_addr`, `$upstream_status`, `$upstream_response_time`).
     pub(crate) upstream: Option<UpstreamFields<'a>>,
+    /// Bytes received from the client through a WebSocket tunnel (`bytes` are those sent to
+    /// it); only on a tunnel's line.
+    pub(crate) received: Option<u64>,
 }
 
 /// What the access log says of a proxied request's upstream.
@@ -153,6 +156,7 @@ impl HeldRequest {
             referer: self.referer.clone().map(|r| &self.buf[r]),
             worker,
             upstream,
+            received: None,
         }
     }
 }
@@ -297,6 +301,11 @@ impl WorkerLog {
             b.extend_from_slice(ip.format(u.status).as_bytes());
             let _ = write!(b, " {:.6}", u.time.as_secs_f64());
         }
+        // A tunnel's line also says what the client sent through it.
+        if let Some(n) = e.received {
+            b.push(b' ');
+            b.extend_from_slice(ip.format(n).as_bytes());
+        }
         b.push(b'\n');
     }
 
@@ -321,6 +330,8 @@ impl WorkerLog {
             upstream_status: Option<u16>,
             #[serde(skip_serializing_if = "Option::is_none")]
             upstream_response_time: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            bytes_received: Option<u64>,
         }
         let line = Line {
             time: std::str::from_utf8(&self.iso_time).unwrap_or(""),
@@ -341,6 +352,7 @@ impl WorkerLog {
             upstream_addr: e.upstream.map(|u| u.addr),
             upstream_status: e.upstream.map(|u| u.status),
             upstream_response_time: e.upstream.map(|u| u.time.as_secs_f64()),
+            bytes_received: e.received,
         };
         if serde_json::to_writer(&mut self.buf, &line).is_ok() {
             self.buf.push(b'\n');

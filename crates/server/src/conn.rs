@@ -20,7 +20,7 @@ use mio::Token;
 use crate::access_log::{HeldRequest, UpstreamFields};
 use crate::ctx::WorkerCtx;
 use crate::handler::{FileBody, Response};
-use crate::proxy::downstream::Downstream;
+use crate::proxy::downstream::{Downstream, TunnelRead};
 use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::job::RelayBody;
 use crate::proxy::upload::{Upload, UploadRef};
@@ -69,6 +69,21 @@ struct Relay {
     status: u16,
     body_bytes: u64,
     started: Instant,
+}
+
+/// The client's side of a WebSocket tunnel through the proxy (after the upstream's `101`): what
+/// its log line will say, and whether its sending side is to be half-closed.
+#[derive(Debug)]
+struct ClientTunnel {
+    /// The upstream server's label (the log's upstream address).
+    upstream: String,
+    /// Bytes from the client, forwarded upstream.
+    received: u64,
+    /// Bytes from the upstream, queued for the client.
+    sent: u64,
+    /// The upstream finished: half-close once the output is written.
+    shut_wanted: bool,
+    shut_done: bool,
 }
 
 /// What `drive` should do next after a read.
@@ -158,6 +173,9 @@ pub(crate) struct Conn {
     upload: Option<Box<ClientUpload>>,
     /// Body bytes went to the upload since the upstream side was last woken for them.
     upload_fed: bool,
+    /// The connection was upgraded (WebSocket through the proxy): bytes are tunnelled, no
+    /// request is parsed again. `relay` stays set meanwhile, so nothing is read as HTTP.
+    tunnel: Option<Box<ClientTunnel>>,
     pub(crate) wait: Wait,
     pub(crate) deadline: Instant,
 }
@@ -209,6 +227,7 @@ impl Conn {
             held: None,
             upload: None,
             upload_fed: false,
+            tunnel: None,
             wait,
             deadline: now + first_deadline,
         }
@@ -233,6 +252,11 @@ impl Conn {
         self.relay.is_some()
     }
 
+    /// Whether the connection is a WebSocket tunnel (its upstream is pumped after each event).
+    pub(crate) fn tunnelling(&self) -> bool {
+        self.tunnel.is_some()
+    }
+
     /// Handles a readiness event.
     pub(crate) fn on_event(
         &mut self,
@@ -246,7 +270,7 @@ impl Conn {
         }
         if read_closed {
             self.fin_seen = true;
-            if self.relay.is_some() && self.upload.is_none() {
+            if self.relay.is_some() && self.upload.is_none() && self.tunnel.is_none() {
                 // The client left while its response was on the way: nginx's 499. The worker
                 // abandons the upstream exchange. (During an upload, what it sent before its
                 // FIN is read first: the end of the body may be in it.)
@@ -268,6 +292,14 @@ impl Conn {
             }
             if !self.flush(ctx) {
                 break;
+            }
+            if let Some(t) = self.tunnel.as_deref_mut() {
+                if t.shut_wanted && !t.shut_done {
+                    // All the upstream sent is written: pass its FIN on.
+                    t.shut_done = true;
+                    self.io.close_notify();
+                    self.io.shutdown_write();
+                }
             }
             if self.closing {
                 self.finish_close(ctx);
@@ -644,6 +676,7 @@ impl Conn {
                     referer: req.header("referer"),
                     worker: ctx.worker,
                     upstream: None,
+                    received: None,
                 });
             }
             let (sent, close, file) = (done.sent, done.close, done.file);
@@ -811,6 +844,7 @@ impl Conn {
                 referer: None,
                 worker: ctx.worker,
                 upstream: None,
+                received: None,
             });
         }
         Self::write_status(wbuf, ctx, status, Version::Http11, true);
@@ -970,7 +1004,34 @@ impl Conn {
         if let Some(up) = self.upstream.take() {
             ctx.proxy_cancels.push(up);
         }
+        if let Some(t) = self.tunnel.take() {
+            self.log_tunnel(ctx, &t);
+        }
         self.give_back(ctx);
+    }
+
+    /// A tunnel's one line and count, when it ends (however it ends): status 101, the bytes
+    /// each way, and how long it was open.
+    fn log_tunnel(&self, ctx: &mut WorkerCtx<'_>, t: &ClientTunnel) {
+        let started = self.relay.map_or(ctx.now, |r| r.started);
+        let took = Instant::now().saturating_duration_since(started);
+        ctx.counters.response(0, 101, t.sent, took);
+        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
+            let mut entry = held.entry(
+                self.peer,
+                101,
+                t.sent,
+                took,
+                ctx.worker,
+                Some(UpstreamFields {
+                    addr: &t.upstream,
+                    status: 101,
+                    time: took,
+                }),
+            );
+            entry.received = Some(t.received);
+            log.record(&entry);
+        }
     }
 
     fn give_back(&mut self, ctx: &mut WorkerCtx<'_>) {
@@ -1225,7 +1286,9 @@ impl Downstream for Conn {
     }
 
     fn backlog(&self) -> usize {
-        self.wbuf.len() - self.wpos
+        // Encrypted bytes still waiting for the socket count too: a tunnel half-closes the
+        // client only once nothing at all is left to send, TLS records included.
+        self.wbuf.len() - self.wpos + usize::from(self.io.has_pending())
     }
 
     fn relay_link(&mut self, upstream: Token) {
@@ -1234,6 +1297,120 @@ impl Downstream for Conn {
 
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>) {
         self.drive(ctx);
+    }
+
+    fn tunnel_open(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        reason: &str,
+        fields: &[lowlat_http::client::Header<'_>],
+        pass: &dyn Fn(&str) -> bool,
+        upstream: &str,
+    ) -> bool {
+        if self.relay.is_none() || self.closed {
+            return false;
+        }
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
+        let out = &mut self.wbuf;
+        out.extend_from_slice(b"HTTP/1.1 101 ");
+        out.extend_from_slice(if reason.is_empty() {
+            b"Switching Protocols"
+        } else {
+            reason.as_bytes()
+        });
+        out.extend_from_slice(b"\r\n");
+        for f in fields.iter().filter(|f| pass(f.name)) {
+            out.extend_from_slice(f.name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(f.value);
+            out.extend_from_slice(b"\r\n");
+        }
+        // The upgrade's own fields are hop-by-hop, so `pass` dropped the upstream's: this hop's.
+        out.extend_from_slice(b"Upgrade: websocket\r\nConnection: upgrade\r\n\r\n");
+        if let Some(relay) = &mut self.relay {
+            relay.status = 101;
+            relay.keep_alive = false;
+        }
+        self.tunnel = Some(Box::new(ClientTunnel {
+            upstream: upstream.to_owned(),
+            received: 0,
+            sent: 0,
+            shut_wanted: false,
+            shut_done: false,
+        }));
+        true
+    }
+
+    fn tunnel_read(&mut self, _ctx: &mut WorkerCtx<'_>, buf: &mut [u8]) -> TunnelRead {
+        let Some(t) = self.tunnel.as_deref_mut() else {
+            return TunnelRead::Failed;
+        };
+        if self.closed {
+            return TunnelRead::Failed;
+        }
+        if self.rlen > 0 {
+            // Sent behind the handshake, before the 101 came back: the first tunnelled bytes.
+            let n = self.rlen.min(buf.len());
+            buf[..n].copy_from_slice(&self.rbuf[..n]);
+            self.rbuf.copy_within(n..self.rlen, 0);
+            self.rlen -= n;
+            t.received += n as u64;
+            return TunnelRead::Data(n);
+        }
+        if !self.read_ready {
+            return TunnelRead::Blocked;
+        }
+        loop {
+            return match self.io.read(buf) {
+                Ok(r) if r.n == 0 => {
+                    self.read_ready = false;
+                    TunnelRead::Eof
+                }
+                Ok(r) => {
+                    self.read_ready = r.more || self.fin_seen;
+                    t.received += r.n as u64;
+                    TunnelRead::Data(r.n)
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.read_ready = false;
+                    TunnelRead::Blocked
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => TunnelRead::Failed,
+            };
+        }
+    }
+
+    fn tunnel_write(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
+        let Some(t) = self.tunnel.as_deref_mut() else {
+            return;
+        };
+        if self.closed {
+            return;
+        }
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
+        t.sent += data.len() as u64;
+        self.wbuf.extend_from_slice(data);
+    }
+
+    fn tunnel_shutdown(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if let Some(t) = self.tunnel.as_deref_mut() {
+            t.shut_wanted = true;
+            self.drive(ctx);
+        }
+    }
+
+    fn tunnel_end(&mut self, ctx: &mut WorkerCtx<'_>) {
+        // The upstream side has closed its connection already.
+        self.upstream = None;
+        if !self.closed {
+            let _ = self.flush(ctx);
+            self.close_now(ctx);
+        }
     }
 }
 

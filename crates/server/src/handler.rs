@@ -14,9 +14,9 @@ use lowlat_http::request::{Header, Method, Request};
 use lowlat_http::response::{ConnectionHeader, ResponseHead};
 use lowlat_http::Version;
 
-use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::compress::CompressConfig;
 use crate::files::encoding::Coding;
+use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::job::ProxyJob;
 
 /// A request as handed to a handler.

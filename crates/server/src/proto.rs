@@ -142,7 +142,10 @@ impl Connection {
     pub(crate) fn relays_below(&self, low: usize, out: &mut Vec<(Token, u32)>) {
         match self {
             Self::H1(c) => {
-                if let (true, Some(up)) = (c.relaying() && c.backlog() < low, c.upstream()) {
+                // A tunnel's upstream is pumped after every event of its client: the event
+                // may have brought bytes to forward, not only room to write.
+                let wanted = c.tunnelling() || c.relaying() && c.backlog() < low;
+                if let (true, Some(up)) = (wanted, c.upstream()) {
                     out.push((up, 0));
                 }
             }

@@ -154,6 +154,7 @@ impl H2Conn {
                 referer: req.header("referer"),
                 worker: ctx.worker,
                 upstream: None,
+                received: None,
             });
         }
         let file = if done.sent { done.file } else { None };

@@ -68,6 +68,9 @@ pub struct UpstreamTimeouts {
     pub read: Duration,
     /// Longest pause while writing the request.
     pub write: Duration,
+    /// Longest time an upgraded connection (a WebSocket tunnel) may carry no byte either way:
+    /// nginx closes one after `proxy_read_timeout`, 60 s by default.
+    pub tunnel_idle: Duration,
 }
 
 /// A named group of servers that requests are forwarded to.

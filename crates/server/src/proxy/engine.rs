@@ -10,12 +10,18 @@
 //! count); without a response, the client gets 502 (refused, reset, malformed) or 504 (timed
 //! out); after the head went out, the client's response is cut short — never completed with
 //! wrong bytes.
+//!
+//! A WebSocket handshake answered `101` turns its exchange into a tunnel (`tunnel`): the
+//! connection leaves the request/response cycle for good and is closed, never pooled, when the
+//! tunnel ends.
 
 use std::io;
 use std::time::Instant;
 
 use lowlat_http::body::ChunkedDecoder;
-use lowlat_http::client::{parse_response, ResponseBody, ResponseHeaderSlots};
+use lowlat_http::client::{
+    parse_response, parse_upgrade_response, ResponseBody, ResponseHeaderSlots,
+};
 use lowlat_http::limits::MAX_HEADERS;
 use lowlat_http::Status;
 use mio::{Interest, Token};
@@ -25,8 +31,9 @@ use super::downstream::Downstream;
 use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
+use super::tunnel::{self, Pumped};
 use super::upload::UPLOAD_LOW_WATER;
-use super::upstream::{BodyLeft, Phase, Sock, UpConn};
+use super::upstream::{BodyLeft, Phase, Sock, Tunnel, UpConn};
 use crate::ctx::WorkerCtx;
 
 /// Tokens of upstream connections start here (client connections and listeners stay below).
@@ -179,6 +186,7 @@ impl Upstreams {
                 closed_seen: false,
                 deadline: now + group.cfg.timeouts.connect,
                 sent_at: now,
+                tunnel: None,
             };
             if ctx
                 .registry
@@ -259,6 +267,10 @@ impl Upstreams {
     ) {
         let key = token.0 - TOKEN_BASE;
         if let Some(c) = self.conns.get_mut(key) {
+            if c.phase == Phase::Tunnel {
+                // The client's side moved (bytes to read, room to write): pump both ways.
+                return self.drive(key, ctx, down);
+            }
             if c.paused && down.backlog() < RELAY_LOW_WATER {
                 c.paused = false;
                 self.drive(key, ctx, down);
@@ -303,6 +315,10 @@ impl Upstreams {
             return;
         }
         match down {
+            Some(down) if c.phase == Phase::Tunnel => {
+                tracing::debug!(server = %c.group.cfg.servers[c.server].label, "tunnel idle for too long: closed");
+                self.end_tunnel(key, ctx, down);
+            }
             Some(down) if c.phase != Phase::Idle && c.client.is_some() => {
                 self.fail(key, Failure::Timeout, ctx, down);
             }
@@ -318,6 +334,12 @@ impl Upstreams {
             };
             match c.phase {
                 Phase::Idle => return self.idle_event(key, ctx),
+                Phase::Tunnel => {
+                    return match tunnel::pump(c, ctx, down) {
+                        Pumped::Open => {}
+                        Pumped::Done | Pumped::Broken => self.end_tunnel(key, ctx, down),
+                    };
+                }
                 Phase::Connecting => {
                     if !c.writable {
                         return;
@@ -542,10 +564,15 @@ impl Upstreams {
         if matches!(c.phase, Phase::Waiting | Phase::Sending) {
             loop {
                 let head_request = c.job.as_ref().is_some_and(|j| j.head_request);
+                let upgrade = c.job.as_ref().is_some_and(|j| j.upgrade);
                 let mut slots: ResponseHeaderSlots<'_> =
                     [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
                 let rbuf = std::mem::take(&mut c.rbuf);
-                let parsed = parse_response(&rbuf[..c.rlen], head_request, &mut slots);
+                let parsed = if upgrade {
+                    parse_upgrade_response(&rbuf[..c.rlen], &mut slots)
+                } else {
+                    parse_response(&rbuf[..c.rlen], head_request, &mut slots)
+                };
                 let p = match parsed {
                     Ok(Status::Complete(p)) => p,
                     Ok(Status::Partial) => {
@@ -568,6 +595,29 @@ impl Upstreams {
                     c.rbuf = rbuf;
                     self.fail(key, Failure::Invalid, ctx, down);
                     return false;
+                }
+                if p.head.status == 101 {
+                    // Only reachable for a WebSocket handshake (a 101 to anything else is a
+                    // parse error above, answered 502).
+                    let fields = p.fields;
+                    let connection = || {
+                        fields
+                            .iter()
+                            .filter(|f| f.name.eq_ignore_ascii_case("connection"))
+                            .map(|f| f.value)
+                    };
+                    let pass = |name: &str| response_field_passes(name, connection());
+                    let label = &c.group.cfg.servers[c.server].label;
+                    if !super::upgrade::switched_to_websocket(fields)
+                        || !down.tunnel_open(ctx, p.reason, fields, &pass, label)
+                    {
+                        tracing::debug!(server = %label, "upstream 101 refused: not to websocket, or the client cannot tunnel");
+                        c.rbuf = rbuf;
+                        self.fail(key, Failure::Invalid, ctx, down);
+                        return false;
+                    }
+                    self.open_tunnel(key, rbuf, head_len, ctx, down);
+                    return true;
                 }
                 if p.head.is_interim() {
                     // 100 Continue and the like: the request went whole, nothing to relay.
@@ -708,6 +758,47 @@ impl Upstreams {
         }
     }
 
+    /// The upstream switched protocols and the client was told: the connection becomes a
+    /// tunnel. `rbuf` holds the 101's head (`head_len` bytes) and maybe the first tunnelled
+    /// bytes after it.
+    fn open_tunnel(
+        &mut self,
+        key: usize,
+        rbuf: Vec<u8>,
+        head_len: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let c = &mut self.conns[key];
+        let took = ctx.now.saturating_duration_since(c.sent_at);
+        c.group
+            .health
+            .stats
+            .response(c.server, ctx.worker, 101, took);
+        c.status = 101;
+        c.head_relayed = true;
+        c.keep_alive = false;
+        if let Some(job) = c.job.take() {
+            job.group.give_buffer(job.request);
+        }
+        if c.rlen > head_len {
+            down.tunnel_write(ctx, &rbuf[head_len..c.rlen]);
+        }
+        c.rbuf = rbuf;
+        c.rlen = 0;
+        c.phase = Phase::Tunnel;
+        c.tunnel = Some(Box::new(Tunnel::new(ctx.pool.take_read())));
+        c.deadline = ctx.now + c.group.cfg.timeouts.tunnel_idle;
+        down.flush_relayed(ctx);
+    }
+
+    /// A tunnel is over (closed both ways, broken, or idle too long): the upstream connection
+    /// closes (never pooled) and the client's side ends.
+    fn end_tunnel(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        self.close(key, ctx);
+        down.tunnel_end(ctx);
+    }
+
     /// An idle pooled connection became readable: the server closed it (or sent what no one
     /// asked for). Either way it leaves the pool.
     fn idle_event(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
@@ -818,6 +909,9 @@ impl Upstreams {
         let _ = ctx.registry.deregister(c.sock.source());
         if !c.rbuf.is_empty() {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
+        }
+        if let Some(t) = c.tunnel.take() {
+            ctx.pool.give_read(t.into_buffer());
         }
     }
 }

@@ -175,6 +175,7 @@ mod tests {
                 first_byte: Duration::from_secs(1),
                 read: Duration::from_secs(1),
                 write: Duration::from_secs(1),
+                tunnel_idle: Duration::from_secs(1),
             },
             max_body: 1 << 20,
             keepalive: 8,

@@ -119,6 +119,10 @@ impl Handler for ProxyHandler {
             &self.trusted,
             &id,
         );
+        let upgrade = super::upgrade::is_websocket_upgrade(req.head);
+        if upgrade {
+            super::upgrade::add_upgrade_fields(&mut request);
+        }
         let hash = match &self.group.cfg.balance {
             Balance::Hash(HashKey::Client) => match client.peer.ip() {
                 std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
@@ -147,6 +151,7 @@ impl Handler for ProxyHandler {
             stale_retried: false,
             // The connection that reads the body attaches it.
             upload: None,
+            upgrade,
         });
     }
 }

@@ -26,6 +26,8 @@ pub(crate) struct ProxyJob {
     pub(crate) stale_retried: bool,
     /// The body, when it streams after `request` (which then holds the head only).
     pub(crate) upload: Option<UploadRef>,
+    /// A WebSocket opening handshake: a `101` answer turns the exchange into a tunnel.
+    pub(crate) upgrade: bool,
 }
 
 /// How the response body reaches the client.

@@ -20,6 +20,8 @@
 //! - `group`: one worker's view of a group: balancer, in-flight counts, idle pools.
 //! - `health`: passive and active health, shared by the workers.
 //! - `stats`: per-server counts for `/metrics`, one slot per worker.
+//! - `upgrade`: which requests open a WebSocket tunnel; the offer's fields upstream.
+//! - `tunnel`: an upgraded exchange: bytes copied both ways until both sides close.
 
 pub mod config;
 pub(crate) mod downstream;
@@ -30,5 +32,7 @@ pub mod headers;
 pub(crate) mod health;
 pub(crate) mod job;
 pub mod stats;
+pub(crate) mod tunnel;
+pub(crate) mod upgrade;
 pub(crate) mod upload;
 pub(crate) mod upstream;

@@ -85,6 +85,8 @@ pub(crate) enum Phase {
     Body,
     /// In its server's pool, waiting for the next request.
     Idle,
+    /// Switched protocols (`101`): a byte tunnel to the client until both close.
+    Tunnel,
 }
 
 /// How the rest of the response body is delimited.
@@ -130,6 +132,45 @@ pub(crate) struct UpConn {
     pub(crate) deadline: Instant,
     /// When the request was handed to this connection (the upstream's response time).
     pub(crate) sent_at: Instant,
+    /// The client-to-upstream side of a tunnel (only in [`Phase::Tunnel`]).
+    pub(crate) tunnel: Option<Box<Tunnel>>,
+}
+
+/// The client-to-upstream half of a WebSocket tunnel (driven by `tunnel::pump`), and where each
+/// direction stands.
+#[derive(Debug)]
+pub(crate) struct Tunnel {
+    /// Client bytes not yet taken by the upstream (a pooled read buffer): `buf[pos..len]`.
+    pub(crate) buf: Vec<u8>,
+    pub(crate) pos: usize,
+    pub(crate) len: usize,
+    /// The client sent its FIN (or TLS `close_notify`).
+    pub(crate) client_eof: bool,
+    /// The upstream's sending side was half-closed after the client's FIN.
+    pub(crate) upstream_shut: bool,
+    /// The upstream sent its FIN.
+    pub(crate) upstream_eof: bool,
+    /// The client was told the upstream is done (half-closed after its output).
+    pub(crate) client_shut: bool,
+}
+
+impl Tunnel {
+    pub(crate) fn new(buf: Vec<u8>) -> Self {
+        Self {
+            buf,
+            pos: 0,
+            len: 0,
+            client_eof: false,
+            upstream_shut: false,
+            upstream_eof: false,
+            client_shut: false,
+        }
+    }
+
+    /// The buffer, for the worker's pool, when the tunnel ends.
+    pub(crate) fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,9 @@ pub struct GroupArgs {
     /// upstream as it comes, so this bounds no memory, only what an upstream is asked to take
     #[arg(id = "proxy_max_body", long = "proxy-max-body", value_name = "SIZE", default_value = "1g", value_parser = parse_nonzero_size)]
     pub max_body: u64,
+    /// Longest time a WebSocket tunnel may pass no byte either way (it is closed after)
+    #[arg(id = "proxy_tunnel_idle_timeout", long = "proxy-tunnel-idle-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
+    pub tunnel_idle_timeout: Duration,
     /// Idle keep-alive connections kept per upstream server and worker (0: a connection per
     /// request)
     #[arg(
@@ -251,6 +254,7 @@ fn group(name: String, servers: Vec<UpstreamServer>, g: &GroupArgs) -> UpstreamG
             first_byte: g.first_byte_timeout,
             read: g.read_timeout,
             write: g.write_timeout,
+            tunnel_idle: g.tunnel_idle_timeout,
         },
         max_body: g.max_body,
         keepalive: g.keepalive,
