@@ -102,6 +102,9 @@ pub(crate) struct H2Conn {
     pub(super) flood_window: Instant,
     pub(super) control_frames: u32,
     pub(super) resets: u32,
+    /// Upstream exchanges of streams reset for a client's error, to cancel once the frame is
+    /// handled (where the worker's context is at hand).
+    pub(super) abandoned: Vec<mio::Token>,
     /// Last time a stream waiting for window got some, or a body byte arrived.
     pub(super) last_progress: Instant,
     pub(super) started: Instant,
@@ -175,6 +178,7 @@ impl H2Conn {
             flood_window: now,
             control_frames: 0,
             resets: 0,
+            abandoned: Vec::new(),
             last_progress: now,
             started: now,
             wait: Wait::Head,

@@ -34,6 +34,16 @@ impl H2Conn {
                 return;
             }
         }
+        self.handle(ctx, h, p);
+        ctx.proxy_cancels.append(&mut self.abandoned);
+        self.count_window(ctx);
+        if self.resets > ctx.cfg.h2.max_resets_per_sec {
+            // Resets the client sent or provoked (see `stream_error`).
+            self.conn_error(ErrorCode::EnhanceYourCalm, "too many stream resets");
+        }
+    }
+
+    fn handle(&mut self, ctx: &mut WorkerCtx<'_>, h: FrameHeader, p: std::ops::Range<usize>) {
         match h.kind {
             kind::DATA => self.data(ctx, h, p),
             kind::HEADERS => self.headers(ctx, h, p),
