@@ -1070,6 +1070,84 @@ fn a_streaming_body_reaches_the_upstream_as_it_comes_and_a_broken_one_is_cut() {
     assert_eq!(get(proxy.addr, "/status/200").status, 200);
 }
 
+/// `curl --http2-prior-knowledge -T -` uploading `len` bytes of [`pattern`] from its stdin (no
+/// length declared: the proxy forwards it chunked) to `url`; the child, its stdin fed by a thread.
+fn curl_h2_upload(url: &str, len: u64) -> (Child, std::thread::JoinHandle<std::io::Result<()>>) {
+    let mut child = Command::new("curl")
+        .args(["-sS", "--http2-prior-knowledge", "-T", "-", url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let block = pattern(0, 251 * 4096);
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            stdin.write_all(&block[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
+    });
+    (child, writer)
+}
+
+/// HTTP/2 request bodies stream as HTTP/1.1 ones do: a body of unknown length reaches the
+/// upstream chunked as its DATA frames come, an upstream that reads nothing holds the client
+/// back through the stream's window (the proxy does not grow), and 64 MiB from curl's stdin
+/// arrive whole at gunicorn.
+#[test]
+fn http2_uploads_stream_through_a_small_proxy() {
+    let upstream = Upstream::gunicorn();
+    let sink = Sink::start();
+    sink.paused.store(true, Ordering::SeqCst);
+    let proxy = Proxy::start([
+        "--h2c".to_owned(),
+        "--proxy".to_owned(),
+        format!("/sink/={}", sink.url()),
+        "--proxy".to_owned(),
+        format!("/={}", upstream.url()),
+    ]);
+    assert_eq!(get(proxy.addr, "/status/200").status, 200);
+    let warm_kib = proxy.status_kib("VmHWM:");
+
+    let (mut child, writer) = curl_h2_upload(&format!("http://{}/sink/up", proxy.addr), 1 << 30);
+    std::thread::sleep(Duration::from_secs(1));
+    let held_kib = proxy.status_kib("VmHWM:");
+    assert!(
+        held_kib.saturating_sub(warm_kib) < 8 * 1024,
+        "the proxy grew by {} KiB while its upstream read nothing",
+        held_kib.saturating_sub(warm_kib)
+    );
+    sink.paused.store(false, Ordering::SeqCst);
+    sink.wait_for("the head and a megabyte", |got, _| got.len() > 1 << 20);
+    let got = sink.received();
+    let end = find(&got, b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&got[..end]).into_owned();
+    assert!(head.starts_with("PUT /sink/up HTTP/1.1\r\n"), "{head}");
+    assert_eq!(field(&head, "transfer-encoding"), Some("chunked"), "{head}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = writer.join();
+
+    const LEN: u64 = 64 << 20;
+    let (child, writer) = curl_h2_upload(&format!("http://{}/upload", proxy.addr), LEN);
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let digest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(digest["length"], LEN);
+    assert_eq!(digest["sha256"], pattern_sha256(LEN));
+    let hwm_kib = proxy.status_kib("VmHWM:");
+    assert!(
+        hwm_kib.saturating_sub(warm_kib) < 8 * 1024,
+        "the proxy's peak RSS grew by {} KiB",
+        hwm_kib.saturating_sub(warm_kib)
+    );
+}
+
 /// An upstream that answers before the body ends (gunicorn's /status/413 reads none of it):
 /// the answer is relayed as it comes, with `Connection: close` — the rest of the body is not
 /// read, so no next request could be found. `Expect: 100-continue` on a streaming body is

@@ -23,7 +23,7 @@ use crate::handler::{FileBody, Response};
 use crate::proxy::downstream::{Downstream, TunnelRead};
 use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::job::RelayBody;
-use crate::proxy::upload::{Upload, UploadRef};
+use crate::proxy::upload::{Upload, UploadRef, STREAM_MIN_BODY};
 use crate::transport::{Flushed, ReadFailure, Transport};
 use crate::wait::Wait;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
@@ -47,11 +47,6 @@ const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Extra raw bytes allowed beyond the head and body limits while a body is read: the undecoded
 /// tail of a chunked body (a size line, extensions, CRLFs) and the next pipelined request.
 const CHUNK_FRAMING_ALLOWANCE: usize = 64 * 1024;
-
-/// A body longer than this that is not all here when its head is parsed streams to an upstream
-/// as it arrives, when the request is forwarded (smaller ones are read whole first: the request
-/// can then be retried on another server, and takes a pooled connection for one write).
-const STREAM_MIN_BODY: u64 = 64 * 1024;
 
 /// A connection waiting for an upstream's response is bounded by the upstream side's timeouts;
 /// this only keeps its own deadline from firing first.

@@ -130,12 +130,13 @@ impl Connection {
 
     /// Relayed responses whose client side has drained below `low`: (upstream, stream) pairs
     /// whose upstream may be read again.
-    /// The upstream connection to drive for request-body bytes this connection just read for
-    /// it (HTTP/1.1 streams bodies; HTTP/2 bodies are read whole).
-    pub(crate) fn take_upload_wake(&mut self) -> Option<Token> {
+    /// An upstream connection (and the stream, 0 for HTTP/1.1) to drive for request-body bytes
+    /// this connection just read for it.
+    pub(crate) fn take_upload_wake(&mut self) -> Option<(Token, u32)> {
         match self {
-            Self::H1(c) => c.take_upload_wake(),
-            Self::H2(_) | Self::Switching => None,
+            Self::H1(c) => c.take_upload_wake().map(|t| (t, 0)),
+            Self::H2(c) => c.take_upload_wake(),
+            Self::Switching => None,
         }
     }
 

@@ -242,22 +242,28 @@ impl Router {
     /// [`Router::dispatch`], asked before the body is read. Only asked for a body that is not
     /// all here, so it costs nothing per ordinary request.
     pub fn streams_body(&mut self, head: &Request<'_, '_>) -> bool {
-        if !self.sites.is_empty() {
-            if let Some((_, site)) = self.site_for(head.header("host")) {
-                return site.streams_here(head);
-            }
-        }
-        self.streams_here(head)
+        self.streams_body_at(head.header("host"), head.path, head.method)
     }
 
-    fn streams_here(&self, head: &Request<'_, '_>) -> bool {
-        let Ok(matched) = self.tree.at(head.path) else {
+    /// [`Router::streams_body`] from the parts that decide it (HTTP/2 asks before it has made
+    /// a [`Request`]).
+    pub fn streams_body_at(&mut self, host: Option<&[u8]>, path: &str, method: Method) -> bool {
+        if !self.sites.is_empty() {
+            if let Some((_, site)) = self.site_for(host) {
+                return site.streams_here(path, method);
+            }
+        }
+        self.streams_here(path, method)
+    }
+
+    fn streams_here(&self, path: &str, method: Method) -> bool {
+        let Ok(matched) = self.tree.at(path) else {
             return false;
         };
         self.routes[*matched.value]
             .methods
             .iter()
-            .find(|&&(m, _)| m == head.method)
+            .find(|&&(m, _)| m == method)
             .is_some_and(|&(_, h)| self.handlers[h].takes_streamed_body())
     }
 

@@ -362,9 +362,9 @@ fn settle(
         }
         return;
     }
-    if let Some(up) = conn.take_upload_wake() {
+    while let Some((up, stream)) = conn.take_upload_wake() {
         // Body bytes it read for a streaming upload: the upstream connection writes them.
-        conn.with_downstream(0, |down| {
+        conn.with_downstream(stream, |down| {
             if let Some(down) = down {
                 upstreams.wake(up, ctx, down);
             }

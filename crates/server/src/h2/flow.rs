@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use lowlat_http::h2::frame::{self, flag, kind, ErrorCode, FrameHeader, HEADER_LEN, MAX_WINDOW};
 
-use super::conn::{remember, H2Conn, OUTPUT_HIGH_WATER};
+use super::conn::{forget, H2Conn, OUTPUT_HIGH_WATER};
 use super::stream::State;
 
 impl H2Conn {
@@ -115,10 +115,11 @@ impl H2Conn {
                 }
             }
             if done {
-                let closed_ids = &mut self.closed_ids;
+                let (closed_ids, reset_ids, wbuf) =
+                    (&mut self.closed_ids, &mut self.reset_ids, &mut self.wbuf);
                 self.streams.retain(|s| {
                     if s.state == State::Done {
-                        remember(closed_ids, s.id);
+                        forget(s, wbuf, closed_ids, reset_ids);
                     }
                     s.state != State::Done
                 });

@@ -7,7 +7,7 @@ use lowlat_http::client::Header;
 use lowlat_http::h2::frame::{self, ErrorCode};
 use mio::Token;
 
-use super::conn::{remember, H2Conn};
+use super::conn::{forget, H2Conn};
 use crate::ctx::WorkerCtx;
 use crate::proxy::downstream::Downstream;
 use crate::proxy::job::RelayBody;
@@ -158,14 +158,14 @@ impl Downstream for StreamRelay<'_> {
         }
         if r.head_only {
             // The HEADERS frame ended the stream.
-            c.streams.swap_remove(i);
-            remember(&mut c.closed_ids, self.id);
+            let s = c.streams.swap_remove(i);
+            forget(&s, &mut c.wbuf, &mut c.closed_ids, &mut c.reset_ids);
             return;
         }
         if s.pending() == 0 {
             frame::write_data_header(&mut c.wbuf, self.id, 0, true);
-            c.streams.swap_remove(i);
-            remember(&mut c.closed_ids, self.id);
+            let s = c.streams.swap_remove(i);
+            forget(&s, &mut c.wbuf, &mut c.closed_ids, &mut c.reset_ids);
         }
         // Else the rest goes out with the windows; its last frame ends the stream.
     }
@@ -208,6 +208,8 @@ impl Downstream for StreamRelay<'_> {
     }
 
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>) {
+        // Also called when the upstream took this stream's upload down to its low-water mark.
+        self.conn.upload_room(ctx, self.id);
         self.conn.drive(ctx);
     }
 }

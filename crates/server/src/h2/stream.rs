@@ -45,6 +45,19 @@ pub(crate) struct Stream {
     pub(crate) relay: Option<Relay>,
     /// The relayed request's log fields (only with an access log).
     pub(crate) held: Option<Box<crate::access_log::HeldRequest>>,
+    /// The request's body streaming to an upstream as its DATA frames arrive.
+    pub(crate) upload: Option<Box<StreamUpload>>,
+}
+
+/// A stream's request body on its way to an upstream while it arrives (`proxy::upload`).
+pub(crate) struct StreamUpload {
+    pub(crate) pipe: crate::proxy::upload::UploadRef,
+    /// Body bytes received so far.
+    pub(crate) received: u64,
+    /// The `content-length` the client declared, checked at the end.
+    pub(crate) declared: Option<u64>,
+    /// Most body bytes forwarded (the group's `max_body`).
+    pub(crate) limit: u64,
 }
 
 /// A stream's response being relayed from an upstream.
@@ -91,6 +104,7 @@ impl Stream {
             file: None,
             relay: None,
             held: None,
+            upload: None,
         }
     }
 

@@ -16,6 +16,11 @@ use std::rc::Rc;
 
 use super::headers::StreamedBody;
 
+/// A body longer than this that is not all here when its head arrives streams to an upstream as
+/// it comes, when the request is forwarded (smaller ones are read whole first: the request can
+/// then be retried on another server, and goes out in one write).
+pub(crate) const STREAM_MIN_BODY: u64 = 64 * 1024;
+
 /// The client's side stops reading while this much waits for the upstream.
 pub(crate) const UPLOAD_HIGH_WATER: usize = 256 * 1024;
 /// ...and reads again once the upstream side has taken it below this.
