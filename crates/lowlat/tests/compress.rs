@@ -311,6 +311,17 @@ fn small_and_other_types_untouched() {
     ]);
     let r = get(&low.url("/small.html"), Some("gzip"), &[]);
     assert_eq!(r.header("content-encoding"), Some("gzip"));
+    // Above the maximum: sent as it is, without Vary.
+    let capped = Serve::start(&[
+        "--root",
+        path_str(dir.path()),
+        "--compress",
+        "--compress-max-size",
+        "4k",
+    ]);
+    let r = get(&capped.url("/index.html"), Some("gzip"), &[]);
+    assert_eq!(r.header("content-encoding"), None);
+    assert!(!r.varies());
     let off = Serve::start(&["--root", path_str(dir.path())]);
     let r = get(&off.url("/index.html"), Some("gzip"), &[]);
     assert_eq!(r.header("content-encoding"), None);
@@ -403,6 +414,33 @@ fn changed_file_is_recompressed_and_cache_is_bounded() {
     }
     let held = server.metric("lowlat_compress_cache_bytes");
     assert!(held > 0 && held <= 6 * 1024, "{held}");
+}
+
+/// A file too large for the file cache's memory (sent with sendfile as it is) is read whole to
+/// be compressed, within the maximum.
+#[test]
+fn large_file_read_to_compress() {
+    let dir = root();
+    let big: Vec<u8> = (0..12).flat_map(page).collect();
+    assert!(big.len() > 100 * 1024);
+    std::fs::write(dir.path().join("big.html"), &big).unwrap();
+    let server = Serve::start(&[
+        "--root",
+        path_str(dir.path()),
+        "--compress",
+        "--cache-file-max",
+        "16k",
+    ]);
+    for proto in ["--http1.1", "--http2-prior-knowledge"] {
+        for coding in ["zstd", "gzip"] {
+            let r = get(&server.url("/big.html"), Some(coding), &[proto]);
+            assert_eq!(r.header("content-encoding"), Some(coding), "{proto}");
+            assert_eq!(r.decoded(), big, "{proto} {coding}");
+        }
+        let plain = get(&server.url("/big.html"), None, &[proto]);
+        assert_eq!(plain.body, big);
+        assert!(plain.varies());
+    }
 }
 
 /// A precompressed sibling the client accepts is sent before any compression on the fly.

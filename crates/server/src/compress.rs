@@ -334,8 +334,8 @@ fn brotli(level: u32, input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressErr
     };
     let mut w = brotli::CompressorWriter::with_params(out, 4096, &params);
     w.write_all(input)?;
-    w.flush()?;
-    drop(w);
+    // Finishes the stream (no flush first: that would add an empty metablock).
+    w.into_inner();
     Ok(())
 }
 
