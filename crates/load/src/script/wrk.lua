@@ -161,16 +161,17 @@ end
 -- of slots from at or below it). A function with `...`, inner functions (which could capture
 -- a parameter) or that is not Lua bytecode is taken to read both. A parameter that is never
 -- read can be left nil unseen: wrk's setup.lua declares both and reads neither.
+-- (`jit.util` and `bit` are taken before the script runs, which could replace them.)
+local has_util, util = pcall(require, "jit.util")
+local band, shr = bit.band, bit.rshift
 local function reads_params(f)
-   local ok, util = pcall(require, "jit.util")
-   if not ok or type(f) ~= "function" then
+   if not has_util or type(f) ~= "function" then
       return true, true
    end
    local info = util.funcinfo(f)
    if not info or info.ffid or info.addr or info.isvararg or info.children then
       return true, true
    end
-   local band, shr = bit.band, bit.rshift
    local read = {}
    local function operand(mode, v)
       -- BCMbase (2), BCMrbase (4): a range from v up; BCMvar (3): slot v.
