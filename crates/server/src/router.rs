@@ -64,6 +64,10 @@ pub struct Router {
     sites: Vec<(Vec<String>, Router)>,
     /// Header lines added to every response of this router (a site's `--add-header`).
     extra_headers: Vec<u8>,
+    /// Answers every path under its prefix before sites and routes are looked at: ACME's
+    /// HTTP-01 challenges, which a CA asks for under any of the names and which nothing (a
+    /// site's routes, a redirect to HTTPS) may hide.
+    intercept: Option<(&'static str, Box<dyn Handler>)>,
 }
 
 impl Router {
@@ -106,6 +110,11 @@ impl Router {
                 })
             })
             .map(|(i, (_, r))| (i, r))
+    }
+
+    /// Answers every path starting with `prefix` by `handler`, before anything else.
+    pub fn intercept(&mut self, prefix: &'static str, handler: impl Handler + 'static) {
+        self.intercept = Some((prefix, Box::new(handler)));
     }
 
     /// Routes `GET` (and so `HEAD`) on `pattern` to `handler`.
@@ -216,6 +225,18 @@ impl Router {
         worker: usize,
         res: &mut Response<'_>,
     ) -> usize {
+        if let Some((prefix, handler)) = &mut self.intercept {
+            if head.path.starts_with(*prefix) {
+                let req = Req {
+                    head,
+                    body,
+                    params: &[],
+                    worker,
+                };
+                handler.handle(&req, res);
+                return 0;
+            }
+        }
         if !self.sites.is_empty() {
             if let Some((i, site)) = self.site_for(head.header("host")) {
                 site.dispatch(head, body, worker, res);
@@ -258,6 +279,7 @@ impl Router {
             location,
             sites: _,
             extra_headers: _,
+            intercept: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,
