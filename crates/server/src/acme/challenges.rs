@@ -123,13 +123,16 @@ pub fn tls_alpn01_cert(
         .push(rcgen::CustomExtension::new_acme_identifier(digest));
     let cert = params.self_signed(&key).map_err(|e| fail(&e))?;
     let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let certified = CertifiedKey::from_der(
+    // Not `CertifiedKey::from_der`: its check parses the certificate with webpki, which refuses
+    // the critical extension a validation needs.
+    let signing = provider
+        .key_provider
+        .load_private_key(der)
+        .map_err(|e| fail(&e))?;
+    Ok(Arc::new(CertifiedKey::new(
         vec![CertificateDer::from(cert.der().to_vec())],
-        der,
-        provider,
-    )
-    .map_err(|e| fail(&e))?;
-    Ok(Arc::new(certified))
+        signing,
+    )))
 }
 
 #[cfg(test)]
