@@ -15,10 +15,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
 use super::challenges::{publish_http01, tls_alpn01_cert, withdraw_http01};
+use super::config::{AcmeConfig, ChallengeKind};
 use super::error::{AcmeError, ACCOUNT_UNKNOWN};
 use super::schedule::{ari_renew_at, backoff, human, random, renew_at, FIRST_RETRY};
 use super::store::Store;
-use super::{AcmeConfig, ChallengeKind};
 use crate::tls::ManagedCerts;
 
 /// Longest the CA may take to validate the challenges, then to issue.

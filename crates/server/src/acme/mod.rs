@@ -18,72 +18,29 @@
 //! - `client`: the thread: load, order, validate, finalize, store, publish, renew, back off.
 //! - [`store`]: the state directory, atomic 0600 files, flock locks.
 //! - [`challenges`]: HTTP-01 answers and TLS-ALPN-01 certificates.
+//! - `config`: what the client is told: the CA, the names, the challenge types, the state dir.
 //! - [`schedule`]: when to renew and when to retry.
 //! - [`error`]: why an attempt failed, with the CA's problem document.
 
 pub mod challenges;
 mod client;
+mod config;
 pub mod error;
 pub mod schedule;
 pub mod store;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 
 use crate::tls::ManagedCerts;
+pub use config::{AcmeConfig, ChallengeKind};
 pub use error::AcmeError;
 
 /// Let's Encrypt's production directory, the default CA.
 pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
 /// The default state directory.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/lowlat";
-
-/// A challenge type this server answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChallengeKind {
-    /// HTTP-01: a file under `/.well-known/acme-challenge/` on port 80 (the `--listen` one).
-    Http01,
-    /// TLS-ALPN-01: a special certificate on port 443 (the `--tls-listen` one).
-    TlsAlpn01,
-}
-
-impl ChallengeKind {
-    /// The name ACME gives it.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Http01 => "http-01",
-            Self::TlsAlpn01 => "tls-alpn-01",
-        }
-    }
-
-    fn acme_type(self) -> instant_acme::ChallengeType {
-        match self {
-            Self::Http01 => instant_acme::ChallengeType::Http01,
-            Self::TlsAlpn01 => instant_acme::ChallengeType::TlsAlpn01,
-        }
-    }
-}
-
-/// What the ACME client needs to know.
-#[derive(Debug, Clone)]
-pub struct AcmeConfig {
-    /// The CA's directory URL.
-    pub directory: String,
-    /// Contact for the account (`mailto:` is added), optional.
-    pub email: Option<String>,
-    /// Where the account and the certificates are kept.
-    pub state_dir: PathBuf,
-    /// A root certificate (PEM) to trust for the CA's own HTTPS, instead of the system's: a
-    /// staging or internal CA.
-    pub ca_root: Option<PathBuf>,
-    /// The challenge types to answer, in order of preference.
-    pub challenges: Vec<ChallengeKind>,
-    /// The names to obtain certificates for, one certificate each (lower case, no wildcard).
-    pub names: Vec<String>,
-}
 
 /// Starts ACME: publishes the certificates already in the state directory (so they are served
 /// from the first handshake, without asking the CA), then starts the thread that obtains the
