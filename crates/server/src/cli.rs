@@ -157,22 +157,16 @@ fn serve_with(
     let server = Server::bind(cfg, service)?;
     // After the sockets are bound (a CA's validation waits in their backlogs until the workers
     // start), before the workers: the stored certificates are in place for the first handshake.
-    if let (Some(acme), Some(managed)) = (
-        args.acme_config().map_err(ServerError::Config)?,
-        tls.as_ref().and_then(|t| t.managed()),
-    ) {
+    let managed = tls
+        .as_ref()
+        .and_then(|t| t.managed().map(|m| (m, t.provider())));
+    if let (Some(acme), Some((managed, provider))) =
+        (args.acme_config().map_err(ServerError::Config)?, managed)
+    {
         let names = acme.names.join(", ");
         let directory = acme.directory.clone();
-        crate::acme::start(
-            acme,
-            Arc::clone(managed),
-            Arc::clone(
-                tls.as_ref()
-                    .map(|t| t.provider())
-                    .ok_or_else(|| ServerError::Config("no TLS".into()))?,
-            ),
-        )
-        .map_err(|e| ServerError::Config(format!("--acme: {e}")))?;
+        crate::acme::start(acme, Arc::clone(managed), Arc::clone(provider))
+            .map_err(|e| ServerError::Config(format!("--acme: {e}")))?;
         tracing::info!("acme: certificates for {names} from {directory}");
     }
     let mut signals = signal_hook::iterator::Signals::new([

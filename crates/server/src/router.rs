@@ -378,6 +378,24 @@ mod tests {
         }
     }
 
+    /// An intercepting prefix answers before the sites and the routes, whatever the Host.
+    #[test]
+    fn intercept_comes_first() {
+        let mut r = router();
+        let mut site = Router::new();
+        site.prefix("/", &[Method::Get], named("site")).unwrap();
+        r.add_site(&["t".to_owned()], site);
+        assert!(call(&mut r, "GET", "/.well-known/acme-challenge/x")
+            .2
+            .starts_with("site "));
+        r.intercept("/.well-known/acme-challenge/", named("challenge"));
+        assert_eq!(
+            call(&mut r, "GET", "/.well-known/acme-challenge/x").2,
+            "challenge"
+        );
+        assert!(call(&mut r, "GET", "/plaintext").2.starts_with("site "));
+    }
+
     /// The routes the cases below run against: lowlat's own shapes and a few more.
     fn router() -> Router {
         let mut r = Router::new();

@@ -334,6 +334,42 @@ mod tests {
         assert!(store.certs.iter().all(|c| !c.expired));
     }
 
+    /// Managed names come first; a pending one is refused rather than given the default; a
+    /// ClientHello offering `acme-tls/1` gets the challenge certificate or nothing.
+    #[test]
+    fn managed_names() {
+        let pki = Pki::new();
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let files = CertStore::load(
+            &[paths(&pki.leaf(
+                "d",
+                &["d.test", "m.test"],
+                KeyKind::EcdsaP256,
+            ))],
+            &provider,
+        )
+        .unwrap();
+        let default = Arc::clone(&files.certs[0].key);
+        let other = CertStore::load(
+            &[paths(&pki.leaf("m", &["m.test"], KeyKind::EcdsaP256))],
+            &provider,
+        )
+        .unwrap();
+        let issued = Arc::clone(&other.certs[0].key);
+        let managed = Arc::new(ManagedCerts::new(&["m.test".to_owned()]));
+        assert!(matches!(managed.lookup("m.test"), Managed::Pending));
+        assert!(matches!(managed.lookup("d.test"), Managed::No));
+        managed.set("m.test", Arc::clone(&issued));
+        assert!(matches!(managed.lookup("m.test"), Managed::Ready(k) if Arc::ptr_eq(&k, &issued)));
+        managed.set_challenge("m.test", Arc::clone(&default));
+        assert!(managed.challenge("m.test").is_some());
+        managed.clear_challenge("m.test");
+        assert!(managed.challenge("m.test").is_none());
+        // No files at all: nothing to offer a name ACME does not manage.
+        assert!(CertStore::empty().choose(Some("x.test")).is_none());
+        assert!(CertStore::empty().choose(None).is_none());
+    }
+
     /// Each bad input names its file and its fault.
     #[test]
     fn bad_pairs() {
