@@ -89,7 +89,9 @@ impl Manager {
                 }
                 Ok(None) => None,
                 Err(e) => {
-                    tracing::warn!("acme: {name}: the stored certificate is unusable ({e}): a new one is ordered");
+                    // Perhaps half-written by another process: looked at again under its lock
+                    // before anything is ordered.
+                    tracing::warn!("acme: {name}: the stored certificate is unusable ({e}): read again, or a new one ordered");
                     None
                 }
             };
