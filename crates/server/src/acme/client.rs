@@ -26,6 +26,10 @@ const ORDER_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest sleep of the thread: it looks at the clock again at least this often (a suspended
 /// machine, a clock set forward).
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
+/// Longest one attempt at a certificate may take, from the lock to the stored chain.
+const ATTEMPT_LIMIT: Duration = Duration::from_secs(600);
+/// Longest a single look at renewal information may take.
+const REQUEST_LIMIT: Duration = Duration::from_secs(60);
 /// Bounds on how soon and how late renewal information is asked for again.
 const ARI_MIN: Duration = Duration::from_secs(60);
 const ARI_MAX: Duration = Duration::from_secs(24 * 3600);
@@ -157,7 +161,16 @@ impl Manager {
             return;
         }
         let name = self.entries[i].name.clone();
-        match self.obtain(i).await {
+        // The HTTP client has no deadline of its own: a CA that accepts and never answers
+        // would hold this thread, and every other name's renewal, forever.
+        let attempt = tokio::time::timeout(ATTEMPT_LIMIT, self.obtain(i)).await;
+        let result = attempt.unwrap_or_else(|_| {
+            Err(AcmeError::Unreachable {
+                directory: self.config.directory.clone(),
+                reason: format!("no answer within {}", human(ATTEMPT_LIMIT)),
+            })
+        });
+        match result {
             Ok((key, held, how)) => {
                 tracing::info!(
                     "acme: {name}: {how}, valid until {}; renewal from {}",
@@ -227,8 +240,13 @@ impl Manager {
                 return;
             }
         };
-        let result = match self.account().await {
-            Ok(account) => account.renewal_info(&id).await,
+        let account = tokio::time::timeout(REQUEST_LIMIT, self.account())
+            .await
+            .unwrap_or_else(|_| Err(AcmeError::Other("no answer".into())));
+        let result = match account {
+            Ok(account) => tokio::time::timeout(REQUEST_LIMIT, account.renewal_info(&id))
+                .await
+                .unwrap_or(Err(instant_acme::Error::Str("no answer in time"))),
             Err(e) => {
                 tracing::debug!(
                     "acme: {}: renewal information not asked: {e}",
