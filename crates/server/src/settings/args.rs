@@ -331,7 +331,7 @@ fn check_acme_name(name: &str) -> Result<String, String> {
     let lower = name.trim_end_matches('.').to_ascii_lowercase();
     if lower.starts_with("*.") {
         return Err(format!(
-            "{name}: a wildcard certificate needs the DNS-01 challenge, which lowlat does not answer; give this site a cert and key (from another ACME client), or list its names one by one"
+            "{name}: a wildcard certificate needs the DNS-01 challenge, which lowlat does not answer; give this site a cert and key (from another ACME client) or acme = false, or list its names one by one"
         ));
     }
     let label_ok = |l: &str| {
@@ -542,6 +542,78 @@ fn parse_max_headers(text: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Which names ACME is asked for, and each setting it refuses with its reason.
+    #[test]
+    fn acme_names() {
+        let args = |text: &str| {
+            let mut f = tempfile::NamedTempFile::new().unwrap();
+            std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+            super::super::file::merged(f.path(), &[]).unwrap()
+        };
+        let listeners = "listen = [\"127.0.0.1:80\"]\ntls_listen = [\"127.0.0.1:443\"]\n";
+        let sites = "[[site]]\nserver_names = [\"A.test\", \"www.a.test.\"]\n\
+                     [[site]]\nserver_names = [\"own.test\"]\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
+                     [[site]]\nserver_names = [\"off.test\"]\nacme = false\n\
+                     [[site]]\nserver_names = [\"on.test\"]\nacme = true\n";
+        // Off: only the sites that ask.
+        let a = args(&format!("{listeners}{sites}"));
+        let acme = a.acme_config().unwrap().unwrap();
+        assert_eq!(acme.names, ["on.test"]);
+        // --acme: every site without its own cert, unless it says no; --acme-domain adds.
+        let a = args(&format!(
+            "{listeners}acme = true\nacme_domain = [\"extra.test\", \"a.test\"]\n{sites}"
+        ));
+        let acme = a.acme_config().unwrap().unwrap();
+        assert_eq!(
+            acme.names,
+            ["a.test", "www.a.test", "on.test", "extra.test"]
+        );
+        assert_eq!(
+            acme.challenges,
+            [ChallengeKind::Http01, ChallengeKind::TlsAlpn01]
+        );
+        assert!(a.to_config().is_ok());
+        // Nothing asked: off, and --tls-listen still needs a certificate.
+        let a = args(listeners);
+        assert!(a.acme_config().unwrap().is_none());
+        assert!(a.to_config().unwrap_err().contains("needs a certificate"));
+        for (text, words) in [
+            (
+                format!("{listeners}acme_domain = [\"*.a.test\"]\n"),
+                "DNS-01",
+            ),
+            (
+                format!("{listeners}acme_domain = [\"10.0.0.1\"]\n"),
+                "not a DNS name",
+            ),
+            (format!("{listeners}acme = true\n"), "no name"),
+            (
+                "listen = [\"127.0.0.1:80\"]\nacme_domain = [\"a.test\"]\n".to_owned(),
+                "needs --tls-listen",
+            ),
+            (
+                "tls_listen = [\"127.0.0.1:443\"]\nacme_domain = [\"a.test\"]\nacme_challenge = [\"http-01\"]\n"
+                    .to_owned(),
+                "http-01 is answered on a --listen",
+            ),
+        ] {
+            let e = args(&text).acme_config().unwrap_err();
+            assert!(e.contains(words), "{text}: {e}");
+        }
+        // Without a clear-text listener, TLS-ALPN-01 alone.
+        let a = args("tls_listen = [\"127.0.0.1:443\"]\nacme_domain = [\"a.test\"]\n");
+        assert_eq!(
+            a.acme_config().unwrap().unwrap().challenges,
+            [ChallengeKind::TlsAlpn01]
+        );
+        for bad in ["dns-01", "http01"] {
+            assert!(parse_challenge(bad).is_err());
+        }
+        assert!(parse_directory("http://ca.test/dir").is_err());
+        assert!(parse_email("nobody").is_err());
+        assert_eq!(parse_email("mailto:a@b.test").unwrap(), "a@b.test");
+    }
 
     #[test]
     fn listen_addresses() {
