@@ -636,8 +636,11 @@ fn check_config_says_which_names() {
     ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr.contains("*.a.test: a wildcard certificate needs the DNS-01 challenge"),
+    assert_eq!(
+        stderr
+            .matches("*.a.test: a wildcard certificate needs the DNS-01 challenge")
+            .count(),
+        1,
         "{stderr}"
     );
 

@@ -115,6 +115,10 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
             ));
         }
     }
+    // Once each: the ACME settings are checked by the server's configuration, its TLS and
+    // ACME itself, which all find the same fault.
+    let mut seen = std::collections::HashSet::new();
+    problems.retain(|p| seen.insert(p.clone()));
     // In the order of the file's lines; problems without a line (the command line's) last.
     let shown = args.config.as_ref().map(|p| p.display().to_string());
     problems.sort_by_key(|p| line_of_problem(p, shown.as_deref()).unwrap_or(usize::MAX));
