@@ -17,6 +17,7 @@ use rustls::sign::CertifiedKey;
 use super::challenges::{publish_http01, tls_alpn01_cert, withdraw_http01};
 use super::config::{AcmeConfig, ChallengeKind};
 use super::error::{AcmeError, ACCOUNT_UNKNOWN};
+use super::http::{RecordingClient, RetryAfter};
 use super::schedule::{ari_renew_at, backoff, human, random, renew_at, FIRST_RETRY};
 use super::store::Store;
 use crate::tls::ManagedCerts;
@@ -30,6 +31,8 @@ const MAX_SLEEP: Duration = Duration::from_secs(3600);
 const ATTEMPT_LIMIT: Duration = Duration::from_secs(600);
 /// Longest a single look at renewal information may take.
 const REQUEST_LIMIT: Duration = Duration::from_secs(60);
+/// Longest wait a CA's Retry-After is followed for (Let's Encrypt's limits reset within a week).
+const MAX_TOLD_WAIT: Duration = Duration::from_secs(7 * 86_400);
 /// Bounds on how soon and how late renewal information is asked for again.
 const ARI_MIN: Duration = Duration::from_secs(60);
 const ARI_MAX: Duration = Duration::from_secs(24 * 3600);
@@ -60,6 +63,8 @@ pub(super) struct Manager {
     provider: Arc<CryptoProvider>,
     account: Option<Account>,
     entries: Vec<Entry>,
+    /// The CA's latest Retry-After on a 429 or 503, recorded by the HTTP client.
+    retry_after: RetryAfter,
 }
 
 impl Manager {
@@ -78,6 +83,7 @@ impl Manager {
             provider,
             account: None,
             config,
+            retry_after: RetryAfter::default(),
         };
         for name in manager.config.names.clone() {
             let held = match manager.stored(&name) {
@@ -163,6 +169,7 @@ impl Manager {
         let name = self.entries[i].name.clone();
         // The HTTP client has no deadline of its own: a CA that accepts and never answers
         // would hold this thread, and every other name's renewal, forever.
+        self.told_wait();
         let attempt = tokio::time::timeout(ATTEMPT_LIMIT, self.obtain(i)).await;
         let result = attempt.unwrap_or_else(|_| {
             Err(AcmeError::Unreachable {
@@ -192,9 +199,14 @@ impl Manager {
                     self.account = None;
                     self.store.forget_account();
                 }
+                let told = self.told_wait();
                 let entry = &mut self.entries[i];
                 entry.failures += 1;
-                let wait = backoff(entry.failures, e.rate_limited());
+                let mut wait = backoff(entry.failures, e.rate_limited());
+                if let Some(told) = told {
+                    // The CA said when (a rate limit's Retry-After): not sooner.
+                    wait = wait.max(told);
+                }
                 entry.next = SystemTime::now() + wait;
                 let kept = match &entry.held {
                     Some(h) => format!(
@@ -210,6 +222,20 @@ impl Manager {
                 );
             }
         }
+    }
+
+    /// The wait the CA asked for since the last call, if any (and forgets it).
+    fn told_wait(&self) -> Option<Duration> {
+        let at = self
+            .retry_after
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
+        Some(
+            at.duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+                .min(MAX_TOLD_WAIT),
+        )
     }
 
     /// Sets entry `i`'s next visit: its renewal, or its next look at renewal information.
@@ -458,33 +484,33 @@ impl Manager {
         }
         let directory = self.config.directory.clone();
         let acme = |e| AcmeError::from_acme(e, &directory);
-        let builder = || match &self.config.ca_root {
-            Some(root) => Account::builder_with_root(root),
-            None => Account::builder(),
+        let builder = || {
+            RecordingClient::new(
+                self.config.ca_root.as_deref(),
+                Arc::clone(&self.retry_after),
+            )
+            .map(|http| Account::builder_with_http(Box::new(http)))
         };
         let restore = |json: String| -> Result<AccountCredentials, AcmeError> {
             serde_json::from_str(&json)
                 .map_err(|e| AcmeError::State(format!("account.json does not parse: {e}")))
         };
         let account = if let Some(json) = self.store.account()? {
-            builder()
-                .map_err(acme)?
+            builder()?
                 .from_credentials(restore(json)?)
                 .await
                 .map_err(acme)?
         } else {
             let _lock = self.store.lock_account()?;
             if let Some(json) = self.store.account()? {
-                builder()
-                    .map_err(acme)?
+                builder()?
                     .from_credentials(restore(json)?)
                     .await
                     .map_err(acme)?
             } else {
                 let contact = self.config.email.as_ref().map(|e| format!("mailto:{e}"));
                 let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
-                let (account, credentials) = builder()
-                    .map_err(acme)?
+                let (account, credentials) = builder()?
                     .create(
                         &NewAccount {
                             contact: &contacts,

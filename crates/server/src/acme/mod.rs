@@ -21,11 +21,13 @@
 //! - `config`: what the client is told: the CA, the names, the challenge types, the state dir.
 //! - [`schedule`]: when to renew and when to retry.
 //! - [`error`]: why an attempt failed, with the CA's problem document.
+//! - `http`: the client's HTTPS, which keeps the CA's `Retry-After`.
 
 pub mod challenges;
 mod client;
 mod config;
 pub mod error;
+mod http;
 pub mod schedule;
 pub mod store;
 

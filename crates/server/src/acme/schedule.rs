@@ -8,7 +8,8 @@
 //!   suggests ±24 h around its ideal time even for a certificate of minutes) unless it has wholly
 //!   passed — the CA's way of asking for a renewal now (a revocation ahead).
 //! - Failures: 1 minute, doubled on each failure, at most 6 hours; at least an hour after the CA
-//!   said `rateLimited` (instant-acme does not hand over the Retry-After of an error).
+//!   said `rateLimited`, and never sooner than its `Retry-After` (followed up to a week; the
+//!   client reads it, `super::http`).
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime};
