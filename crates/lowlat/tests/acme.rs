@@ -665,3 +665,49 @@ fn check_config_says_which_names() {
         "{stderr}"
     );
 }
+
+/// The CA reaches only the process on its HTTP-01 port, while another process sharing the
+/// state directory orders: the first answers the second's challenge from the directory.
+#[test]
+fn http01_answered_for_another_process() {
+    let ca = Ca::start(3600, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // On the CA's port, ordering a name of its own (so its challenge answers are mounted).
+    let front = write_config(
+        dir.path(),
+        "front.toml",
+        &format!(
+            "listen = [\"127.0.0.1:{}\"]\ntls_listen = [\"127.0.0.1:{}\"]\nacme_challenge = [\"http-01\"]\nacme_domain = [\"front.test\"]\n{}",
+            ca.http_port,
+            ca.tls_port,
+            ca.settings(&state)
+        ),
+    );
+    let front = Serve::start(&front);
+    front.wait_for("certificate obtained", 1, Duration::from_secs(60));
+    // Elsewhere, ordering b.test: validated through the front process.
+    let back_tls = free_port();
+    let back = write_config(
+        dir.path(),
+        "back.toml",
+        &format!(
+            "listen = [\"127.0.0.1:{}\"]\ntls_listen = [\"127.0.0.1:{back_tls}\"]\nacme_challenge = [\"http-01\"]\nacme_domain = [\"b.test\"]\n{}",
+            free_port(),
+            ca.settings(&state)
+        ),
+    );
+    let back = Serve::start(&back);
+    back.wait_for("certificate obtained", 1, Duration::from_secs(60));
+    assert_served(&ca.root(), "b.test", back_tls);
+    assert_eq!(front.count("b.test"), 0, "{}", front.log());
+    // The answers are withdrawn once the order is done.
+    let challenges = std::fs::read_dir(state.join("acme"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("challenges");
+    assert_eq!(std::fs::read_dir(challenges).unwrap().count(), 0);
+}
