@@ -12,6 +12,7 @@
 //! - `listener`: binding the per-worker `SO_REUSEPORT` sockets.
 //! - `transport`: the transport layer — bytes in clear or through TLS, under the protocol layer.
 //! - [`tls`]: the shared rustls configuration, certificates chosen by SNI, reload.
+//! - [`acme`]: automatic HTTPS: certificates obtained, stored and renewed from an ACME CA.
 //! - [`access_log`]: one line per request (combined or JSON), buffered per worker.
 //! - [`metrics`]: per-worker counters, published once per loop turn, served as Prometheus text.
 //! - `worker`: one thread's event loop: accept, drive connections, sweep deadlines, shut down.
@@ -36,6 +37,7 @@
 //! - [`cli`]: running `lowlat serve`: settings in, server started, signals handled.
 
 pub mod access_log;
+pub mod acme;
 pub mod app;
 pub mod builtin;
 pub mod cli;

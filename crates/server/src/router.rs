@@ -66,6 +66,10 @@ pub struct Router {
     extra_headers: Vec<u8>,
     /// The site's compression on the fly, when on (lent to each response it answers).
     compress: Option<std::rc::Rc<crate::compress::CompressConfig>>,
+    /// Answers every path under its prefix before sites and routes are looked at: ACME's
+    /// HTTP-01 challenges, which a CA asks for under any of the names and which nothing (a
+    /// site's routes, a redirect to HTTPS) may hide.
+    intercept: Option<(&'static str, Box<dyn Handler>)>,
 }
 
 impl Router {
@@ -108,6 +112,11 @@ impl Router {
                 })
             })
             .map(|(i, (_, r))| (i, r))
+    }
+
+    /// Answers every path starting with `prefix` by `handler`, before anything else.
+    pub fn intercept(&mut self, prefix: &'static str, handler: impl Handler + 'static) {
+        self.intercept = Some((prefix, Box::new(handler)));
     }
 
     /// Routes `GET` (and so `HEAD`) on `pattern` to `handler`.
@@ -218,6 +227,18 @@ impl Router {
         worker: usize,
         res: &mut Response<'r>,
     ) -> usize {
+        if let Some((prefix, handler)) = &mut self.intercept {
+            if head.path.starts_with(*prefix) {
+                let req = Req {
+                    head,
+                    body,
+                    params: &[],
+                    worker,
+                };
+                handler.handle(&req, res);
+                return 0;
+            }
+        }
         if !self.sites.is_empty() {
             if let Some((i, site)) = self.site_for(head.header("host")) {
                 site.dispatch(head, body, worker, res);
@@ -299,6 +320,7 @@ impl Router {
             sites: _,
             extra_headers: _,
             compress: _,
+            intercept: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,
@@ -395,6 +417,24 @@ mod tests {
             }
             res.send(200, b"text/plain", body.as_bytes());
         }
+    }
+
+    /// An intercepting prefix answers before the sites and the routes, whatever the Host.
+    #[test]
+    fn intercept_comes_first() {
+        let mut r = router();
+        let mut site = Router::new();
+        site.prefix("/", &[Method::Get], named("site")).unwrap();
+        r.add_site(&["t".to_owned()], site);
+        assert!(call(&mut r, "GET", "/.well-known/acme-challenge/x")
+            .2
+            .starts_with("site "));
+        r.intercept("/.well-known/acme-challenge/", named("challenge"));
+        assert_eq!(
+            call(&mut r, "GET", "/.well-known/acme-challenge/x").2,
+            "challenge"
+        );
+        assert!(call(&mut r, "GET", "/plaintext").2.starts_with("site "));
     }
 
     /// The routes the cases below run against: lowlat's own shapes and a few more.
