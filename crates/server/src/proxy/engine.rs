@@ -122,7 +122,7 @@ impl Upstreams {
             c.reused = true;
             key
         } else {
-            let sock = match Sock::connect(&group.cfg.servers[server].addr) {
+            let sock = match Sock::connect(&group.cfg.servers[server]) {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::debug!(server = %group.cfg.servers[server].label, "upstream connect: {e}");
@@ -310,6 +310,12 @@ impl Upstreams {
                         return;
                     }
                     match c.sock.connect_result() {
+                        Ok(true) if c.sock.is_tls() => {
+                            // The handshake's bytes count against the connect timeout: the
+                            // deadline set at the connect's start stands.
+                            c.phase = Phase::Handshake;
+                            c.readable = true;
+                        }
                         Ok(true) => {
                             c.phase = Phase::Sending;
                             c.deadline = ctx.now + c.group.cfg.timeouts.write;
@@ -324,6 +330,15 @@ impl Upstreams {
                         }
                     }
                 }
+                Phase::Handshake => {
+                    if !c.readable && !c.writable {
+                        return;
+                    }
+                    match self.handshake(key, ctx, down) {
+                        Some(true) => {}
+                        Some(false) | None => return,
+                    }
+                }
                 Phase::Sending => {
                     if !c.writable {
                         return;
@@ -336,8 +351,18 @@ impl Upstreams {
                             c.wpos += n;
                             c.deadline = ctx.now + c.group.cfg.timeouts.write;
                             if c.wpos == job.request.len() {
-                                c.phase = Phase::Waiting;
-                                c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+                                // Through TLS the last bytes may still sit encrypted in rustls.
+                                match c.sock.flush() {
+                                    Ok(true) => {
+                                        c.phase = Phase::Waiting;
+                                        c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+                                    }
+                                    Ok(false) => {
+                                        c.writable = false;
+                                        return;
+                                    }
+                                    Err(_) => return self.fail(key, Failure::Closed, ctx, down),
+                                }
                             }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -368,7 +393,8 @@ impl Upstreams {
                             // A short read drains the socket: the next edge says when there is
                             // more (as for client connections) — unless the edge already said
                             // the server closed, which no later edge repeats.
-                            c.readable = c.rlen + n == c.rbuf.len() || c.closed_seen;
+                            c.readable =
+                                !c.sock.drained_after(c.rlen + n < c.rbuf.len()) || c.closed_seen;
                             c.rlen += n;
                             c.got_bytes = true;
                             if c.phase == Phase::Body {
@@ -392,6 +418,43 @@ impl Upstreams {
                         Err(_) => return self.fail(key, Failure::Closed, ctx, down),
                     }
                 }
+            }
+        }
+    }
+
+    /// Advances connection `key`'s TLS handshake. `Some(true)`: done, the request can go;
+    /// `Some(false)`: waiting for the socket; `None`: failed (answered or retried), a
+    /// certificate refused named in the error log.
+    fn handshake(
+        &mut self,
+        key: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> Option<bool> {
+        let c = &mut self.conns[key];
+        match c.sock.handshake() {
+            Ok(true) => {
+                tracing::debug!(server = %c.group.cfg.servers[c.server].label, resumed = c.sock.resumed(), "upstream TLS handshake done");
+                c.phase = Phase::Sending;
+                c.writable = true;
+                c.deadline = ctx.now + c.group.cfg.timeouts.write;
+                Some(true)
+            }
+            Ok(false) => {
+                c.readable = false;
+                c.writable = false;
+                Some(false)
+            }
+            Err(e) => {
+                // A refused certificate is a configuration problem someone must see, not a
+                // passing network failure: the error log names the server and the reason.
+                tracing::error!(
+                    group = %c.group.cfg.name,
+                    server = %c.group.cfg.servers[c.server].label,
+                    "upstream TLS handshake failed: {e}"
+                );
+                self.fail(key, Failure::Connect, ctx, down);
+                None
             }
         }
     }

@@ -16,6 +16,8 @@
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
 //! - `engine`: the worker's upstream connections: exchanges, retries, timeouts, pools.
 //! - `upstream`: one upstream connection and its socket.
+//! - [`upstream_tls`]: TLS to `https://` servers: the client configuration, the socket, the
+//!   reasons a handshake fails.
 //! - `group`: one worker's view of a group: balancer, in-flight counts, idle pools.
 //! - `health`: passive and active health, shared by the workers.
 //! - `stats`: per-server counts for `/metrics`, one slot per worker.
@@ -30,3 +32,4 @@ pub(crate) mod health;
 pub(crate) mod job;
 pub mod stats;
 pub(crate) mod upstream;
+pub mod upstream_tls;
