@@ -45,7 +45,13 @@ pub(crate) struct Stream {
     pub(crate) relay: Option<Relay>,
     /// The relayed request's log fields (only with an access log).
     pub(crate) held: Option<Box<crate::access_log::HeldRequest>>,
+    /// Trailer fields (names in lower case) relayed from the upstream: sent as a last HEADERS
+    /// frame, which ends the stream, once the body is out.
+    pub(crate) trailers: Option<Box<TrailerFields>>,
 }
+
+/// Trailer fields as (name, value).
+pub(crate) type TrailerFields = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A stream's response being relayed from an upstream.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +97,7 @@ impl Stream {
             file: None,
             relay: None,
             held: None,
+            trailers: None,
         }
     }
 

@@ -14,7 +14,7 @@
 use std::io;
 use std::time::Instant;
 
-use lowlat_http::body::ChunkedDecoder;
+use lowlat_http::body::{trailer_fields, ChunkedDecoder};
 use lowlat_http::client::{parse_response, ResponseBody, ResponseHeaderSlots};
 use lowlat_http::limits::MAX_HEADERS;
 use lowlat_http::Status;
@@ -25,6 +25,7 @@ use super::downstream::Downstream;
 use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
+use super::trailers::trailer_passes;
 use super::upstream::{BodyLeft, Phase, Sock, UpConn};
 use crate::ctx::WorkerCtx;
 
@@ -519,7 +520,9 @@ impl Upstreams {
                     ResponseBody::Length(n) => (RelayBody::Length(n), Some(BodyLeft::Length(n))),
                     ResponseBody::Chunked => (
                         RelayBody::Unknown,
-                        Some(BodyLeft::Chunked(Box::new(ChunkedDecoder::new(u64::MAX)))),
+                        Some(BodyLeft::Chunked(Box::new(
+                            ChunkedDecoder::new(u64::MAX).keep_trailers(),
+                        ))),
                     ),
                     ResponseBody::UntilClose => (RelayBody::Unknown, Some(BodyLeft::UntilClose)),
                 };
@@ -575,6 +578,9 @@ impl Upstreams {
         c.rbuf.copy_within(used..c.rlen, 0);
         c.rlen -= used;
         if done {
+            if let BodyLeft::Chunked(decoder) = &mut c.body {
+                relay_trailers(decoder, ctx, down);
+            }
             c.keep_alive &= c.rlen == 0;
             self.finish(key, ctx, down);
             return false;
@@ -729,6 +735,25 @@ impl Upstreams {
         if !c.rbuf.is_empty() {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
         }
+    }
+}
+
+/// Hands the trailer fields a chunked body ended with (those that may pass) to the client. No
+/// allocation unless the upstream sent trailers.
+fn relay_trailers(
+    decoder: &mut ChunkedDecoder,
+    ctx: &mut WorkerCtx<'_>,
+    down: &mut dyn Downstream,
+) {
+    let raw = decoder.take_trailers();
+    if raw.is_empty() {
+        return;
+    }
+    let fields: Vec<(&[u8], &[u8])> = trailer_fields(&raw)
+        .filter(|(name, _)| trailer_passes(name))
+        .collect();
+    if !fields.is_empty() {
+        down.relay_trailers(ctx, &fields);
     }
 }
 

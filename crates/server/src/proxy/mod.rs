@@ -21,6 +21,7 @@
 //! - `group`: one worker's view of a group: balancer, in-flight counts, idle pools.
 //! - `health`: passive and active health, shared by the workers.
 //! - `stats`: per-server counts for `/metrics`, one slot per worker.
+//! - `trailers`: which upstream trailer fields reach the client.
 
 pub mod config;
 pub(crate) mod downstream;
@@ -31,5 +32,6 @@ pub mod headers;
 pub(crate) mod health;
 pub(crate) mod job;
 pub mod stats;
+pub(crate) mod trailers;
 pub(crate) mod upstream;
 pub mod upstream_tls;
