@@ -210,6 +210,19 @@ impl ClientConn {
         Ok(())
     }
 
+    /// How many streams the server allows at once: its SETTINGS_MAX_CONCURRENT_STREAMS, or
+    /// `assumed` before its SETTINGS arrive (a caller queueing requests on a new connection).
+    #[must_use]
+    pub fn stream_limit(&self, assumed: usize) -> usize {
+        if self.peer_settings_seen {
+            self.peer
+                .max_concurrent_streams
+                .map_or(usize::MAX, |n| n as usize)
+        } else {
+            assumed
+        }
+    }
+
     /// Whether the server said GOAWAY.
     #[must_use]
     pub fn going_away(&self) -> bool {

@@ -22,6 +22,7 @@ use mio::{Interest, Token};
 use slab::Slab;
 
 use super::downstream::Downstream;
+use super::h2up::{self, Delivered, H2Upstreams};
 use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
@@ -29,8 +30,7 @@ use super::trailers::trailer_passes;
 use super::upstream::{BodyLeft, Phase, Sock, UpConn};
 use crate::ctx::WorkerCtx;
 
-/// Tokens of upstream connections start here (client connections and listeners stay below).
-pub(crate) const TOKEN_BASE: usize = usize::MAX / 2;
+pub(crate) use super::upstream::TOKEN_BASE;
 /// Stop reading an upstream while this much of its response waits to be written to the client.
 const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// Resume once the client's backlog is below this.
@@ -67,12 +67,47 @@ enum Failure {
 #[derive(Debug, Default)]
 pub(crate) struct Upstreams {
     conns: Slab<UpConn>,
+    /// HTTP/2 upstreams: connections carrying many exchanges (tokens of their own).
+    h2: H2Upstreams,
 }
 
 impl Upstreams {
     /// The client (token, stream) an upstream connection relays to.
     pub(crate) fn client_of(&self, token: Token) -> Option<(Token, u32)> {
+        if h2up::owns(token) {
+            return self.h2.client_of(token);
+        }
         self.conns.get(token.0 - TOKEN_BASE).and_then(|c| c.client)
+    }
+
+    /// HTTP/2 exchanges with news for their clients: the worker hands each its client through
+    /// [`Upstreams::on_event`].
+    pub(crate) fn take_touched(&mut self) -> Vec<Token> {
+        self.h2.take_touched()
+    }
+
+    /// An event (or news) for an HTTP/2 connection or exchange; a retry it asks for.
+    fn h2_event(
+        &mut self,
+        token: Token,
+        ready: Readiness,
+        ctx: &mut WorkerCtx<'_>,
+        down: Option<&mut dyn Downstream>,
+    ) {
+        match down {
+            Some(down) => {
+                let done =
+                    self.h2
+                        .on_event(token, ready.readable, ready.writable, ctx, Some(&mut *down));
+                if let Delivered::Retry(job, client, server) = done {
+                    self.assign(server, job, client, true, ctx, down);
+                }
+            }
+            None => {
+                self.h2
+                    .on_event(token, ready.readable, ready.writable, ctx, None);
+            }
+        }
     }
 
     /// Forwards `job` for `client`: a server is chosen, a pooled connection reused or a new one
@@ -104,6 +139,12 @@ impl Upstreams {
         down: &mut dyn Downstream,
     ) {
         let group = std::rc::Rc::clone(&job.group);
+        if group.cfg.servers[server].h2 {
+            if let Err(job) = self.h2.assign(server, job, client, ctx, down) {
+                self.retry_or_answer(server, job, false, Failure::Connect, client, ctx, down);
+            }
+            return;
+        }
         let reuse = if pooled {
             loop {
                 let Some(key) = group.idle.borrow_mut()[server].pop() else {
@@ -218,6 +259,9 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: Option<&mut dyn Downstream>,
     ) {
+        if h2up::owns(token) {
+            return self.h2_event(token, ready, ctx, down);
+        }
         let key = token.0 - TOKEN_BASE;
         let Some(c) = self.conns.get_mut(key) else {
             return;
@@ -245,6 +289,14 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        if h2up::owns(token) {
+            let none = Readiness {
+                readable: false,
+                writable: false,
+                closed: false,
+            };
+            return self.h2_event(token, none, ctx, Some(down));
+        }
         let key = token.0 - TOKEN_BASE;
         if let Some(c) = self.conns.get_mut(key) {
             if c.paused && down.backlog() < RELAY_LOW_WATER {
@@ -257,6 +309,9 @@ impl Upstreams {
     /// The client went away: its exchange is abandoned (the connection is not reused: the rest of
     /// the response would have to be read first).
     pub(crate) fn cancel(&mut self, token: Token, ctx: &mut WorkerCtx<'_>) {
+        if h2up::owns(token) {
+            return self.h2.cancel(token, ctx);
+        }
         let key = token.0 - TOKEN_BASE;
         if let Some(c) = self.conns.get(key) {
             if c.phase != Phase::Idle {
@@ -268,11 +323,14 @@ impl Upstreams {
     /// Connections whose deadline has passed (for [`Upstreams::expire`]); allocates only when
     /// there is one.
     pub(crate) fn expired(&self, now: Instant) -> Vec<Token> {
-        self.conns
+        let mut out: Vec<Token> = self
+            .conns
             .iter()
             .filter(|(_, c)| now >= c.deadline)
             .map(|(k, _)| Token(TOKEN_BASE + k))
-            .collect()
+            .collect();
+        self.h2.expired(now, &mut out);
+        out
     }
 
     /// A deadline passed: an exchange times out (504, or a cut response), an idle connection
@@ -283,6 +341,10 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: Option<&mut dyn Downstream>,
     ) {
+        if h2up::owns(token) {
+            // Delivered to the client as news, through `take_touched`.
+            return self.h2.expire(token, ctx);
+        }
         let key = token.0 - TOKEN_BASE;
         let Some(c) = self.conns.get(key) else {
             return;

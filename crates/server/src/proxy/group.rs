@@ -168,6 +168,7 @@ mod tests {
                     label: format!("127.0.0.1:{}", 9000 + i),
                     weight: w,
                     tls: None,
+                    h2: false,
                 })
                 .collect(),
             balance,

@@ -15,6 +15,7 @@
 //! - `job`: a request on its way; how its body will be framed for the client.
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
 //! - `engine`: the worker's upstream connections: exchanges, retries, timeouts, pools.
+//! - `h2up`: HTTP/2 upstream connections: many requests as streams over few connections.
 //! - `upstream`: one upstream connection and its socket.
 //! - [`upstream_tls`]: TLS to `https://` servers: the client configuration, the socket, the
 //!   reasons a handshake fails.
@@ -27,6 +28,7 @@ pub mod config;
 pub(crate) mod downstream;
 pub(crate) mod engine;
 pub(crate) mod group;
+pub(crate) mod h2up;
 pub mod handler;
 pub mod headers;
 pub(crate) mod health;

@@ -15,6 +15,9 @@ use super::group::WorkerGroup;
 use super::job::ProxyJob;
 use super::upstream_tls::TlsSock;
 
+/// Tokens of upstream connections start here (client connections and listeners stay below).
+pub(crate) const TOKEN_BASE: usize = usize::MAX / 2;
+
 /// The socket to an upstream server.
 #[derive(Debug)]
 pub(crate) enum Sock {

@@ -37,6 +37,9 @@ const SEND_BUFFER_LIMIT: usize = 64 * 1024;
 /// ALPN for HTTP/1.1 upstreams: said explicitly, so that a server offering both never picks
 /// HTTP/2 for a connection that will speak HTTP/1.1.
 const ALPN_HTTP1: &[u8] = b"http/1.1";
+/// ALPN for HTTP/2 upstreams: a server that cannot speak it refuses the handshake, which is
+/// clearer than a connection that would fail at its first frame.
+const ALPN_H2: &[u8] = b"h2";
 
 /// How a group's `https://` servers are reached: from the `tls_*` keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -93,12 +96,16 @@ impl TlsTarget {
     }
 }
 
-/// The rustls client configuration of a group's `https://` servers.
+/// The rustls client configuration of a group's `https://` servers, offering HTTP/2 alone by
+/// ALPN when `h2`, else HTTP/1.1 alone.
 ///
 /// # Errors
 /// An unreadable or empty CA file, no system roots, a client certificate or key that does not
 /// load or match.
-pub fn client_config(options: &UpstreamTlsOptions) -> Result<Arc<ClientConfig>, UpstreamTlsError> {
+pub fn client_config(
+    options: &UpstreamTlsOptions,
+    h2: bool,
+) -> Result<Arc<ClientConfig>, UpstreamTlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()?;
@@ -121,7 +128,7 @@ pub fn client_config(options: &UpstreamTlsOptions) -> Result<Arc<ClientConfig>, 
         }
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    config.alpn_protocols = vec![if h2 { ALPN_H2 } else { ALPN_HTTP1 }.to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -258,7 +265,7 @@ pub fn describe(err: &rustls::Error) -> String {
         },
         rustls::Error::AlertReceived(alert) => format!("the server sent alert {alert:?}"),
         rustls::Error::NoApplicationProtocol => {
-            "no protocol in common (ALPN): the server refused http/1.1".into()
+            "no protocol in common (ALPN): the server speaks neither the protocol asked (h2 or http/1.1)".into()
         }
         rustls::Error::PeerIncompatible(e) => format!("incompatible server: {e:?}"),
         rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateHandshakeMessage { .. } => {

@@ -75,6 +75,11 @@ pub struct GroupArgs {
     /// Statuses that count as up (ranges and codes: 200-399,401)
     #[arg(id = "proxy_health_status", long = "proxy-health-status", value_name = "LIST", default_value = "200-399", value_parser = parse_statuses)]
     pub health_status: Statuses,
+    /// The protocol spoken to http:// and https:// upstreams: h1 (HTTP/1.1, a connection per
+    /// request in flight) or h2 (HTTP/2: requests as streams over few connections; over TLS by
+    /// ALPN, in clear by prior knowledge, as h2c:// URLs always are)
+    #[arg(id = "proxy_protocol", long = "proxy-protocol", value_name = "PROTOCOL", default_value = "h1", value_parser = ["h1", "h2"])]
+    pub protocol: String,
     /// https:// upstreams: trust only the CAs in this PEM file [default: the system's roots]
     #[arg(
         id = "proxy_tls_ca",
@@ -223,6 +228,8 @@ struct ParsedServer {
     path: Option<String>,
     /// For `https://`: the URL's host, the name the certificate is checked against.
     tls_host: Option<String>,
+    /// `h2c://`: HTTP/2 in clear, whatever the group's protocol.
+    h2c: bool,
 }
 
 /// A server address: `http://host:port[/path]`, `https://host:port[/path]` (the path replaces
@@ -239,15 +246,18 @@ fn parse_server(url: &str) -> Result<ParsedServer, String> {
             label: url.to_owned(),
             path: None,
             tls_host: None,
+            h2c: false,
         });
     }
     let (rest, tls, default_port) = if let Some(rest) = url.strip_prefix("http://") {
         (rest, false, 80)
     } else if let Some(rest) = url.strip_prefix("https://") {
         (rest, true, 443)
+    } else if let Some(rest) = url.strip_prefix("h2c://") {
+        (rest, false, 80)
     } else {
         return Err(format!(
-            "{url:?}: an upstream is http://HOST:PORT, https://HOST:PORT or unix:/PATH"
+            "{url:?}: an upstream is http://HOST:PORT, https://HOST:PORT, h2c://HOST:PORT or unix:/PATH"
         ));
     };
     let (authority, path) = match rest.find('/') {
@@ -276,6 +286,7 @@ fn parse_server(url: &str) -> Result<ParsedServer, String> {
         label: with_port,
         path,
         tls_host: tls.then(|| host.to_owned()),
+        h2c: url.starts_with("h2c://"),
     })
 }
 
@@ -286,8 +297,9 @@ fn servers_of(
     g: &GroupArgs,
 ) -> Result<Vec<UpstreamServer>, String> {
     let options = g.tls_options();
+    let h2 = g.protocol == "h2";
     let config = if parsed.iter().any(|(p, _)| p.tls_host.is_some()) {
-        Some(client_config(&options).map_err(|e| format!("TLS to upstreams: {e}"))?)
+        Some(client_config(&options, h2).map_err(|e| format!("TLS to upstreams: {e}"))?)
     } else {
         None
     };
@@ -302,6 +314,7 @@ fn servers_of(
                 _ => None,
             };
             Ok(UpstreamServer {
+                h2: p.h2c || (h2 && matches!(p.addr, UpstreamAddr::Tcp(_))),
                 addr: p.addr,
                 label: p.label,
                 weight,
