@@ -322,3 +322,49 @@ fn grpc_calls_cross_the_proxy() {
     let out = grpcurl(&clear, &["-plaintext"], "Unary", r#"{"message":"after"}"#);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// HTTP/2 over TLS (`--proxy-protocol h2`, ALPN h2): one connection carries the load; an
+/// upstream that does not offer h2 fails the handshake, with the reason in the error log.
+#[test]
+fn http2_over_tls_by_alpn() {
+    let pki = Pki::new();
+    let leaf = pki.leaf("up", &["localhost"], KeyKind::EcdsaP256);
+    let (cert, key) = (
+        leaf.cert.display().to_string(),
+        leaf.key.display().to_string(),
+    );
+    let ca = pki.ca_path().display().to_string();
+    for offers_h2 in [true, false] {
+        let mut args = vec![
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+        ];
+        if !offers_h2 {
+            args.push("--no-h2");
+        }
+        let upstream = Serve::start(&args);
+        let port = upstream.tls_addr.unwrap().port();
+        let proxy = Serve::start(&[
+            "--proxy",
+            &format!("/=https://localhost:{port}"),
+            "--proxy-protocol",
+            "h2",
+            "--proxy-tls-ca",
+            &ca,
+        ]);
+        let url = format!("http://{}/plaintext", proxy.addr);
+        if offers_h2 {
+            all_ok(&load(&url, &["-c", "16", "-t", "1", "-d", "1s"]));
+            assert_eq!(connections_to(port), 1);
+        } else {
+            let report = load(&url, &["-c", "1", "-t", "1", "-n", "1"]);
+            assert_eq!(report["status_codes"]["502"], 1, "{report}");
+            let log = proxy.log();
+            assert!(log.contains("no protocol in common (ALPN)"), "{log}");
+        }
+    }
+}

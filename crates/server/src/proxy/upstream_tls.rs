@@ -263,7 +263,19 @@ pub fn describe(err: &rustls::Error) -> String {
             }
             other => format!("invalid certificate ({other})"),
         },
-        rustls::Error::AlertReceived(alert) => format!("the server sent alert {alert:?}"),
+        rustls::Error::AlertReceived(alert) => {
+            use rustls::AlertDescription as A;
+            match alert {
+                A::NoApplicationProtocol => "no protocol in common (ALPN): the server speaks neither the protocol asked (h2 or http/1.1)".into(),
+                A::HandshakeFailure => "the server refused the handshake (no version or cipher suite in common)".into(),
+                A::CertificateRequired => "the server requires a client certificate (tls_cert, tls_key)".into(),
+                A::BadCertificate | A::UnknownCA | A::CertificateUnknown | A::AccessDenied => {
+                    "the server refused our client certificate".into()
+                }
+                A::UnrecognisedName => "the server has no certificate for the name sent (SNI)".into(),
+                other => format!("the server sent TLS alert {other:?}"),
+            }
+        }
         rustls::Error::NoApplicationProtocol => {
             "no protocol in common (ALPN): the server speaks neither the protocol asked (h2 or http/1.1)".into()
         }
