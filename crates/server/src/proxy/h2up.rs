@@ -217,6 +217,7 @@ impl H2Upstreams {
         });
         group.active.borrow_mut()[server] += 1;
         self.conns[conn].waiting.push(xkey);
+        self.gauges(&group, server, ctx.worker);
         down.relay_link(Token(base() + EXCHANGE_OFFSET + xkey));
         self.drive(conn, ctx);
         Ok(())
@@ -679,6 +680,7 @@ impl H2Upstreams {
                     .response(server, ctx.worker, x.status, took);
                 down.relay_end(ctx, &group.cfg.servers[server].label, x.status, took);
                 self.remove_exchange(key);
+                self.gauges(&group, server, ctx.worker);
                 Delivered::Nothing
             }
             Outcome::Failed { kind, retry } => {
@@ -854,7 +856,24 @@ impl H2Upstreams {
     fn remove_conn(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
         if let Some(mut c) = self.conns.try_remove(key) {
             let _ = ctx.registry.deregister(c.sock.source());
+            self.gauges(&c.group, c.server, ctx.worker);
         }
+    }
+
+    /// Publishes this worker's HTTP/2 connections to `server` for `/metrics`: with streams open
+    /// (active), without (idle).
+    fn gauges(&self, group: &Rc<WorkerGroup>, server: usize, worker: usize) {
+        let (mut active, mut idle) = (0, 0);
+        for (_, c) in &self.conns {
+            if Rc::ptr_eq(&c.group, group) && c.server == server {
+                if c.streams.is_empty() && c.waiting.is_empty() {
+                    idle += 1;
+                } else {
+                    active += 1;
+                }
+            }
+        }
+        group.health.stats.connections(server, worker, active, idle);
     }
 
     fn remove_exchange(&mut self, key: usize) {
