@@ -168,6 +168,12 @@ fn reconnects_resume_the_tls_session() {
     for _ in 0..4 {
         assert_eq!(get(proxy.addr, "/plaintext").0, 200);
     }
+    // The log line of the last handshake may trail its response.
+    let start = Instant::now();
+    while proxy.log().matches("upstream TLS handshake done").count() < 4 {
+        assert!(start.elapsed() < Duration::from_secs(10), "{}", proxy.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let log = proxy.log();
     let done: Vec<&str> = log
         .lines()

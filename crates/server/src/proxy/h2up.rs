@@ -123,6 +123,10 @@ struct Exchange {
     head: Option<Box<PendingHead>>,
     head_relayed: bool,
     status: u16,
+    /// The body's length as the head announced it, and what was relayed: a response whose
+    /// DATA does not add up to its `content-length` is cut, never completed wrong.
+    announced: Option<u64>,
+    relayed: u64,
     body: Vec<u8>,
     trailers: Option<Vec<(Vec<u8>, Vec<u8>)>>,
     outcome: Outcome,
@@ -209,6 +213,8 @@ impl H2Upstreams {
             head: None,
             head_relayed: false,
             status: 0,
+            announced: None,
+            relayed: 0,
             body: Vec::new(),
             trailers: None,
             outcome: Outcome::Pending,
@@ -641,6 +647,11 @@ impl H2Upstreams {
                 None => RelayBody::Unknown,
             };
             x.status = status;
+            x.announced = match relay {
+                RelayBody::Length(n) => Some(n),
+                RelayBody::None { .. } => Some(0),
+                RelayBody::Unknown => None,
+            };
             let pass = |name: &str| response_field_passes(name, std::iter::empty());
             down.relay_head(ctx, status, "", &fields, &pass, relay);
             x.head_relayed = true;
@@ -652,6 +663,7 @@ impl H2Upstreams {
             let n = x.body.len();
             if !x.head_request {
                 down.relay_body(ctx, &x.body);
+                x.relayed += n as u64;
             }
             x.body.clear();
             let (conn, stream) = (x.conn, x.stream);
@@ -660,6 +672,18 @@ impl H2Upstreams {
             }
         }
         let x = &mut self.exchanges[key];
+        if x.announced.is_some_and(|n| x.relayed > n)
+            || (matches!(x.outcome, Outcome::Ended)
+                && x.body.is_empty()
+                && x.announced.is_some_and(|n| x.relayed != n))
+        {
+            // More or less than the head announced: cut, never relayed as complete.
+            tracing::debug!(server = %group.cfg.servers[server].label, "upstream HTTP/2 response body does not match its content-length");
+            x.outcome = Outcome::Failed {
+                kind: INVALID,
+                retry: false,
+            };
+        }
         let delivered = match x.outcome {
             Outcome::Pending => Delivered::Nothing,
             Outcome::Ended if !x.body.is_empty() => Delivered::Nothing,
