@@ -139,6 +139,9 @@ fn serve_with(
     if let Some(tls) = &tls {
         warn_expired(tls);
     }
+    for warning in crate::settings::proxy::tls_warnings(&args.upstreams, &args.proxy_group) {
+        tracing::warn!("{warning}");
+    }
     cfg.tls.clone_from(&tls);
     if let Some(log) = &cfg.access_log {
         log.check()

@@ -1202,6 +1202,31 @@ impl Downstream for Conn {
             self.wbuf.extend_from_slice(data);
         }
     }
+    /// Trailer fields go in the chunked body's trailer section (RFC 9112 §7.1.2), sent whether
+    /// or not the client said `TE: trailers`: a recipient that does not want them discards them.
+    /// A response not sent chunked (an HTTP/1.0 client, HEAD) has nowhere to put them.
+    fn relay_trailers(&mut self, ctx: &mut WorkerCtx<'_>, fields: &[(&[u8], &[u8])]) {
+        let Some(relay) = &mut self.relay else {
+            return;
+        };
+        if !relay.chunked {
+            return;
+        }
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
+        self.wbuf.extend_from_slice(b"0\r\n");
+        for (name, value) in fields {
+            self.wbuf.extend_from_slice(name);
+            self.wbuf.extend_from_slice(b": ");
+            self.wbuf.extend_from_slice(value);
+            self.wbuf.extend_from_slice(b"\r\n");
+        }
+        self.wbuf.extend_from_slice(b"\r\n");
+        // The last chunk is written: `relay_end` has nothing to add.
+        relay.chunked = false;
+    }
+
     fn relay_end(
         &mut self,
         ctx: &mut WorkerCtx<'_>,

@@ -221,6 +221,12 @@ impl Worker {
                 settle(&mut conns, &mut upstreams, key, &mut ctx, &mut relays);
             }
 
+            // What HTTP/2 upstream connections read (or failed) reaches each client concerned.
+            {
+                let mut ctx = worker_ctx!(Token(0), now, shutting_down);
+                deliver_touched(&mut conns, &mut upstreams, &mut ctx, &mut relays);
+            }
+
             // File sends that yielded their turn continue now.
             std::mem::swap(&mut deferred, &mut deferred_now);
             for token in deferred_now.drain(..) {
@@ -279,6 +285,7 @@ impl Worker {
                         );
                     }
                 }
+                deliver_touched(&mut conns, &mut upstreams, &mut ctx, &mut relays);
                 if let Some(registry) = &cfg.metrics {
                     counters.open = conns.len() as u64;
                     counters.idle = idle;
@@ -384,6 +391,41 @@ fn settle(
                 upstreams.resume(up, ctx, down);
             }
         });
+    }
+}
+
+/// Hands each HTTP/2 upstream exchange with news (a head, data, trailers, its end, a failure)
+/// to its client — one upstream connection may carry news for many — then settles the client.
+fn deliver_touched(
+    conns: &mut Slab<Connection>,
+    upstreams: &mut Upstreams,
+    ctx: &mut WorkerCtx<'_>,
+    relays: &mut Vec<(Token, u32)>,
+) {
+    let news = Readiness {
+        readable: false,
+        writable: false,
+        closed: false,
+    };
+    loop {
+        let touched = upstreams.take_touched();
+        if touched.is_empty() {
+            return;
+        }
+        for up in touched {
+            let Some((client, stream)) = upstreams.client_of(up) else {
+                continue;
+            };
+            ctx.token = client;
+            let key = client.0 - FIRST_CONN;
+            match conns.get_mut(key) {
+                Some(conn) => conn.with_downstream(stream, |down| {
+                    upstreams.on_event(up, news, ctx, down);
+                }),
+                None => upstreams.cancel(up, ctx),
+            }
+            settle(conns, upstreams, key, ctx, relays);
+        }
     }
 }
 

@@ -21,6 +21,10 @@ pub struct UpstreamServer {
     pub label: String,
     /// Share of the requests under round-robin, and of the ring under hashing.
     pub weight: u32,
+    /// For an `https://` server: the group's TLS client and the name its certificate must have.
+    pub tls: Option<super::upstream_tls::TlsTarget>,
+    /// Spoken to in HTTP/2 (`h2c://`, or `protocol = "h2"`): requests multiplexed as streams.
+    pub h2: bool,
 }
 
 /// How a group shares requests among its servers.

@@ -23,6 +23,9 @@ pub(crate) trait Downstream {
     );
     /// Body bytes, in order.
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]);
+    /// The trailer fields that ended the response body (already filtered), just before
+    /// [`Downstream::relay_end`]. A client protocol that cannot carry them drops them.
+    fn relay_trailers(&mut self, _ctx: &mut WorkerCtx<'_>, _fields: &[(&[u8], &[u8])]) {}
     /// The response is complete: `upstream` (the server's label) answered `status` in `took`
     /// (from the request handed to it to the response's last byte).
     fn relay_end(

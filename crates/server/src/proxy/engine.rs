@@ -18,7 +18,7 @@
 use std::io;
 use std::time::Instant;
 
-use lowlat_http::body::ChunkedDecoder;
+use lowlat_http::body::{trailer_fields, ChunkedDecoder};
 use lowlat_http::client::{
     parse_response, parse_upgrade_response, ResponseBody, ResponseHeaderSlots,
 };
@@ -28,16 +28,17 @@ use mio::{Interest, Token};
 use slab::Slab;
 
 use super::downstream::Downstream;
+use super::h2up::{self, Delivered, H2Upstreams};
 use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
+use super::trailers::trailer_passes;
 use super::tunnel::{self, Pumped};
 use super::upload::UPLOAD_LOW_WATER;
 use super::upstream::{BodyLeft, Phase, Sock, Tunnel, UpConn};
 use crate::ctx::WorkerCtx;
 
-/// Tokens of upstream connections start here (client connections and listeners stay below).
-pub(crate) const TOKEN_BASE: usize = usize::MAX / 2;
+pub(crate) use super::upstream::TOKEN_BASE;
 /// Stop reading an upstream while this much of its response waits to be written to the client.
 const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// Resume once the client's backlog is below this.
@@ -86,12 +87,47 @@ enum Failure {
 #[derive(Debug, Default)]
 pub(crate) struct Upstreams {
     conns: Slab<UpConn>,
+    /// HTTP/2 upstreams: connections carrying many exchanges (tokens of their own).
+    h2: H2Upstreams,
 }
 
 impl Upstreams {
     /// The client (token, stream) an upstream connection relays to.
     pub(crate) fn client_of(&self, token: Token) -> Option<(Token, u32)> {
+        if h2up::owns(token) {
+            return self.h2.client_of(token);
+        }
         self.conns.get(token.0 - TOKEN_BASE).and_then(|c| c.client)
+    }
+
+    /// HTTP/2 exchanges with news for their clients: the worker hands each its client through
+    /// [`Upstreams::on_event`].
+    pub(crate) fn take_touched(&mut self) -> Vec<Token> {
+        self.h2.take_touched()
+    }
+
+    /// An event (or news) for an HTTP/2 connection or exchange; a retry it asks for.
+    fn h2_event(
+        &mut self,
+        token: Token,
+        ready: Readiness,
+        ctx: &mut WorkerCtx<'_>,
+        down: Option<&mut dyn Downstream>,
+    ) {
+        match down {
+            Some(down) => {
+                let done =
+                    self.h2
+                        .on_event(token, ready.readable, ready.writable, ctx, Some(&mut *down));
+                if let Delivered::Retry(job, client, server) = done {
+                    self.assign(server, job, client, true, ctx, down);
+                }
+            }
+            None => {
+                self.h2
+                    .on_event(token, ready.readable, ready.writable, ctx, None);
+            }
+        }
     }
 
     /// Forwards `job` for `client`: a server is chosen, a pooled connection reused or a new one
@@ -123,6 +159,12 @@ impl Upstreams {
         down: &mut dyn Downstream,
     ) {
         let group = std::rc::Rc::clone(&job.group);
+        if group.cfg.servers[server].h2 {
+            if let Err(job) = self.h2.assign(server, job, client, ctx, down) {
+                self.retry_or_answer(server, job, false, Failure::Connect, client, ctx, down);
+            }
+            return;
+        }
         let reuse = if pooled {
             loop {
                 let Some(key) = group.idle.borrow_mut()[server].pop() else {
@@ -142,7 +184,7 @@ impl Upstreams {
             c.reused = true;
             key
         } else {
-            let sock = match Sock::connect(&group.cfg.servers[server].addr) {
+            let sock = match Sock::connect(&group.cfg.servers[server]) {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::debug!(server = %group.cfg.servers[server].label, "upstream connect: {e}");
@@ -238,6 +280,9 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: Option<&mut dyn Downstream>,
     ) {
+        if h2up::owns(token) {
+            return self.h2_event(token, ready, ctx, down);
+        }
         let key = token.0 - TOKEN_BASE;
         let Some(c) = self.conns.get_mut(key) else {
             return;
@@ -265,6 +310,14 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        if h2up::owns(token) {
+            let none = Readiness {
+                readable: false,
+                writable: false,
+                closed: false,
+            };
+            return self.h2_event(token, none, ctx, Some(down));
+        }
         let key = token.0 - TOKEN_BASE;
         if let Some(c) = self.conns.get_mut(key) {
             if c.phase == Phase::Tunnel {
@@ -281,6 +334,9 @@ impl Upstreams {
     /// The client went away: its exchange is abandoned (the connection is not reused: the rest of
     /// the response would have to be read first).
     pub(crate) fn cancel(&mut self, token: Token, ctx: &mut WorkerCtx<'_>) {
+        if h2up::owns(token) {
+            return self.h2.cancel(token, ctx);
+        }
         let key = token.0 - TOKEN_BASE;
         if let Some(c) = self.conns.get(key) {
             if c.phase != Phase::Idle {
@@ -292,11 +348,14 @@ impl Upstreams {
     /// Connections whose deadline has passed (for [`Upstreams::expire`]); allocates only when
     /// there is one.
     pub(crate) fn expired(&self, now: Instant) -> Vec<Token> {
-        self.conns
+        let mut out: Vec<Token> = self
+            .conns
             .iter()
             .filter(|(_, c)| now >= c.deadline)
             .map(|(k, _)| Token(TOKEN_BASE + k))
-            .collect()
+            .collect();
+        self.h2.expired(now, &mut out);
+        out
     }
 
     /// A deadline passed: an exchange times out (504, or a cut response), an idle connection
@@ -307,6 +366,10 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: Option<&mut dyn Downstream>,
     ) {
+        if h2up::owns(token) {
+            // Delivered to the client as news, through `take_touched`.
+            return self.h2.expire(token, ctx);
+        }
         let key = token.0 - TOKEN_BASE;
         let Some(c) = self.conns.get(key) else {
             return;
@@ -345,6 +408,12 @@ impl Upstreams {
                         return;
                     }
                     match c.sock.connect_result() {
+                        Ok(true) if c.sock.is_tls() => {
+                            // The handshake's bytes count against the connect timeout: the
+                            // deadline set at the connect's start stands.
+                            c.phase = Phase::Handshake;
+                            c.readable = true;
+                        }
                         Ok(true) => {
                             c.phase = Phase::Sending;
                             c.deadline = ctx.now + c.group.cfg.timeouts.write;
@@ -357,6 +426,15 @@ impl Upstreams {
                             tracing::debug!(server = %c.group.cfg.servers[c.server].label, "upstream connect: {e}");
                             return self.fail(key, Failure::Connect, ctx, down);
                         }
+                    }
+                }
+                Phase::Handshake => {
+                    if !c.readable && !c.writable {
+                        return;
+                    }
+                    match self.handshake(key, ctx, down) {
+                        Some(true) => {}
+                        Some(false) | None => return,
                     }
                 }
                 Phase::Sending => {
@@ -388,9 +466,21 @@ impl Upstreams {
                         Ok(n) => {
                             c.wpos += n;
                             c.deadline = ctx.now + c.group.cfg.timeouts.write;
-                            if c.wpos == job.request.len() && job.upload.is_none() {
-                                c.phase = Phase::Waiting;
-                                c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+                            if c.wpos == job.request.len() {
+                                let streams = job.upload.is_some();
+                                // Through TLS the last bytes may still sit encrypted in rustls.
+                                match c.sock.flush() {
+                                    Ok(true) if streams => {}
+                                    Ok(true) => {
+                                        c.phase = Phase::Waiting;
+                                        c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+                                    }
+                                    Ok(false) => {
+                                        c.writable = false;
+                                        return;
+                                    }
+                                    Err(_) => return self.fail(key, Failure::Closed, ctx, down),
+                                }
                             }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -459,6 +549,16 @@ impl Upstreams {
             Ok(n) => {
                 pipe.taken(n);
                 c.deadline = ctx.now + c.group.cfg.timeouts.write;
+                // Through TLS the bytes may still sit encrypted in rustls.
+                match c.sock.flush() {
+                    Ok(true) => {}
+                    Ok(false) => c.writable = false,
+                    Err(_) => {
+                        drop(pipe);
+                        self.fail(key, Failure::Closed, ctx, down);
+                        return Sent::Over;
+                    }
+                }
                 // The client's side stops at the high-water mark, above the low one: crossing
                 // the low one downwards is when a stopped client must read again (a client that
                 // was not stopped is only driven once more, for nothing).
@@ -527,7 +627,7 @@ impl Upstreams {
                 // A short read drains the socket: the next edge says when there is more (as
                 // for client connections) — unless the edge already said the server closed,
                 // which no later edge repeats.
-                c.readable = c.rlen + n == c.rbuf.len() || c.closed_seen;
+                c.readable = !c.sock.drained_after(c.rlen + n < c.rbuf.len()) || c.closed_seen;
                 c.rlen += n;
                 c.got_bytes = true;
                 if c.phase == Phase::Body {
@@ -552,6 +652,43 @@ impl Upstreams {
             Err(_) => {
                 self.fail(key, Failure::Closed, ctx, down);
                 false
+            }
+        }
+    }
+
+    /// Advances connection `key`'s TLS handshake. `Some(true)`: done, the request can go;
+    /// `Some(false)`: waiting for the socket; `None`: failed (answered or retried), a
+    /// certificate refused named in the error log.
+    fn handshake(
+        &mut self,
+        key: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> Option<bool> {
+        let c = &mut self.conns[key];
+        match c.sock.handshake() {
+            Ok(true) => {
+                tracing::debug!(server = %c.group.cfg.servers[c.server].label, resumed = c.sock.resumed(), "upstream TLS handshake done");
+                c.phase = Phase::Sending;
+                c.writable = true;
+                c.deadline = ctx.now + c.group.cfg.timeouts.write;
+                Some(true)
+            }
+            Ok(false) => {
+                c.readable = false;
+                c.writable = false;
+                Some(false)
+            }
+            Err(e) => {
+                // A refused certificate is a configuration problem someone must see, not a
+                // passing network failure: the error log names the server and the reason.
+                tracing::error!(
+                    group = %c.group.cfg.name,
+                    server = %c.group.cfg.servers[c.server].label,
+                    "upstream TLS handshake failed: {e}"
+                );
+                self.fail(key, Failure::Connect, ctx, down);
+                None
             }
         }
     }
@@ -645,7 +782,9 @@ impl Upstreams {
                     ResponseBody::Length(n) => (RelayBody::Length(n), Some(BodyLeft::Length(n))),
                     ResponseBody::Chunked => (
                         RelayBody::Unknown,
-                        Some(BodyLeft::Chunked(Box::new(ChunkedDecoder::new(u64::MAX)))),
+                        Some(BodyLeft::Chunked(Box::new(
+                            ChunkedDecoder::new(u64::MAX).keep_trailers(),
+                        ))),
                     ),
                     ResponseBody::UntilClose => (RelayBody::Unknown, Some(BodyLeft::UntilClose)),
                 };
@@ -710,6 +849,9 @@ impl Upstreams {
         c.rbuf.copy_within(used..c.rlen, 0);
         c.rlen -= used;
         if done {
+            if let BodyLeft::Chunked(decoder) = &mut c.body {
+                relay_trailers(decoder, ctx, down);
+            }
             c.keep_alive &= c.rlen == 0;
             self.finish(key, ctx, down);
             return false;
@@ -913,6 +1055,25 @@ impl Upstreams {
         if let Some(t) = c.tunnel.take() {
             ctx.pool.give_read(t.into_buffer());
         }
+    }
+}
+
+/// Hands the trailer fields a chunked body ended with (those that may pass) to the client. No
+/// allocation unless the upstream sent trailers.
+fn relay_trailers(
+    decoder: &mut ChunkedDecoder,
+    ctx: &mut WorkerCtx<'_>,
+    down: &mut dyn Downstream,
+) {
+    let raw = decoder.take_trailers();
+    if raw.is_empty() {
+        return;
+    }
+    let fields: Vec<(&[u8], &[u8])> = trailer_fields(&raw)
+        .filter(|(name, _)| trailer_passes(name))
+        .collect();
+    if !fields.is_empty() {
+        down.relay_trailers(ctx, &fields);
     }
 }
 

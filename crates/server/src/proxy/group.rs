@@ -167,6 +167,8 @@ mod tests {
                     addr: UpstreamAddr::Tcp(format!("127.0.0.1:{}", 9000 + i).parse().unwrap()),
                     label: format!("127.0.0.1:{}", 9000 + i),
                     weight: w,
+                    tls: None,
+                    h2: false,
                 })
                 .collect(),
             balance,

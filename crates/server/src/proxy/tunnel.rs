@@ -128,7 +128,7 @@ pub(crate) fn pump(c: &mut UpConn, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downs
         // Half-closes, each after what its side sent before has been delivered.
         if t.client_eof && t.pos == t.len && !t.upstream_shut {
             t.upstream_shut = true;
-            shutdown_write(&c.sock);
+            shutdown_write(&mut c.sock);
         }
         if t.upstream_eof && down.backlog() == 0 && !t.client_shut {
             t.client_shut = true;
@@ -145,9 +145,13 @@ pub(crate) fn pump(c: &mut UpConn, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downs
     }
 }
 
-fn shutdown_write(sock: &Sock) {
+fn shutdown_write(sock: &mut Sock) {
     let _ = match sock {
         Sock::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
         Sock::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+        Sock::Tls(t) => {
+            t.shutdown_write();
+            Ok(())
+        }
     };
 }

@@ -97,6 +97,9 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
         }
         Ok(None) => {}
     }
+    for warning in super::proxy::tls_warnings(&args.upstreams, &args.proxy_group) {
+        eprintln!("lowlat serve: warning: {warning}");
+    }
     // What is left to find once each site checks: routes that do not fit together.
     if sites_ok {
         if let Err(e) = service(args) {
