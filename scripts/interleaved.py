@@ -97,6 +97,7 @@ def main():
     os.makedirs(www, exist_ok=True)
     compare.make_cert(run_dir)
     shutil.copy(os.path.join(compare.HERE, "..", "www", "100.html"), www)
+    shutil.copy(os.path.join(compare.HERE, "..", "www", "10k.html"), www)
     with open(os.path.join(www, "1m.bin"), "wb") as f:
         f.write(bytes(range(256)) * 4096)
     raw = open(args.raw, "a") if args.raw else None
@@ -128,7 +129,7 @@ def main():
     def argv_for(s, url, conns, depth, secs, close):
         if s.startswith(("h2-", "h1-")):
             return compare.h2load_argv(url, conns, depth, secs, s.startswith("h1-"))
-        return compare.wrk_argv(url, conns, depth, secs, close)
+        return compare.wrk_argv(url, conns, depth, secs, close, compare.SCENARIO_HEADERS.get(s, ()))
 
     servers = {}
     results = {}  # (scenario, conns, target) -> [records], one per round

@@ -23,8 +23,9 @@ command -v caddy >/dev/null 2>&1 || need+=(caddy)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 # lowlat load --h2 is checked against h2o, the reference HTTP/2 server.
 command -v h2o >/dev/null 2>&1 || need+=(h2o)
-# h2spec and grpcurl (below) are built with Go.
-command -v go >/dev/null 2>&1 || { command -v h2spec >/dev/null 2>&1 && command -v grpcurl >/dev/null 2>&1; } \
+# h2spec, grpcurl and Pebble (below) are built with Go.
+command -v go >/dev/null 2>&1 || { command -v h2spec >/dev/null 2>&1 && command -v grpcurl >/dev/null 2>&1 \
+    && command -v pebble >/dev/null 2>&1 && command -v pebble-challtestsrv >/dev/null 2>&1; } \
     || need+=(golang-go)
 # lowlat bench's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -53,6 +54,34 @@ fi
 if ! command -v grpcurl >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/grpcurl" ]; then
     (cd "$(dirname "$0")/grpcurl" && go build -ldflags "-X main.version=v1.8.9" \
         -o "$(go env GOPATH)/bin/grpcurl" github.com/fullstorydev/grpcurl/cmd/grpcurl)
+fi
+# Pebble, Let's Encrypt's test ACME server, and pebble-challtestsrv (its DNS server) for the ACME
+# tests, built the same way from scripts/pebble/go.mod. Pebble needs Go 1.21 or newer; Debian 12's
+# own is 1.19, so its bookworm-backports golang-1.21-go is installed beside it when needed.
+if ! command -v pebble >/dev/null 2>&1 || ! command -v pebble-challtestsrv >/dev/null 2>&1; then
+    gobin="$(go env GOPATH)/bin"
+    if [ ! -x "$gobin/pebble" ] || [ ! -x "$gobin/pebble-challtestsrv" ]; then
+        go_for_pebble=go
+        go_minor="$(go env GOVERSION | sed -n 's/^go1\.\([0-9]*\).*/\1/p')"
+        if [ "${go_minor:-0}" -lt 21 ]; then
+            if [ ! -x /usr/lib/go-1.21/bin/go ]; then
+                sudo=""
+                [ "$(id -u)" -eq 0 ] || sudo=sudo
+                if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+                    echo "deb http://deb.debian.org/debian bookworm-backports main" \
+                        | $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+                fi
+                $sudo apt-get update -qq
+                DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -t bookworm-backports golang-1.21-go >/dev/null
+            fi
+            go_for_pebble=/usr/lib/go-1.21/bin/go
+        fi
+        mkdir -p "$gobin"
+        (cd "$(dirname "$0")/pebble" && GOTOOLCHAIN=local "$go_for_pebble" build -o "$gobin/pebble" \
+            github.com/letsencrypt/pebble/v2/cmd/pebble \
+            && GOTOOLCHAIN=local "$go_for_pebble" build -o "$gobin/pebble-challtestsrv" \
+            github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv)
+    fi
 fi
 # The proxy's upstreams (gunicorn, uvicorn, websockets, grpcio: crates/lowlat/tests/upstreams/)
 # in a virtual environment with the versions of scripts/upstreams/requirements.txt. It is made

@@ -60,6 +60,9 @@ SCENARIOS = {
     "static": ("/100.html", 1, [16, 256, 1024], ["lowlat", "nginx", "lighttpd", "h2o", "varnish", "caddy"]),
     "static-pipe": ("/100.html", 16, [256], ["lowlat", "nginx", "lighttpd", "h2o", "varnish"]),
     "big": ("/1m.bin", 1, [16], ["lowlat", "nginx", "lighttpd", "h2o"]),
+    # a 10 KiB HTML page asked for with Accept-Encoding: gzip (SCENARIO_HEADERS): compression on
+    # the fly, nginx's `gzip on` (level 1, its default) on that location against `lowlat --compress`
+    "gzip": ("/10k.html", 1, [16, 256], ["lowlat", "nginx"]),
     # over TLS (ECDSA P-256 certificate made at start; TLS 1.3 where both ends offer it)
     "tls-plaintext": ("/plaintext", 1, [256], ["lowlat", "nginx"]),
     "tls-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o", "caddy"]),
@@ -75,6 +78,8 @@ SCENARIOS = {
     "proxy": ("/up/plaintext", 1, [16, 256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
     "proxy-tls": ("/up/plaintext", 1, [256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
 }
+# Request headers a scenario adds to HEADERS.
+SCENARIO_HEADERS = {"gzip": ["-H", "Accept-Encoding: gzip"]}
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
          "varnish": 8084, "haproxy": 8086, "caddy": 8087}
@@ -348,8 +353,9 @@ def make_cert(run_dir):
                        check=True, capture_output=True)
 
 
-def wrk_argv(url, conns, depth, seconds, close=False):
+def wrk_argv(url, conns, depth, seconds, close=False, extra_headers=()):
     headers = [h.replace("keep-alive", "close") for h in HEADERS] if close else HEADERS
+    headers = headers + list(extra_headers)
     argv = ["taskset", "-c", "1", "wrk", "-t1", "-c", str(conns), "-d", f"{seconds}s", "--latency",
             "--timeout", "8s"] + headers
     if depth > 1:
@@ -446,6 +452,7 @@ def main():
     www = os.path.join(args.run_dir, "www")
     os.makedirs(www, exist_ok=True)
     shutil.copy(os.path.join(HERE, "..", "www", "100.html"), www)
+    shutil.copy(os.path.join(HERE, "..", "www", "10k.html"), www)
     with open(os.path.join(www, "1m.bin"), "wb") as f:
         f.write(bytes(range(256)) * 4096)
     raw = open(args.raw, "a") if args.raw else None
@@ -496,7 +503,8 @@ def run_all(args, scenarios, only, www, raw):
                 if h2 or h1:
                     subprocess.run(h2load_argv(url, 16, 10, 2), capture_output=True, timeout=60)  # warm-up
                 else:
-                    subprocess.run(wrk_argv(url, 64, 1, 2, close), capture_output=True, timeout=60)  # warm-up
+                    subprocess.run(wrk_argv(url, 64, 1, 2, close, SCENARIO_HEADERS.get(s, ())),
+                                   capture_output=True, timeout=60)  # warm-up
                 runs = [(c, m) for c in ([int(c) for c in args.conns.split()] if args.conns else levels)
                         for m in ([int(m) for m in args.streams.split()] if h2 else [depth])]
                 for conns, depth in runs:
@@ -504,7 +512,8 @@ def run_all(args, scenarios, only, www, raw):
                     for rep in range(args.reps):
                         for attempt in range(4):
                             argv = (h2load_argv(url, conns, depth, args.duration, h1) if h2 or h1
-                                    else wrk_argv(url, conns, depth, args.duration, close))
+                                    else wrk_argv(url, conns, depth, args.duration, close,
+                                                  SCENARIO_HEADERS.get(s, ())))
                             rec = measure(srv, argv, args.duration)
                             if rec["foreign_cpu_pct"] <= args.foreign_max:
                                 break

@@ -19,18 +19,17 @@ h2o over TLS (ALPN h2) on /100.html (`--server lowlat-h2 --lowlat-serve "CMD"` t
 `lowlat serve` instead; CMD gets {port}, {tls_port}, {cert}, {key}, {www}).
 
 Lua scripts: `--script auth,counter,...` runs wrk and `lowlat load` with each of wrk's example
-scripts (crates/load/tests/wrk-scripts/NAME.lua; a path works too), taking turns script by
-script within each repetition, beside both without a script (`none`) and, for a script that
-only sets up its request (post), `lowlat load` sending the same request from flags (`= flags`):
-what the script itself costs. Both get `-t1 -c N -d Ns -s FILE URL` and nothing else (no
-extra headers), so they send the same requests. Two figures per cell, each beside its ratio to
-wrk's with the same script: CPU 1's busy time per response (as above), and the loader process's
-own CPU time per response (getrusage of the child), which a neighbour on CPU 1 cannot inflate —
-the one to read for delay and stop, whose few responses are swamped by anything else on the
-core.
+scripts (crates/load/tests/wrk-scripts/NAME.lua; a path works too), taking turns script by script
+within each repetition, beside both without a script (`none`) and, for a script that only sets up
+its request (post, report, addr), `lowlat load` sending the same request from flags (`= flags`):
+what the script itself costs. Both get `-t1 -c N -d Ns -s FILE URL` and nothing else (no extra
+headers), so they send the same requests. Two figures per cell, each beside its ratio to wrk's with
+the same script: CPU 1's busy time per response (as above), and the loader process's own CPU time
+per response (getrusage of the child), which a neighbour on CPU 1 cannot inflate — the one to read
+for delay and stop, whose few responses are swamped by anything else on the core.
 
   bench/kit/loaders.py --lowlat "target/release/lowlat load" --conns "16 256" \
-      --script none,counter,auth,setup,pipeline,post,delay,report,stop --reps 5 --duration 4
+      --script none,counter,auth,setup,pipeline,post,delay,report,stop,addr --reps 5 --duration 4
 """
 import argparse
 import os
@@ -134,6 +133,7 @@ SAME_AS_FLAGS = {
     "post": ["-X", "POST", "--body", "foo=bar&baz=quux",
              "-H", "Content-Type: application/x-www-form-urlencoded"],
     "report": [],
+    "addr": [],
 }
 
 

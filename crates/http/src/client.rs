@@ -11,7 +11,9 @@
 //! It is strict where leniency would desynchronise pipelined responses: `Content-Length` must be
 //! decimal digits (identical duplicates allowed), `Transfer-Encoding` together with
 //! `Content-Length` or on HTTP/1.0 is refused (RFC 9112 §6.1, §6.3 ¶3), chunked framing is the
-//! strict decoder's, and `101 Switching Protocols` (never asked for) is an error.
+//! strict decoder's, and `101 Switching Protocols` (never asked for) is an error — except through
+//! [`parse_upgrade_response`], for a caller that did ask for an upgrade (a proxy forwarding a
+//! WebSocket handshake).
 
 use std::mem::MaybeUninit;
 
@@ -134,6 +136,28 @@ pub fn parse_response<'h, 'b>(
     request_was_head: bool,
     slots: &'h mut ResponseHeaderSlots<'b>,
 ) -> Result<Status<ParsedResponse<'h, 'b>>, ResponseError> {
+    parse_any_response(buf, request_was_head, false, slots)
+}
+
+/// [`parse_response`] for a request that asked to switch protocols (`Upgrade`, RFC 9110 §7.8):
+/// `101 Switching Protocols` is the final answer here, with no body and the connection no
+/// longer HTTP (`keep_alive` false); anything else parses as [`parse_response`] would.
+///
+/// # Errors
+/// Any [`ResponseError`] but `BadChunk`, `Truncated` and `UnexpectedUpgrade`.
+pub fn parse_upgrade_response<'h, 'b>(
+    buf: &'b [u8],
+    slots: &'h mut ResponseHeaderSlots<'b>,
+) -> Result<Status<ParsedResponse<'h, 'b>>, ResponseError> {
+    parse_any_response(buf, false, true, slots)
+}
+
+fn parse_any_response<'h, 'b>(
+    buf: &'b [u8],
+    request_was_head: bool,
+    upgrade_asked: bool,
+    slots: &'h mut ResponseHeaderSlots<'b>,
+) -> Result<Status<ParsedResponse<'h, 'b>>, ResponseError> {
     let mut resp = httparse::Response::new(&mut []);
     let parsed =
         httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, buf, slots);
@@ -164,7 +188,7 @@ pub fn parse_response<'h, 'b>(
     } else {
         Version::Http11
     };
-    if status == 101 {
+    if status == 101 && !upgrade_asked {
         return Err(ResponseError::UnexpectedUpgrade);
     }
     // httparse accepts any three digits; RFC 9110 §15 defines 100..=599.
@@ -189,7 +213,8 @@ pub fn parse_response<'h, 'b>(
             None => ResponseBody::UntilClose,
         }
     };
-    let keep_alive = fields.keep_alive && body != ResponseBody::UntilClose;
+    // After a 101 the connection speaks the new protocol: never another HTTP response.
+    let keep_alive = fields.keep_alive && body != ResponseBody::UntilClose && status != 101;
     Ok(Status::Complete(ParsedResponse {
         head: ResponseHead {
             version,
@@ -742,5 +767,58 @@ mod tests {
             input[pos] = byte;
             let _ = check(&input, false);
         }
+    }
+}
+
+#[cfg(test)]
+mod upgrade_tests {
+    use super::*;
+
+    fn upgrade(buf: &[u8]) -> Result<Option<(u16, bool, ResponseBody, usize)>, ResponseError> {
+        let mut slots: ResponseHeaderSlots<'_> = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        Ok(match parse_upgrade_response(buf, &mut slots)? {
+            Status::Complete(p) => Some((
+                p.head.status,
+                p.head.keep_alive,
+                p.head.body,
+                p.fields.len(),
+            )),
+            Status::Partial => None,
+        })
+    }
+
+    /// A 101 answers an upgrade: no body, no further HTTP on the connection; bytes after its
+    /// head belong to the new protocol.
+    #[test]
+    fn switching_protocols_when_asked() {
+        let raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x02hi";
+        assert_eq!(upgrade(raw), Ok(Some((101, false, ResponseBody::None, 2))));
+        // Fed a byte at a time, it is partial until the blank line.
+        let head_len = raw.len() - 4;
+        for n in 0..head_len {
+            assert_eq!(upgrade(&raw[..n]), Ok(None), "{n} bytes");
+        }
+    }
+
+    /// Any other answer to an upgrade is an ordinary response.
+    #[test]
+    fn refused_upgrade_is_a_response() {
+        let raw = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 3\r\n\r\nno!";
+        assert_eq!(
+            upgrade(raw),
+            Ok(Some((400, true, ResponseBody::Length(3), 1)))
+        );
+    }
+
+    /// Without an upgrade asked for, 101 stays an error (a proxy answers it 502: relaying it
+    /// would let a server switch a connection the client never offered).
+    #[test]
+    fn unasked_101_is_refused() {
+        let raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n";
+        let mut slots: ResponseHeaderSlots<'_> = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        assert_eq!(
+            parse_response(raw, false, &mut slots).map(|_| ()),
+            Err(ResponseError::UnexpectedUpgrade)
+        );
     }
 }

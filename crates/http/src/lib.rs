@@ -12,6 +12,7 @@
 //! - [`body`]: body framing — [`body::ChunkedDecoder`] for `Transfer-Encoding: chunked`.
 //! - [`h2`]: HTTP/2 frames, request header blocks (HPACK) and the response header block.
 //! - [`client`]: the other side — parsing response heads, for the load generator.
+//! - [`ws`]: WebSocket frame heads (RFC 6455 §5), the client's side, for the load generator.
 //! - [`date`]: the `Date` header value, formatted at most once per second.
 //! - [`limits`]: the default size limits, each a named constant.
 //! - [`error`]: [`ParseError`] and its status mapping.
@@ -27,6 +28,7 @@ pub mod limits;
 pub mod request;
 pub mod response;
 pub mod units;
+pub mod ws;
 
 pub use error::ParseError;
 

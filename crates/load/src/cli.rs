@@ -88,6 +88,14 @@ pub struct LoadArgs {
     /// prior knowledge (h2c) for http:// (--h2c is the same flag).
     #[arg(long, alias = "h2c", conflicts_with_all = ["pipeline", "http10", "no_keepalive"])]
     pub h2: bool,
+    /// WebSocket: each connection opens with the handshake (ws:// or http://, wss:// or
+    /// https://), then sends messages and times their echoes; -R is messages per second,
+    /// --pipeline messages in flight per connection.
+    #[arg(long, conflicts_with_all = ["h2", "script", "http10", "no_keepalive", "body", "body_file"])]
+    pub ws: bool,
+    /// With --ws: payload bytes of each message (one binary frame).
+    #[arg(long, value_name = "SIZE", default_value = "128", requires = "ws", value_parser = parse_ws_message_size)]
+    pub ws_message_size: usize,
     /// With --h2: streams in flight per connection (h2load's -m).
     #[arg(short = 'm', long, value_name = "N", requires = "h2", value_parser = parse_streams)]
     pub streams: Option<u32>,
@@ -194,6 +202,17 @@ fn parse_pipeline(s: &str) -> Result<u32, String> {
 
 fn parse_streams(s: &str) -> Result<u32, String> {
     count_within(s, 1, u64::from(MAX_STREAMS)).map(|n| n as u32)
+}
+
+fn parse_ws_message_size(s: &str) -> Result<usize, String> {
+    let n = lowlat_http::units::parse_size(s)?;
+    match usize::try_from(n) {
+        Ok(n) if n <= crate::config::MAX_WS_MESSAGE => Ok(n),
+        _ => Err(format!(
+            "must be at most {} bytes (16m)",
+            crate::config::MAX_WS_MESSAGE
+        )),
+    }
 }
 
 fn parse_start_at(s: &str) -> Result<SystemTime, String> {
@@ -379,6 +398,11 @@ fn run_inner(args: LoadArgs) -> Result<ExitCode, Failure> {
     // The script's done() speaks after the report, as in wrk.
     let _ = std::io::Write::flush(&mut std::io::stdout());
     finished.done().map_err(|e| e.to_string())?;
+    if report.errors.protocol > 0 {
+        if let Some(why) = &report.ws_error {
+            eprintln!("lowlat load: {why}");
+        }
+    }
     if report.errors.tls > 0 {
         if let Some(why) = &report.tls_error {
             // Counted in the report; said here once, so a verification failure is not silent.
@@ -472,6 +496,9 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, Failure> {
         script: args.script.as_ref().map(|path| crate::ScriptOptions {
             path: path.clone(),
             args: args.script_args.clone(),
+        }),
+        ws: args.ws.then_some(crate::WsOptions {
+            message_size: args.ws_message_size,
         }),
     })
 }

@@ -112,7 +112,20 @@ pub struct LoadConfig {
     /// `headers` and `body` (which fill its `wrk` table); `pipeline` counts its `request()`
     /// batches in flight.
     pub script: Option<ScriptOptions>,
+    /// WebSocket mode (`--ws`): each connection opens with the handshake, then sends messages
+    /// (each a request) and waits for their echoes (each its response).
+    pub ws: Option<WsOptions>,
 }
+
+/// `--ws`: what each message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WsOptions {
+    /// Payload bytes of each message (one binary frame).
+    pub message_size: usize,
+}
+
+/// Largest `--ws-message-size`: 16 MiB, the most a connection holds in its output at once.
+pub const MAX_WS_MESSAGE: usize = 16 << 20;
 
 /// A Lua script with wrk's API (`-s FILE -- ARGS`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -158,6 +171,7 @@ impl Default for LoadConfig {
             uncorrected_latency: false,
             h2: false,
             script: None,
+            ws: None,
         }
     }
 }

@@ -87,6 +87,7 @@
 //! - `worker`: one thread's mio event loop and connection state machine (the hot path).
 //! - `transport`: a connection's bytes in clear or through a rustls client session.
 //! - `h2`: one connection's HTTP/2 session (`--h2`).
+//! - `ws`: one connection's WebSocket session (`--ws`): the handshake, messages, echoes.
 //!
 //! Below both:
 //! - `plan`: what the threads run — hosts, laid-out request bytes, each thread's connections;
@@ -127,8 +128,9 @@ mod transport;
 mod url;
 mod validate;
 mod worker;
+mod ws;
 
-pub use config::{LoadConfig, ScriptOptions, Target, TlsOptions};
+pub use config::{LoadConfig, ScriptOptions, Target, TlsOptions, WsOptions};
 pub use engine::{Progress, PROGRESS_EVERY};
 pub use error::LoadError;
 pub use report::{

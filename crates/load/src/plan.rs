@@ -127,6 +127,17 @@ pub(crate) struct Plan {
     pub h2: bool,
     /// With `-s`: the script's states and what the threads do with them.
     pub script: Option<ScriptPlan>,
+    /// With `--ws`: the handshake and the messages.
+    pub ws: Option<WsPlan>,
+}
+
+/// A WebSocket run (`--ws`).
+#[derive(Debug, Clone)]
+pub(crate) struct WsPlan {
+    /// Per group, the handshake's bytes before its key (each connection adds its own).
+    pub handshakes: Vec<Vec<u8>>,
+    /// Payload bytes of each message.
+    pub message_size: usize,
 }
 
 /// A run with a Lua script: one host, and per thread its own [`Group`] (the address `setup()`

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use crate::config::{LoadConfig, ScriptOptions, Target, DEFAULT_DURATION, MAX_PIPELINE};
 use crate::error::LoadError;
-use crate::plan::{ConnSpec, Group, H2Request, Plan, RequestBatch, ScriptPlan};
-use crate::request::{build_h2_request, build_request, is_head, weighted_cycle};
+use crate::plan::{ConnSpec, Group, H2Request, Plan, RequestBatch, ScriptPlan, WsPlan};
+use crate::request::{
+    build_h2_request, build_request, build_ws_handshake, is_head, weighted_cycle,
+};
 use crate::url::{parse_url, Url};
 use crate::validate::validate;
 use crate::{script, sys, tls};
@@ -135,7 +137,16 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
     validate(cfg)?;
     let mut groups: Vec<(Url, Vec<(Url, u32)>)> = Vec::new();
     for Target { url, weight } in &cfg.targets {
-        let parsed = parse_url(url)?;
+        // With --ws, ws:// and wss:// are http:// and https:// (RFC 6455 §3).
+        let ws_url = cfg.ws.and_then(|_| {
+            let (scheme, rest) = url.split_once("://")?;
+            match scheme.to_ascii_lowercase().as_str() {
+                "ws" => Some(format!("http://{rest}")),
+                "wss" => Some(format!("https://{rest}")),
+                _ => None,
+            }
+        });
+        let parsed = parse_url(ws_url.as_deref().unwrap_or(url))?;
         match groups.iter_mut().find(|(g, _)| {
             g.host.eq_ignore_ascii_case(&parsed.host)
                 && g.port == parsed.port
@@ -153,6 +164,7 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
         )));
     }
     let mut built = Vec::with_capacity(groups.len());
+    let mut ws_handshakes = Vec::new();
     let mut weights = Vec::with_capacity(groups.len());
     for (first, members) in &groups {
         let addr = resolve(first)?;
@@ -179,6 +191,9 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
         } else {
             Vec::new()
         };
+        if cfg.ws.is_some() {
+            ws_handshakes.push(build_ws_handshake(cfg, first));
+        }
         built.push(Group {
             addr,
             authority: first.authority(),
@@ -242,6 +257,10 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
         pin_cpus: cfg.pin_cpus.clone(),
         latency_intervals: cfg.latency_intervals,
         script: None,
+        ws: cfg.ws.map(|w| WsPlan {
+            handshakes: ws_handshakes,
+            message_size: w.message_size,
+        }),
     })
 }
 

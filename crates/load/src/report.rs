@@ -246,6 +246,8 @@ pub(crate) struct ThreadStats {
     pub tls: TlsSummary,
     /// The first TLS failure's message, shown once.
     pub tls_error: Option<String>,
+    /// With `--ws`: the first handshake or frame refused.
+    pub ws_error: Option<String>,
     /// `-U`: latency from each request's actual send.
     pub u_latency: Option<Histogram<u64>>,
 }
@@ -265,6 +267,7 @@ impl ThreadStats {
             intervals: None,
             tls: TlsSummary::default(),
             tls_error: None,
+            ws_error: None,
             u_latency: None,
         }
     }
@@ -322,6 +325,9 @@ pub struct Report {
     /// The first TLS failure, as rustls or the socket said it (certificate verification,
     /// alerts): failures are counted in [`ErrorCounts::tls`], and this says why.
     pub tls_error: Option<String>,
+    /// With `--ws`: the first handshake refused or frame refused, in words (counted in
+    /// [`ErrorCounts::protocol`]).
+    pub ws_error: Option<String>,
     /// With a rate and [`crate::LoadConfig::uncorrected_latency`]: latency from each request's
     /// actual send instead of its scheduled one (wrk2's `-U`), microseconds.
     pub uncorrected_latency: Option<Histogram<u64>>,
@@ -410,6 +416,7 @@ impl Report {
             thread_rates: None,
             tls: None,
             tls_error: None,
+            ws_error: None,
             uncorrected_latency: None,
         };
         let mut by_index: std::collections::BTreeMap<u64, Histogram<u64>> = Default::default();
@@ -453,6 +460,9 @@ impl Report {
             }
             if r.tls_error.is_none() {
                 r.tls_error = t.tls_error;
+            }
+            if r.ws_error.is_none() {
+                r.ws_error = t.ws_error;
             }
             r.cpu_user += t.cpu_user;
             r.cpu_system += t.cpu_system;

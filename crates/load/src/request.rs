@@ -64,6 +64,32 @@ pub(crate) fn build_request(cfg: &LoadConfig, url: &Url) -> Result<Vec<u8>, Load
     Ok(r)
 }
 
+/// `--ws`: the opening handshake's bytes up to its key (RFC 6455 §4.1), which each connection
+/// appends (`Sec-WebSocket-Key: …` and the blank line): the same target, `Host` and `-H` fields
+/// as an HTTP request would carry.
+pub(crate) fn build_ws_handshake(cfg: &LoadConfig, url: &Url) -> Vec<u8> {
+    let mut r = Vec::with_capacity(256);
+    r.extend_from_slice(b"GET ");
+    r.extend_from_slice(url.target.as_bytes());
+    r.extend_from_slice(b" HTTP/1.1\r\n");
+    let has = |n: &str| cfg.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
+    if !has("host") {
+        r.extend_from_slice(b"Host: ");
+        r.extend_from_slice(url.authority().as_bytes());
+        r.extend_from_slice(b"\r\n");
+    }
+    for (k, v) in &cfg.headers {
+        r.extend_from_slice(k.as_bytes());
+        r.extend_from_slice(b": ");
+        r.extend_from_slice(v.trim().as_bytes());
+        r.extend_from_slice(b"\r\n");
+    }
+    r.extend_from_slice(
+        b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n",
+    );
+    r
+}
+
 /// One request as HTTP/2 fields: `:method`, `:scheme`, `:authority` (the URL's, or a `Host`
 /// given with `-H`), `:path`, then the other fields with their names in lower case, without
 /// HTTP/1.1's connection-specific ones.

@@ -44,6 +44,7 @@ pub(crate) fn parse_url(text: &str) -> Result<Url, LoadError> {
     let tls = match u.scheme() {
         "http" => false,
         "https" => true,
+        "ws" | "wss" => return Err(bad("ws:// and wss:// URLs are for --ws")),
         _ => return Err(bad("only http:// and https:// URLs are supported")),
     };
     if !u.username().is_empty() || u.password().is_some() {

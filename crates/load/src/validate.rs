@@ -28,6 +28,27 @@ pub(crate) fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
             return err("with --h2 a request body can be at most 65535 bytes".into());
         }
     }
+    if let Some(ws) = cfg.ws {
+        if cfg.targets.len() > 1 {
+            return err("--ws runs against one URL".into());
+        }
+        if cfg.h2 || cfg.script.is_some() || cfg.http10 || !cfg.keep_alive {
+            return err(
+                "--ws speaks WebSocket over HTTP/1.1: not with --h2, -s, --http1.0 or --no-keepalive"
+                    .into(),
+            );
+        }
+        if cfg.method != "GET" || cfg.body.is_some() {
+            return err("--ws opens with a GET without a body (RFC 6455 §4.1)".into());
+        }
+        if ws.message_size > crate::config::MAX_WS_MESSAGE {
+            return err(format!(
+                "--ws-message-size must be at most {} bytes, not {}",
+                crate::config::MAX_WS_MESSAGE,
+                ws.message_size
+            ));
+        }
+    }
     if cfg.script.is_some() {
         if cfg.targets.len() > 1 {
             return err("a script runs against one URL, as in wrk".into());

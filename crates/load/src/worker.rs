@@ -15,6 +15,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use lowlat_http::client::{HeadCache, ResponseReader, Step};
@@ -118,6 +119,13 @@ impl SendTimes {
     }
 }
 
+/// The thread's script, when it has one (its state, held for this turn of the loop).
+fn held_script<'s>(
+    script: &'s mut Option<MutexGuard<'_, Option<ThreadScript>>>,
+) -> Option<&'s mut ThreadScript> {
+    script.as_deref_mut().and_then(Option::as_mut)
+}
+
 /// What a connection is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ConnState {
@@ -174,6 +182,8 @@ struct Conn {
     wake: Option<Instant>,
     /// With `--h2`: the connection's HTTP/2 session, once it is open.
     h2: Option<Box<crate::h2::Session>>,
+    /// With `--ws`: the connection's WebSocket session, once it is open.
+    ws: Option<Box<crate::ws::Session>>,
     /// With a script's `request()`: what it returned, to write from `out_pos` on.
     out: Vec<u8>,
     out_pos: usize,
@@ -214,9 +224,11 @@ pub(crate) struct Worker<'a> {
     cpu_at_start: (Duration, Duration),
     /// Which thread of the plan this is.
     index: usize,
-    /// With `-s`: what the threads do with the script, and this thread's Lua state.
+    /// With `-s`: what the threads do with the script, and this thread's Lua state, locked for
+    /// each turn of the loop and let go while it waits in `poll` (so that the main state's
+    /// `thread:get()` and `thread:set()` reach a running thread between two turns).
     script_plan: Option<&'a ScriptPlan>,
-    script: Option<ThreadScript>,
+    script: Option<MutexGuard<'a, Option<ThreadScript>>>,
     /// The script failed (the run ends) or called `thread:stop()` (this thread ends).
     script_ended: bool,
 }
@@ -256,6 +268,7 @@ impl<'a> Worker<'a> {
                 timer: None,
                 wake: None,
                 h2: None,
+                ws: None,
                 out: Vec::new(),
                 out_pos: 0,
                 heads: VecDeque::new(),
@@ -309,18 +322,19 @@ impl<'a> Worker<'a> {
             cpu_at_start: (Duration::ZERO, Duration::ZERO),
             index,
             script_plan,
-            script: script_plan.and_then(|s| s.script.take(index)),
+            script: script_plan.and_then(|s| s.script.lock(index)),
             script_ended: false,
         })
     }
 
     /// Runs until the deadline, the request count, or the stop flag; returns the thread's figures.
-    /// A script's state goes back to the script afterwards, for `done()`.
+    /// What the script printed is written out at the end.
     pub fn run(mut self) -> io::Result<ThreadStats> {
         let result = self.run_loop();
-        if let (Some(plan), Some(script)) = (self.script_plan, self.script.take()) {
-            plan.script.put(self.index, script);
+        if let Some(script) = held_script(&mut self.script) {
+            script.flush_output();
         }
+        self.script = None;
         result.map(|()| self.stats)
     }
 
@@ -350,7 +364,11 @@ impl<'a> Worker<'a> {
                 break;
             }
             let wait = self.next_wait(now);
-            match self.poll.poll(&mut events, Some(wait)) {
+            // The script's state is free while the loop waits; one lock per turn, not per call.
+            self.script = None;
+            let polled = self.poll.poll(&mut events, Some(wait));
+            self.script = self.script_plan.and_then(|s| s.script.lock(self.index));
+            match polled {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -407,6 +425,7 @@ impl<'a> Worker<'a> {
                 .store(self.stats.errors.total(), Ordering::Relaxed);
         }
         let end = Instant::now();
+        self.close_ws_sessions();
         let (u, s) = sys::thread_cpu_time();
         self.stats.cpu_user = u.saturating_sub(self.cpu_at_start.0);
         self.stats.cpu_system = s.saturating_sub(self.cpu_at_start.1);
@@ -416,6 +435,21 @@ impl<'a> Worker<'a> {
             Duration::ZERO
         };
         Ok(())
+    }
+
+    /// `--ws`, at the end: each open session says Close (1000) in one best-effort write, so the
+    /// server sees the run end as a normal closure, not a dropped connection.
+    fn close_ws_sessions(&mut self) {
+        for conn in &mut self.conns {
+            if let (Some(stream), Some(ws)) = (&mut conn.stream, &mut conn.ws) {
+                if ws.upgraded() && !ws.has_output() && !stream.has_pending() {
+                    ws.written();
+                    ws.close();
+                    let _ = stream.write(&ws.out);
+                    let _ = stream.flush_pending();
+                }
+            }
+        }
     }
 
     /// The time, for everything done next. Every timestamp the loop takes comes from here, so
@@ -570,6 +604,25 @@ impl<'a> Worker<'a> {
     /// The connection is ready for requests (TCP connected, TLS handshake done).
     fn opened(&mut self, idx: usize, now: Instant) {
         let conn = &mut self.conns[idx];
+        if let Some(ws) = &self.plan.ws {
+            // The handshake first; messages once the 101 is in (`consume_ws`).
+            let (key, accept) = crate::ws::handshake_key();
+            let mut handshake = ws.handshakes[conn.spec.group].clone();
+            handshake.extend_from_slice(b"Sec-WebSocket-Key: ");
+            handshake.extend_from_slice(key.as_bytes());
+            handshake.extend_from_slice(b"\r\n\r\n");
+            let seed = (conn.spec.global as u64) << 32 | u64::from(conn.generation);
+            conn.ws = Some(Box::new(crate::ws::Session::new(
+                &handshake,
+                &accept,
+                ws.message_size,
+                seed,
+            )));
+            conn.state = ConnState::Open;
+            conn.waiting_since = now;
+            self.flush_ws(idx, now);
+            return;
+        }
         if self.plan.h2 {
             let group = &self.groups[conn.spec.group];
             let mut session = Box::new(crate::h2::Session::new(group.h2_requests.len()));
@@ -659,7 +712,7 @@ impl<'a> Worker<'a> {
         if self.conns[idx].timer.is_some() || self.room(idx) == 0 {
             return;
         }
-        let Some(script) = &mut self.script else {
+        let Some(script) = held_script(&mut self.script) else {
             return;
         };
         let wait = match script.delay() {
@@ -677,7 +730,12 @@ impl<'a> Worker<'a> {
 
     /// The script failed, or called `thread:stop()`.
     fn script_stopped(&self) -> bool {
-        self.script_ended || self.script.as_ref().is_some_and(ThreadScript::stopped)
+        self.script_ended
+            || self
+                .script
+                .as_deref()
+                .and_then(Option::as_ref)
+                .is_some_and(ThreadScript::stopped)
     }
 
     /// How many more requests connection `idx` may have in flight: with a script's
@@ -701,7 +759,7 @@ impl<'a> Worker<'a> {
     /// most `allowed` of its requests, for a counted run): its bytes, or with `--h2` its
     /// streams. Returns how many requests were queued; `None` when the script failed.
     fn next_batch(&mut self, idx: usize, allowed: usize, now: Instant) -> Option<usize> {
-        let (Some(script), Some(plan)) = (&mut self.script, self.script_plan) else {
+        let (Some(script), Some(plan)) = (held_script(&mut self.script), self.script_plan) else {
             return None;
         };
         let conn = &mut self.conns[idx];
@@ -865,6 +923,9 @@ impl<'a> Worker<'a> {
 
     /// Writes what is owed: first the rest of a short write, then the owed requests, one write.
     fn flush(&mut self, idx: usize, now: Instant) {
+        if self.plan.ws.is_some() {
+            return self.flush_ws(idx, now);
+        }
         if self.plan.h2 {
             return self.flush_h2(idx, now);
         }
@@ -1012,6 +1073,131 @@ impl<'a> Worker<'a> {
         h2.written();
     }
 
+    /// WebSocket: once the handshake is done, the owed messages are queued (one copy of the
+    /// prebuilt frame each) behind any pong, then one write of all of it.
+    fn flush_ws(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let (Some(stream), Some(ws)) = (&mut conn.stream, &mut conn.ws) else {
+            return;
+        };
+        match stream.flush_pending() {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(_) => {
+                self.fail(idx, Failure::Write, now);
+                return;
+            }
+        }
+        if conn.owed > 0 && ws.upgraded() {
+            let k = conn.owed;
+            for _ in 0..k {
+                ws.message();
+            }
+            conn.owed = 0;
+            if let Some(actual) = &mut conn.actual {
+                actual.push(now, k);
+            }
+            if self.measuring {
+                self.stats.requests += k as u64;
+            }
+        }
+        while ws.has_output() {
+            match stream.write(&ws.out[ws.out_pos..]) {
+                Ok(n) => {
+                    ws.out_pos += n;
+                    if ws.has_output() {
+                        return; // The socket buffer is full: wait for a writable event.
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.fail(idx, Failure::Write, now);
+                    return;
+                }
+            }
+        }
+        ws.written();
+    }
+
+    /// WebSocket: reads the handshake's answer, then echoes in `self.buf[..n]`; each echo
+    /// completes the oldest message in flight (a server answers in order).
+    fn consume_ws(&mut self, idx: usize, n: usize, now: Instant) -> Result<Consumed, Failure> {
+        let conn = &mut self.conns[idx];
+        let Some(mut ws) = conn.ws.take() else {
+            return Err(Failure::Protocol);
+        };
+        let was_upgraded = ws.upgraded();
+        let mut run = Recorded::empty(now);
+        let (mut completed, mut closed, mut stray) = (0, false, false);
+        let stats = &mut self.stats;
+        let (measuring, measure_start) = (self.measuring, self.measure_start);
+        let result = ws.read(&self.buf[..n], |event| match event {
+            crate::ws::Event::Upgraded => {}
+            crate::ws::Event::Echo => {
+                let Some(sent) = conn.sent.pop() else {
+                    stray = true;
+                    return;
+                };
+                completed += 1;
+                record_uncorrected(
+                    stats,
+                    conn.actual.as_mut(),
+                    measuring && sent >= measure_start,
+                    now,
+                );
+                // An echo counts as a successful response.
+                if let Some(mut done) = run.push(sent, 200) {
+                    done.flush(stats, measuring, measure_start, now);
+                }
+            }
+            crate::ws::Event::Closed => closed = true,
+        });
+        run.flush(&mut self.stats, self.measuring, self.measure_start, now);
+        let upgraded_now = !was_upgraded && ws.upgraded();
+        let answer = ws.has_output();
+        conn.ws = Some(ws);
+        if let Err(e) = result {
+            if self.stats.ws_error.is_none() {
+                let why = match e {
+                    crate::ws::WsError::Handshake(why) => format!("WebSocket handshake: {why}"),
+                    crate::ws::WsError::Frame => {
+                        "a WebSocket frame was refused, or an echo had another length".into()
+                    }
+                };
+                self.stats.ws_error = Some(format!(
+                    "{} {why}",
+                    self.groups[self.conns[idx].spec.group].authority
+                ));
+            }
+            return Err(Failure::Protocol);
+        }
+        if stray {
+            return Err(Failure::Protocol);
+        }
+        if closed {
+            // The server ended the session: messages in flight are lost.
+            if self.conns[idx].sent.is_empty() {
+                self.closed_by_server(idx, now);
+            } else {
+                self.fail(idx, Failure::Read, now);
+            }
+            return Ok(Consumed::Closed);
+        }
+        if upgraded_now {
+            self.conns[idx].waiting_since = now;
+            if self.plan.conn_interval.is_some() {
+                // Messages due during the handshake go now, charged from their schedule.
+                self.send_due(idx, now);
+            } else {
+                self.send_next(idx, self.depth, now);
+            }
+        } else if answer {
+            self.flush_ws(idx, now);
+        }
+        Ok(Consumed::More(completed))
+    }
+
     /// HTTP/2: reads the frames in `self.buf[..n]`; completed streams are recorded.
     fn consume_h2(&mut self, idx: usize, n: usize, now: Instant) -> Result<Consumed, Failure> {
         let conn = &mut self.conns[idx];
@@ -1022,7 +1208,7 @@ impl<'a> Worker<'a> {
         let mut completed = 0;
         let stats = &mut self.stats;
         let (measuring, measure_start) = (self.measuring, self.measure_start);
-        let mut script = self.script.as_mut();
+        let mut script = held_script(&mut self.script);
         let mut script_error = None;
         let result = h2.read(&self.buf[..n], |event| {
             completed += 1;
@@ -1143,6 +1329,9 @@ impl<'a> Worker<'a> {
 
     /// Walks the responses in `self.buf[..n]` (after any held head bytes).
     fn consume(&mut self, idx: usize, n: usize, now: Instant) -> Result<Consumed, Failure> {
+        if self.plan.ws.is_some() {
+            return self.consume_ws(idx, n, now);
+        }
         if self.plan.h2 {
             return self.consume_h2(idx, n, now);
         }
@@ -1196,7 +1385,7 @@ impl<'a> Worker<'a> {
                         break;
                     }
                     Ok(Step::Complete { consumed, response }) => {
-                        if let (true, Some(script)) = (capture, &mut self.script) {
+                        if let (true, Some(script)) = (capture, held_script(&mut self.script)) {
                             // The response's bytes: in this read alone (no copy), or after the
                             // part an earlier read kept.
                             let raw: &[u8] = if conn.capture.is_empty() {
@@ -1288,8 +1477,11 @@ impl<'a> Worker<'a> {
 
     fn on_eof(&mut self, idx: usize, now: Instant) {
         let conn = &mut self.conns[idx];
-        if self.plan.h2 {
-            if conn.sent.is_empty() {
+        if self.plan.h2 || self.plan.ws.is_some() {
+            if conn.ws.as_ref().is_some_and(|w| !w.upgraded()) {
+                // Closed before answering the handshake.
+                self.fail(idx, Failure::Protocol, now);
+            } else if conn.sent.is_empty() {
                 self.close(idx);
                 self.connect(idx, now);
             } else {
@@ -1306,7 +1498,7 @@ impl<'a> Worker<'a> {
             Ok(Some(response)) => {
                 if let (true, Some(script)) = (
                     self.script_plan.is_some_and(|s| s.response),
-                    &mut self.script,
+                    held_script(&mut self.script),
                 ) {
                     let head = conn.heads.pop_front().unwrap_or(false);
                     let raw = std::mem::take(&mut conn.capture);
@@ -1419,7 +1611,10 @@ impl<'a> Worker<'a> {
             let conn = &self.conns[idx];
             let waiting = match conn.state {
                 ConnState::Connecting | ConnState::Handshaking => true,
-                ConnState::Open => !conn.sent.is_empty(),
+                // A WebSocket handshake waits for its 101 with nothing counted in flight.
+                ConnState::Open => {
+                    !conn.sent.is_empty() || conn.ws.as_ref().is_some_and(|w| !w.upgraded())
+                }
                 ConnState::Idle | ConnState::Done => false,
             };
             if waiting && now.saturating_duration_since(conn.waiting_since) > timeout {

@@ -240,6 +240,29 @@ fn auth_uses_the_token_from_a_response() {
     }
 }
 
+/// `response()` gets a fresh header table and the body with every response, the same whether
+/// the table is copied (the first responses with a head) or made by the compiled maker (once
+/// the head has repeated): 100 responses, each checked and its table marked.
+#[test]
+fn response_tables_stay_fresh_and_whole() {
+    let (server, _log) = recorder();
+    let script = temp_script(
+        r#"
+request = function() return wrk.format("GET", "/authenticate") end
+response = function(status, headers, body)
+  assert(status == 200 and headers["X-Token"] == "t0k3n", "headers")
+  assert(headers["Content-Length"] == "2" and body == "ok", "length and body")
+  assert(headers.seen == nil, "a table seen before")
+  headers.seen = true
+  kept = kept or headers
+  assert(kept.seen)
+end
+"#,
+    );
+    let r = run(&scripted(&server.url("/"), script.path().to_owned(), 100));
+    assert_eq!(r.responses, 100);
+}
+
 /// delay.lua: every request waits 10–50 ms (random) after the previous response.
 #[test]
 fn delay_spaces_requests() {
@@ -595,6 +618,54 @@ end
     let seen = arrived(&second_log);
     assert_eq!(seen.len(), 10);
     assert!(seen.iter().all(|a| a.target == format!("/{}", second.addr)));
+}
+
+/// addr.lua: `setup()` looks the URL's host up once, keeps the addresses that accept a
+/// connection and gives each thread one of them; each thread's `init()` prints its address. Run
+/// against `localhost`, every thread gets the server's address (whatever else `localhost`
+/// resolves to refuses connections and is dropped), prints it as wrk does — the same lines as
+/// wrk with the same script — and every request arrives there.
+#[test]
+fn addr_gives_each_thread_a_live_address() {
+    let Some(wrk) = ["/usr/bin/wrk", "/usr/local/bin/wrk"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+    else {
+        panic!("wrk is not installed: run scripts/test-deps.sh");
+    };
+    let (server, log) = recorder();
+    let url = format!("http://localhost:{}/", server.addr.port());
+    let script = wrk_script("addr.lua");
+    let out = cli(&[
+        "-t2",
+        "-c2",
+        "-n",
+        "20",
+        "-q",
+        "-s",
+        script.to_str().unwrap(),
+        &url,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let printed = |stdout: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("thread addr:"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let want = format!("thread addr: 127.0.0.1:{}", server.addr.port());
+    assert_eq!(printed(&out.stdout), [want.clone(), want], "{out:?}");
+    assert_eq!(arrived(&log).len(), 20);
+    let by_wrk = Command::new(wrk)
+        .args(["-t2", "-c2", "-d1s", "-s", script.to_str().unwrap(), &url])
+        .output()
+        .unwrap();
+    assert!(by_wrk.status.success(), "{by_wrk:?}");
+    assert_eq!(
+        printed(&String::from_utf8_lossy(&by_wrk.stdout)),
+        printed(&out.stdout)
+    );
 }
 
 /// What the same script sends through wrk and through lowlat load, on one connection: the same

@@ -485,6 +485,46 @@ fn rapid_reset_is_cut_off() {
     server.still_serves();
 }
 
+/// CVE-2025-8671 ("MadeYouReset"): a client that makes the server reset its streams — here a
+/// WINDOW_UPDATE of 0 on each stream it opens, a stream error — instead of resetting them
+/// itself is cut off by the same budget as rapid reset.
+#[test]
+fn provoked_resets_count_as_resets() {
+    let server = Serve::start(&[]);
+    let cpu0 = server.cpu();
+    let mut c = Raw::connect(server.http);
+    let mut out = Vec::new();
+    let block = Raw::block("/100.html");
+    let mut stream = 1;
+    let mut writer = c.s.try_clone().unwrap();
+    writer
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let sender = std::thread::spawn(move || {
+        for _ in 0..2000 {
+            out.clear();
+            for _ in 0..50 {
+                // Open (no END_STREAM: a body may follow), then the malformed frame.
+                frame::write_headers(&mut out, stream, &block, false, 16_384);
+                frame::write_window_update(&mut out, stream, 0);
+                stream += 2;
+            }
+            if writer.write_all(&out).is_err() {
+                return;
+            }
+        }
+    });
+    let code = c.until_goaway(Duration::from_secs(10));
+    assert_eq!(code, Some(ErrorCode::EnhanceYourCalm as u32));
+    let _ = sender.join();
+    assert!(
+        server.cpu() - cpu0 < Duration::from_secs(2),
+        "{:?}",
+        server.cpu() - cpu0
+    );
+    server.still_serves();
+}
+
 /// CVE-2024-27316: a header block continued without end.
 #[test]
 fn continuation_flood_is_cut_off() {

@@ -690,7 +690,7 @@ fn uploads_arrive_whole_with_their_digest() {
     let data = format!("@{}", file.display());
     for upstream in [Upstream::gunicorn(), Upstream::uvicorn()] {
         let proxy = Proxy::start([
-            "--max-body".to_owned(),
+            "--proxy-max-body".to_owned(),
             "4m".to_owned(),
             "--proxy".to_owned(),
             format!("/={}", upstream.url()),
@@ -744,7 +744,7 @@ fn uploads_arrive_whole_with_their_digest() {
         assert_eq!(r.status, 200, "{upstream}: {}", r.head);
         assert_eq!(r.json()["length"], 0);
 
-        // Over --max-body: 413 from the proxy.
+        // Over --proxy-max-body: 413 from the proxy, declared or found while streaming.
         let big = dir.path().join("big.bin");
         std::fs::write(&big, vec![b'x'; 5 << 20]).unwrap();
         let (_, r) = curl_response(&[
@@ -766,6 +766,427 @@ fn uploads_arrive_whole_with_their_digest() {
         ]);
         assert_eq!(r.status, 413, "{upstream}, chunked: {}", r.head);
     }
+}
+
+/// SHA-256 in hex of the first `len` bytes of [`pattern`] from offset 0, by Python's hashlib
+/// (fast where a debug-built digest of a gibibyte would not be).
+fn pattern_sha256(len: u64) -> String {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import hashlib, sys\n\
+             n = int(sys.argv[1]); block = bytes(i % 251 for i in range(251 * 4096))\n\
+             h = hashlib.sha256()\n\
+             for _ in range(n // len(block)): h.update(block)\n\
+             h.update(block[: n % len(block)]); print(h.hexdigest())",
+            &len.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Writes `len` bytes of [`pattern`] to `s`, as chunks of `chunk` bytes when `chunk` is not 0.
+fn send_pattern(s: &mut TcpStream, len: u64, chunk: usize) -> std::io::Result<()> {
+    let block = pattern(0, 251 * 4096);
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        if chunk == 0 {
+            s.write_all(&block[..n])?;
+        } else {
+            for piece in block[..n].chunks(chunk) {
+                let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
+                framed.extend_from_slice(piece);
+                framed.extend_from_slice(b"\r\n");
+                s.write_all(&framed)?;
+            }
+        }
+        left -= n as u64;
+    }
+    if chunk != 0 {
+        s.write_all(b"0\r\n\r\n")?;
+    }
+    Ok(())
+}
+
+/// An upstream written here that reads and keeps every byte and answers nothing: what a
+/// streaming body looks like on arrival, and when the proxy ends the connection. While `paused`,
+/// it reads nothing (a slow application).
+struct Sink {
+    addr: SocketAddr,
+    received: Arc<Mutex<Vec<u8>>>,
+    /// Connections that ended (end of file or an error) on the proxy's side.
+    ended: Arc<AtomicUsize>,
+    paused: Arc<AtomicBool>,
+}
+
+impl Sink {
+    fn start() -> Sink {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let ended = Arc::new(AtomicUsize::new(0));
+        let paused = Arc::new(AtomicBool::new(false));
+        let (r, e, p) = (
+            Arc::clone(&received),
+            Arc::clone(&ended),
+            Arc::clone(&paused),
+        );
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let (r, e, p) = (Arc::clone(&r), Arc::clone(&e), Arc::clone(&p));
+                std::thread::spawn(move || {
+                    let mut chunk = [0; 64 * 1024];
+                    loop {
+                        if p.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(10));
+                            continue;
+                        }
+                        match conn.read(&mut chunk) {
+                            Ok(n) if n > 0 => r.lock().unwrap().extend_from_slice(&chunk[..n]),
+                            _ => break,
+                        }
+                    }
+                    e.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        Sink {
+            addr,
+            received,
+            ended,
+            paused,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn received(&self) -> Vec<u8> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// Waits (up to the I/O timeout) until `done` holds of what arrived and how many connections
+    /// ended.
+    fn wait_for(&self, what: &str, done: impl Fn(&[u8], usize) -> bool) {
+        let start = Instant::now();
+        while !done(&self.received(), self.ended.load(Ordering::SeqCst)) {
+            assert!(
+                start.elapsed() < IO_TIMEOUT,
+                "{what}: got {} bytes, {} ended",
+                self.received().len(),
+                self.ended.load(Ordering::SeqCst)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// An upstream written here for bodies too big to hash in a test: it reads one request with a
+/// Content-Length body, compares the body with [`pattern`] as it arrives, and answers
+/// `{"length": N, "intact": true|false}`.
+fn pattern_checker() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut pending = Vec::new();
+                let end = loop {
+                    if let Some(i) = find(&pending, b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    fill(&mut conn, &mut pending, "a request head");
+                };
+                let head = String::from_utf8_lossy(&pending[..end]).into_owned();
+                let len: u64 = field(&head, "content-length").unwrap().parse().unwrap();
+                pending.drain(..end);
+                // One period longer than any read, so every read is compared with one slice.
+                let expected = pattern(0, 256 * 1024 + 251);
+                let mut buf = vec![0; 256 * 1024];
+                let (mut offset, mut intact) = (0u64, true);
+                let mut check = |data: &[u8], offset: &mut u64| {
+                    let start = (*offset % 251) as usize;
+                    intact &= data == &expected[start..start + data.len()];
+                    *offset += data.len() as u64;
+                };
+                check(&pending, &mut offset);
+                while offset < len {
+                    let want = buf
+                        .len()
+                        .min(usize::try_from(len - offset).unwrap_or(usize::MAX));
+                    match conn.read(&mut buf[..want]) {
+                        Ok(n) if n > 0 => check(&buf[..n], &mut offset),
+                        _ => return,
+                    }
+                }
+                let body = format!("{{\"length\": {offset}, \"intact\": {intact}}}");
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    addr
+}
+
+/// A gibibyte uploaded with Content-Length (checked byte for byte by [`pattern_checker`]), and
+/// 64 MiB chunked to gunicorn (which hashes it as it comes), stream through the proxy while its
+/// peak memory stays within 8 MiB of what it was before: the body is never held, whatever its
+/// size. A second before, an upstream reading nothing must hold the client back, not fill the
+/// proxy.
+#[test]
+fn a_gibibyte_upload_streams_through_a_small_proxy() {
+    const N: u64 = 1 << 30;
+    const CHUNKED: u64 = 64 << 20;
+    let upstream = Upstream::gunicorn();
+    let sink = Sink::start();
+    sink.paused.store(true, Ordering::SeqCst);
+    let checker = pattern_checker();
+    let proxy = Proxy::start([
+        "--proxy".to_owned(),
+        format!("/sink/={}", sink.url()),
+        "--proxy".to_owned(),
+        format!("/check/=http://{checker}"),
+        "--proxy".to_owned(),
+        format!("/={}", upstream.url()),
+    ]);
+    assert_eq!(get(proxy.addr, "/status/200").status, 200);
+    let warm_kib = proxy.status_kib("VmHWM:");
+
+    // An upstream that reads nothing: the client is held back, the proxy does not buffer.
+    let mut s = connect(proxy.addr);
+    write!(
+        s,
+        "POST /sink/x HTTP/1.1\r\nHost: proxied.test\r\nContent-Length: {N}\r\n\r\n"
+    )
+    .unwrap();
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || send_pattern(&mut w, N, 0));
+    std::thread::sleep(Duration::from_secs(1));
+    let held_kib = proxy.status_kib("VmHWM:");
+    assert!(
+        held_kib.saturating_sub(warm_kib) < 8 * 1024,
+        "the proxy grew by {} KiB while its upstream read nothing",
+        held_kib.saturating_sub(warm_kib)
+    );
+    drop(s);
+    sink.paused.store(false, Ordering::SeqCst);
+    let _ = writer.join();
+
+    for (framing, len) in [("length", N), ("chunked", CHUNKED)] {
+        let started = Instant::now();
+        let mut s = connect(proxy.addr);
+        // The answer comes after the last byte: as long as the upload takes on a busy machine.
+        s.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
+        let head = if framing == "length" {
+            format!("PUT /check/ HTTP/1.1\r\nHost: proxied.test\r\nContent-Length: {len}\r\n\r\n")
+        } else {
+            "PUT /upload HTTP/1.1\r\nHost: proxied.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+                .to_owned()
+        };
+        s.write_all(head.as_bytes()).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let chunk = if framing == "length" { 0 } else { 100_000 };
+        let writer = std::thread::spawn(move || send_pattern(&mut w, len, chunk));
+        let r = read_response(&mut s, &mut Vec::new(), false);
+        writer.join().unwrap().unwrap();
+        assert_eq!(r.status, 200, "{framing}: {}", r.head);
+        assert_eq!(r.json()["length"], len, "{framing}");
+        if framing == "length" {
+            assert_eq!(r.json()["intact"], true, "{framing}");
+        } else {
+            assert_eq!(r.json()["sha256"], pattern_sha256(len), "{framing}");
+        }
+        eprintln!("{framing}: {len} bytes uploaded in {:?}", started.elapsed());
+    }
+    let hwm_kib = proxy.status_kib("VmHWM:");
+    assert!(
+        hwm_kib.saturating_sub(warm_kib) < 8 * 1024,
+        "the proxy's peak RSS grew by {} KiB during the uploads",
+        hwm_kib.saturating_sub(warm_kib)
+    );
+}
+
+/// A chunked body reaches the upstream chunked as it arrives, before its end; a malformed chunk
+/// then ends the exchange: the client gets 400 (the upstream had not answered), and the upstream
+/// connection is closed with nothing of the bad chunk passed on. A client that leaves in the
+/// middle of a Content-Length body ends its upstream connection too.
+#[test]
+fn a_streaming_body_reaches_the_upstream_as_it_comes_and_a_broken_one_is_cut() {
+    let sink = Sink::start();
+    let upstream = Upstream::gunicorn();
+    let proxy = Proxy::start([
+        "--proxy".to_owned(),
+        format!("/sink/={}", sink.url()),
+        "--proxy".to_owned(),
+        format!("/={}", upstream.url()),
+    ]);
+    let mut s = connect(proxy.addr);
+    s.write_all(b"POST /sink/a HTTP/1.1\r\nHost: proxied.test\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n3\r\n, w\r\n")
+        .unwrap();
+    sink.wait_for("the first chunks", |got, _| {
+        find(got, b"\r\n\r\n").is_some_and(|end| got.len() >= end + 4 + 18)
+    });
+    let got = sink.received();
+    let end = find(&got, b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&got[..end]).into_owned();
+    assert!(head.starts_with("POST /sink/a HTTP/1.1\r\n"), "{head}");
+    assert_eq!(field(&head, "transfer-encoding"), Some("chunked"), "{head}");
+    assert_eq!(field(&head, "content-length"), None, "{head}");
+    // Re-framed: the client's chunk extension is not passed on.
+    assert_eq!(&got[end..], b"5\r\nhello\r\n3\r\n, w\r\n");
+
+    s.write_all(b"zz\r\norld\r\n0\r\n\r\n").unwrap();
+    let r = read_response(&mut s, &mut Vec::new(), false);
+    assert_eq!(r.status, 400, "{}", r.head);
+    sink.wait_for("the upstream connection to end", |_, ended| ended == 1);
+    assert_eq!(&sink.received()[end..], b"5\r\nhello\r\n3\r\n, w\r\n");
+
+    // A client leaving mid-body.
+    let before = sink.received().len();
+    let mut s = connect(proxy.addr);
+    s.write_all(b"PUT /sink/b HTTP/1.1\r\nHost: proxied.test\r\nContent-Length: 10000000\r\n\r\n")
+        .unwrap();
+    send_pattern(&mut s, 1 << 20, 0).unwrap();
+    sink.wait_for("a megabyte of the second body", |got, _| {
+        got.len() >= before + (1 << 20)
+    });
+    drop(s);
+    sink.wait_for("the second upstream connection to end", |_, ended| {
+        ended == 2
+    });
+    let second = sink.received().len() - before;
+    assert!(
+        second < 1000 + (1 << 20),
+        "{second} bytes of a head and a megabyte"
+    );
+    // The proxy serves on.
+    assert_eq!(get(proxy.addr, "/status/200").status, 200);
+}
+
+/// `curl --http2-prior-knowledge -T -` uploading `len` bytes of [`pattern`] from its stdin (no
+/// length declared: the proxy forwards it chunked) to `url`; the child, its stdin fed by a thread.
+fn curl_h2_upload(url: &str, len: u64) -> (Child, std::thread::JoinHandle<std::io::Result<()>>) {
+    let mut child = Command::new("curl")
+        .args(["-sS", "--http2-prior-knowledge", "-T", "-", url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let block = pattern(0, 251 * 4096);
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            stdin.write_all(&block[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
+    });
+    (child, writer)
+}
+
+/// HTTP/2 request bodies stream as HTTP/1.1 ones do: a body of unknown length reaches the
+/// upstream chunked as its DATA frames come, an upstream that reads nothing holds the client
+/// back through the stream's window (the proxy does not grow), and 64 MiB from curl's stdin
+/// arrive whole at gunicorn.
+#[test]
+fn http2_uploads_stream_through_a_small_proxy() {
+    let upstream = Upstream::gunicorn();
+    let sink = Sink::start();
+    sink.paused.store(true, Ordering::SeqCst);
+    let proxy = Proxy::start([
+        "--h2c".to_owned(),
+        "--proxy".to_owned(),
+        format!("/sink/={}", sink.url()),
+        "--proxy".to_owned(),
+        format!("/={}", upstream.url()),
+    ]);
+    assert_eq!(get(proxy.addr, "/status/200").status, 200);
+    let warm_kib = proxy.status_kib("VmHWM:");
+
+    let (mut child, writer) = curl_h2_upload(&format!("http://{}/sink/up", proxy.addr), 1 << 30);
+    std::thread::sleep(Duration::from_secs(1));
+    let held_kib = proxy.status_kib("VmHWM:");
+    assert!(
+        held_kib.saturating_sub(warm_kib) < 8 * 1024,
+        "the proxy grew by {} KiB while its upstream read nothing",
+        held_kib.saturating_sub(warm_kib)
+    );
+    sink.paused.store(false, Ordering::SeqCst);
+    sink.wait_for("the head and a megabyte", |got, _| got.len() > 1 << 20);
+    let got = sink.received();
+    let end = find(&got, b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&got[..end]).into_owned();
+    assert!(head.starts_with("PUT /sink/up HTTP/1.1\r\n"), "{head}");
+    assert_eq!(field(&head, "transfer-encoding"), Some("chunked"), "{head}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = writer.join();
+
+    const LEN: u64 = 64 << 20;
+    let (child, writer) = curl_h2_upload(&format!("http://{}/upload", proxy.addr), LEN);
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let digest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(digest["length"], LEN);
+    assert_eq!(digest["sha256"], pattern_sha256(LEN));
+    let hwm_kib = proxy.status_kib("VmHWM:");
+    assert!(
+        hwm_kib.saturating_sub(warm_kib) < 8 * 1024,
+        "the proxy's peak RSS grew by {} KiB",
+        hwm_kib.saturating_sub(warm_kib)
+    );
+}
+
+/// An upstream that answers before the body ends (gunicorn's /status/413 reads none of it):
+/// the answer is relayed as it comes, with `Connection: close` — the rest of the body is not
+/// read, so no next request could be found. `Expect: 100-continue` on a streaming body is
+/// answered by the proxy (as nginx does), and a request pipelined behind a streamed body is
+/// answered after it, in order.
+#[test]
+fn early_answers_expectations_and_pipelining_with_streaming_bodies() {
+    let upstream = Upstream::gunicorn();
+    let proxy = Proxy::start(["--proxy".to_owned(), format!("/={}", upstream.url())]);
+
+    let mut s = connect(proxy.addr);
+    s.write_all(
+        b"POST /status/413 HTTP/1.1\r\nHost: proxied.test\r\nContent-Length: 100000000\r\n\r\n",
+    )
+    .unwrap();
+    send_pattern(&mut s, 1 << 20, 0).unwrap();
+    let r = read_response(&mut s, &mut Vec::new(), false);
+    assert_eq!(r.status, 413, "{}", r.head);
+    assert_eq!(r.field("connection"), Some("close"), "{}", r.head);
+
+    const LEN: u64 = 1 << 20;
+    let mut s = connect(proxy.addr);
+    write!(
+        s,
+        "PUT /upload HTTP/1.1\r\nHost: proxied.test\r\nExpect: 100-continue\r\nContent-Length: {LEN}\r\n\r\n"
+    )
+    .unwrap();
+    let mut pending = Vec::new();
+    let interim = read_response(&mut s, &mut pending, false);
+    assert_eq!(interim.status, 100, "{}", interim.head);
+    send_pattern(&mut s, LEN, 0).unwrap();
+    s.write_all(b"GET /status/202 HTTP/1.1\r\nHost: proxied.test\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut s, &mut pending, false);
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(r.json()["length"], LEN);
+    assert_eq!(r.json()["sha256"], pattern_sha256(LEN));
+    let r = read_response(&mut s, &mut pending, false);
+    assert_eq!(r.status, 202, "the pipelined request: {}", r.head);
 }
 
 /// /bytes/N (Content-Length) and /chunked/N (chunked, re-encoded for the client) through the

@@ -109,6 +109,9 @@ pub(crate) struct Entry<'a> {
     /// For a proxied request: the upstream server, its status and its response time (nginx's
     /// `$upstream_addr`, `$upstream_status`, `$upstream_response_time`).
     pub(crate) upstream: Option<UpstreamFields<'a>>,
+    /// Bytes received from the client through a WebSocket tunnel (`bytes` are those sent to
+    /// it); only on a tunnel's line.
+    pub(crate) received: Option<u64>,
     /// The site that answered (its router index); `None` for a request refused before routing.
     pub(crate) site: Option<usize>,
     /// The request came over TLS.
@@ -228,6 +231,7 @@ impl HeldRequest {
             referer: self.referer.clone().map(|r| &self.buf[r]),
             worker,
             upstream,
+            received: None,
             site: Some(self.site),
             tls: self.tls,
             head_bytes: 0,
@@ -393,6 +397,11 @@ impl WorkerLog {
             b.extend_from_slice(ip.format(u.status).as_bytes());
             let _ = write!(b, " {:.6}", u.time.as_secs_f64());
         }
+        // A tunnel's line also says what the client sent through it.
+        if let Some(n) = e.received {
+            b.push(b' ');
+            b.extend_from_slice(ip.format(n).as_bytes());
+        }
         b.push(b'\n');
     }
 
@@ -528,6 +537,8 @@ impl WorkerLog {
             upstream_status: Option<u16>,
             #[serde(skip_serializing_if = "Option::is_none")]
             upstream_response_time: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            bytes_received: Option<u64>,
             /// The site's first server name; absent for a request refused before routing.
             #[serde(skip_serializing_if = "Option::is_none")]
             site: Option<&'a str>,
@@ -551,6 +562,7 @@ impl WorkerLog {
             upstream_addr: e.upstream.map(|u| u.addr),
             upstream_status: e.upstream.map(|u| u.status),
             upstream_response_time: e.upstream.map(|u| u.time.as_secs_f64()),
+            bytes_received: e.received,
             site: e
                 .site
                 .and_then(|i| self.cfg.sites.get(i))

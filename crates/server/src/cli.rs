@@ -139,6 +139,9 @@ fn serve_with(
     if let Some(tls) = &tls {
         warn_expired(tls);
     }
+    for warning in crate::settings::proxy::tls_warnings(&args.upstreams, &args.proxy_group) {
+        tracing::warn!("{warning}");
+    }
     cfg.tls.clone_from(&tls);
     if let Some(log) = &cfg.access_log {
         log.check()
@@ -155,6 +158,20 @@ fn serve_with(
     }
     cfg.metrics.clone_from(&registry);
     let server = Server::bind(cfg, service)?;
+    // After the sockets are bound (a CA's validation waits in their backlogs until the workers
+    // start), before the workers: the stored certificates are in place for the first handshake.
+    let managed = tls
+        .as_ref()
+        .and_then(|t| t.managed().map(|m| (m, t.provider())));
+    if let (Some(acme), Some((managed, provider))) =
+        (args.acme_config().map_err(ServerError::Config)?, managed)
+    {
+        let names = acme.names.join(", ");
+        let directory = acme.directory.clone();
+        crate::acme::start(acme, Arc::clone(managed), Arc::clone(provider))
+            .map_err(|e| ServerError::Config(format!("--acme: {e}")))?;
+        tracing::info!("acme: certificates for {names} from {directory}");
+    }
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -246,6 +263,7 @@ fn restart_settings(a: &ServeArgs) -> Vec<(&'static str, String)> {
         ("key", d(&a.key)),
         ("tls_handshake_timeout", d(&a.tls_handshake_timeout)),
         ("tls_crypto", d(&a.tls_crypto)),
+        ("acme_*", d(&a.acme_config())),
         ("h2_*", d(&a.h2)),
         ("log_level", d(&a.log_level)),
         ("log_format", d(&a.log_format)),

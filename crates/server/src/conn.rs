@@ -20,9 +20,10 @@ use mio::Token;
 use crate::access_log::{HeldRequest, UpstreamFields};
 use crate::ctx::WorkerCtx;
 use crate::handler::{FileBody, Response};
-use crate::proxy::downstream::Downstream;
-use crate::proxy::headers::ClientInfo;
+use crate::proxy::downstream::{Downstream, TunnelRead};
+use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::job::RelayBody;
+use crate::proxy::upload::{Upload, UploadRef, STREAM_MIN_BODY};
 use crate::transport::{Flushed, ReadFailure, Transport};
 use crate::wait::Wait;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
@@ -65,6 +66,21 @@ struct Relay {
     started: Instant,
 }
 
+/// The client's side of a WebSocket tunnel through the proxy (after the upstream's `101`): what
+/// its log line will say, and whether its sending side is to be half-closed.
+#[derive(Debug)]
+struct ClientTunnel {
+    /// The upstream server's label (the log's upstream address).
+    upstream: String,
+    /// Bytes from the client, forwarded upstream.
+    received: u64,
+    /// Bytes from the upstream, queued for the client.
+    sent: u64,
+    /// The upstream finished: half-close once the output is written.
+    shut_wanted: bool,
+    shut_done: bool,
+}
+
 /// What `drive` should do next after a read.
 enum ReadOutcome {
     Data,
@@ -79,6 +95,18 @@ struct ChunkState {
     data: Vec<u8>,
     /// Raw bytes after the head already fed to the decoder.
     scanned: usize,
+}
+
+/// The client's side of a body streaming to an upstream (see `proxy::upload`).
+struct ClientUpload {
+    pipe: UploadRef,
+    left: UploadLeft,
+}
+
+/// What is left of a streaming body to read.
+enum UploadLeft {
+    Length(u64),
+    Chunked(ChunkedDecoder),
 }
 
 /// One client connection.
@@ -136,6 +164,13 @@ pub(crate) struct Conn {
     upstream: Option<Token>,
     /// The forwarded request's log fields, kept for its line (reused; only with an access log).
     held: Option<Box<HeldRequest>>,
+    /// The forwarded request's body, still arriving and streaming to the upstream.
+    upload: Option<Box<ClientUpload>>,
+    /// Body bytes went to the upload since the upstream side was last woken for them.
+    upload_fed: bool,
+    /// The connection was upgraded (WebSocket through the proxy): bytes are tunnelled, no
+    /// request is parsed again. `relay` stays set meanwhile, so nothing is read as HTTP.
+    tunnel: Option<Box<ClientTunnel>>,
     pub(crate) wait: Wait,
     pub(crate) deadline: Instant,
 }
@@ -185,6 +220,9 @@ impl Conn {
             relay: None,
             upstream: None,
             held: None,
+            upload: None,
+            upload_fed: false,
+            tunnel: None,
             wait,
             deadline: now + first_deadline,
         }
@@ -209,6 +247,11 @@ impl Conn {
         self.relay.is_some()
     }
 
+    /// Whether the connection is a WebSocket tunnel (its upstream is pumped after each event).
+    pub(crate) fn tunnelling(&self) -> bool {
+        self.tunnel.is_some()
+    }
+
     /// Handles a readiness event.
     pub(crate) fn on_event(
         &mut self,
@@ -222,9 +265,10 @@ impl Conn {
         }
         if read_closed {
             self.fin_seen = true;
-            if self.relay.is_some() {
+            if self.relay.is_some() && self.upload.is_none() && self.tunnel.is_none() {
                 // The client left while its response was on the way: nginx's 499. The worker
-                // abandons the upstream exchange.
+                // abandons the upstream exchange. (During an upload, what it sent before its
+                // FIN is read first: the end of the body may be in it.)
                 self.close_now(ctx);
                 return;
             }
@@ -243,6 +287,14 @@ impl Conn {
             }
             if !self.flush(ctx) {
                 break;
+            }
+            if let Some(t) = self.tunnel.as_deref_mut() {
+                if t.shut_wanted && !t.shut_done {
+                    // All the upstream sent is written: pass its FIN on.
+                    t.shut_done = true;
+                    self.io.close_notify();
+                    self.io.shutdown_write();
+                }
             }
             if self.closing {
                 self.finish_close(ctx);
@@ -272,8 +324,15 @@ impl Conn {
                 self.lingering = false;
                 continue;
             }
-            if !self.read_ready || self.relay.is_some() {
-                // While a response is relayed, pipelined requests wait in the socket.
+            if self.eof && self.upload.is_some() {
+                // The client closed before the end of the body it is streaming: the upstream
+                // exchange is abandoned (the upstream sees the request cut short).
+                self.close_now(ctx);
+                return;
+            }
+            if !self.read_ready || self.relay.is_some() && !self.upload_has_room() {
+                // While a response is relayed, pipelined requests wait in the socket; so does
+                // a streaming body while the upstream has not taken what it was given.
                 break;
             }
             match self.read(ctx) {
@@ -421,6 +480,11 @@ impl Conn {
     /// Answers every complete request at the start of the read buffer.
     fn process(&mut self, ctx: &mut WorkerCtx<'_>) {
         self.unparsed = false;
+        if self.upload.is_some() {
+            // What arrives is the body streaming to the upstream, not requests.
+            self.feed_upload();
+            return;
+        }
         let mut pos = 0;
         // Where the raw bytes of a pending chunked body start, and how many are decoded.
         let mut decoded_raw = None;
@@ -443,8 +507,20 @@ impl Conn {
                     break;
                 }
             };
+            // A body that goes to a handler taking it as it comes (the proxy) streams when it is
+            // long and not all here, or longer than bodies read whole may be, or chunked.
+            let streamed = match req.framing {
+                BodyFraming::None => None,
+                BodyFraming::Length(n) => ((n > ctx.cfg.max_body_bytes
+                    || n > STREAM_MIN_BODY && ((buf.len() - req.head_len) as u64) < n)
+                    && ctx.router.streams_body(&req))
+                .then_some(StreamedBody::Length(n)),
+                BodyFraming::Chunked => (self.chunk.is_none() && ctx.router.streams_body(&req))
+                    .then_some(StreamedBody::Chunked),
+            };
             // Delimit the body; if it is not all here yet, wait for it.
             let (body, consumed): (&[u8], usize) = match req.framing {
+                _ if streamed.is_some() => (&[], req.head_len),
                 BodyFraming::None => (&[], req.head_len),
                 BodyFraming::Length(n) => {
                     if n > ctx.cfg.max_body_bytes {
@@ -531,9 +607,29 @@ impl Conn {
             );
             let mut forward = None;
             res.set_client(&self.client, &mut forward);
+            if let Some(framing) = streamed {
+                res.set_streamed(framing);
+            }
             let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
             let done = res.finish();
-            if let Some(job) = forward.take() {
+            if let Some(mut job) = forward.take() {
+                if let Some(framing) = streamed {
+                    // The body follows the head to the upstream as it is read (`feed_upload`).
+                    let pipe = Upload::new(framing);
+                    let left = match framing {
+                        StreamedBody::Length(n) => UploadLeft::Length(n),
+                        StreamedBody::Chunked => {
+                            UploadLeft::Chunked(ChunkedDecoder::new(job.group.cfg.max_body))
+                        }
+                    };
+                    job.upload = Some(std::rc::Rc::clone(&pipe));
+                    self.upload = Some(Box::new(ClientUpload { pipe, left }));
+                    if req.expect_continue {
+                        // As nginx does when it streams a body: the server asks for it.
+                        self.wbuf
+                            .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                    }
+                }
                 // Answered later, by the upstream side; what follows waits for it.
                 ctx.proxy_starts.push((ctx.token, 0, job));
                 if let Some(log) = ctx.access_log.as_deref() {
@@ -576,6 +672,7 @@ impl Conn {
                     referer: req.header("referer"),
                     worker: ctx.worker,
                     upstream: None,
+                    received: None,
                     site: Some(site),
                     tls: self.client.tls,
                     head_bytes: done.head_bytes,
@@ -588,10 +685,11 @@ impl Conn {
             }
             pos += consumed;
             self.chunk = None;
-            if close || !keep_alive || !sent {
+            if close || !keep_alive || !sent || streamed.is_some() {
                 self.closing = true;
-                // Unread bytes (pipelined after a close) would turn our close into a reset.
-                self.lingering = pos < self.rlen;
+                // Unread bytes (pipelined after a close, a body not read) would turn our close
+                // into a reset.
+                self.lingering = pos < self.rlen || streamed.is_some();
                 pos = self.rlen;
             }
             if let Some(file) = file {
@@ -614,6 +712,81 @@ impl Conn {
                 // Stopped early (file, high water): the rest is parsed after the flush.
                 self.unparsed = self.file.is_some() || self.wbuf.len() >= OUTPUT_HIGH_WATER;
             }
+        }
+        if self.upload.is_some() {
+            // The body's first bytes came with the head.
+            self.feed_upload();
+        }
+    }
+
+    /// Whether a streaming body may be read now: the upstream side took enough of what it was
+    /// given (or wants no more).
+    fn upload_has_room(&self) -> bool {
+        self.upload
+            .as_ref()
+            .is_some_and(|u| u.pipe.borrow().has_room())
+    }
+
+    /// Passes what the read buffer holds of a streaming body to the upstream side: the bytes of
+    /// a length, the decoded data of chunks (re-framed there). A malformed or over-long chunked
+    /// body fails the exchange (400 or 413 if the upstream has not answered yet). What follows
+    /// the body stays in the buffer: the next pipelined request.
+    fn feed_upload(&mut self) {
+        let Some(up) = self.upload.as_mut() else {
+            return;
+        };
+        let mut pipe = up.pipe.borrow_mut();
+        if pipe.is_closed() {
+            // The upstream answered before the body ended (or the exchange ended): the rest
+            // is not read, and the connection closes after the response.
+            drop(pipe);
+            self.upload = None;
+            self.rlen = 0;
+            return;
+        }
+        let data = &self.rbuf[..self.rlen];
+        let (used, done) = match &mut up.left {
+            UploadLeft::Length(left) => {
+                let n = data.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                pipe.put(&data[..n]);
+                *left -= n as u64;
+                (n, *left == 0)
+            }
+            UploadLeft::Chunked(decoder) => match decoder.decode(data, |d| pipe.put(d)) {
+                Ok(progress) => (progress.consumed, progress.done),
+                Err(e) => {
+                    pipe.fail(e.status());
+                    drop(pipe);
+                    self.upload = None;
+                    self.upload_fed = true;
+                    self.rlen = 0;
+                    // The rest of the body may still come: read and dropped after the answer.
+                    self.lingering = true;
+                    if let Some(relay) = &mut self.relay {
+                        relay.keep_alive = false;
+                    }
+                    return;
+                }
+            },
+        };
+        if done {
+            pipe.end();
+        }
+        drop(pipe);
+        self.upload_fed |= used > 0 || done;
+        self.rbuf.copy_within(used..self.rlen, 0);
+        self.rlen -= used;
+        if done {
+            self.upload = None;
+        }
+    }
+
+    /// The upstream connection to drive for body bytes just passed to it, once.
+    pub(crate) fn take_upload_wake(&mut self) -> Option<Token> {
+        if std::mem::take(&mut self.upload_fed) {
+            self.upstream
+        } else {
+            None
         }
     }
 
@@ -671,6 +844,7 @@ impl Conn {
                 referer: None,
                 worker: ctx.worker,
                 upstream: None,
+                received: None,
                 site: None,
                 // Not known here (`$scheme` of a refused request reads `http`).
                 tls: false,
@@ -835,7 +1009,34 @@ impl Conn {
         if let Some(up) = self.upstream.take() {
             ctx.proxy_cancels.push(up);
         }
+        if let Some(t) = self.tunnel.take() {
+            self.log_tunnel(ctx, &t);
+        }
         self.give_back(ctx);
+    }
+
+    /// A tunnel's one line and count, when it ends (however it ends): status 101, the bytes
+    /// each way, and how long it was open.
+    fn log_tunnel(&self, ctx: &mut WorkerCtx<'_>, t: &ClientTunnel) {
+        let started = self.relay.map_or(ctx.now, |r| r.started);
+        let took = Instant::now().saturating_duration_since(started);
+        ctx.counters.response(0, 101, t.sent, took);
+        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
+            let mut entry = held.entry(
+                self.peer,
+                101,
+                t.sent,
+                took,
+                ctx.worker,
+                Some(UpstreamFields {
+                    addr: &t.upstream,
+                    status: 101,
+                    time: took,
+                }),
+            );
+            entry.received = Some(t.received);
+            log.record(&entry);
+        }
     }
 
     fn give_back(&mut self, ctx: &mut WorkerCtx<'_>) {
@@ -865,7 +1066,10 @@ impl Conn {
         if !self.write_blocked {
             self.wrote = false;
         }
-        let (wait, deadline) = if self.relay.is_some() && !self.write_blocked {
+        let (wait, deadline) = if self.upload_has_room() && !self.write_blocked {
+            // Streaming a body: the client's pace is bounded as for any body.
+            (Wait::Body, ctx.now + cfg.body_timeout)
+        } else if self.relay.is_some() && !self.write_blocked {
             // The upstream side's timeouts bound the wait (and answer 504).
             (Wait::Upstream, ctx.now + UPSTREAM_WAIT_LIMIT)
         } else if self.closing && self.lingering && self.wait == Wait::Linger {
@@ -920,6 +1124,11 @@ impl Downstream for Conn {
         let Some(relay) = &mut self.relay else {
             return;
         };
+        if self.upload.is_some() {
+            // Answered before the body ended: the rest of it is not read, so the next request
+            // cannot be found; the connection closes after this response.
+            relay.keep_alive = false;
+        }
         if self.wbuf.capacity() == 0 {
             self.wbuf = ctx.pool.take_write();
         }
@@ -1003,6 +1212,31 @@ impl Downstream for Conn {
             self.wbuf.extend_from_slice(data);
         }
     }
+    /// Trailer fields go in the chunked body's trailer section (RFC 9112 §7.1.2), sent whether
+    /// or not the client said `TE: trailers`: a recipient that does not want them discards them.
+    /// A response not sent chunked (an HTTP/1.0 client, HEAD) has nowhere to put them.
+    fn relay_trailers(&mut self, ctx: &mut WorkerCtx<'_>, fields: &[(&[u8], &[u8])]) {
+        let Some(relay) = &mut self.relay else {
+            return;
+        };
+        if !relay.chunked {
+            return;
+        }
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
+        self.wbuf.extend_from_slice(b"0\r\n");
+        for (name, value) in fields {
+            self.wbuf.extend_from_slice(name);
+            self.wbuf.extend_from_slice(b": ");
+            self.wbuf.extend_from_slice(value);
+            self.wbuf.extend_from_slice(b"\r\n");
+        }
+        self.wbuf.extend_from_slice(b"\r\n");
+        // The last chunk is written: `relay_end` has nothing to add.
+        relay.chunked = false;
+    }
+
     fn relay_end(
         &mut self,
         ctx: &mut WorkerCtx<'_>,
@@ -1014,6 +1248,7 @@ impl Downstream for Conn {
             return;
         };
         self.upstream = None;
+        let unread = self.end_upload();
         if relay.chunked {
             self.wbuf.extend_from_slice(b"0\r\n\r\n");
         }
@@ -1036,7 +1271,7 @@ impl Downstream for Conn {
         }
         if !relay.keep_alive {
             self.closing = true;
-            self.lingering = self.rlen > 0;
+            self.lingering = self.rlen > 0 || unread;
         }
         // Requests pipelined behind this one are answered now.
         self.unparsed = self.rlen > 0;
@@ -1046,15 +1281,20 @@ impl Downstream for Conn {
         // Already-written bytes go out; then the close shows the response was cut.
         self.relay = None;
         self.upstream = None;
+        self.end_upload();
         let _ = self.flush(ctx);
         self.close_now(ctx);
     }
 
     fn relay_error(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {
-        let Some(relay) = self.relay.take() else {
+        let Some(mut relay) = self.relay.take() else {
             return;
         };
         self.upstream = None;
+        if self.end_upload() {
+            relay.keep_alive = false;
+            self.lingering = true;
+        }
         let took = ctx.now.saturating_duration_since(relay.started);
         ctx.counters.response(0, status, 0, took);
         if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
@@ -1076,7 +1316,9 @@ impl Downstream for Conn {
     }
 
     fn backlog(&self) -> usize {
-        self.wbuf.len() - self.wpos
+        // Encrypted bytes still waiting for the socket count too: a tunnel half-closes the
+        // client only once nothing at all is left to send, TLS records included.
+        self.wbuf.len() - self.wpos + usize::from(self.io.has_pending())
     }
 
     fn relay_link(&mut self, upstream: Token) {
@@ -1085,6 +1327,135 @@ impl Downstream for Conn {
 
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>) {
         self.drive(ctx);
+    }
+
+    fn tunnel_open(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        reason: &str,
+        fields: &[lowlat_http::client::Header<'_>],
+        pass: &dyn Fn(&str) -> bool,
+        upstream: &str,
+    ) -> bool {
+        if self.relay.is_none() || self.closed {
+            return false;
+        }
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
+        let out = &mut self.wbuf;
+        out.extend_from_slice(b"HTTP/1.1 101 ");
+        out.extend_from_slice(if reason.is_empty() {
+            b"Switching Protocols"
+        } else {
+            reason.as_bytes()
+        });
+        out.extend_from_slice(b"\r\n");
+        for f in fields.iter().filter(|f| pass(f.name)) {
+            out.extend_from_slice(f.name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(f.value);
+            out.extend_from_slice(b"\r\n");
+        }
+        // The upgrade's own fields are hop-by-hop, so `pass` dropped the upstream's: this hop's.
+        out.extend_from_slice(b"Upgrade: websocket\r\nConnection: upgrade\r\n\r\n");
+        if let Some(relay) = &mut self.relay {
+            relay.status = 101;
+            relay.keep_alive = false;
+        }
+        self.tunnel = Some(Box::new(ClientTunnel {
+            upstream: upstream.to_owned(),
+            received: 0,
+            sent: 0,
+            shut_wanted: false,
+            shut_done: false,
+        }));
+        true
+    }
+
+    fn tunnel_read(&mut self, _ctx: &mut WorkerCtx<'_>, buf: &mut [u8]) -> TunnelRead {
+        let Some(t) = self.tunnel.as_deref_mut() else {
+            return TunnelRead::Failed;
+        };
+        if self.closed {
+            return TunnelRead::Failed;
+        }
+        if self.rlen > 0 {
+            // Sent behind the handshake, before the 101 came back: the first tunnelled bytes.
+            let n = self.rlen.min(buf.len());
+            buf[..n].copy_from_slice(&self.rbuf[..n]);
+            self.rbuf.copy_within(n..self.rlen, 0);
+            self.rlen -= n;
+            t.received += n as u64;
+            return TunnelRead::Data(n);
+        }
+        if !self.read_ready {
+            return TunnelRead::Blocked;
+        }
+        loop {
+            return match self.io.read(buf) {
+                Ok(r) if r.n == 0 => {
+                    self.read_ready = false;
+                    TunnelRead::Eof
+                }
+                Ok(r) => {
+                    self.read_ready = r.more || self.fin_seen;
+                    t.received += r.n as u64;
+                    TunnelRead::Data(r.n)
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.read_ready = false;
+                    TunnelRead::Blocked
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => TunnelRead::Failed,
+            };
+        }
+    }
+
+    fn tunnel_write(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
+        let Some(t) = self.tunnel.as_deref_mut() else {
+            return;
+        };
+        if self.closed {
+            return;
+        }
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
+        t.sent += data.len() as u64;
+        self.wbuf.extend_from_slice(data);
+    }
+
+    fn tunnel_shutdown(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if let Some(t) = self.tunnel.as_deref_mut() {
+            t.shut_wanted = true;
+            self.drive(ctx);
+        }
+    }
+
+    fn tunnel_end(&mut self, ctx: &mut WorkerCtx<'_>) {
+        // The upstream side has closed its connection already.
+        self.upstream = None;
+        if !self.closed {
+            let _ = self.flush(ctx);
+            self.close_now(ctx);
+        }
+    }
+}
+
+impl Conn {
+    /// The exchange a body was streaming to ended: the upstream side wants no more. Returns
+    /// whether part of the body was left unread (the connection must then close, lingering).
+    fn end_upload(&mut self) -> bool {
+        match self.upload.take() {
+            Some(up) => {
+                up.pipe.borrow_mut().close();
+                self.rlen = 0;
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -6,14 +6,17 @@
 //! state such as a file cache needs no lock. Anything shared across workers is the handler's own
 //! business (atomics, `Arc`).
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::rc::Rc;
 
-use lowlat_http::request::{Method, Request};
+use lowlat_http::request::{Header, Method, Request};
 use lowlat_http::response::{ConnectionHeader, ResponseHead};
 use lowlat_http::Version;
 
-use crate::proxy::headers::ClientInfo;
+use crate::compress::CompressConfig;
+use crate::files::encoding::Coding;
+use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::job::ProxyJob;
 
 /// A request as handed to a handler.
@@ -86,6 +89,14 @@ pub struct Response<'a> {
     client: Option<&'a ClientInfo>,
     /// Where a request to forward is put (the connection's slot); nothing is written then.
     forward: Option<&'a mut Option<ProxyJob>>,
+    /// The request's body is still arriving and will stream (framed so) to whoever forwards
+    /// it; only a handler that takes a streamed body is given such a request.
+    streamed: Option<StreamedBody>,
+    /// The site's compression settings when it compresses on the fly, and the request's fields
+    /// (read for `Accept-Encoding` only when a body turns out compressible, so a request that
+    /// is not pays nothing for the lookup).
+    compress: Option<Rc<CompressConfig>>,
+    fields: &'a [Header<'a>],
 }
 
 /// What a finished response left for the connection: whether one was written, whether to
@@ -128,7 +139,17 @@ impl<'a> Response<'a> {
             head_bytes: 0,
             client: None,
             forward: None,
+            streamed: None,
+            compress: None,
+            fields: &[],
         }
+    }
+
+    /// Compresses bodies given with their type ([`Response::send_with`]) by these settings and
+    /// the request's `Accept-Encoding`, found among `fields`.
+    pub(crate) fn set_compression(&mut self, cfg: &Rc<CompressConfig>, fields: &'a [Header<'a>]) {
+        self.compress = Some(Rc::clone(cfg));
+        self.fields = fields;
     }
 
     /// Says who asked (the client's address, whether over TLS) and where a request to forward
@@ -136,6 +157,16 @@ impl<'a> Response<'a> {
     pub(crate) fn set_client(&mut self, client: &'a ClientInfo, forward: &'a mut Option<ProxyJob>) {
         self.client = Some(client);
         self.forward = Some(forward);
+    }
+
+    /// Says that the request's body is still arriving and will stream after the head.
+    pub(crate) fn set_streamed(&mut self, framing: StreamedBody) {
+        self.streamed = Some(framing);
+    }
+
+    /// How the request's body streams, when it does (see [`Handler::takes_streamed_body`]).
+    pub(crate) fn streamed(&self) -> Option<StreamedBody> {
+        self.streamed
     }
 
     /// The client that asked, when the connection said.
@@ -174,6 +205,11 @@ impl<'a> Response<'a> {
     }
 
     /// Like [`Response::send`], with extra header lines (each ending in CRLF) and an optional type.
+    ///
+    /// When the site compresses on the fly, a body given with its `content_type` is compressed
+    /// if [`CompressConfig::applies`] (status 200, 403 or 404, as nginx; see [`crate::compress`]);
+    /// a body whose type is among `extra` instead is the caller's own business (the file
+    /// handler negotiates and caches its own).
     pub fn send_with(
         &mut self,
         status: u16,
@@ -183,6 +219,16 @@ impl<'a> Response<'a> {
     ) {
         if self.sent {
             return;
+        }
+        if let (Some(cfg), Some(ct)) = (&self.compress, content_type) {
+            if matches!(status, 200 | 403 | 404)
+                && cfg.applies(ct, body.len() as u64)
+                && !crate::compress::lines_forbid(extra)
+            {
+                let cfg = Rc::clone(cfg);
+                self.send_compressed(&cfg, status, ct, extra, body);
+                return;
+            }
         }
         self.sent = true;
         let head = ResponseHead {
@@ -198,6 +244,59 @@ impl<'a> Response<'a> {
             self.out.extend_from_slice(body);
             self.body_bytes = body.len() as u64;
         }
+    }
+
+    /// [`Response::send_with`] for a compressible body: `Vary: Accept-Encoding` always, the
+    /// body compressed with the coding the client prefers (if it accepts one).
+    fn send_compressed(
+        &mut self,
+        cfg: &CompressConfig,
+        status: u16,
+        content_type: &[u8],
+        extra: &[u8],
+        body: &[u8],
+    ) {
+        let accept = self
+            .fields
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("accept-encoding"))
+            .map(|h| h.value);
+        let coding = cfg.choose(accept);
+        DYNAMIC.with_borrow_mut(|(lines, encoded)| {
+            lines.clear();
+            lines.extend_from_slice(extra);
+            lines.extend_from_slice(crate::compress::VARY_LINE);
+            encoded.clear();
+            let compressed = coding != Coding::Identity
+                && crate::compress::encode(coding, &cfg.levels, body, encoded).is_ok();
+            let body = if compressed {
+                lines.extend_from_slice(b"Content-Encoding: ");
+                lines.extend_from_slice(coding.token().as_bytes());
+                lines.extend_from_slice(b"\r\n");
+                if !self.head_only {
+                    crate::compress::count(coding, body.len() as u64, encoded.len() as u64);
+                }
+                &encoded[..]
+            } else {
+                body
+            };
+            self.sent = true;
+            let head = ResponseHead {
+                connection: self.connection,
+                extra: lines,
+                ..ResponseHead::new(status, Some(content_type), body.len() as u64)
+            };
+            head.encode(self.date, self.out);
+            self.status = status;
+            if !self.head_only {
+                self.out.extend_from_slice(body);
+                self.body_bytes = body.len() as u64;
+            }
+            // A large body once does not pin its buffer for the worker's life.
+            if encoded.capacity() > DYNAMIC_KEEP_BYTES {
+                *encoded = Vec::new();
+            }
+        });
     }
 
     /// Sends a head only, with the given `Content-Length` (or none for 304), whatever the method.
@@ -316,6 +415,14 @@ impl<'a> Response<'a> {
     }
 }
 
+thread_local! {
+    /// This worker's header lines and compressed body of a dynamic response (reused).
+    static DYNAMIC: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The compressed-body buffer kept between responses, at most; a larger one is freed after use.
+const DYNAMIC_KEEP_BYTES: usize = 256 * 1024;
+
 /// Writes `"404 Not Found\n"` into `buf`, returns its length.
 fn status_body(status: u16, buf: &mut [u8; 64]) -> usize {
     let reason = lowlat_http::response::reason(status).as_bytes();
@@ -334,6 +441,12 @@ fn status_body(status: u16, buf: &mut [u8; 64]) -> usize {
 pub trait Handler {
     /// Answers `req` through `res`. A handler that returns without answering gets a 500.
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>);
+
+    /// Whether this handler takes a request whose body is still arriving (the proxy, which
+    /// streams it on); every other handler is given the body whole, up to `--max-body`.
+    fn takes_streamed_body(&self) -> bool {
+        false
+    }
 }
 
 impl<F> Handler for F

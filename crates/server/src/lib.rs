@@ -12,6 +12,7 @@
 //! - `listener`: binding the per-worker `SO_REUSEPORT` sockets.
 //! - `transport`: the transport layer — bytes in clear or through TLS, under the protocol layer.
 //! - [`tls`]: the shared rustls configuration, certificates chosen by SNI, reload.
+//! - [`acme`]: automatic HTTPS: certificates obtained, stored and renewed from an ACME CA.
 //! - [`access_log`]: one line per request (combined, JSON or a `log_format`), buffered per worker.
 //! - [`log_format`]: nginx-style `log_format` texts compiled into segments once.
 //! - [`metrics`]: per-worker counters, published once per loop turn, served as Prometheus text.
@@ -28,6 +29,8 @@
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
 //! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
 //! - [`builtin`]: `/plaintext` and `/json`.
+//! - [`compress`]: compression on the fly (gzip, br, zstd): settings, per-worker encoders,
+//!   counts.
 //! - [`returns`]: nginx's `return` rules (redirects, fixed answers) and the HTTPS redirect.
 //! - [`template`]: texts with `$variables`, compiled once, expanded per request.
 //! - [`files`]: static files under a document root (or the embedded default site).
@@ -37,10 +40,12 @@
 //! - [`cli`]: running `lowlat serve`: settings in, server started, signals handled.
 
 pub mod access_log;
+pub mod acme;
 pub mod app;
 pub mod builtin;
 pub mod cli;
 mod clock;
+pub mod compress;
 pub mod config;
 mod conn;
 mod ctx;

@@ -59,6 +59,8 @@ pub(crate) struct Counters {
     pub(crate) cache_hits: u64,
     pub(crate) cache_misses: u64,
     pub(crate) cache_bytes: u64,
+    /// Compression on the fly, read at publication.
+    pub(crate) compress: crate::compress::Stats,
 }
 
 impl Counters {
@@ -107,11 +109,15 @@ impl Counters {
             .chain(self.duration_buckets.iter().copied())
             .chain([self.duration_sum_ns, self.open, self.idle])
             .chain([self.cache_hits, self.cache_misses, self.cache_bytes])
+            .chain(self.compress.responses)
+            .chain(self.compress.saved_bytes)
+            .chain([self.compress.cache_bytes])
     }
 }
 
 /// Words in one published copy of [`Counters`].
-const WORDS: usize = 5 * MAX_SITES + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3 + 3;
+const WORDS: usize =
+    5 * MAX_SITES + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3 + 3 + 3 + 3 + 1;
 
 /// Sites counted apart in `lowlat_responses_total`; any beyond share the last label, `other`.
 pub(crate) const MAX_SITES: usize = 32;
@@ -194,6 +200,11 @@ impl Registry {
             return String::new();
         };
         let [hits, misses, cache_bytes] = take(3)[..] else {
+            return String::new();
+        };
+        let compressed = take(3);
+        let saved = take(3);
+        let [compress_cache_bytes] = take(1)[..] else {
             return String::new();
         };
         let mut s = String::new();
@@ -326,6 +337,39 @@ impl Registry {
             "Bytes the static-file caches hold.",
         );
         let _ = writeln!(s, "lowlat_file_cache_bytes {cache_bytes}");
+        family(
+            &mut s,
+            "lowlat_compressed_responses_total",
+            "counter",
+            "Responses compressed on the fly, by coding (HEAD not counted).",
+        );
+        for (coding, n) in crate::compress::Stats::CODINGS.iter().zip(&compressed) {
+            let _ = writeln!(
+                s,
+                "lowlat_compressed_responses_total{{encoding=\"{}\"}} {n}",
+                coding.token()
+            );
+        }
+        family(
+            &mut s,
+            "lowlat_compression_saved_bytes_total",
+            "counter",
+            "Body bytes not sent thanks to compression on the fly (identity minus encoded), by coding.",
+        );
+        for (coding, n) in crate::compress::Stats::CODINGS.iter().zip(&saved) {
+            let _ = writeln!(
+                s,
+                "lowlat_compression_saved_bytes_total{{encoding=\"{}\"}} {n}",
+                coding.token()
+            );
+        }
+        family(
+            &mut s,
+            "lowlat_compress_cache_bytes",
+            "gauge",
+            "Bytes the caches of files compressed on the fly hold.",
+        );
+        let _ = writeln!(s, "lowlat_compress_cache_bytes {compress_cache_bytes}");
         if let Ok(groups) = self.upstreams.lock() {
             crate::proxy::health::render(&groups, &mut s);
         }

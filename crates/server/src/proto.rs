@@ -130,10 +130,23 @@ impl Connection {
 
     /// Relayed responses whose client side has drained below `low`: (upstream, stream) pairs
     /// whose upstream may be read again.
+    /// An upstream connection (and the stream, 0 for HTTP/1.1) to drive for request-body bytes
+    /// this connection just read for it.
+    pub(crate) fn take_upload_wake(&mut self) -> Option<(Token, u32)> {
+        match self {
+            Self::H1(c) => c.take_upload_wake().map(|t| (t, 0)),
+            Self::H2(c) => c.take_upload_wake(),
+            Self::Switching => None,
+        }
+    }
+
     pub(crate) fn relays_below(&self, low: usize, out: &mut Vec<(Token, u32)>) {
         match self {
             Self::H1(c) => {
-                if let (true, Some(up)) = (c.relaying() && c.backlog() < low, c.upstream()) {
+                // A tunnel's upstream is pumped after every event of its client: the event
+                // may have brought bytes to forward, not only room to write.
+                let wanted = c.tunnelling() || c.relaying() && c.backlog() < low;
+                if let (true, Some(up)) = (wanted, c.upstream()) {
                     out.push((up, 0));
                 }
             }

@@ -64,6 +64,12 @@ pub struct Router {
     sites: Vec<(Vec<String>, Router)>,
     /// Header lines added to every response of this router (a site's `--add-header`).
     extra_headers: Vec<u8>,
+    /// The site's compression on the fly, when on (lent to each response it answers).
+    compress: Option<std::rc::Rc<crate::compress::CompressConfig>>,
+    /// Answers every path under its prefix before sites and routes are looked at: ACME's
+    /// HTTP-01 challenges, which a CA asks for under any of the names and which nothing (a
+    /// site's routes, a redirect to HTTPS) may hide.
+    intercept: Option<(&'static str, Box<dyn Handler>)>,
     /// A handler asked before any route, which may leave the request unanswered for the
     /// routes (a site's HTTP→HTTPS redirect).
     first: Option<Box<dyn Handler>>,
@@ -109,6 +115,11 @@ impl Router {
                 })
             })
             .map(|(i, (_, r))| (i, r))
+    }
+
+    /// Answers every path starting with `prefix` by `handler`, before anything else.
+    pub fn intercept(&mut self, prefix: &'static str, handler: impl Handler + 'static) {
+        self.intercept = Some((prefix, Box::new(handler)));
     }
 
     /// Routes `GET` (and so `HEAD`) on `pattern` to `handler`.
@@ -212,18 +223,33 @@ impl Router {
 
     /// Finds the handler for `head` and lets it answer through `res`. Returns which site
     /// answered: 0 for this router (the default site), `i + 1` for the `i`th added site.
-    pub fn dispatch(
+    pub fn dispatch<'r>(
         &mut self,
-        head: &Request<'_, '_>,
+        head: &Request<'r, 'r>,
         body: &[u8],
         worker: usize,
-        res: &mut Response<'_>,
+        res: &mut Response<'r>,
     ) -> usize {
+        if let Some((prefix, handler)) = &mut self.intercept {
+            if head.path.starts_with(*prefix) {
+                let req = Req {
+                    head,
+                    body,
+                    params: &[],
+                    worker,
+                };
+                handler.handle(&req, res);
+                return 0;
+            }
+        }
         if !self.sites.is_empty() {
             if let Some((i, site)) = self.site_for(head.header("host")) {
                 site.dispatch(head, body, worker, res);
                 return i + 1;
             }
+        }
+        if let Some(cfg) = &self.compress {
+            res.set_compression(cfg, head.headers);
         }
         if self.extra_headers.is_empty() {
             self.dispatch_here(head, body, worker, res);
@@ -233,6 +259,41 @@ impl Router {
         self.dispatch_here(head, body, worker, res);
         res.insert_head_lines(start, &self.extra_headers);
         0
+    }
+
+    /// Whether `head` goes to a handler that takes its body while it still arrives (see
+    /// [`Handler::takes_streamed_body`]): the same choice of site, route and method as
+    /// [`Router::dispatch`], asked before the body is read. Only asked for a body that is not
+    /// all here, so it costs nothing per ordinary request.
+    pub fn streams_body(&mut self, head: &Request<'_, '_>) -> bool {
+        self.streams_body_at(head.header("host"), head.path, head.method)
+    }
+
+    /// [`Router::streams_body`] from the parts that decide it (HTTP/2 asks before it has made
+    /// a [`Request`]).
+    pub fn streams_body_at(&mut self, host: Option<&[u8]>, path: &str, method: Method) -> bool {
+        if !self.sites.is_empty() {
+            if let Some((_, site)) = self.site_for(host) {
+                return site.streams_here(path, method);
+            }
+        }
+        self.streams_here(path, method)
+    }
+
+    fn streams_here(&self, path: &str, method: Method) -> bool {
+        let Ok(matched) = self.tree.at(path) else {
+            return false;
+        };
+        self.routes[*matched.value]
+            .methods
+            .iter()
+            .find(|&&(m, _)| m == method)
+            .is_some_and(|&(_, h)| self.handlers[h].takes_streamed_body())
+    }
+
+    /// Compresses this router's dynamic responses on the fly by `cfg`, when it is on.
+    pub fn set_compression(&mut self, cfg: &crate::compress::CompressConfig) {
+        self.compress = cfg.on.then(|| std::rc::Rc::new(cfg.clone()));
     }
 
     /// Header lines (each `Name: value`) to add to every response of this router.
@@ -279,6 +340,8 @@ impl Router {
             location,
             sites: _,
             extra_headers: _,
+            compress: _,
+            intercept: _,
             first: _,
         } = self;
         let matched = match tree.at(head.path) {
@@ -376,6 +439,24 @@ mod tests {
             }
             res.send(200, b"text/plain", body.as_bytes());
         }
+    }
+
+    /// An intercepting prefix answers before the sites and the routes, whatever the Host.
+    #[test]
+    fn intercept_comes_first() {
+        let mut r = router();
+        let mut site = Router::new();
+        site.prefix("/", &[Method::Get], named("site")).unwrap();
+        r.add_site(&["t".to_owned()], site);
+        assert!(call(&mut r, "GET", "/.well-known/acme-challenge/x")
+            .2
+            .starts_with("site "));
+        r.intercept("/.well-known/acme-challenge/", named("challenge"));
+        assert_eq!(
+            call(&mut r, "GET", "/.well-known/acme-challenge/x").2,
+            "challenge"
+        );
+        assert!(call(&mut r, "GET", "/plaintext").2.starts_with("site "));
     }
 
     /// The routes the cases below run against: lowlat's own shapes and a few more.

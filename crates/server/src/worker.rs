@@ -221,6 +221,12 @@ impl Worker {
                 settle(&mut conns, &mut upstreams, key, &mut ctx, &mut relays);
             }
 
+            // What HTTP/2 upstream connections read (or failed) reaches each client concerned.
+            {
+                let mut ctx = worker_ctx!(Token(0), now, shutting_down);
+                deliver_touched(&mut conns, &mut upstreams, &mut ctx, &mut relays);
+            }
+
             // File sends that yielded their turn continue now.
             std::mem::swap(&mut deferred, &mut deferred_now);
             for token in deferred_now.drain(..) {
@@ -279,6 +285,7 @@ impl Worker {
                         );
                     }
                 }
+                deliver_touched(&mut conns, &mut upstreams, &mut ctx, &mut relays);
                 if let Some(registry) = &cfg.metrics {
                     counters.open = conns.len() as u64;
                     counters.idle = idle;
@@ -286,6 +293,7 @@ impl Worker {
                     counters.cache_hits = hits;
                     counters.cache_misses = misses;
                     counters.cache_bytes = bytes as u64;
+                    counters.compress = crate::compress::stats();
                     registry.publish(self.index, &counters);
                 }
             }
@@ -361,6 +369,21 @@ fn settle(
         }
         return;
     }
+    while let Some((up, stream)) = conn.take_upload_wake() {
+        // Body bytes it read for a streaming upload: the upstream connection writes them.
+        conn.with_downstream(stream, |down| {
+            if let Some(down) = down {
+                upstreams.wake(up, ctx, down);
+            }
+        });
+        if conn.closed() {
+            conns.remove(key);
+            while let Some(up) = ctx.proxy_cancels.pop() {
+                upstreams.cancel(up, ctx);
+            }
+            return;
+        }
+    }
     conn.relays_below(RELAY_LOW_WATER, relays);
     while let Some((up, stream)) = relays.pop() {
         conn.with_downstream(stream, |down| {
@@ -368,6 +391,41 @@ fn settle(
                 upstreams.resume(up, ctx, down);
             }
         });
+    }
+}
+
+/// Hands each HTTP/2 upstream exchange with news (a head, data, trailers, its end, a failure)
+/// to its client — one upstream connection may carry news for many — then settles the client.
+fn deliver_touched(
+    conns: &mut Slab<Connection>,
+    upstreams: &mut Upstreams,
+    ctx: &mut WorkerCtx<'_>,
+    relays: &mut Vec<(Token, u32)>,
+) {
+    let news = Readiness {
+        readable: false,
+        writable: false,
+        closed: false,
+    };
+    loop {
+        let touched = upstreams.take_touched();
+        if touched.is_empty() {
+            return;
+        }
+        for up in touched {
+            let Some((client, stream)) = upstreams.client_of(up) else {
+                continue;
+            };
+            ctx.token = client;
+            let key = client.0 - FIRST_CONN;
+            match conns.get_mut(key) {
+                Some(conn) => conn.with_downstream(stream, |down| {
+                    upstreams.on_event(up, news, ctx, down);
+                }),
+                None => upstreams.cancel(up, ctx),
+            }
+            settle(conns, upstreams, key, ctx, relays);
+        }
     }
 }
 

@@ -144,3 +144,83 @@ fn no_allocation_per_cached_hit() {
         "{allocations} allocations for 20,800 requests"
     );
 }
+
+/// Hits on files compressed on the fly (gzip and zstd, 200, HEAD and 304) allocate nothing once
+/// warm: the compressed bodies come from the worker's cache, the lookup key is a reused buffer.
+#[test]
+fn no_allocation_per_compressed_hit() {
+    let dir = tempfile::tempdir().unwrap();
+    let page: String = (0..100)
+        .map(|i| format!("<li><a href=\"/items/{i}\">Item {i}</a></li>\n"))
+        .collect();
+    std::fs::write(dir.path().join("page.html"), page).unwrap();
+    let cli = Cli::try_parse_from([
+        "lowlat",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--root",
+        dir.path().to_str().unwrap(),
+        "--cache-valid",
+        "1h",
+        "--compress",
+    ])
+    .unwrap();
+    let service = lowlat_server::settings::service(&cli.serve).unwrap();
+    let mut cfg = cli.serve.to_config().unwrap();
+    cfg.grace = Duration::from_secs(1);
+    let server = support::TestServer::start(cfg, service);
+    let mut stream = server.connect();
+    let mut buf = vec![0u8; 1 << 20];
+
+    let gzip = "GET /page.html HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n";
+    let first = one_reply(&mut stream, gzip.as_bytes(), &mut buf);
+    assert!(first.contains("Content-Encoding: gzip"), "{first}");
+    let etag = first
+        .lines()
+        .find_map(|l| l.strip_prefix("ETag: "))
+        .unwrap()
+        .to_owned();
+    assert!(etag.ends_with("-gzip\""), "{etag}");
+    let requests: Vec<Vec<u8>> = [
+        gzip.to_owned(),
+        "GET /page.html HTTP/1.1\r\nHost: t\r\nAccept-Encoding: zstd, gzip\r\n\r\n".to_owned(),
+        format!(
+            "GET /page.html HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\nIf-None-Match: {etag}\r\n\r\n"
+        ),
+    ]
+    .into_iter()
+    .map(String::into_bytes)
+    .collect();
+    let mut sizes = Vec::new();
+    for (r, want) in requests.iter().zip(["200", "200", "304"]) {
+        let text = one_reply(&mut stream, r, &mut buf);
+        assert!(text.starts_with(&format!("HTTP/1.1 {want}")), "{text}");
+        // Bytes, not the text: a compressed body is not UTF-8.
+        let head = text.find("\r\n\r\n").unwrap() + 4;
+        let body: usize = text[..head]
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .filter(|_| want == "200")
+            .map_or(0, |v| v.parse().unwrap());
+        sizes.push(head + body);
+    }
+    for _ in 0..100 {
+        for (r, &len) in requests.iter().zip(&sizes) {
+            exchange(&mut stream, r, len, &mut buf);
+        }
+    }
+    let before = lowlat_testkit::alloc::allocations();
+    for _ in 0..2000 {
+        for (r, &len) in requests.iter().zip(&sizes) {
+            exchange(&mut stream, r, len, &mut buf);
+        }
+    }
+    let allocations = lowlat_testkit::alloc::allocations() - before;
+    // 6,000 requests; the Date cache formats once per second (one allocation each).
+    assert!(
+        allocations <= 10,
+        "{allocations} allocations for 6,000 requests"
+    );
+}

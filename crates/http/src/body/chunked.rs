@@ -3,8 +3,9 @@
 //! Strict because a chunked parser that is lenient where another hop is strict is how requests
 //! get smuggled: chunk sizes are hex digits only (at most 16 of them), every line ends in CRLF
 //! (a bare LF or CR is an error here), chunk data must be followed by CRLF, and chunk extensions
-//! and trailer fields are skipped but bounded. The decoded data goes to a callback, so the server
-//! can collect it and the load generator can merely count it.
+//! and trailer fields are skipped but bounded — or, for a proxy that passes them on, kept
+//! ([`ChunkedDecoder::keep_trailers`]). The decoded data goes to a callback, so the server can
+//! collect it and the load generator can merely count it.
 
 use crate::error::ParseError;
 use crate::limits::MAX_TRAILER_BYTES;
@@ -45,6 +46,26 @@ pub struct Decoded {
     pub done: bool,
 }
 
+/// The well-formed fields of a trailer section kept by [`ChunkedDecoder::keep_trailers`]:
+/// `(name, value)`, the value's surrounding whitespace trimmed. A line that is not
+/// `token ":" value` (or whose value holds a control character) is left out: a recipient may
+/// discard trailer fields (RFC 9110 §6.5.1), and a proxy must not pass on what it cannot read.
+pub fn trailer_fields(raw: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    raw.split(|&b| b == b'\n').filter_map(|line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty() || !name.iter().all(|&b| token(b)) {
+            return None;
+        }
+        let value = value.trim_ascii();
+        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return None;
+        }
+        Some((name, value))
+    })
+}
+
 /// An incremental decoder for one chunked body.
 #[derive(Debug, Clone)]
 pub struct ChunkedDecoder {
@@ -59,6 +80,9 @@ pub struct ChunkedDecoder {
     max_body: u64,
     /// Bytes of chunk extensions and trailers seen, bounded by [`MAX_TRAILER_BYTES`].
     overhead: usize,
+    /// The trailer section's lines (each ended by LF, CRs dropped), when kept; allocated only
+    /// when a trailer arrives.
+    trailers: Option<Vec<u8>>,
 }
 
 impl ChunkedDecoder {
@@ -72,7 +96,25 @@ impl ChunkedDecoder {
             total: 0,
             max_body,
             overhead: 0,
+            trailers: None,
         }
+    }
+
+    /// Keeps the trailer fields instead of skipping them, for [`ChunkedDecoder::take_trailers`].
+    #[must_use]
+    pub fn keep_trailers(mut self) -> Self {
+        self.trailers = Some(Vec::new());
+        self
+    }
+
+    /// The trailer section's field lines as they came (without CR; each line ends in LF; at most
+    /// [`MAX_TRAILER_BYTES`]), once the body is done; empty when there were none or they were not
+    /// kept. [`trailer_fields`] splits them.
+    pub fn take_trailers(&mut self) -> Vec<u8> {
+        self.trailers
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Decoded bytes so far.
@@ -177,6 +219,9 @@ impl ChunkedDecoder {
                         b'\n' | b' ' | b'\t' | 0 => return Err(ParseError::BadChunk),
                         _ => {
                             self.bump_overhead()?;
+                            if let Some(t) = &mut self.trailers {
+                                t.push(b);
+                            }
                             State::Trailer
                         }
                     };
@@ -185,7 +230,12 @@ impl ChunkedDecoder {
                     match b {
                         b'\r' => self.state = State::TrailerLf,
                         b'\n' | 0 => return Err(ParseError::BadChunk),
-                        _ => self.bump_overhead()?,
+                        _ => {
+                            self.bump_overhead()?;
+                            if let Some(t) = &mut self.trailers {
+                                t.push(b);
+                            }
+                        }
                     }
                     i += 1;
                 }
@@ -194,6 +244,9 @@ impl ChunkedDecoder {
                         return Err(ParseError::BadChunk);
                     }
                     i += 1;
+                    if let Some(t) = &mut self.trailers {
+                        t.push(b'\n');
+                    }
                     self.state = State::TrailerStart;
                 }
                 State::EndLf => {
@@ -343,6 +396,31 @@ mod tests {
         );
         assert!(dec.is_done());
         assert_eq!(dec.decoded_len(), 5);
+    }
+
+    #[test]
+    fn kept_trailers_are_split_into_fields() {
+        let input = b"5\r\nhello\r\n0\r\nX-Checksum: 5d41\r\ngrpc-status:  0 \r\nbad line\r\nX\x01: y\r\n\r\n";
+        for step in [1, input.len()] {
+            let mut d = ChunkedDecoder::new(u64::MAX).keep_trailers();
+            let mut at = 0;
+            while at < input.len() {
+                let end = (at + step).min(input.len());
+                at += d.decode(&input[at..end], |_| {}).unwrap().consumed;
+            }
+            assert!(d.is_done());
+            let raw = d.take_trailers();
+            let fields: Vec<_> = trailer_fields(&raw).collect();
+            assert_eq!(
+                fields,
+                vec![(&b"X-Checksum"[..], &b"5d41"[..]), (b"grpc-status", b"0")],
+                "step {step}"
+            );
+        }
+        // Not kept: nothing.
+        let mut d = ChunkedDecoder::new(u64::MAX);
+        d.decode(input, |_| {}).unwrap();
+        assert!(d.take_trailers().is_empty());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 mod chunked;
 
-pub use chunked::{ChunkedDecoder, Decoded};
+pub use chunked::{trailer_fields, ChunkedDecoder, Decoded};
 
 /// How the body of a message is delimited, as decided from its head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,10 @@
 //! HTTP/2's codec (RFC 9113, RFC 7541): frames in [`frame`], request header blocks in [`head`],
-//! HPACK in [`hpack`]: decoding request blocks, encoding response blocks. Written here: the
+//! HPACK in [`hpack`]: decoding request blocks, encoding response blocks; and the client side
+//! of a connection as a state machine without I/O in [`client`]. Written here: the
 //! crates measured allocate per field or rebuild their Huffman tables per string (see
 //! [`hpack`]).
 
+pub mod client;
 pub mod frame;
 pub mod head;
 pub mod hpack;

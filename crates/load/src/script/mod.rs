@@ -267,17 +267,11 @@ fn function(lua: &Lua, name: &str) -> mlua::Result<Option<Function>> {
 }
 
 impl Script {
-    /// Thread `i`'s state, for its run.
-    pub fn take(&self, i: usize) -> Option<ThreadScript> {
-        self.slots.get(i).and_then(|s| s.take())
-    }
-
-    /// Thread `i`'s state back after its run (for `thread:get()` in `done()`).
-    pub fn put(&self, i: usize, script: ThreadScript) {
-        script.flush_output();
-        if let Some(slot) = self.slots.get(i) {
-            slot.put(script);
-        }
+    /// Thread `i`'s state, locked for one turn of its loop. Between turns the main state's
+    /// `thread:get()` and `thread:set()` reach it (wrk reads a running thread's state from
+    /// `setup()` of the threads after it; here they all wait for the lock instead of racing).
+    pub fn lock(&self, i: usize) -> Option<std::sync::MutexGuard<'_, Option<ThreadScript>>> {
+        self.slots.get(i).map(|s| s.lock())
     }
 
     /// A thread's script failed: the first message is kept, to end the run with.
@@ -356,8 +350,22 @@ impl State {
         own: Option<&Arc<ThreadControl>>,
     ) -> mlua::Result<Self> {
         let lua = crate::sys::lua_with_all_libraries();
-        let (wrk, start, request, delay, response, set_response, light): (
+        let (
+            wrk,
+            start,
+            request,
+            delay,
+            response,
+            set_response,
+            light,
+            reads_params,
+            on_error,
+            take_failure,
+        ): (
             Table,
+            Function,
+            Function,
+            Function,
             Function,
             Function,
             Function,
@@ -406,6 +414,9 @@ impl State {
                 response,
                 set_response,
                 light_response_factory: light,
+                reads_params,
+                on_error,
+                take_failure,
             },
         })
     }
@@ -436,4 +447,54 @@ fn lookup(_: &Lua, (host, service): (String, Value)) -> mlua::Result<Vec<Addr>> 
         mlua::Error::runtime(format!("unable to resolve {host}:{service_text}: {e}"))
     })?;
     Ok(addrs.map(Addr).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `thread:get()` in the main state while the thread runs (as wrk's `setup()` of a later
+    /// thread may call it): it waits for the turn the thread's loop is in, then reads the value
+    /// the thread's global holds after that turn.
+    #[test]
+    fn get_reads_a_running_thread() {
+        let mut file = tempfile::Builder::new().suffix(".lua").tempfile().unwrap();
+        std::io::Write::write_all(
+            &mut file,
+            b"threads = {}\nfunction setup(t) table.insert(threads, t) end\n\
+              function peek() return threads[1]:get('n') end\nn = 0\n",
+        )
+        .unwrap();
+        let inputs = Inputs {
+            file: file.path(),
+            args: &[],
+            target: Target {
+                url: "http://127.0.0.1:1/",
+                scheme: "http",
+                host: "127.0.0.1",
+                port: Some(1),
+                path: "/",
+                addr: "127.0.0.1:1".parse().unwrap(),
+            },
+            method: "GET",
+            body: None,
+            headers: &[],
+            threads: 1,
+        };
+        let started = start(&inputs).unwrap();
+        let script = Arc::clone(&started.script);
+        // A turn of the thread's loop: it holds the state and changes the global.
+        let turn = std::thread::spawn(move || {
+            let guard = script.lock(0).unwrap();
+            let lua = guard.as_ref().unwrap().lua();
+            lua.globals().set("n", 41).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            lua.globals().set("n", 42).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        let peek: Function = started.script.main.globals().get("peek").unwrap();
+        let n: Option<i64> = peek.call(()).unwrap();
+        turn.join().unwrap();
+        assert_eq!(n, Some(42));
+    }
 }

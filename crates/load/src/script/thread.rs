@@ -4,9 +4,10 @@
 //! Addresses (`wrk.lookup`, `thread.addr`) are userdata that print as `host:port`.
 //!
 //! Values cross between states by copy, as wrk copies them: nil, booleans, numbers, strings and
-//! tables of those. The main state reaches a thread's state through its [`ThreadSlot`]; a thread
-//! takes its state out of the slot for the run and puts it back at the end, so that `done()` can
-//! still read the thread's globals.
+//! tables of those. The main state reaches a thread's state through its [`ThreadSlot`], whose
+//! lock the thread's loop holds for each turn and lets go while it waits for events: a
+//! `thread:get()` while the thread runs waits at most one turn, then reads the value the
+//! thread's globals hold then (wrk reads the running thread's state without a lock).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -33,7 +34,12 @@ impl ThreadSlot {
     }
 
     pub fn put(&self, script: ThreadScript) {
-        *self.script.lock().unwrap_or_else(PoisonError::into_inner) = Some(script);
+        *self.lock() = Some(script);
+    }
+
+    /// The state, for one turn of the thread's loop (or one `get`/`set`).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Option<ThreadScript>> {
+        self.script.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -56,8 +62,9 @@ impl UserData for ThreadHandle {
 
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
         methods.add_method("get", |lua, this, name: mlua::LuaString| {
-            let guard = this.0.script.lock().unwrap_or_else(PoisonError::into_inner);
-            // While the thread runs, its state is its own: nothing to read.
+            let guard = this.0.lock();
+            // Only while the state is out of its slot being set up (its own `init()`): nothing
+            // of the main state runs then.
             let Some(script) = guard.as_ref() else {
                 return Ok(Value::Nil);
             };
@@ -66,7 +73,7 @@ impl UserData for ThreadHandle {
         });
         methods.add_method("set", |_, this, (name, value): (mlua::LuaString, Value)| {
             let value = Transfer::from_lua(&value, 0)?;
-            let guard = this.0.script.lock().unwrap_or_else(PoisonError::into_inner);
+            let guard = this.0.lock();
             if let Some(script) = guard.as_ref() {
                 let lua = script.lua();
                 lua.globals()

@@ -106,31 +106,45 @@ local function call_delay()
    return _G.delay()
 end
 
--- response(status, headers, body) with a fresh header table, copied from `template` (the fields
--- of the head, made once per distinct head), so that the script may keep or change it. The
--- template, its size and the body are set by `set_response` only when they change.
+-- response(status, headers, body) with a fresh header table, so that the script may keep or
+-- change it. A head seen once is copied from `template` (its fields, made once per distinct
+-- head); a head that keeps coming back (a server repeats its heads byte for byte, bar a `Date`
+-- once a second) gets `make`, a function compiled by lowlat whose one table constructor of
+-- constants LuaJIT copies whole (TDUP: one allocation and a copy, no key hashed or inserted) —
+-- a response() that only keeps its header table cost 2420 instructions per response over no
+-- script with the copy in Lua, 1730 with `make` and the call below made through the C API
+-- (callgrind, docs/PERFORMANCE.md). The template, its size, `make` and the body are set by
+-- `set_response` only when they change.
 local new_table = require("table.new")
-local template, fields, body = {}, 0, ""
+local template, fields, make, body = {}, 0, nil, ""
 
-local function set_response(t, n, b)
+local function set_response(t, n, b, m)
    if t then
-      template, fields = t, n
+      template, fields, make = t, n, nil
    end
    if b then
       body = b
    end
+   if m then
+      make = m
+   end
 end
 
 local function call_response(status)
-   local headers = new_table(0, fields)
-   for name, value in next, template do
-      headers[name] = value
+   local headers
+   if make then
+      headers = make()
+   else
+      headers = new_table(0, fields)
+      for name, value in next, template do
+         headers[name] = value
+      end
    end
    return _G.response(status, headers, body)
 end
 
--- For a response() that takes at most the status: nothing to build. Returns true when the
--- script has since replaced response() with one that may want more (call_response then).
+-- For a response() that cannot read its headers or body: nothing to build. Returns true when
+-- the script has since replaced response() with one that may want more (call_response then).
 local function call_response_light(expected)
    return function(status)
       local f = _G.response
@@ -142,4 +156,72 @@ local function call_response_light(expected)
    end
 end
 
-return wrk, start, call_request, call_delay, call_response, set_response, call_response_light
+-- Whether `f` can read its 2nd and 3rd parameters (response()'s headers and body), from its
+-- bytecode: a parameter is read when an instruction takes its slot as an operand (or a range
+-- of slots from at or below it). A function with `...`, inner functions (which could capture
+-- a parameter) or that is not Lua bytecode is taken to read both. A parameter that is never
+-- read can be left nil unseen: wrk's setup.lua declares both and reads neither.
+-- (`jit.util` and `bit` are taken before the script runs, which could replace them.)
+local has_util, util = pcall(require, "jit.util")
+local band, shr = bit.band, bit.rshift
+local function reads_params(f)
+   if not has_util or type(f) ~= "function" then
+      return true, true
+   end
+   local info = util.funcinfo(f)
+   if not info or info.ffid or info.addr or info.isvararg or info.children then
+      return true, true
+   end
+   local read = {}
+   local function operand(mode, v)
+      -- BCMbase (2), BCMrbase (4): a range from v up; BCMvar (3): slot v.
+      for slot = 1, 2 do
+         if slot < info.params
+            and ((mode == 3 and v == slot) or ((mode == 2 or mode == 4) and v <= slot)) then
+            read[slot] = true
+         end
+      end
+   end
+   for pc = 1, info.bytecodes - 1 do
+      local ins, m = util.funcbc(f, pc)
+      if not ins then
+         break
+      end
+      local ma, mb, mc = band(m, 7), band(shr(m, 3), 15), band(shr(m, 7), 15)
+      local a = band(shr(ins, 8), 0xff)
+      if ma == 4 and mb == 0 and mc == 6 then
+         -- RET0, RET1, RET (rbase, lit): the D - 1 slots from A are returned. (Also JLOOP and
+         -- the JFUNCs, whose A is at or above the first local.)
+         for slot = 1, 2 do
+            if slot < info.params and slot >= a and slot <= a + shr(ins, 16) - 2 then
+               read[slot] = true
+            end
+         end
+      elseif mb ~= 0 then
+         operand(ma, a)
+         operand(mb, shr(ins, 24))
+         operand(mc, band(shr(ins, 16), 0xff))
+      else
+         operand(ma, a)
+         operand(mc, shr(ins, 16))
+      end
+   end
+   return read[1] or false, read[2] or false
+end
+
+-- The message handler of the calls lowlat makes through LuaJIT's C API: it keeps the error
+-- and where it was raised, for `take_failure` to hand over once the call has returned.
+local failure = {}
+local function on_error(e)
+   failure[1], failure[2] = e, debug.traceback("", 2)
+   return e
+end
+
+local function take_failure()
+   local e, where = failure[1], failure[2]
+   failure[1], failure[2] = nil, nil
+   return e, where or ""
+end
+
+return wrk, start, call_request, call_delay, call_response, set_response, call_response_light,
+   reads_params, on_error, take_failure

@@ -143,10 +143,13 @@ pub enum BadKind {
     /// Valid: a chunked body with a trailer field (which neither gunicorn nor uvicorn's HTTP/1.1
     /// sends); the connection stays open for more requests.
     ChunkedTrailers,
+    /// `101 Switching Protocols` to any request, then a second response as raw bytes: what a
+    /// proxy that tunnelled an unasked 101 would relay (response splitting).
+    UnaskedSwitch,
 }
 
 impl BadKind {
-    pub const ALL: [BadKind; 12] = [
+    pub const ALL: [BadKind; 13] = [
         BadKind::ContentLengthAndChunked,
         BadKind::TwoContentLengths,
         BadKind::OversizedHead,
@@ -159,6 +162,7 @@ impl BadKind {
         BadKind::ResetMidBody,
         BadKind::CloseDelimited,
         BadKind::ChunkedTrailers,
+        BadKind::UnaskedSwitch,
     ];
 
     /// The name `bad_upstream.py` takes.
@@ -176,6 +180,7 @@ impl BadKind {
             BadKind::ResetMidBody => "reset-mid-body",
             BadKind::CloseDelimited => "close-delimited",
             BadKind::ChunkedTrailers => "chunked-trailers",
+            BadKind::UnaskedSwitch => "unasked-101",
         }
     }
 
@@ -221,6 +226,12 @@ impl BadKind {
                 ok(b"Transfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n\
                  5\r\nhello\r\n0\r\nX-Checksum: 5d41402a\r\n\r\n")
             }
+            BadKind::UnaskedSwitch => [
+                &b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"[..],
+                OK,
+                b"Content-Length: 8\r\n\r\nsmuggled",
+            ]
+            .concat(),
         }
     }
 }

@@ -18,6 +18,9 @@ For each connection it reads a request head (and a Content-Length body), then, b
     reset-mid-body          declares 1024 body bytes, sends 512, then RST
     close-delimited         a valid response with no length, its end marked by closing
     chunked-trailers        a valid chunked response with a trailer field; keeps the connection
+    unasked-101             `101 Switching Protocols` to whatever was asked (an upgrade or not),
+                            then a whole second response as raw bytes: response splitting, if a
+                            proxy took the 101 for a tunnel nobody offered
 
 The bytes of each response are RESPONSES[kind] below (the Rust helper holds the same bytes and
 the tests compare them). After a response it closes the connection (sending FIN, after draining
@@ -60,6 +63,9 @@ RESPONSES = {
     "close-delimited": OK + b"Connection: close\r\n\r\nthe end is the close\n",
     "chunked-trailers": OK
     + b"Transfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n5\r\nhello\r\n0\r\nX-Checksum: 5d41402a\r\n\r\n",
+    "unasked-101": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+    + OK
+    + b"Content-Length: 8\r\n\r\nsmuggled",
 }
 
 

@@ -11,6 +11,9 @@ Paths:
                      the server saw it (fields in order, repeats kept), then the echo
     /close/CODE      the server starts the close handshake at once with CODE (1000, 4000-4999)
 
+Each connection that ends after its echo logs `closed PATH code CODE` on stderr once its TCP
+connection is closed.
+
 Messages up to 64 MiB; permessage-deflate is offered as the library does by default.
 """
 
@@ -34,8 +37,17 @@ async def handler(ws):
     if path == "/headers":
         headers = [[k, v] for k, v in ws.request.headers.raw_items()]
         await ws.send(json.dumps({"path": path, "headers": headers}))
-    async for message in ws:
-        await ws.send(message)
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        async for message in ws:
+            await ws.send(message)
+    except ConnectionClosed:
+        pass  # without a Close frame (code 1006): logged all the same
+    # The tests read this line from the log: the close reached the server and its TCP
+    # connection is gone.
+    await ws.wait_closed()
+    print(f"closed {path} code {ws.close_code}", file=sys.stderr, flush=True)
 
 
 async def serve(args):

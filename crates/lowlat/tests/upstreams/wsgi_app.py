@@ -171,6 +171,8 @@ def main():
         parser.add_argument("--workers", type=int, default=None, help="default: 1 gthread, 4 sync")
         parser.add_argument("--threads", type=int, default=32, help="per gthread worker")
         parser.add_argument("--timeout", type=int, default=30, help="gunicorn's worker timeout (s)")
+        parser.add_argument("--certfile", default=None, help="serve TLS with this certificate chain")
+        parser.add_argument("--keyfile", default=None, help="the key of --certfile")
 
     args = common.arguments("gunicorn serving the test WSGI app", flags)
 
@@ -193,6 +195,9 @@ def main():
         "loglevel": "info",
         "when_ready": when_ready,
     }
+    if args.certfile:
+        options["certfile"] = args.certfile
+        options["keyfile"] = args.keyfile
 
     class Gunicorn(BaseApplication):
         def load_config(self):

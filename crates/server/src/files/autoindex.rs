@@ -176,6 +176,7 @@ mod tests {
             cache_valid: std::time::Duration::from_secs(1),
             started_secs: 0,
             max_cached_fds: 0,
+            compress: crate::compress::CompressConfig::default(),
             try_files: Vec::new(),
         };
         let mut out = Vec::new();

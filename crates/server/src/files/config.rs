@@ -49,7 +49,7 @@ pub struct FilesArgs {
     /// Follow symlinks that lead outside the document root
     #[arg(long)]
     pub follow_symlinks_outside: bool,
-    /// Do not serve precompressed siblings (x.css.br, x.css.gz)
+    /// Do not serve precompressed siblings (x.css.br, x.css.gz, x.css.zst)
     #[arg(long)]
     pub no_precompressed: bool,
     /// Cache-Control value for files (e.g. "public, max-age=3600")
@@ -64,6 +64,9 @@ pub struct FilesArgs {
     /// How long a cached file is trusted before it is checked again with stat
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = lowlat_http::units::parse_positive_duration)]
     pub cache_valid: Duration,
+    /// Compression on the fly: a site's setting, like the rest of these.
+    #[command(flatten)]
+    pub compress: crate::compress::CompressArgs,
     /// As nginx's try_files, one entry per flag in order: serve the first of $uri, $uri/,
     /// /index.html… that exists under --root; the last is served whatever it gives, or is a
     /// status (=404) (repeatable)
@@ -133,6 +136,8 @@ pub struct FilesConfig {
     pub started_secs: u64,
     /// Cached entries holding a descriptor, per worker ([`fd_budget`]).
     pub max_cached_fds: usize,
+    /// Compression on the fly, and the order of preference among precompressed siblings.
+    pub compress: crate::compress::CompressConfig,
     /// `--try-files`, in order; empty: the request's own path only.
     pub try_files: Vec<TryFile>,
 }
@@ -195,6 +200,7 @@ impl FilesConfig {
             cache_valid: args.cache_valid,
             started_secs,
             max_cached_fds: fd_budget(workers),
+            compress: crate::compress::CompressConfig::from_args(&args.compress)?,
             try_files: args.try_files.clone(),
         }))
     }

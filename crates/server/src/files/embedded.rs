@@ -38,19 +38,29 @@ pub fn entries(cfg: &FilesConfig) -> Vec<(&'static str, Entry)> {
                 std::hash::Hasher::finish(&hash),
                 content.len()
             );
+            let content_type = super::mime::content_type(name);
+            let compressible = cfg
+                .compress
+                .applies(content_type.as_bytes(), content.len() as u64);
             let variant = Variant::new(
                 cfg,
-                &super::mime::content_type(name),
+                &content_type,
                 Coding::Identity,
-                false,
+                compressible,
                 Body::Memory(content.into()),
                 content.len() as u64,
                 etag,
                 cfg.started_secs,
                 None,
             );
+            let encoded = if compressible {
+                super::entry::encoded_heads(cfg, &content_type, &variant)
+            } else {
+                Vec::new()
+            };
             let entry = Entry {
-                variants: [Some(variant), None, None],
+                variants: [Some(variant), None, None, None],
+                encoded,
                 fs_path: None,
                 checked: Instant::now(),
                 cacheable: true,

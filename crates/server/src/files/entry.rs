@@ -87,11 +87,31 @@ pub struct Variant {
     pub id: Option<FileId>,
 }
 
+/// The head of a representation compressed on the fly: its validators and header lines (known
+/// before anything is compressed, so a 304 costs no compression); the body lives in the
+/// worker's compressed-file cache.
+#[derive(Debug)]
+pub struct EncodedHeads {
+    pub coding: Coding,
+    /// The identity's entity-tag with the coding appended inside the quotes (`"…-gzip"`), as
+    /// caddy does: a strong validator, since the compressed bytes are a function of the file
+    /// version, the coding and the level, and distinct from the identity's, so a cache holding
+    /// one representation never revalidates it with the other's tag.
+    pub etag: Box<[u8]>,
+    /// Content-Type, Content-Encoding, Last-Modified, ETag, Cache-Control, Vary; no
+    /// Accept-Ranges (ranges are answered from the identity body).
+    pub head_ok: Box<[u8]>,
+    pub head_not_modified: Box<[u8]>,
+}
+
 /// A cached resource.
 #[derive(Debug)]
 pub struct Entry {
-    /// By [`Coding::index`]: identity always, gzip and br when their siblings exist.
-    pub variants: [Option<Variant>; 3],
+    /// By [`Coding::index`]: identity always, gzip, br and zstd when their siblings exist.
+    pub variants: [Option<Variant>; 4],
+    /// Heads of the on-the-fly codings, when the identity body is compressible (type, size,
+    /// a stable snapshot, compression on); empty otherwise.
+    pub encoded: Vec<EncodedHeads>,
     /// The identity file's path, for revalidation; `None` for embedded content.
     pub fs_path: Option<PathBuf>,
     /// When the file system was last checked for a newer version.
@@ -101,10 +121,32 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Whether precompressed siblings exist (then every response carries `Vary`).
+    /// Whether precompressed siblings exist.
     #[must_use]
     pub fn has_siblings(&self) -> bool {
-        self.variants[1].is_some() || self.variants[2].is_some()
+        self.variants[1..].iter().any(Option::is_some)
+    }
+
+    /// Whether the response depends on `Accept-Encoding` (then every one carries `Vary`):
+    /// precompressed siblings exist, or the body is compressed on the fly.
+    #[must_use]
+    pub fn varies(&self) -> bool {
+        self.has_siblings() || !self.encoded.is_empty()
+    }
+
+    /// The head of the on-the-fly `coding`, when this entry is compressible with it.
+    #[must_use]
+    pub fn encoded(&self, coding: Coding) -> Option<&EncodedHeads> {
+        self.encoded.iter().find(|e| e.coding == coding)
+    }
+
+    /// The set of codings whose siblings exist.
+    #[must_use]
+    pub fn siblings(&self) -> super::encoding::Codings {
+        [Coding::Gzip, Coding::Br, Coding::Zstd]
+            .into_iter()
+            .filter(|c| self.variants[c.index()].is_some())
+            .fold(super::encoding::Codings::default(), |s, c| s.with(c))
     }
 
     /// The representation for `coding`, falling back to identity.
@@ -131,7 +173,16 @@ impl Entry {
                 body + v.head_ok.len() + v.head_not_modified.len() + v.etag.len() + 64
             })
             .sum();
-        variants + 2 * key_len + 256 + self.fs_path.as_ref().map_or(0, |p| p.as_os_str().len())
+        let encoded: usize = self
+            .encoded
+            .iter()
+            .map(|e| e.etag.len() + e.head_ok.len() + e.head_not_modified.len() + 64)
+            .sum();
+        variants
+            + encoded
+            + 2 * key_len
+            + 256
+            + self.fs_path.as_ref().map_or(0, |p| p.as_os_str().len())
     }
 
     /// Whether any representation keeps a descriptor open.
@@ -150,7 +201,7 @@ impl Entry {
         let Some(path) = &self.fs_path else {
             return true;
         };
-        for coding in [Coding::Identity, Coding::Gzip, Coding::Br] {
+        for coding in [Coding::Identity, Coding::Gzip, Coding::Br, Coding::Zstd] {
             if coding != Coding::Identity && !precompressed {
                 continue;
             }
@@ -250,12 +301,12 @@ fn build(
 ) -> Entry {
     let content_type = super::mime::content_type(name);
     let mut cacheable = true;
-    let mut raw: [Option<(Body, Metadata)>; 3] = [None, None, None];
+    let mut raw: [Option<(Body, Metadata)>; 4] = [None, None, None, None];
     let (body, meta, stable) = read_body(cfg, file, meta.clone());
     cacheable &= stable;
     raw[0] = Some((body, meta));
     if cfg.precompressed {
-        for coding in [Coding::Gzip, Coding::Br] {
+        for coding in [Coding::Gzip, Coding::Br, Coding::Zstd] {
             let path = sibling(&fs_path, coding);
             if let Ok((file, meta)) = open_checked(cfg, root, &path) {
                 if meta.is_file() {
@@ -266,9 +317,14 @@ fn build(
             }
         }
     }
-    let vary = raw[1].is_some() || raw[2].is_some();
-    let mut variants: [Option<Variant>; 3] = [None, None, None];
-    for (coding, slot) in [Coding::Identity, Coding::Gzip, Coding::Br]
+    let identity_len = raw[0].as_ref().map_or(0, |(body, meta)| match body {
+        Body::Memory(b) => b.len() as u64,
+        Body::File(_) => meta.size(),
+    });
+    let compressible = cacheable && cfg.compress.applies(content_type.as_bytes(), identity_len);
+    let vary = raw[1..].iter().any(Option::is_some) || compressible;
+    let mut variants: [Option<Variant>; 4] = [None, None, None, None];
+    for (coding, slot) in [Coding::Identity, Coding::Gzip, Coding::Br, Coding::Zstd]
         .into_iter()
         .zip(raw)
     {
@@ -283,12 +339,69 @@ fn build(
             ));
         }
     }
+    let encoded = match &variants[0] {
+        Some(identity) if compressible => encoded_heads(cfg, &content_type, identity),
+        _ => Vec::new(),
+    };
     Entry {
         variants,
+        encoded,
         fs_path: Some(fs_path),
         checked: now,
         cacheable,
     }
+}
+
+/// The heads of every coding the site compresses with, for a compressible identity variant.
+#[must_use]
+pub fn encoded_heads(
+    cfg: &FilesConfig,
+    content_type: &str,
+    identity: &Variant,
+) -> Vec<EncodedHeads> {
+    let last_modified = String::from_utf8_lossy(&identity.last_modified);
+    cfg.compress
+        .order
+        .iter()
+        .filter(|&&c| cfg.compress.enabled.has(c))
+        .map(|&coding| {
+            let base = String::from_utf8_lossy(&identity.etag);
+            let etag = match base.strip_suffix('"') {
+                Some(open) => format!("{open}-{}\"", coding.token()),
+                None => format!("{base}-{}", coding.token()),
+            };
+            let common = common_lines(cfg, &last_modified, &etag, true);
+            let ok = format!(
+                "Content-Type: {content_type}\r\nContent-Encoding: {}\r\n{common}",
+                coding.token()
+            );
+            EncodedHeads {
+                coding,
+                etag: etag.into_bytes().into_boxed_slice(),
+                head_ok: ok.into_bytes().into_boxed_slice(),
+                head_not_modified: common.into_bytes().into_boxed_slice(),
+            }
+        })
+        .collect()
+}
+
+/// The lines a 304 repeats (RFC 9110 §15.4.5): validators and caching fields.
+fn common_lines(cfg: &FilesConfig, last_modified: &str, etag: &str, vary: bool) -> String {
+    let mut common = String::new();
+    common.push_str("Last-Modified: ");
+    common.push_str(last_modified);
+    common.push_str("\r\nETag: ");
+    common.push_str(etag);
+    common.push_str("\r\n");
+    if let Some(cc) = &cfg.cache_control {
+        common.push_str("Cache-Control: ");
+        common.push_str(cc);
+        common.push_str("\r\n");
+    }
+    if vary {
+        common.push_str("Vary: Accept-Encoding\r\n");
+    }
+    common
 }
 
 fn variant_from_file(
@@ -341,20 +454,7 @@ impl Variant {
     ) -> Self {
         let mtime_secs = mtime_secs.min(LAST_HTTP_DATE_SECS);
         let last_modified = http_date(mtime_secs);
-        let mut common = String::new();
-        common.push_str("Last-Modified: ");
-        common.push_str(&last_modified);
-        common.push_str("\r\nETag: ");
-        common.push_str(&etag);
-        common.push_str("\r\n");
-        if let Some(cc) = &cfg.cache_control {
-            common.push_str("Cache-Control: ");
-            common.push_str(cc);
-            common.push_str("\r\n");
-        }
-        if vary {
-            common.push_str("Vary: Accept-Encoding\r\n");
-        }
+        let common = common_lines(cfg, &last_modified, &etag, vary);
         let mut ok = format!("Content-Type: {content_type}\r\n");
         if coding != Coding::Identity {
             ok.push_str("Content-Encoding: ");
@@ -400,6 +500,15 @@ fn read_body(cfg: &FilesConfig, file: File, mut meta: Metadata) -> (Body, Metada
     // Still changing: send from the descriptor (the connection closes if it comes up short)
     // and keep nothing.
     (Body::File(Rc::new(file)), meta, false)
+}
+
+/// The whole content of an open file, if it still is the version `id` describes (for
+/// compressing a file too large to be held in memory as it is).
+#[must_use]
+pub fn read_version(file: &File, id: FileId) -> Option<Vec<u8>> {
+    let bytes = read_all(file, id.size).ok()?;
+    let after = FileId::of(&file.metadata().ok()?);
+    (after == id && bytes.len() as u64 == id.size).then_some(bytes)
 }
 
 /// Reads up to `expected + 1` bytes from the start (one more to notice growth), with `pread`
@@ -496,6 +605,7 @@ mod tests {
     #[test]
     fn sibling_names() {
         let p = Path::new("/srv/www/app.css");
+        assert_eq!(sibling(p, Coding::Zstd), Path::new("/srv/www/app.css.zst"));
         assert_eq!(sibling(p, Coding::Br), Path::new("/srv/www/app.css.br"));
         assert_eq!(sibling(p, Coding::Gzip), Path::new("/srv/www/app.css.gz"));
         assert_eq!(sibling(p, Coding::Identity), p);

@@ -26,9 +26,20 @@
 //!   overlong or invalid UTF-8, which is what keeps `%c0%ae` out).
 //! - `Range` is honoured on GET only (RFC 9110 §14.2); HEAD gets the full-length head.
 //! - `Vary: Accept-Encoding` goes on every 200, 206, 304, 412 and 416 about a file that has a
-//!   precompressed sibling (whichever representation is chosen), and on none of a file without one, whose
-//!   response does not vary (RFC 9110 §12.5.5). Siblings appearing or vanishing are noticed at
-//!   revalidation, like any change.
+//!   precompressed sibling or is compressed on the fly (whichever representation is chosen), and
+//!   on none of a file without either, whose response does not vary (RFC 9110 §12.5.5).
+//!   Siblings appearing or vanishing are noticed at revalidation, like any change.
+//!
+//! # Compression on the fly (`--compress`)
+//! A precompressed sibling the client accepts is sent first; otherwise a compressible file
+//! (see [`crate::compress`]) is compressed with the best coding the client accepts, once per
+//! worker and file version: the bodies are kept in a second per-worker cache
+//! (`--compress-cache-bytes`), keyed by coding and path and checked against the identity's
+//! entity-tag, so a file changed on disk is compressed anew. A file above `--compress-max-size`
+//! (default 1 MiB, read whole to compress it) is sent as it is. The encoded representation has
+//! its own strong entity-tag (`"…-gzip"`, see [`entry::EncodedHeads`]) and no `Accept-Ranges`;
+//! a GET with `Range` is answered from the identity body (206), as nginx's gzip filter leaves
+//! partial responses alone. HEAD gets the encoded length; a 304 needs no compression.
 //! - `--cache-bytes` is per worker; one entry costs its body, its encoded header lines and about
 //!   300 bytes of bookkeeping.
 //!
@@ -39,7 +50,8 @@
 //! - [`cache`]: the per-worker bounded CLOCK cache.
 //! - [`conditional`]: If-Match, If-None-Match, If-Modified-Since, If-Unmodified-Since, If-Range.
 //! - [`range`]: the Range header.
-//! - [`encoding`]: choosing a precompressed sibling by Accept-Encoding.
+//! - [`encoding`]: choosing a coding by Accept-Encoding (a precompressed sibling, or one to
+//!   compress with).
 //! - [`mime`]: Content-Type by extension.
 //! - [`autoindex`]: directory listings.
 //! - [`embedded`]: the built-in default site.
@@ -88,6 +100,8 @@ pub struct StaticFiles {
     path: Vec<u8>,
     /// Header lines and listings built per request (reused).
     scratch: Vec<u8>,
+    /// Files compressed on the fly.
+    fly: FlyCache,
     /// A `try_files` entry expanded, and normalised (reused).
     candidate: (Vec<u8>, Vec<u8>),
     /// `try_files` entries found to name no file, and when: trusted for `--cache-valid` as
@@ -98,6 +112,27 @@ pub struct StaticFiles {
 
 /// Most paths a worker remembers as missing for `try_files`; the set is emptied when full.
 pub const MAX_MISSING: usize = 4096;
+
+/// One worker's bodies compressed on the fly, bounded by `--compress-cache-bytes`.
+struct FlyCache {
+    cache: Cache<Compressed>,
+    /// The key being looked up: the coding's index, then the normalised path (reused).
+    key: Vec<u8>,
+}
+
+/// A file's body compressed with one coding.
+struct Compressed {
+    /// The identity's entity-tag it was made from: a new version of the file has another.
+    source_etag: Box<[u8]>,
+    body: Box<[u8]>,
+}
+
+impl Drop for FlyCache {
+    fn drop(&mut self) {
+        // A reload drops this worker's handlers: what they held leaves the gauge.
+        crate::compress::add_cache_bytes(-i64::try_from(self.cache.used_bytes()).unwrap_or(0));
+    }
+}
 
 impl StaticFiles {
     /// A handler for one worker.
@@ -110,12 +145,16 @@ impl StaticFiles {
         };
         Self {
             cache: Cache::new(cfg.cache_bytes, cfg.max_cached_fds),
-            cfg,
             embedded,
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(1024),
+            fly: FlyCache {
+                cache: Cache::new(cfg.compress.cache_bytes, 0),
+                key: Vec::new(),
+            },
             candidate: (Vec::new(), Vec::new()),
             missing: HashMap::new(),
+            cfg,
         }
     }
 }
@@ -128,6 +167,7 @@ impl Handler for StaticFiles {
             embedded,
             path,
             scratch,
+            fly,
             candidate,
             missing,
         } = self;
@@ -170,7 +210,7 @@ impl Handler for StaticFiles {
                 .iter()
                 .find(|(p, _)| p.as_bytes() == path.as_slice())
             {
-                Some((_, entry)) => serve(entry, &fields, is_head, res, scratch),
+                Some((_, entry)) => serve(cfg, entry, &fields, is_head, res, scratch, fly, path),
                 None => res.send_status(404),
             }
             return;
@@ -178,7 +218,7 @@ impl Handler for StaticFiles {
 
         if !cfg.try_files.is_empty() {
             try_files(
-                cfg, root, cache, req, &fields, is_head, res, scratch, candidate, missing,
+                cfg, root, cache, req, &fields, is_head, res, scratch, fly, candidate, missing,
             );
             return;
         }
@@ -192,6 +232,7 @@ impl Handler for StaticFiles {
             is_head,
             res,
             scratch,
+            fly,
             Mode::Answer,
         );
     }
@@ -219,6 +260,7 @@ fn lookup(
     is_head: bool,
     res: &mut Response<'_>,
     scratch: &mut Vec<u8>,
+    fly: &mut FlyCache,
     mode: Mode,
 ) -> bool {
     let now = crate::clock::loop_now();
@@ -242,7 +284,7 @@ fn lookup(
             current = entry.open_files_unchanged();
         }
         if current {
-            serve(entry, fields, is_head, res, scratch);
+            serve(cfg, entry, fields, is_head, res, scratch, fly, path);
             return true;
         }
         cache.remove(path);
@@ -262,7 +304,7 @@ fn lookup(
     }
     match found {
         Lookup::Found(entry) => {
-            serve(&entry, fields, is_head, res, scratch);
+            serve(cfg, &entry, fields, is_head, res, scratch, fly, path);
             if entry.cacheable {
                 let cost = entry.cost(path.len());
                 let holds_fd = entry.holds_fd();
@@ -310,6 +352,7 @@ fn try_files(
     is_head: bool,
     res: &mut Response<'_>,
     scratch: &mut Vec<u8>,
+    fly: &mut FlyCache,
     candidate: &mut (Vec<u8>, Vec<u8>),
     missing: &mut HashMap<Box<[u8]>, Instant>,
 ) {
@@ -352,7 +395,7 @@ fn try_files(
         }
         if ok
             && lookup(
-                cfg, root, cache, norm, req, fields, is_head, res, scratch, mode,
+                cfg, root, cache, norm, req, fields, is_head, res, scratch, fly, mode,
             )
         {
             return;
@@ -412,22 +455,35 @@ impl<'b> Fields<'b> {
 const VARY_ACCEPT_ENCODING: &[u8] = b"Vary: Accept-Encoding\r\n";
 
 /// Answers a GET or HEAD from an entry: representation, preconditions, range, response.
+#[allow(clippy::too_many_arguments)] // the handler's parts, lent for one request
 fn serve(
+    cfg: &FilesConfig,
     entry: &Entry,
     fields: &Fields<'_>,
     is_head: bool,
     res: &mut Response<'_>,
     scratch: &mut Vec<u8>,
+    fly: &mut FlyCache,
+    path: &[u8],
 ) {
     let coding = if entry.has_siblings() {
         encoding::choose(
             fields.accept_encoding,
-            entry.variants[Coding::Gzip.index()].is_some(),
-            entry.variants[Coding::Br.index()].is_some(),
+            entry.siblings(),
+            &cfg.compress.order,
         )
     } else {
         Coding::Identity
     };
+    // A sibling the client accepts wins; else the file may be compressed here, unless the
+    // request asks for a range (answered from the identity body, as nginx does).
+    let ranged = !is_head && fields.range.is_some();
+    if coding == Coding::Identity && !ranged && !entry.encoded.is_empty() {
+        if let Some(heads) = entry.encoded(cfg.compress.choose(fields.accept_encoding)) {
+            serve_encoded(cfg, entry, heads, fields, is_head, res, fly, path);
+            return;
+        }
+    }
     let Some(v) = entry.variant(coding) else {
         res.send_status(404);
         return;
@@ -445,7 +501,7 @@ fn serve(
         }
         Outcome::PreconditionFailed => {
             // The representation chosen decided the outcome (its ETag), so it varies too.
-            if entry.has_siblings() {
+            if entry.varies() {
                 res.send_status_with(412, VARY_ACCEPT_ENCODING);
             } else {
                 res.send_status(412);
@@ -473,13 +529,100 @@ fn serve(
         RangeOutcome::Unsatisfiable => {
             scratch.clear();
             push_content_range(scratch, None, v.len);
-            if entry.has_siblings() {
+            if entry.varies() {
                 // The length in Content-Range is the chosen representation's.
                 scratch.extend_from_slice(VARY_ACCEPT_ENCODING);
             }
             res.send_status_with(416, scratch);
         }
     }
+}
+
+/// Answers from the representation compressed on the fly with `heads.coding`: preconditions
+/// against its own validators, then the body from the worker's compressed-file cache, or
+/// compressed now (and kept if it fits).
+#[allow(clippy::too_many_arguments)] // the handler's parts, lent for one request
+fn serve_encoded(
+    cfg: &FilesConfig,
+    entry: &Entry,
+    heads: &entry::EncodedHeads,
+    fields: &Fields<'_>,
+    is_head: bool,
+    res: &mut Response<'_>,
+    fly: &mut FlyCache,
+    path: &[u8],
+) {
+    let Some(identity) = entry.variants[0].as_ref() else {
+        res.send_status(404);
+        return;
+    };
+    let validators = Validators {
+        etag: &heads.etag,
+        last_modified: &identity.last_modified,
+        mtime_secs: identity.mtime_secs,
+    };
+    match conditional::evaluate(&fields.pre, &validators) {
+        Outcome::Proceed => {}
+        Outcome::NotModified => {
+            res.send_head(304, None, &heads.head_not_modified, None);
+            return;
+        }
+        Outcome::PreconditionFailed => {
+            res.send_status_with(412, VARY_ACCEPT_ENCODING);
+            return;
+        }
+    }
+    let FlyCache { cache, key } = fly;
+    key.clear();
+    key.push(b'0' + heads.coding.index() as u8);
+    key.extend_from_slice(path);
+    if let Some(hit) = cache.get_mut(key) {
+        if hit.source_etag == identity.etag {
+            res.send_with(200, None, &heads.head_ok, &hit.body);
+            if !is_head {
+                crate::compress::count(heads.coding, identity.len, hit.body.len() as u64);
+            }
+            return;
+        }
+    }
+    let read;
+    let bytes: &[u8] = match (&identity.body, identity.id) {
+        (Body::Memory(b), _) => b,
+        (Body::File(file), Some(id)) => match entry::read_version(file, id) {
+            Some(b) => {
+                read = b;
+                &read
+            }
+            // Changed under us: the identity path notices it (and the entry is rebuilt).
+            None => return send(identity, 200, &identity.head_ok, 0, identity.len, res),
+        },
+        (Body::File(_), None) => {
+            return send(identity, 200, &identity.head_ok, 0, identity.len, res);
+        }
+    };
+    let mut body = Vec::new();
+    if let Err(e) = crate::compress::encode(heads.coding, &cfg.compress.levels, bytes, &mut body) {
+        tracing::debug!("cannot compress: {e}");
+        return send(identity, 200, &identity.head_ok, 0, identity.len, res);
+    }
+    res.send_with(200, None, &heads.head_ok, &body);
+    if !is_head {
+        crate::compress::count(heads.coding, identity.len, body.len() as u64);
+    }
+    let before = cache.used_bytes();
+    let cost = body.len() + 2 * key.len() + identity.etag.len() + 96;
+    cache.insert(
+        key,
+        Compressed {
+            source_etag: identity.etag.clone(),
+            body: body.into_boxed_slice(),
+        },
+        cost,
+        false,
+    );
+    let delta = i64::try_from(cache.used_bytes()).unwrap_or(i64::MAX)
+        - i64::try_from(before).unwrap_or(i64::MAX);
+    crate::compress::add_cache_bytes(delta);
 }
 
 /// Appends `Content-Range: bytes a-b/len` (or `bytes */len` for a 416, RFC 9110 §14.4).

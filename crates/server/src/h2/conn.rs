@@ -102,11 +102,24 @@ pub(crate) struct H2Conn {
     pub(super) flood_window: Instant,
     pub(super) control_frames: u32,
     pub(super) resets: u32,
+    /// Upstream exchanges of streams reset for a client's error, to cancel once the frame is
+    /// handled (where the worker's context is at hand).
+    pub(super) abandoned: Vec<mio::Token>,
+    /// Upstream connections (and their streams) given request-body bytes since the worker
+    /// last woke them.
+    pub(super) upload_wakes: Vec<(mio::Token, u32)>,
     /// Last time a stream waiting for window got some, or a body byte arrived.
     pub(super) last_progress: Instant,
     pub(super) started: Instant,
     pub(crate) wait: Wait,
     pub(crate) deadline: Instant,
+}
+
+impl H2Conn {
+    /// An upstream connection (and its stream) to drive for request-body bytes just received.
+    pub(crate) fn take_upload_wake(&mut self) -> Option<(mio::Token, u32)> {
+        self.upload_wakes.pop()
+    }
 }
 
 impl H2Conn {
@@ -175,6 +188,8 @@ impl H2Conn {
             flood_window: now,
             control_frames: 0,
             resets: 0,
+            abandoned: Vec::new(),
+            upload_wakes: Vec::new(),
             last_progress: now,
             started: now,
             wait: Wait::Head,
@@ -339,6 +354,27 @@ impl H2Conn {
 }
 
 /// Adds `id` to a bounded list of recent stream ids.
+/// Stream `s`, whose response is complete, leaves: remembered as closed — or, when its client is
+/// still sending a body that no one reads now (an upstream answered first), reset with NO_ERROR
+/// so that it stops (RFC 9113 §8.1), what it already sent then being ignored.
+pub(super) fn forget(
+    s: &super::stream::Stream,
+    wbuf: &mut Vec<u8>,
+    closed_ids: &mut VecDeque<u32>,
+    reset_ids: &mut VecDeque<u32>,
+) {
+    if s.upload.is_some() {
+        lowlat_http::h2::frame::write_rst_stream(
+            wbuf,
+            s.id,
+            lowlat_http::h2::frame::ErrorCode::NoError,
+        );
+        remember(reset_ids, s.id);
+    } else {
+        remember(closed_ids, s.id);
+    }
+}
+
 pub(super) fn remember(list: &mut VecDeque<u32>, id: u32) {
     if list.len() == CLOSED_MEMORY {
         list.pop_front();

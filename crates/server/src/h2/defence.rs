@@ -28,9 +28,22 @@ impl H2Conn {
     }
 
     /// A stream error: RST_STREAM, and the stream is forgotten.
+    ///
+    /// A reset the client provoked by a malformed frame counts against the same per-second
+    /// budget as the resets it sends (checked in [`H2Conn::frame`]): otherwise a client can have
+    /// the server reset streams as fast as it could reset them itself, with the work behind them
+    /// still running — CVE-2025-8671, "MadeYouReset". Its upstream exchange, if it had one, is
+    /// cancelled. `Internal` is the server's own failure (an upstream cut short): not counted.
     pub(super) fn stream_error(&mut self, id: u32, code: ErrorCode) {
+        let provoked = !matches!(code, ErrorCode::Internal);
         if let Some(i) = self.streams.iter().position(|s| s.id == id) {
-            self.streams.swap_remove(i);
+            let s = self.streams.swap_remove(i);
+            if let (true, Some(up)) = (provoked, s.relay.and_then(|r| r.upstream)) {
+                self.abandoned.push(up);
+            }
+        }
+        if provoked {
+            self.resets += 1;
         }
         frame::write_rst_stream(&mut self.wbuf, id, code);
         remember(&mut self.reset_ids, id);

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use lowlat_http::h2::frame::{self, flag, kind, ErrorCode, FrameHeader, HEADER_LEN, MAX_WINDOW};
 
-use super::conn::{remember, H2Conn, OUTPUT_HIGH_WATER};
+use super::conn::{forget, H2Conn, OUTPUT_HIGH_WATER};
 use super::stream::State;
 
 impl H2Conn {
@@ -57,7 +57,9 @@ impl H2Conn {
                 let mem_left = s.out.len() - s.out_pos;
                 let sent = if mem_left > 0 {
                     let n = n.min(mem_left);
-                    let last = n as u64 == pending && !s.relay.is_some_and(|r| r.open);
+                    let last = n as u64 == pending
+                        && !s.relay.is_some_and(|r| r.open)
+                        && s.trailers.is_none();
                     frame::write_data_header(&mut self.wbuf, s.id, n, last);
                     self.wbuf
                         .extend_from_slice(&s.out[s.out_pos..s.out_pos + n]);
@@ -88,7 +90,9 @@ impl H2Conn {
                     self.wbuf.truncate(at + HEADER_LEN + got);
                     f.offset += got as u64;
                     f.len -= got as u64;
-                    let last = got as u64 == pending && !s.relay.is_some_and(|r| r.open);
+                    let last = got as u64 == pending
+                        && !s.relay.is_some_and(|r| r.open)
+                        && s.trailers.is_none();
                     self.wbuf[at..at + HEADER_LEN].copy_from_slice(&frame::header_bytes(
                         got,
                         kind::DATA,
@@ -108,6 +112,10 @@ impl H2Conn {
                 if s.pending() == 0 && !s.relay.is_some_and(|r| r.open) {
                     s.state = State::Done;
                     done = true;
+                    if let Some(trailers) = s.trailers.take() {
+                        let id = s.id;
+                        self.write_trailers(id, &trailers);
+                    }
                 }
                 if budget == 0 || self.send_window <= 0 {
                     self.rr = i + 1;
@@ -115,10 +123,11 @@ impl H2Conn {
                 }
             }
             if done {
-                let closed_ids = &mut self.closed_ids;
+                let (closed_ids, reset_ids, wbuf) =
+                    (&mut self.closed_ids, &mut self.reset_ids, &mut self.wbuf);
                 self.streams.retain(|s| {
                     if s.state == State::Done {
-                        remember(closed_ids, s.id);
+                        forget(s, wbuf, closed_ids, reset_ids);
                     }
                     s.state != State::Done
                 });

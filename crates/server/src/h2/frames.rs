@@ -8,6 +8,9 @@ use lowlat_http::ParseError;
 use super::conn::{remember, H2Conn, Pending, CONNECTION_WINDOW};
 use super::stream::{State, Stream};
 use crate::ctx::WorkerCtx;
+use crate::proxy::headers::StreamedBody;
+use crate::proxy::upload::STREAM_MIN_BODY;
+use lowlat_http::request::Method;
 
 /// CONTINUATION frames one header block may use (CVE-2024-27316 sends endless ones).
 const MAX_CONTINUATIONS: u32 = 64;
@@ -35,6 +38,16 @@ impl H2Conn {
                 return;
             }
         }
+        self.handle(ctx, h, p);
+        ctx.proxy_cancels.append(&mut self.abandoned);
+        self.count_window(ctx);
+        if self.resets > ctx.cfg.h2.max_resets_per_sec {
+            // Resets the client sent or provoked (see `stream_error`).
+            self.conn_error(ErrorCode::EnhanceYourCalm, "too many stream resets");
+        }
+    }
+
+    fn handle(&mut self, ctx: &mut WorkerCtx<'_>, h: FrameHeader, p: std::ops::Range<usize>) {
         match h.kind {
             kind::DATA => self.data(ctx, h, p),
             kind::HEADERS => self.headers(ctx, h, p),
@@ -129,6 +142,9 @@ impl H2Conn {
             return self.stream_error(h.stream, ErrorCode::FlowControl);
         }
         self.last_progress = ctx.now;
+        if s.upload.is_some() {
+            return self.upload_data(ctx, i, payload_range, end_stream);
+        }
         if s.body.len() as u64 + payload_range.len() as u64 > max_body {
             let head = s.head.take();
             return self.refuse(ctx, h.stream, ParseError::BodyTooLarge, head.as_deref());
@@ -141,6 +157,66 @@ impl H2Conn {
             let inc = initial - s.recv_window;
             s.recv_window += inc;
             frame::write_window_update(&mut self.wbuf, h.stream, inc as u32);
+        }
+    }
+
+    /// DATA on a stream whose body streams to an upstream: the bytes go to the upload (dropped
+    /// once the upstream wants no more: it answered first), the stream's window is given back
+    /// only while the upload has room — so a client sends no faster than the upstream takes —
+    /// and the end is checked against the declared length (400 to the upstream side if it
+    /// differs, which cuts the request there).
+    fn upload_data(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        i: usize,
+        payload: std::ops::Range<usize>,
+        end_stream: bool,
+    ) {
+        let initial = i64::from(ctx.cfg.h2.initial_window);
+        let s = &mut self.streams[i];
+        let Some(up) = s.upload.as_deref_mut() else {
+            return;
+        };
+        let data = &self.rbuf[payload];
+        up.received += data.len() as u64;
+        let mut pipe = up.pipe.borrow_mut();
+        if up.received > up.limit || up.declared.is_some_and(|n| up.received > n) {
+            pipe.fail(if up.received > up.limit { 413 } else { 400 });
+        } else {
+            pipe.put(data);
+        }
+        if end_stream {
+            if up.declared.is_some_and(|n| n != up.received) {
+                pipe.fail(400);
+            }
+            pipe.end();
+        }
+        let room = pipe.has_room();
+        drop(pipe);
+        if let Some(token) = s.relay.and_then(|r| r.upstream) {
+            self.upload_wakes.push((token, s.id));
+        }
+        if end_stream {
+            s.upload = None;
+            s.state = State::HalfClosedRemote;
+        } else if room && s.recv_window < initial / 2 {
+            let inc = initial - s.recv_window;
+            s.recv_window += inc;
+            frame::write_window_update(&mut self.wbuf, s.id, inc as u32);
+        }
+    }
+
+    /// The upstream side took enough of stream `id`'s upload: the client may send more.
+    pub(crate) fn upload_room(&mut self, ctx: &WorkerCtx<'_>, id: u32) {
+        let initial = i64::from(ctx.cfg.h2.initial_window);
+        let Some(s) = self.streams.iter_mut().find(|s| s.id == id) else {
+            return;
+        };
+        let drained = s.upload.as_ref().is_some_and(|u| u.pipe.borrow().drained());
+        if drained && s.recv_window < initial / 2 {
+            let inc = initial - s.recv_window;
+            s.recv_window += inc;
+            frame::write_window_update(&mut self.wbuf, s.id, inc as u32);
         }
     }
 
@@ -288,17 +364,43 @@ impl H2Conn {
                 return self.stream_error(id, ErrorCode::Protocol);
             }
             let head = std::mem::take(&mut self.head);
-            self.respond(ctx, id, &head, &[], ctx.now, None);
+            self.respond(ctx, id, &head, &[], ctx.now, None, None);
             self.head = head;
             return;
         }
-        if self
-            .head
-            .content_length
-            .is_some_and(|n| n > ctx.cfg.max_body_bytes)
+        // A body for an upstream streams as its DATA frames come when it is long or of unknown
+        // length (as HTTP/1.1's chunked ones do); others are read whole, up to --max-body.
+        let streamed = match self.head.content_length {
+            Some(n) if n > ctx.cfg.max_body_bytes || n > STREAM_MIN_BODY => {
+                Some(StreamedBody::Length(n))
+            }
+            Some(_) => None,
+            None => Some(StreamedBody::Chunked),
+        }
+        .filter(|_| self.streams_to_upstream(ctx));
+        if streamed.is_none()
+            && self
+                .head
+                .content_length
+                .is_some_and(|n| n > ctx.cfg.max_body_bytes)
         {
             let head = std::mem::take(&mut self.head);
             self.refuse(ctx, id, ParseError::BodyTooLarge, Some(&head));
+            self.head = head;
+            return;
+        }
+        if let Some(framing) = streamed {
+            let i = self.streams.len();
+            let mut s = Stream::sending(
+                id,
+                i64::from(self.peer_settings.initial_window_size),
+                ctx.now,
+            );
+            s.state = State::Open;
+            s.recv_window = i64::from(ctx.cfg.h2.initial_window);
+            self.streams.push(s);
+            let head = std::mem::take(&mut self.head);
+            self.respond(ctx, id, &head, &[], ctx.now, Some(i), Some(framing));
             self.head = head;
             return;
         }
@@ -311,6 +413,25 @@ impl H2Conn {
             ctx.now,
         ));
         self.last_progress = ctx.now;
+    }
+
+    /// Whether the request whose head was just decoded goes to a handler that takes its body
+    /// as it arrives (the proxy). A GET or HEAD without `content-length` has no body to stream,
+    /// whatever its HEADERS frame left open.
+    fn streams_to_upstream(&mut self, ctx: &mut WorkerCtx<'_>) -> bool {
+        let head = &self.head;
+        let method = Method::from_token(head.method().unwrap_or(""));
+        if matches!(method, Method::Get | Method::Head) && head.content_length.is_none() {
+            return false;
+        }
+        let Some(target) = head.path() else {
+            return false;
+        };
+        let path = target.split('?').next().unwrap_or(target);
+        let host = head
+            .authority()
+            .or_else(|| head.fields().find(|(n, _)| *n == "host").map(|(_, v)| v));
+        ctx.router.streams_body_at(host, path, method)
     }
 
     pub(super) fn settings(

@@ -1,13 +1,14 @@
 //! An HTTP/2 stream as the upstream side's [`Downstream`]: the response head becomes HEADERS
 //! (names lower-cased, connection-specific fields already dropped by the proxy), body bytes join
 //! the stream's output and go out in DATA frames as the windows allow (`super::flow`), and the
-//! end is an END_STREAM flag; a failed upstream resets just this stream.
+//! end is an END_STREAM flag — or, when the upstream sent trailer fields, a trailing HEADERS
+//! frame (RFC 9113 §8.1) once the body is out; a failed upstream resets just this stream.
 
 use lowlat_http::client::Header;
 use lowlat_http::h2::frame::{self, ErrorCode};
 use mio::Token;
 
-use super::conn::{remember, H2Conn};
+use super::conn::{forget, H2Conn};
 use crate::ctx::WorkerCtx;
 use crate::proxy::downstream::Downstream;
 use crate::proxy::job::RelayBody;
@@ -37,6 +38,25 @@ impl H2Conn {
 
     fn stream_index(&self, id: u32) -> Option<usize> {
         self.streams.iter().position(|s| s.id == id)
+    }
+
+    /// Ends stream `id` with a HEADERS frame of trailer fields. Encoded now, as it is written:
+    /// HPACK's table is the connection's, so blocks must be encoded in the order they are sent.
+    pub(super) fn write_trailers(&mut self, id: u32, fields: &[(Vec<u8>, Vec<u8>)]) {
+        let mut block = std::mem::take(&mut self.block);
+        block.clear();
+        self.encoder.encode_fields(
+            fields.iter().map(|(n, v)| (n.as_slice(), v.as_slice())),
+            &mut block,
+        );
+        frame::write_headers(
+            &mut self.wbuf,
+            id,
+            &block,
+            true,
+            self.peer_settings.max_frame_size as usize,
+        );
+        self.block = block;
     }
 }
 
@@ -125,6 +145,23 @@ impl Downstream for StreamRelay<'_> {
         }
         s.out.extend_from_slice(data);
     }
+    fn relay_trailers(&mut self, _ctx: &mut WorkerCtx<'_>, fields: &[(&[u8], &[u8])]) {
+        let c = &mut *self.conn;
+        let Some(i) = c.stream_index(self.id) else {
+            return;
+        };
+        let s = &mut c.streams[i];
+        if s.relay.is_none_or(|r| r.head_only) {
+            return;
+        }
+        s.trailers = Some(Box::new(
+            fields
+                .iter()
+                .map(|(n, v)| (n.to_ascii_lowercase(), v.to_vec()))
+                .collect(),
+        ));
+    }
+
     fn relay_end(
         &mut self,
         ctx: &mut WorkerCtx<'_>,
@@ -158,14 +195,17 @@ impl Downstream for StreamRelay<'_> {
         }
         if r.head_only {
             // The HEADERS frame ended the stream.
-            c.streams.swap_remove(i);
-            remember(&mut c.closed_ids, self.id);
+            let s = c.streams.swap_remove(i);
+            forget(&s, &mut c.wbuf, &mut c.closed_ids, &mut c.reset_ids);
             return;
         }
         if s.pending() == 0 {
-            frame::write_data_header(&mut c.wbuf, self.id, 0, true);
-            c.streams.swap_remove(i);
-            remember(&mut c.closed_ids, self.id);
+            match s.trailers.take() {
+                Some(trailers) => c.write_trailers(self.id, &trailers),
+                None => frame::write_data_header(&mut c.wbuf, self.id, 0, true),
+            }
+            let s = c.streams.swap_remove(i);
+            forget(&s, &mut c.wbuf, &mut c.closed_ids, &mut c.reset_ids);
         }
         // Else the rest goes out with the windows; its last frame ends the stream.
     }
@@ -208,6 +248,8 @@ impl Downstream for StreamRelay<'_> {
     }
 
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>) {
+        // Also called when the upstream took this stream's upload down to its low-water mark.
+        self.conn.upload_room(ctx, self.id);
         self.conn.drive(ctx);
     }
 }

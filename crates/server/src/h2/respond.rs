@@ -9,10 +9,12 @@ use lowlat_http::request::{Header, Method, Request};
 use lowlat_http::ParseError;
 use lowlat_http::Version;
 
-use super::conn::{remember, H2Conn};
-use super::stream::{translate_head, Relay, State, Stream};
+use super::conn::{forget, remember, H2Conn};
+use super::stream::{translate_head, Relay, State, Stream, StreamUpload};
 use crate::ctx::WorkerCtx;
 use crate::handler::Response;
+use crate::proxy::headers::StreamedBody;
+use crate::proxy::upload::Upload;
 
 impl H2Conn {
     /// The request on stream `i` is complete: check its length and answer it.
@@ -31,11 +33,14 @@ impl H2Conn {
         s.state = State::HalfClosedRemote;
         let body = std::mem::take(&mut s.body);
         let started = s.started;
-        self.respond(ctx, id, &head, &body, started, Some(i));
+        self.respond(ctx, id, &head, &body, started, Some(i), None);
     }
 
     /// Answers a request: the router writes the response in HTTP/1.1 form, which goes out as
     /// HEADERS and as much DATA as the windows allow; the rest waits in the stream's entry.
+    /// With `streamed`, the body is still arriving (stream `entry` is open) and goes to the
+    /// upstream the request is forwarded to as its DATA frames come (`super::frames`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn respond(
         &mut self,
         ctx: &mut WorkerCtx<'_>,
@@ -44,6 +49,7 @@ impl H2Conn {
         body: &[u8],
         started: Instant,
         entry: Option<usize>,
+        streamed: Option<StreamedBody>,
     ) {
         let (Some(method_token), Some(target)) = (head.method(), head.path()) else {
             return self.stream_error(id, ErrorCode::Protocol);
@@ -77,10 +83,11 @@ impl H2Conn {
             query,
             version: Version::Http2,
             headers: fields,
-            framing: if body.is_empty() {
-                lowlat_http::body::BodyFraming::None
-            } else {
-                lowlat_http::body::BodyFraming::Length(body.len() as u64)
+            framing: match streamed {
+                Some(StreamedBody::Length(n)) => lowlat_http::body::BodyFraming::Length(n),
+                Some(StreamedBody::Chunked) => lowlat_http::body::BodyFraming::Chunked,
+                None if body.is_empty() => lowlat_http::body::BodyFraming::None,
+                None => lowlat_http::body::BodyFraming::Length(body.len() as u64),
             },
             keep_alive: true,
             expect_continue: false,
@@ -101,9 +108,25 @@ impl H2Conn {
         };
         let mut forward = None;
         res.set_client(&client, &mut forward);
+        if let Some(framing) = streamed {
+            res.set_streamed(framing);
+        }
         let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
         let done = res.finish();
-        if let Some(job) = forward.take() {
+        if let Some(mut job) = forward.take() {
+            let upload = streamed.map(|framing| {
+                let pipe = Upload::new(framing);
+                job.upload = Some(std::rc::Rc::clone(&pipe));
+                Box::new(StreamUpload {
+                    pipe,
+                    received: 0,
+                    declared: match framing {
+                        StreamedBody::Length(n) => Some(n),
+                        StreamedBody::Chunked => None,
+                    },
+                    limit: job.group.cfg.max_body,
+                })
+            });
             // Answered as the upstream's response arrives (`super::relay`).
             ctx.proxy_starts.push((ctx.token, id, job));
             let i = match entry {
@@ -118,7 +141,12 @@ impl H2Conn {
                 }
             };
             let s = &mut self.streams[i];
-            s.state = State::HalfClosedRemote;
+            if upload.is_some() {
+                // Still receiving: DATA frames feed the upload.
+                s.upload = upload;
+            } else {
+                s.state = State::HalfClosedRemote;
+            }
             if let Some(log) = ctx.access_log.as_deref() {
                 let held = s.held.get_or_insert_with(Box::default);
                 held.hold(&req, site, client.tls, log.config());
@@ -156,6 +184,7 @@ impl H2Conn {
                 referer: req.header("referer"),
                 worker: ctx.worker,
                 upstream: None,
+                received: None,
                 site: Some(site),
                 tls: client.tls,
                 head_bytes: done.head_bytes,
@@ -163,6 +192,19 @@ impl H2Conn {
             });
         }
         let file = if done.sent { done.file } else { None };
+        if streamed.is_some() {
+            // Answered without forwarding (refused): the client may still be sending its body,
+            // which no one will read — it is told to stop (RFC 9113 §8.1: a complete response,
+            // then RST_STREAM with NO_ERROR).
+            // As `refuse` does: a refusal page fits the window, so nothing waits behind the reset.
+            if let Some(i) = self.streams.iter().position(|s| s.id == id) {
+                self.streams.swap_remove(i);
+            }
+            self.send_response(id, file, None);
+            frame::write_rst_stream(&mut self.wbuf, id, ErrorCode::NoError);
+            remember(&mut self.reset_ids, id);
+            return;
+        }
         self.send_response(id, file, entry);
     }
 
@@ -241,12 +283,21 @@ impl H2Conn {
 
     /// The response on `id` is complete: the stream closes.
     pub(super) fn stream_done(&mut self, id: u32, entry: Option<usize>) {
-        if let Some(i) = entry.filter(|&i| self.streams.get(i).is_some_and(|s| s.id == id)) {
-            self.streams.swap_remove(i);
-        } else if let Some(i) = self.streams.iter().position(|s| s.id == id) {
-            self.streams.swap_remove(i);
+        let i = entry
+            .filter(|&i| self.streams.get(i).is_some_and(|s| s.id == id))
+            .or_else(|| self.streams.iter().position(|s| s.id == id));
+        match i {
+            Some(i) => {
+                let s = self.streams.swap_remove(i);
+                forget(
+                    &s,
+                    &mut self.wbuf,
+                    &mut self.closed_ids,
+                    &mut self.reset_ids,
+                );
+            }
+            None => remember(&mut self.closed_ids, id),
         }
-        remember(&mut self.closed_ids, id);
     }
 
     /// Answers a stream whose request is refused (too large: 413, 431), then resets it if the
@@ -287,6 +338,7 @@ impl H2Conn {
                 tls: self.io.is_tls(),
                 head_bytes: 0,
                 fields: crate::access_log::Fields::None,
+                received: None,
             });
         }
         self.send_response(id, None, None);

@@ -45,7 +45,26 @@ pub(crate) struct Stream {
     pub(crate) relay: Option<Relay>,
     /// The relayed request's log fields (only with an access log).
     pub(crate) held: Option<Box<crate::access_log::HeldRequest>>,
+    /// The request's body streaming to an upstream as its DATA frames arrive.
+    pub(crate) upload: Option<Box<StreamUpload>>,
+    /// Trailer fields (names in lower case) relayed from the upstream: sent as a last HEADERS
+    /// frame, which ends the stream, once the body is out.
+    pub(crate) trailers: Option<Box<TrailerFields>>,
 }
+
+/// A stream's request body on its way to an upstream while it arrives (`proxy::upload`).
+pub(crate) struct StreamUpload {
+    pub(crate) pipe: crate::proxy::upload::UploadRef,
+    /// Body bytes received so far.
+    pub(crate) received: u64,
+    /// The `content-length` the client declared, checked at the end.
+    pub(crate) declared: Option<u64>,
+    /// Most body bytes forwarded (the group's `max_body`).
+    pub(crate) limit: u64,
+}
+
+/// Trailer fields as (name, value).
+pub(crate) type TrailerFields = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A stream's response being relayed from an upstream.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +110,8 @@ impl Stream {
             file: None,
             relay: None,
             held: None,
+            upload: None,
+            trailers: None,
         }
     }
 

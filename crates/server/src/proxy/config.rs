@@ -21,6 +21,10 @@ pub struct UpstreamServer {
     pub label: String,
     /// Share of the requests under round-robin, and of the ring under hashing.
     pub weight: u32,
+    /// For an `https://` server: the group's TLS client and the name its certificate must have.
+    pub tls: Option<super::upstream_tls::TlsTarget>,
+    /// Spoken to in HTTP/2 (`h2c://`, or `protocol = "h2"`): requests multiplexed as streams.
+    pub h2: bool,
 }
 
 /// How a group shares requests among its servers.
@@ -68,6 +72,9 @@ pub struct UpstreamTimeouts {
     pub read: Duration,
     /// Longest pause while writing the request.
     pub write: Duration,
+    /// Longest time an upgraded connection (a WebSocket tunnel) may carry no byte either way:
+    /// nginx closes one after `proxy_read_timeout`, 60 s by default.
+    pub tunnel_idle: Duration,
 }
 
 /// A named group of servers that requests are forwarded to.
@@ -77,6 +84,8 @@ pub struct UpstreamGroup {
     pub servers: Vec<UpstreamServer>,
     pub balance: Balance,
     pub timeouts: UpstreamTimeouts,
+    /// Largest request body forwarded (413 beyond).
+    pub max_body: u64,
     /// Idle keep-alive connections kept per server, per worker.
     pub keepalive: usize,
     /// How long an idle pooled connection is kept.

@@ -23,6 +23,9 @@ pub(crate) trait Downstream {
     );
     /// Body bytes, in order.
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]);
+    /// The trailer fields that ended the response body (already filtered), just before
+    /// [`Downstream::relay_end`]. A client protocol that cannot carry them drops them.
+    fn relay_trailers(&mut self, _ctx: &mut WorkerCtx<'_>, _fields: &[(&[u8], &[u8])]) {}
     /// The response is complete: `upstream` (the server's label) answered `status` in `took`
     /// (from the request handed to it to the response's last byte).
     fn relay_end(
@@ -43,4 +46,44 @@ pub(crate) trait Downstream {
     fn relay_link(&mut self, upstream: mio::Token);
     /// Writes what was relayed, as far as the socket takes it.
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>);
+
+    /// The upstream switched protocols (`101`) for a WebSocket handshake: its head is relayed
+    /// (the fields that `pass`, with the upgrade's own) and the exchange becomes a tunnel to
+    /// `upstream` (the server's label). Returns false when this client cannot tunnel: the
+    /// exchange then fails as a malformed answer would (502).
+    fn tunnel_open(
+        &mut self,
+        _ctx: &mut WorkerCtx<'_>,
+        _reason: &str,
+        _fields: &[Header<'_>],
+        _pass: &dyn Fn(&str) -> bool,
+        _upstream: &str,
+    ) -> bool {
+        false
+    }
+    /// Reads what the client sent through the tunnel into `buf`.
+    fn tunnel_read(&mut self, _ctx: &mut WorkerCtx<'_>, _buf: &mut [u8]) -> TunnelRead {
+        TunnelRead::Failed
+    }
+    /// Bytes from the upstream for the client, queued (written by `flush_relayed`).
+    fn tunnel_write(&mut self, _ctx: &mut WorkerCtx<'_>, _data: &[u8]) {}
+    /// The upstream will send nothing more and all it sent is written: the client's side of
+    /// the tunnel is half-closed.
+    fn tunnel_shutdown(&mut self, _ctx: &mut WorkerCtx<'_>) {}
+    /// The tunnel is over (both sides closed, a failure, or idle too long): the client's side
+    /// is closed and its one log line written.
+    fn tunnel_end(&mut self, _ctx: &mut WorkerCtx<'_>) {}
+}
+
+/// What [`Downstream::tunnel_read`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TunnelRead {
+    /// This many bytes.
+    Data(usize),
+    /// Nothing now: a readiness event will say when.
+    Blocked,
+    /// The client closed its sending side.
+    Eof,
+    /// The client's connection failed or is gone.
+    Failed,
 }

@@ -10,30 +10,51 @@
 //! count); without a response, the client gets 502 (refused, reset, malformed) or 504 (timed
 //! out); after the head went out, the client's response is cut short — never completed with
 //! wrong bytes.
+//!
+//! A WebSocket handshake answered `101` turns its exchange into a tunnel (`tunnel`): the
+//! connection leaves the request/response cycle for good and is closed, never pooled, when the
+//! tunnel ends.
 
 use std::io;
 use std::time::Instant;
 
-use lowlat_http::body::ChunkedDecoder;
-use lowlat_http::client::{parse_response, ResponseBody, ResponseHeaderSlots};
+use lowlat_http::body::{trailer_fields, ChunkedDecoder};
+use lowlat_http::client::{
+    parse_response, parse_upgrade_response, ResponseBody, ResponseHeaderSlots,
+};
 use lowlat_http::limits::MAX_HEADERS;
 use lowlat_http::Status;
 use mio::{Interest, Token};
 use slab::Slab;
 
 use super::downstream::Downstream;
+use super::h2up::{self, Delivered, H2Upstreams};
 use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
-use super::upstream::{BodyLeft, Phase, Sock, UpConn};
+use super::trailers::trailer_passes;
+use super::tunnel::{self, Pumped};
+use super::upload::UPLOAD_LOW_WATER;
+use super::upstream::{BodyLeft, Phase, Sock, Tunnel, UpConn};
 use crate::ctx::WorkerCtx;
 
-/// Tokens of upstream connections start here (client connections and listeners stay below).
-pub(crate) const TOKEN_BASE: usize = usize::MAX / 2;
+pub(crate) use super::upstream::TOKEN_BASE;
 /// Stop reading an upstream while this much of its response waits to be written to the client.
 const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
+
+/// A streaming request body waiting for its client is bounded by the client connection's body
+/// timeout (which abandons the exchange); this only keeps the upstream's deadline from firing
+/// first.
+const UPLOAD_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// What writing a streaming body achieved.
+enum Sent {
+    More,
+    Wait,
+    Over,
+}
 
 /// What an event said of an upstream connection.
 #[derive(Debug, Clone, Copy)]
@@ -66,12 +87,47 @@ enum Failure {
 #[derive(Debug, Default)]
 pub(crate) struct Upstreams {
     conns: Slab<UpConn>,
+    /// HTTP/2 upstreams: connections carrying many exchanges (tokens of their own).
+    h2: H2Upstreams,
 }
 
 impl Upstreams {
     /// The client (token, stream) an upstream connection relays to.
     pub(crate) fn client_of(&self, token: Token) -> Option<(Token, u32)> {
+        if h2up::owns(token) {
+            return self.h2.client_of(token);
+        }
         self.conns.get(token.0 - TOKEN_BASE).and_then(|c| c.client)
+    }
+
+    /// HTTP/2 exchanges with news for their clients: the worker hands each its client through
+    /// [`Upstreams::on_event`].
+    pub(crate) fn take_touched(&mut self) -> Vec<Token> {
+        self.h2.take_touched()
+    }
+
+    /// An event (or news) for an HTTP/2 connection or exchange; a retry it asks for.
+    fn h2_event(
+        &mut self,
+        token: Token,
+        ready: Readiness,
+        ctx: &mut WorkerCtx<'_>,
+        down: Option<&mut dyn Downstream>,
+    ) {
+        match down {
+            Some(down) => {
+                let done =
+                    self.h2
+                        .on_event(token, ready.readable, ready.writable, ctx, Some(&mut *down));
+                if let Delivered::Retry(job, client, server) = done {
+                    self.assign(server, job, client, true, ctx, down);
+                }
+            }
+            None => {
+                self.h2
+                    .on_event(token, ready.readable, ready.writable, ctx, None);
+            }
+        }
     }
 
     /// Forwards `job` for `client`: a server is chosen, a pooled connection reused or a new one
@@ -103,6 +159,12 @@ impl Upstreams {
         down: &mut dyn Downstream,
     ) {
         let group = std::rc::Rc::clone(&job.group);
+        if group.cfg.servers[server].h2 {
+            if let Err(job) = self.h2.assign(server, job, client, ctx, down) {
+                self.retry_or_answer(server, job, false, Failure::Connect, client, ctx, down);
+            }
+            return;
+        }
         let reuse = if pooled {
             loop {
                 let Some(key) = group.idle.borrow_mut()[server].pop() else {
@@ -122,7 +184,7 @@ impl Upstreams {
             c.reused = true;
             key
         } else {
-            let sock = match Sock::connect(&group.cfg.servers[server].addr) {
+            let sock = match Sock::connect(&group.cfg.servers[server]) {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::debug!(server = %group.cfg.servers[server].label, "upstream connect: {e}");
@@ -166,6 +228,7 @@ impl Upstreams {
                 closed_seen: false,
                 deadline: now + group.cfg.timeouts.connect,
                 sent_at: now,
+                tunnel: None,
             };
             if ctx
                 .registry
@@ -217,6 +280,9 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: Option<&mut dyn Downstream>,
     ) {
+        if h2up::owns(token) {
+            return self.h2_event(token, ready, ctx, down);
+        }
         let key = token.0 - TOKEN_BASE;
         let Some(c) = self.conns.get_mut(key) else {
             return;
@@ -244,8 +310,20 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        if h2up::owns(token) {
+            let none = Readiness {
+                readable: false,
+                writable: false,
+                closed: false,
+            };
+            return self.h2_event(token, none, ctx, Some(down));
+        }
         let key = token.0 - TOKEN_BASE;
         if let Some(c) = self.conns.get_mut(key) {
+            if c.phase == Phase::Tunnel {
+                // The client's side moved (bytes to read, room to write): pump both ways.
+                return self.drive(key, ctx, down);
+            }
             if c.paused && down.backlog() < RELAY_LOW_WATER {
                 c.paused = false;
                 self.drive(key, ctx, down);
@@ -256,6 +334,9 @@ impl Upstreams {
     /// The client went away: its exchange is abandoned (the connection is not reused: the rest of
     /// the response would have to be read first).
     pub(crate) fn cancel(&mut self, token: Token, ctx: &mut WorkerCtx<'_>) {
+        if h2up::owns(token) {
+            return self.h2.cancel(token, ctx);
+        }
         let key = token.0 - TOKEN_BASE;
         if let Some(c) = self.conns.get(key) {
             if c.phase != Phase::Idle {
@@ -267,11 +348,14 @@ impl Upstreams {
     /// Connections whose deadline has passed (for [`Upstreams::expire`]); allocates only when
     /// there is one.
     pub(crate) fn expired(&self, now: Instant) -> Vec<Token> {
-        self.conns
+        let mut out: Vec<Token> = self
+            .conns
             .iter()
             .filter(|(_, c)| now >= c.deadline)
             .map(|(k, _)| Token(TOKEN_BASE + k))
-            .collect()
+            .collect();
+        self.h2.expired(now, &mut out);
+        out
     }
 
     /// A deadline passed: an exchange times out (504, or a cut response), an idle connection
@@ -282,6 +366,10 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: Option<&mut dyn Downstream>,
     ) {
+        if h2up::owns(token) {
+            // Delivered to the client as news, through `take_touched`.
+            return self.h2.expire(token, ctx);
+        }
         let key = token.0 - TOKEN_BASE;
         let Some(c) = self.conns.get(key) else {
             return;
@@ -290,6 +378,10 @@ impl Upstreams {
             return;
         }
         match down {
+            Some(down) if c.phase == Phase::Tunnel => {
+                tracing::debug!(server = %c.group.cfg.servers[c.server].label, "tunnel idle for too long: closed");
+                self.end_tunnel(key, ctx, down);
+            }
             Some(down) if c.phase != Phase::Idle && c.client.is_some() => {
                 self.fail(key, Failure::Timeout, ctx, down);
             }
@@ -305,11 +397,23 @@ impl Upstreams {
             };
             match c.phase {
                 Phase::Idle => return self.idle_event(key, ctx),
+                Phase::Tunnel => {
+                    return match tunnel::pump(c, ctx, down) {
+                        Pumped::Open => {}
+                        Pumped::Done | Pumped::Broken => self.end_tunnel(key, ctx, down),
+                    };
+                }
                 Phase::Connecting => {
                     if !c.writable {
                         return;
                     }
                     match c.sock.connect_result() {
+                        Ok(true) if c.sock.is_tls() => {
+                            // The handshake's bytes count against the connect timeout: the
+                            // deadline set at the connect's start stands.
+                            c.phase = Phase::Handshake;
+                            c.readable = true;
+                        }
                         Ok(true) => {
                             c.phase = Phase::Sending;
                             c.deadline = ctx.now + c.group.cfg.timeouts.write;
@@ -324,20 +428,59 @@ impl Upstreams {
                         }
                     }
                 }
-                Phase::Sending => {
-                    if !c.writable {
+                Phase::Handshake => {
+                    if !c.readable && !c.writable {
                         return;
                     }
+                    match self.handshake(key, ctx, down) {
+                        Some(true) => {}
+                        Some(false) | None => return,
+                    }
+                }
+                Phase::Sending => {
                     let Some(job) = &c.job else {
                         return self.close(key, ctx);
                     };
+                    if c.wpos == job.request.len() {
+                        // The head is out; a streaming body follows as it arrives.
+                        match self.send_upload(key, ctx, down) {
+                            Sent::More => continue,
+                            Sent::Wait => {}
+                            Sent::Over => return,
+                        }
+                        // Nothing to write now: an upstream may answer before the body ends.
+                        let c = &mut self.conns[key];
+                        if c.phase == Phase::Sending
+                            && c.readable
+                            && !c.paused
+                            && self.read_response(key, ctx, down)
+                        {
+                            continue;
+                        }
+                        return;
+                    }
+                    if !c.writable {
+                        return;
+                    }
                     match c.sock.write(&job.request[c.wpos..]) {
                         Ok(n) => {
                             c.wpos += n;
                             c.deadline = ctx.now + c.group.cfg.timeouts.write;
                             if c.wpos == job.request.len() {
-                                c.phase = Phase::Waiting;
-                                c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+                                let streams = job.upload.is_some();
+                                // Through TLS the last bytes may still sit encrypted in rustls.
+                                match c.sock.flush() {
+                                    Ok(true) if streams => {}
+                                    Ok(true) => {
+                                        c.phase = Phase::Waiting;
+                                        c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+                                    }
+                                    Ok(false) => {
+                                        c.writable = false;
+                                        return;
+                                    }
+                                    Err(_) => return self.fail(key, Failure::Closed, ctx, down),
+                                }
                             }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -352,46 +495,200 @@ impl Upstreams {
                     if c.paused || !c.readable {
                         return;
                     }
-                    if c.rbuf.is_empty() {
-                        c.rbuf = ctx.pool.take_read();
-                    }
-                    if c.rlen == c.rbuf.len() {
-                        // Only a head can fill the buffer (a body is handed on as it comes).
-                        return self.fail(key, Failure::Invalid, ctx, down);
-                    }
-                    match c.sock.read(&mut c.rbuf[c.rlen..]) {
-                        Ok(0) => {
-                            c.readable = false;
-                            return self.eof(key, ctx, down);
-                        }
-                        Ok(n) => {
-                            // A short read drains the socket: the next edge says when there is
-                            // more (as for client connections) — unless the edge already said
-                            // the server closed, which no later edge repeats.
-                            c.readable = c.rlen + n == c.rbuf.len() || c.closed_seen;
-                            c.rlen += n;
-                            c.got_bytes = true;
-                            if c.phase == Phase::Body {
-                                c.deadline = ctx.now + c.group.cfg.timeouts.read;
-                            }
-                            if !self.process(key, ctx, down) {
-                                return;
-                            }
-                            down.flush_relayed(ctx);
-                            if let Some(c) = self.conns.get_mut(key) {
-                                if c.phase == Phase::Body && down.backlog() > RELAY_HIGH_WATER {
-                                    c.paused = true;
-                                }
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            c.readable = false;
-                            return;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => return self.fail(key, Failure::Closed, ctx, down),
+                    if !self.read_response(key, ctx, down) {
+                        return;
                     }
                 }
+            }
+        }
+    }
+
+    /// Writes what a streaming request body has ready (the head is out). `More`: progress was
+    /// made; `Wait`: nothing can be written now (the socket is full, or the client has sent
+    /// nothing more yet); `Over`: the exchange ended here.
+    fn send_upload(
+        &mut self,
+        key: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> Sent {
+        let c = &mut self.conns[key];
+        let Some(up) = c.job.as_ref().and_then(|j| j.upload.clone()) else {
+            return Sent::Wait;
+        };
+        let mut pipe = up.borrow_mut();
+        if let Some(status) = pipe.failed() {
+            // The client's body was refused midway: the upstream got part of a request, which
+            // only a close can end.
+            drop(pipe);
+            tracing::debug!(status, "request body refused while streaming");
+            let relayed = c.head_relayed;
+            self.close(key, ctx);
+            if relayed {
+                down.relay_abort(ctx);
+            } else {
+                down.relay_error(ctx, status);
+            }
+            return Sent::Over;
+        }
+        if pipe.done() {
+            c.phase = Phase::Waiting;
+            c.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+            return Sent::More;
+        }
+        if pipe.pending().is_empty() {
+            // The client's pace: its connection's body timeout bounds the wait.
+            c.deadline = ctx.now + UPLOAD_WAIT_LIMIT;
+            return Sent::Wait;
+        }
+        if !c.writable {
+            return Sent::Wait;
+        }
+        let before = pipe.pending().len();
+        match c.sock.write(pipe.pending()) {
+            Ok(n) => {
+                pipe.taken(n);
+                c.deadline = ctx.now + c.group.cfg.timeouts.write;
+                // Through TLS the bytes may still sit encrypted in rustls.
+                match c.sock.flush() {
+                    Ok(true) => {}
+                    Ok(false) => c.writable = false,
+                    Err(_) => {
+                        drop(pipe);
+                        self.fail(key, Failure::Closed, ctx, down);
+                        return Sent::Over;
+                    }
+                }
+                // The client's side stops at the high-water mark, above the low one: crossing
+                // the low one downwards is when a stopped client must read again (a client that
+                // was not stopped is only driven once more, for nothing).
+                let resume = before >= UPLOAD_LOW_WATER && pipe.drained();
+                drop(pipe);
+                if resume {
+                    // The client's side stopped reading for room: it reads (and feeds) again.
+                    down.flush_relayed(ctx);
+                }
+                Sent::More
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.writable = false;
+                Sent::Wait
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Sent::More,
+            Err(_) => {
+                drop(pipe);
+                self.fail(key, Failure::Closed, ctx, down);
+                Sent::Over
+            }
+        }
+    }
+
+    /// Body bytes were passed to a streaming upload: the connection writes them.
+    pub(crate) fn wake(
+        &mut self,
+        token: Token,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let key = token.0 - TOKEN_BASE;
+        if self
+            .conns
+            .get(key)
+            .is_some_and(|c| c.phase == Phase::Sending)
+        {
+            self.drive(key, ctx, down);
+        }
+    }
+
+    /// One read of the response and what it brings. Returns false when there is nothing more to
+    /// do now (drained, paused, or the exchange ended).
+    fn read_response(
+        &mut self,
+        key: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> bool {
+        let c = &mut self.conns[key];
+        if c.rbuf.is_empty() {
+            c.rbuf = ctx.pool.take_read();
+        }
+        if c.rlen == c.rbuf.len() {
+            // Only a head can fill the buffer (a body is handed on as it comes).
+            self.fail(key, Failure::Invalid, ctx, down);
+            return false;
+        }
+        match c.sock.read(&mut c.rbuf[c.rlen..]) {
+            Ok(0) => {
+                c.readable = false;
+                self.eof(key, ctx, down);
+                false
+            }
+            Ok(n) => {
+                // A short read drains the socket: the next edge says when there is more (as
+                // for client connections) — unless the edge already said the server closed,
+                // which no later edge repeats.
+                c.readable = !c.sock.drained_after(c.rlen + n < c.rbuf.len()) || c.closed_seen;
+                c.rlen += n;
+                c.got_bytes = true;
+                if c.phase == Phase::Body {
+                    c.deadline = ctx.now + c.group.cfg.timeouts.read;
+                }
+                if !self.process(key, ctx, down) {
+                    return false;
+                }
+                down.flush_relayed(ctx);
+                if let Some(c) = self.conns.get_mut(key) {
+                    if c.phase == Phase::Body && down.backlog() > RELAY_HIGH_WATER {
+                        c.paused = true;
+                    }
+                }
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.readable = false;
+                false
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+            Err(_) => {
+                self.fail(key, Failure::Closed, ctx, down);
+                false
+            }
+        }
+    }
+
+    /// Advances connection `key`'s TLS handshake. `Some(true)`: done, the request can go;
+    /// `Some(false)`: waiting for the socket; `None`: failed (answered or retried), a
+    /// certificate refused named in the error log.
+    fn handshake(
+        &mut self,
+        key: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> Option<bool> {
+        let c = &mut self.conns[key];
+        match c.sock.handshake() {
+            Ok(true) => {
+                tracing::debug!(server = %c.group.cfg.servers[c.server].label, resumed = c.sock.resumed(), "upstream TLS handshake done");
+                c.phase = Phase::Sending;
+                c.writable = true;
+                c.deadline = ctx.now + c.group.cfg.timeouts.write;
+                Some(true)
+            }
+            Ok(false) => {
+                c.readable = false;
+                c.writable = false;
+                Some(false)
+            }
+            Err(e) => {
+                // A refused certificate is a configuration problem someone must see, not a
+                // passing network failure: the error log names the server and the reason.
+                tracing::error!(
+                    group = %c.group.cfg.name,
+                    server = %c.group.cfg.servers[c.server].label,
+                    "upstream TLS handshake failed: {e}"
+                );
+                self.fail(key, Failure::Connect, ctx, down);
+                None
             }
         }
     }
@@ -400,13 +697,19 @@ impl Upstreams {
     /// the exchange ended (the connection is back in its pool, or gone).
     fn process(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) -> bool {
         let c = &mut self.conns[key];
-        if c.phase == Phase::Waiting {
+        // While a body streams (Sending), an upstream may answer before it ends.
+        if matches!(c.phase, Phase::Waiting | Phase::Sending) {
             loop {
                 let head_request = c.job.as_ref().is_some_and(|j| j.head_request);
+                let upgrade = c.job.as_ref().is_some_and(|j| j.upgrade);
                 let mut slots: ResponseHeaderSlots<'_> =
                     [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
                 let rbuf = std::mem::take(&mut c.rbuf);
-                let parsed = parse_response(&rbuf[..c.rlen], head_request, &mut slots);
+                let parsed = if upgrade {
+                    parse_upgrade_response(&rbuf[..c.rlen], &mut slots)
+                } else {
+                    parse_response(&rbuf[..c.rlen], head_request, &mut slots)
+                };
                 let p = match parsed {
                     Ok(Status::Complete(p)) => p,
                     Ok(Status::Partial) => {
@@ -429,6 +732,29 @@ impl Upstreams {
                     c.rbuf = rbuf;
                     self.fail(key, Failure::Invalid, ctx, down);
                     return false;
+                }
+                if p.head.status == 101 {
+                    // Only reachable for a WebSocket handshake (a 101 to anything else is a
+                    // parse error above, answered 502).
+                    let fields = p.fields;
+                    let connection = || {
+                        fields
+                            .iter()
+                            .filter(|f| f.name.eq_ignore_ascii_case("connection"))
+                            .map(|f| f.value)
+                    };
+                    let pass = |name: &str| response_field_passes(name, connection());
+                    let label = &c.group.cfg.servers[c.server].label;
+                    if !super::upgrade::switched_to_websocket(fields)
+                        || !down.tunnel_open(ctx, p.reason, fields, &pass, label)
+                    {
+                        tracing::debug!(server = %label, "upstream 101 refused: not to websocket, or the client cannot tunnel");
+                        c.rbuf = rbuf;
+                        self.fail(key, Failure::Invalid, ctx, down);
+                        return false;
+                    }
+                    self.open_tunnel(key, rbuf, head_len, ctx, down);
+                    return true;
                 }
                 if p.head.is_interim() {
                     // 100 Continue and the like: the request went whole, nothing to relay.
@@ -456,7 +782,9 @@ impl Upstreams {
                     ResponseBody::Length(n) => (RelayBody::Length(n), Some(BodyLeft::Length(n))),
                     ResponseBody::Chunked => (
                         RelayBody::Unknown,
-                        Some(BodyLeft::Chunked(Box::new(ChunkedDecoder::new(u64::MAX)))),
+                        Some(BodyLeft::Chunked(Box::new(
+                            ChunkedDecoder::new(u64::MAX).keep_trailers(),
+                        ))),
                     ),
                     ResponseBody::UntilClose => (RelayBody::Unknown, Some(BodyLeft::UntilClose)),
                 };
@@ -470,6 +798,15 @@ impl Upstreams {
                 c.rbuf = rbuf;
                 c.head_relayed = true;
                 if let Some(job) = c.job.take() {
+                    if let Some(up) = &job.upload {
+                        let mut pipe = up.borrow_mut();
+                        if !pipe.done() {
+                            // Answered before the whole body went: the upstream stops here
+                            // (nginx too), and the connection cannot carry another request.
+                            pipe.close();
+                            c.keep_alive = false;
+                        }
+                    }
                     job.group.give_buffer(job.request);
                 }
                 match left {
@@ -512,6 +849,9 @@ impl Upstreams {
         c.rbuf.copy_within(used..c.rlen, 0);
         c.rlen -= used;
         if done {
+            if let BodyLeft::Chunked(decoder) = &mut c.body {
+                relay_trailers(decoder, ctx, down);
+            }
             c.keep_alive &= c.rlen == 0;
             self.finish(key, ctx, down);
             return false;
@@ -558,6 +898,47 @@ impl Upstreams {
         } else {
             self.remove(key, ctx);
         }
+    }
+
+    /// The upstream switched protocols and the client was told: the connection becomes a
+    /// tunnel. `rbuf` holds the 101's head (`head_len` bytes) and maybe the first tunnelled
+    /// bytes after it.
+    fn open_tunnel(
+        &mut self,
+        key: usize,
+        rbuf: Vec<u8>,
+        head_len: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let c = &mut self.conns[key];
+        let took = ctx.now.saturating_duration_since(c.sent_at);
+        c.group
+            .health
+            .stats
+            .response(c.server, ctx.worker, 101, took);
+        c.status = 101;
+        c.head_relayed = true;
+        c.keep_alive = false;
+        if let Some(job) = c.job.take() {
+            job.group.give_buffer(job.request);
+        }
+        if c.rlen > head_len {
+            down.tunnel_write(ctx, &rbuf[head_len..c.rlen]);
+        }
+        c.rbuf = rbuf;
+        c.rlen = 0;
+        c.phase = Phase::Tunnel;
+        c.tunnel = Some(Box::new(Tunnel::new(ctx.pool.take_read())));
+        c.deadline = ctx.now + c.group.cfg.timeouts.tunnel_idle;
+        down.flush_relayed(ctx);
+    }
+
+    /// A tunnel is over (closed both ways, broken, or idle too long): the upstream connection
+    /// closes (never pooled) and the client's side ends.
+    fn end_tunnel(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        self.close(key, ctx);
+        down.tunnel_end(ctx);
     }
 
     /// An idle pooled connection became readable: the server closed it (or sent what no one
@@ -627,6 +1008,11 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        if job.upload.as_ref().is_some_and(|u| u.borrow().sent() > 0) {
+            // Part of the body is gone: it cannot be sent again.
+            job.group.give_buffer(std::mem::take(&mut job.request));
+            return down.relay_error(ctx, status_for(why));
+        }
         if job.idempotent && stale && !job.stale_retried {
             // The pool's connection had been closed by the server: a fresh one, same server.
             job.stale_retried = true;
@@ -666,6 +1052,28 @@ impl Upstreams {
         if !c.rbuf.is_empty() {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
         }
+        if let Some(t) = c.tunnel.take() {
+            ctx.pool.give_read(t.into_buffer());
+        }
+    }
+}
+
+/// Hands the trailer fields a chunked body ended with (those that may pass) to the client. No
+/// allocation unless the upstream sent trailers.
+fn relay_trailers(
+    decoder: &mut ChunkedDecoder,
+    ctx: &mut WorkerCtx<'_>,
+    down: &mut dyn Downstream,
+) {
+    let raw = decoder.take_trailers();
+    if raw.is_empty() {
+        return;
+    }
+    let fields: Vec<(&[u8], &[u8])> = trailer_fields(&raw)
+        .filter(|(name, _)| trailer_passes(name))
+        .collect();
+    if !fields.is_empty() {
+        down.relay_trailers(ctx, &fields);
     }
 }
 

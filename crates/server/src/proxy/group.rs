@@ -167,6 +167,8 @@ mod tests {
                     addr: UpstreamAddr::Tcp(format!("127.0.0.1:{}", 9000 + i).parse().unwrap()),
                     label: format!("127.0.0.1:{}", 9000 + i),
                     weight: w,
+                    tls: None,
+                    h2: false,
                 })
                 .collect(),
             balance,
@@ -175,7 +177,9 @@ mod tests {
                 first_byte: Duration::from_secs(1),
                 read: Duration::from_secs(1),
                 write: Duration::from_secs(1),
+                tunnel_idle: Duration::from_secs(1),
             },
+            max_body: 1 << 20,
             keepalive: 8,
             keepalive_timeout: Duration::from_secs(60),
             max_fails: 1,

@@ -10,7 +10,7 @@ use lowlat_http::request::Method;
 
 use super::config::{Balance, Cidr, HashKey, ProxyRoute};
 use super::group::{fnv, WorkerGroup};
-use super::headers::{write_request, ClientInfo, Target};
+use super::headers::{write_request, ClientInfo, StreamedBody, Target};
 use super::job::ProxyJob;
 use crate::handler::{Handler, Req, Response};
 use crate::router::{RouteError, Router};
@@ -38,6 +38,8 @@ pub(crate) struct ProxyHandler {
     /// `Host` for requests that have none: the group's name, or its first server's address
     /// for a group a rule made from URLs.
     default_host: String,
+    /// A server of the group speaks HTTP/2.
+    any_h2: bool,
     /// This worker's request-id prefix (random per start): ids are unique across workers and
     /// restarts without a clock read or a lock per request.
     id_seed: u64,
@@ -64,6 +66,7 @@ pub(crate) fn mount(
         _ => group.cfg.name.clone(),
     };
     let handler = ProxyHandler {
+        any_h2: group.cfg.servers.iter().any(|s| s.h2),
         default_host,
         group,
         prefix: route.prefix.clone(),
@@ -75,11 +78,25 @@ pub(crate) fn mount(
 }
 
 impl Handler for ProxyHandler {
+    fn takes_streamed_body(&self) -> bool {
+        // HTTP/2 upstreams take bodies whole for now (`h2up` frames `request` only).
+        !self.any_h2
+    }
+
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
         if has_dot_segment(req.path()) {
             // The rule matched the path as written; `..` would step out of what it maps (and
             // out of the prefix a rewrite replaced). Refused, not forwarded.
             res.send_status(400);
+            return;
+        }
+        let streamed = res.streamed();
+        let too_large = match streamed {
+            Some(StreamedBody::Length(n)) => n > self.group.cfg.max_body,
+            _ => req.body.len() as u64 > self.group.cfg.max_body,
+        };
+        if too_large {
+            res.send_status(413);
             return;
         }
         let client = res.client().unwrap_or(ClientInfo {
@@ -96,6 +113,7 @@ impl Handler for ProxyHandler {
             &mut request,
             req.head,
             req.body,
+            streamed,
             &Target {
                 prefix: &self.prefix,
                 rewrite: self.rewrite.as_deref(),
@@ -105,6 +123,10 @@ impl Handler for ProxyHandler {
             &self.trusted,
             &id,
         );
+        let upgrade = super::upgrade::is_websocket_upgrade(req.head);
+        if upgrade {
+            super::upgrade::add_upgrade_fields(&mut request);
+        }
         let hash = match &self.group.cfg.balance {
             Balance::Hash(HashKey::Client) => match client.peer.ip() {
                 std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
@@ -131,6 +153,9 @@ impl Handler for ProxyHandler {
             hash,
             retried: false,
             stale_retried: false,
+            // The connection that reads the body attaches it.
+            upload: None,
+            upgrade,
         });
     }
 }

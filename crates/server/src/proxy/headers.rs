@@ -66,13 +66,27 @@ pub struct Target<'a> {
     pub default_host: &'a str,
 }
 
+/// How a body that is still arriving is framed for the upstream (it follows the head as it
+/// comes, see `proxy::upload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamedBody {
+    /// `Content-Length`: the bytes as they come.
+    Length(u64),
+    /// Chunked: each piece the client's decoder hands over becomes one chunk (the client's own
+    /// chunk sizes, extensions and trailers are not passed on).
+    Chunked,
+}
+
 /// Writes the request as the upstream gets it into `out`: `req` (already parsed and checked by
 /// the server: ambiguous framing never gets here) with its `body` (whole, decoded), for the
-/// client `client`. `request_id` is used when the request has no `X-Request-Id`.
+/// client `client`. `request_id` is used when the request has no `X-Request-Id`. With
+/// `streamed`, only the head is written, framed as it says: the body follows separately.
+#[allow(clippy::too_many_arguments)]
 pub fn write_request(
     out: &mut Vec<u8>,
     req: &Request<'_, '_>,
     body: &[u8],
+    streamed: Option<StreamedBody>,
     target: &Target<'_>,
     client: &ClientInfo,
     trusted: &[Cidr],
@@ -240,6 +254,19 @@ pub fn write_request(
         field(out, b"X-Request-Id", request_id);
     }
 
+    match streamed {
+        Some(StreamedBody::Length(n)) => {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n\r\n");
+            return;
+        }
+        Some(StreamedBody::Chunked) => {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
+            return;
+        }
+        None => {}
+    }
     // One framing, whatever the client used: the body is whole here.
     let has_body = !body.is_empty()
         || !matches!(req.framing, BodyFraming::None)
@@ -318,7 +345,9 @@ mod tests {
             peer: peer.parse().unwrap(),
             tls,
         };
-        write_request(&mut out, &req, body, target, &client, trusted, b"id-1");
+        write_request(
+            &mut out, &req, body, None, target, &client, trusted, b"id-1",
+        );
         String::from_utf8(out).unwrap()
     }
 

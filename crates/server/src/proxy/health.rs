@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::config::{HealthCheck, UpstreamAddr, UpstreamGroup};
 use super::stats::ServerStats;
+use super::upstream_tls::TlsTarget;
 
 /// Milliseconds since the first call: the shared clock of the health state.
 pub(crate) fn now_ms() -> u64 {
@@ -101,10 +102,10 @@ pub(crate) fn spawn_checks(group: &UpstreamGroup, health: &Arc<GroupHealth>) {
     let Some(check) = group.health.clone() else {
         return;
     };
-    let servers: Vec<(UpstreamAddr, String)> = group
+    let servers: Vec<(UpstreamAddr, String, Option<TlsTarget>)> = group
         .servers
         .iter()
-        .map(|s| (s.addr.clone(), s.label.clone()))
+        .map(|s| (s.addr.clone(), s.label.clone(), s.tls.clone()))
         .collect();
     let weak: Weak<GroupHealth> = Arc::downgrade(health);
     let name = group.name.clone();
@@ -114,8 +115,8 @@ pub(crate) fn spawn_checks(group: &UpstreamGroup, health: &Arc<GroupHealth>) {
             let Some(health) = weak.upgrade() else {
                 return;
             };
-            for (i, (addr, label)) in servers.iter().enumerate() {
-                let up = probe(addr, label, &check);
+            for (i, (addr, label, tls)) in servers.iter().enumerate() {
+                let up = probe(addr, label, tls.as_ref(), &check);
                 let was = health.servers[i].active_up.swap(up, Ordering::Relaxed);
                 if was != up {
                     if up {
@@ -130,15 +131,47 @@ pub(crate) fn spawn_checks(group: &UpstreamGroup, health: &Arc<GroupHealth>) {
         });
 }
 
-/// One check: `GET path` over a fresh connection; up when the status is one of `statuses`.
-fn probe(addr: &UpstreamAddr, label: &str, check: &HealthCheck) -> bool {
+/// One check: `GET path` over a fresh connection (through TLS for an `https://` server, its
+/// certificate checked as for requests); up when the status is one of `statuses`.
+fn probe(addr: &UpstreamAddr, label: &str, tls: Option<&TlsTarget>, check: &HealthCheck) -> bool {
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {label}\r\nUser-Agent: lowlat-health-check\r\nConnection: close\r\n\r\n",
         check.path
     );
-    let answer = match addr {
-        UpstreamAddr::Tcp(a) => {
-            std::net::TcpStream::connect_timeout(a, check.timeout).and_then(|mut s| {
+    let answer = match (addr, tls) {
+        (UpstreamAddr::Tcp(a), Some(target)) => {
+            std::net::TcpStream::connect_timeout(a, check.timeout)
+                .and_then(|s| {
+                    let conn = rustls::ClientConnection::new(
+                        Arc::clone(&target.config),
+                        target.name.clone(),
+                    )
+                    .map_err(std::io::Error::other)?;
+                    let mut s = rustls::StreamOwned::new(conn, s);
+                    exchange(
+                        &mut s,
+                        &request,
+                        check.timeout,
+                        |s, t| s.sock.set_read_timeout(t),
+                        |s, t| s.sock.set_write_timeout(t),
+                    )
+                })
+                .inspect_err(|e| {
+                    tracing::debug!(server = %label, "health check over TLS: {e}");
+                })
+        }
+        (UpstreamAddr::Tcp(a), None) => std::net::TcpStream::connect_timeout(a, check.timeout)
+            .and_then(|mut s| {
+                exchange(
+                    &mut s,
+                    &request,
+                    check.timeout,
+                    |s, t| s.set_read_timeout(t),
+                    |s, t| s.set_write_timeout(t),
+                )
+            }),
+        (UpstreamAddr::Unix(p), _) => {
+            std::os::unix::net::UnixStream::connect(p).and_then(|mut s| {
                 exchange(
                     &mut s,
                     &request,
@@ -148,15 +181,6 @@ fn probe(addr: &UpstreamAddr, label: &str, check: &HealthCheck) -> bool {
                 )
             })
         }
-        UpstreamAddr::Unix(p) => std::os::unix::net::UnixStream::connect(p).and_then(|mut s| {
-            exchange(
-                &mut s,
-                &request,
-                check.timeout,
-                |s, t| s.set_read_timeout(t),
-                |s, t| s.set_write_timeout(t),
-            )
-        }),
     };
     let Ok(status) = answer else {
         return false;

@@ -5,6 +5,7 @@
 use std::rc::Rc;
 
 use super::group::WorkerGroup;
+use super::upload::UploadRef;
 
 /// A request to forward.
 #[derive(Debug)]
@@ -23,6 +24,10 @@ pub(crate) struct ProxyJob {
     pub(crate) retried: bool,
     /// Sent again on a fresh connection after a pooled one was found closed.
     pub(crate) stale_retried: bool,
+    /// The body, when it streams after `request` (which then holds the head only).
+    pub(crate) upload: Option<UploadRef>,
+    /// A WebSocket opening handshake: a `101` answer turns the exchange into a tunnel.
+    pub(crate) upgrade: bool,
 }
 
 /// How the response body reaches the client.

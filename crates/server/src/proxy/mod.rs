@@ -15,18 +15,31 @@
 //! - `job`: a request on its way; how its body will be framed for the client.
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
 //! - `engine`: the worker's upstream connections: exchanges, retries, timeouts, pools.
+//! - `upload`: a request body streaming to an upstream while it arrives.
+//! - `h2up`: HTTP/2 upstream connections: many requests as streams over few connections.
 //! - `upstream`: one upstream connection and its socket.
+//! - [`upstream_tls`]: TLS to `https://` servers: the client configuration, the socket, the
+//!   reasons a handshake fails.
 //! - `group`: one worker's view of a group: balancer, in-flight counts, idle pools.
 //! - `health`: passive and active health, shared by the workers.
 //! - `stats`: per-server counts for `/metrics`, one slot per worker.
+//! - `upgrade`: which requests open a WebSocket tunnel; the offer's fields upstream.
+//! - `tunnel`: an upgraded exchange: bytes copied both ways until both sides close.
+//! - `trailers`: which upstream trailer fields reach the client.
 
 pub mod config;
 pub(crate) mod downstream;
 pub(crate) mod engine;
 pub(crate) mod group;
+pub(crate) mod h2up;
 pub mod handler;
 pub mod headers;
 pub(crate) mod health;
 pub(crate) mod job;
 pub mod stats;
+pub(crate) mod trailers;
+pub(crate) mod tunnel;
+pub(crate) mod upgrade;
+pub(crate) mod upload;
 pub(crate) mod upstream;
+pub mod upstream_tls;

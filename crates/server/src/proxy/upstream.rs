@@ -1,4 +1,4 @@
-//! One connection to an upstream server: its socket (TCP or a Unix socket), where it is in an
+//! One connection to an upstream server: its socket (TCP, a Unix socket, or TLS over TCP), where it is in an
 //! exchange, and the buffers it holds only while it is in one. An idle pooled connection holds
 //! its socket and this small record: no buffer.
 
@@ -10,27 +10,74 @@ use lowlat_http::body::ChunkedDecoder;
 use mio::net::{TcpStream, UnixStream};
 use mio::Token;
 
-use super::config::UpstreamAddr;
+use super::config::{UpstreamAddr, UpstreamServer};
 use super::group::WorkerGroup;
 use super::job::ProxyJob;
+use super::upstream_tls::TlsSock;
+
+/// Tokens of upstream connections start here (client connections and listeners stay below).
+pub(crate) const TOKEN_BASE: usize = usize::MAX / 2;
 
 /// The socket to an upstream server.
 #[derive(Debug)]
 pub(crate) enum Sock {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// Boxed: rustls's connection state is a few KiB, and an idle clear connection should not
+    /// pay for it.
+    Tls(Box<TlsSock>),
 }
 
 impl Sock {
-    /// Starts a non-blocking connect.
-    pub(crate) fn connect(addr: &UpstreamAddr) -> io::Result<Self> {
-        match addr {
+    /// Starts a non-blocking connect (the TLS handshake, for an `https://` server, follows
+    /// once TCP is connected: [`Sock::handshake`]).
+    pub(crate) fn connect(server: &UpstreamServer) -> io::Result<Self> {
+        match &server.addr {
             UpstreamAddr::Tcp(a) => {
                 let s = TcpStream::connect(*a)?;
                 let _ = s.set_nodelay(true);
-                Ok(Self::Tcp(s))
+                match &server.tls {
+                    Some(target) => Ok(Self::Tls(Box::new(TlsSock::new(s, target)?))),
+                    None => Ok(Self::Tcp(s)),
+                }
             }
             UpstreamAddr::Unix(p) => Ok(Self::Unix(UnixStream::connect(p)?)),
+        }
+    }
+
+    /// Whether a handshake follows the connect.
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self, Self::Tls(_))
+    }
+
+    /// Advances a TLS handshake: `Ok(true)` when done (at once for a clear socket).
+    pub(crate) fn handshake(&mut self) -> io::Result<bool> {
+        match self {
+            Self::Tls(t) => t.handshake(),
+            _ => Ok(true),
+        }
+    }
+
+    /// Whether a TLS handshake resumed an earlier session.
+    pub(crate) fn resumed(&self) -> bool {
+        matches!(self, Self::Tls(t) if t.resumed())
+    }
+
+    /// Sends what TLS still holds: `Ok(true)` when nothing is left (always, in clear).
+    pub(crate) fn flush(&mut self) -> io::Result<bool> {
+        match self {
+            Self::Tls(t) => t.flush(),
+            _ => Ok(true),
+        }
+    }
+
+    /// After a read that returned data (`short`: less than the room offered), whether the next
+    /// edge may be waited for. In clear a short read drained the socket; through TLS the
+    /// plaintext's length says nothing of the socket, so the socket read's own length decides.
+    pub(crate) fn drained_after(&self, short: bool) -> bool {
+        match self {
+            Self::Tls(t) => short && !t.more_to_read(),
+            _ => short,
         }
     }
 
@@ -39,6 +86,7 @@ impl Sock {
         let (err, peer) = match self {
             Self::Tcp(s) => (s.take_error(), s.peer_addr().map(|_| ())),
             Self::Unix(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+            Self::Tls(t) => (t.tcp.take_error(), t.tcp.peer_addr().map(|_| ())),
         };
         if let Ok(Some(e)) | Err(e) = err {
             return Err(e);
@@ -54,6 +102,7 @@ impl Sock {
         match self {
             Self::Tcp(s) => s.read(buf),
             Self::Unix(s) => s.read(buf),
+            Self::Tls(t) => t.read(buf),
         }
     }
 
@@ -61,6 +110,7 @@ impl Sock {
         match self {
             Self::Tcp(s) => s.write(buf),
             Self::Unix(s) => s.write(buf),
+            Self::Tls(t) => t.write(buf),
         }
     }
 
@@ -68,6 +118,7 @@ impl Sock {
         match self {
             Self::Tcp(s) => s,
             Self::Unix(s) => s,
+            Self::Tls(t) => &mut t.tcp,
         }
     }
 }
@@ -77,6 +128,8 @@ impl Sock {
 pub(crate) enum Phase {
     /// The connect has not completed.
     Connecting,
+    /// Connected; the TLS handshake is under way (still under the connect timeout).
+    Handshake,
     /// Writing the request.
     Sending,
     /// The request is out; the response head has not all arrived.
@@ -85,6 +138,8 @@ pub(crate) enum Phase {
     Body,
     /// In its server's pool, waiting for the next request.
     Idle,
+    /// Switched protocols (`101`): a byte tunnel to the client until both close.
+    Tunnel,
 }
 
 /// How the rest of the response body is delimited.
@@ -130,6 +185,45 @@ pub(crate) struct UpConn {
     pub(crate) deadline: Instant,
     /// When the request was handed to this connection (the upstream's response time).
     pub(crate) sent_at: Instant,
+    /// The client-to-upstream side of a tunnel (only in [`Phase::Tunnel`]).
+    pub(crate) tunnel: Option<Box<Tunnel>>,
+}
+
+/// The client-to-upstream half of a WebSocket tunnel (driven by `tunnel::pump`), and where each
+/// direction stands.
+#[derive(Debug)]
+pub(crate) struct Tunnel {
+    /// Client bytes not yet taken by the upstream (a pooled read buffer): `buf[pos..len]`.
+    pub(crate) buf: Vec<u8>,
+    pub(crate) pos: usize,
+    pub(crate) len: usize,
+    /// The client sent its FIN (or TLS `close_notify`).
+    pub(crate) client_eof: bool,
+    /// The upstream's sending side was half-closed after the client's FIN.
+    pub(crate) upstream_shut: bool,
+    /// The upstream sent its FIN.
+    pub(crate) upstream_eof: bool,
+    /// The client was told the upstream is done (half-closed after its output).
+    pub(crate) client_shut: bool,
+}
+
+impl Tunnel {
+    pub(crate) fn new(buf: Vec<u8>) -> Self {
+        Self {
+            buf,
+            pos: 0,
+            len: 0,
+            client_eof: false,
+            upstream_shut: false,
+            upstream_eof: false,
+            client_shut: false,
+        }
+    }
+
+    /// The buffer, for the worker's pool, when the tunnel ends.
+    pub(crate) fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
 }
 
 #[cfg(test)]

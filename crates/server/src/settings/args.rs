@@ -10,6 +10,7 @@ use std::time::Duration;
 use lowlat_http::units::{parse_nonzero_size, parse_positive_duration};
 
 use super::proxy::{parse_cidr, parse_proxy_rule, GroupArgs, ProxyRule, UpstreamTable};
+use crate::acme::{AcmeConfig, ChallengeKind};
 use crate::config::{self, ServerConfig};
 use crate::proxy::config::Cidr;
 use crate::tls::{CertPaths, CryptoBackend, TlsContext};
@@ -45,6 +46,30 @@ pub struct ServeArgs {
     /// Cryptography library under TLS
     #[arg(long, value_name = "LIB", default_value = "aws-lc-rs", value_parser = parse_crypto)]
     pub tls_crypto: CryptoBackend,
+    /// Obtain and renew the certificates of every site without cert and key from an ACME CA
+    /// (automatic HTTPS; a [[site]] may say acme = true or false itself)
+    #[arg(long)]
+    pub acme: bool,
+    /// Contact email of the ACME account (optional; the CA may write about the certificates)
+    #[arg(long, value_name = "EMAIL", value_parser = parse_email)]
+    pub acme_email: Option<String>,
+    /// ACME directory URL of the CA (a staging or internal CA's for tests)
+    #[arg(long, value_name = "URL", default_value = crate::acme::LETS_ENCRYPT, value_parser = parse_directory)]
+    pub acme_directory: String,
+    /// Trust this root certificate (PEM) for the ACME directory's HTTPS instead of the system's
+    #[arg(long, value_name = "FILE")]
+    pub acme_ca_root: Option<PathBuf>,
+    /// Challenge types to answer, in order of preference (repeatable): http-01 (on --listen,
+    /// port 80 for a public CA), tls-alpn-01 (on --tls-listen, port 443) [default: both,
+    /// http-01 first when there is a --listen]
+    #[arg(long = "acme-challenge", value_name = "TYPE", value_parser = parse_challenge)]
+    pub acme_challenge: Vec<ChallengeKind>,
+    /// A name to obtain a certificate for, besides the sites' (repeatable; implies --acme)
+    #[arg(long = "acme-domain", value_name = "NAME")]
+    pub acme_domain: Vec<String>,
+    /// Where the ACME account and certificates are kept (several lowlat processes may share it)
+    #[arg(long, value_name = "DIR", default_value = crate::acme::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
     /// Error log level: error, warn, info, debug (every failed file open), trace [default:
     /// RUST_LOG, else info]
     #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
@@ -178,8 +203,11 @@ impl ServeArgs {
         if self.tls_listen.is_empty() && !self.cert.is_empty() {
             return Err("--cert is for --tls-listen, which is not given".into());
         }
-        if !self.tls_listen.is_empty() && self.cert.is_empty() {
-            return Err("--tls-listen needs a certificate (--cert FILE --key FILE)".into());
+        let acme = self.acme_config()?;
+        if !self.tls_listen.is_empty() && self.cert.is_empty() && acme.is_none() {
+            return Err(
+                "--tls-listen needs a certificate (--cert FILE --key FILE, or --acme)".into(),
+            );
         }
         let access_log = match &self.access_log {
             None => None,
@@ -284,8 +312,133 @@ impl ServeArgs {
         } else {
             crate::tls::ALPN_H2_HTTP1
         };
-        let ctx = TlsContext::new(&pairs, self.tls_crypto, alpn).map_err(|e| e.to_string())?;
+        let managed = self
+            .acme_config()?
+            .map(|acme| Arc::new(crate::tls::ManagedCerts::new(&acme.names)));
+        let ctx = TlsContext::with_managed(&pairs, self.tls_crypto, alpn, managed)
+            .map_err(|e| e.to_string())?;
         Ok(Some(Arc::new(ctx)))
+    }
+
+    /// What ACME is to do, when it is on: `--acme`, `--acme-domain`, or a site's `acme = true`.
+    ///
+    /// # Errors
+    /// One line: a wildcard name (DNS-01, not done), no name at all, no TLS listener, a
+    /// challenge type without its listener.
+    pub fn acme_config(&self) -> Result<Option<AcmeConfig>, String> {
+        let mut names: Vec<String> = Vec::new();
+        for site in &self.sites {
+            if site.acme.unwrap_or(self.acme && !site.own_cert) {
+                names.extend(site.server_names.iter().cloned());
+            }
+        }
+        names.extend(self.acme_domain.iter().cloned());
+        let on = self.acme || !names.is_empty();
+        if !on {
+            return Ok(None);
+        }
+        let mut clean: Vec<String> = Vec::new();
+        for name in &names {
+            let name = check_acme_name(name)?;
+            if !clean.contains(&name) {
+                clean.push(name);
+            }
+        }
+        if clean.is_empty() {
+            return Err("--acme: no name to obtain a certificate for: give [[site]] tables their server_names, or --acme-domain NAME".into());
+        }
+        if self.tls_listen.is_empty() {
+            return Err(
+                "--acme needs --tls-listen (:443): the certificates it obtains are served there"
+                    .into(),
+            );
+        }
+        let has_clear = !self.listen.is_empty();
+        let challenges = if self.acme_challenge.is_empty() {
+            let mut c = Vec::new();
+            if has_clear {
+                c.push(ChallengeKind::Http01);
+            }
+            c.push(ChallengeKind::TlsAlpn01);
+            c
+        } else {
+            let mut c: Vec<ChallengeKind> = Vec::new();
+            for k in &self.acme_challenge {
+                if !c.contains(k) {
+                    c.push(*k);
+                }
+            }
+            c
+        };
+        if challenges.contains(&ChallengeKind::Http01) && !has_clear {
+            return Err("--acme-challenge http-01 is answered on a --listen address (port 80 for a public CA), and none is given".into());
+        }
+        Ok(Some(AcmeConfig {
+            directory: self.acme_directory.clone(),
+            email: self.acme_email.clone(),
+            state_dir: self.state_dir.clone(),
+            ca_root: self.acme_ca_root.clone(),
+            challenges,
+            names: clean,
+        }))
+    }
+}
+
+/// A name ACME may ask for: a DNS name, lower-cased, without a trailing dot.
+fn check_acme_name(name: &str) -> Result<String, String> {
+    let lower = name.trim_end_matches('.').to_ascii_lowercase();
+    if lower.starts_with("*.") {
+        return Err(format!(
+            "{name}: a wildcard certificate needs the DNS-01 challenge, which lowlat does not answer; give this site a cert and key (from another ACME client) or acme = false, or list its names one by one"
+        ));
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if lower.len() > 253
+        || !lower.split('.').all(label_ok)
+        || lower.parse::<std::net::IpAddr>().is_ok()
+    {
+        return Err(format!(
+            "{name}: not a DNS name ACME can certify (letters, digits and hyphens in dot-separated labels; no IP address)"
+        ));
+    }
+    Ok(lower)
+}
+
+fn parse_email(text: &str) -> Result<String, String> {
+    let t = text.trim().trim_start_matches("mailto:");
+    match t.split_once('@') {
+        Some((user, domain))
+            if !user.is_empty() && domain.contains('.') && !t.contains([' ', ',', '<', '>']) =>
+        {
+            Ok(t.to_owned())
+        }
+        _ => Err(format!("{text:?} is not an email address")),
+    }
+}
+
+fn parse_directory(text: &str) -> Result<String, String> {
+    if text.starts_with("https://") && text.len() > "https://".len() {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not an ACME directory URL (https://…, e.g. {})",
+            crate::acme::LETS_ENCRYPT
+        ))
+    }
+}
+
+fn parse_challenge(text: &str) -> Result<ChallengeKind, String> {
+    match text {
+        "http-01" => Ok(ChallengeKind::Http01),
+        "tls-alpn-01" => Ok(ChallengeKind::TlsAlpn01),
+        "dns-01" => Err("dns-01 is not answered by lowlat (it needs the DNS provider's API): http-01 or tls-alpn-01".into()),
+        _ => Err(format!("{text:?} is not a challenge type (http-01 or tls-alpn-01)")),
     }
 }
 
@@ -373,6 +526,11 @@ pub struct SiteArgs {
     pub add_header: Vec<String>,
     /// The site's forwarding rules.
     pub proxy: Vec<ProxyRule>,
+    /// The site's `acme` key: its certificate from ACME (`true`) or not (`false`); unset, it
+    /// follows `--acme` unless the site has its own cert and key.
+    pub acme: Option<bool>,
+    /// The site gives its own cert and key.
+    pub own_cert: bool,
     /// The site's `return` rules.
     pub returns: Vec<crate::returns::ReturnRule>,
     /// Redirect the site's clear-text requests to HTTPS.
@@ -391,6 +549,8 @@ impl ServeArgs {
             no_json: self.no_json,
             add_header: self.add_header.clone(),
             proxy: self.proxy.clone(),
+            acme: None,
+            own_cert: false,
             returns: self.returns.clone(),
             https_redirect: self.https_redirect,
         }
@@ -463,6 +623,78 @@ fn parse_max_headers(text: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Which names ACME is asked for, and each setting it refuses with its reason.
+    #[test]
+    fn acme_names() {
+        let args = |text: &str| {
+            let mut f = tempfile::NamedTempFile::new().unwrap();
+            std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+            super::super::file::merged(f.path(), &[]).unwrap()
+        };
+        let listeners = "listen = [\"127.0.0.1:80\"]\ntls_listen = [\"127.0.0.1:443\"]\n";
+        let sites = "[[site]]\nserver_names = [\"A.test\", \"www.a.test.\"]\n\
+                     [[site]]\nserver_names = [\"own.test\"]\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
+                     [[site]]\nserver_names = [\"off.test\"]\nacme = false\n\
+                     [[site]]\nserver_names = [\"on.test\"]\nacme = true\n";
+        // Off: only the sites that ask.
+        let a = args(&format!("{listeners}{sites}"));
+        let acme = a.acme_config().unwrap().unwrap();
+        assert_eq!(acme.names, ["on.test"]);
+        // --acme: every site without its own cert, unless it says no; --acme-domain adds.
+        let a = args(&format!(
+            "{listeners}acme = true\nacme_domain = [\"extra.test\", \"a.test\"]\n{sites}"
+        ));
+        let acme = a.acme_config().unwrap().unwrap();
+        assert_eq!(
+            acme.names,
+            ["a.test", "www.a.test", "on.test", "extra.test"]
+        );
+        assert_eq!(
+            acme.challenges,
+            [ChallengeKind::Http01, ChallengeKind::TlsAlpn01]
+        );
+        assert!(a.to_config().is_ok());
+        // Nothing asked: off, and --tls-listen still needs a certificate.
+        let a = args(listeners);
+        assert!(a.acme_config().unwrap().is_none());
+        assert!(a.to_config().unwrap_err().contains("needs a certificate"));
+        for (text, words) in [
+            (
+                format!("{listeners}acme_domain = [\"*.a.test\"]\n"),
+                "DNS-01",
+            ),
+            (
+                format!("{listeners}acme_domain = [\"10.0.0.1\"]\n"),
+                "not a DNS name",
+            ),
+            (format!("{listeners}acme = true\n"), "no name"),
+            (
+                "listen = [\"127.0.0.1:80\"]\nacme_domain = [\"a.test\"]\n".to_owned(),
+                "needs --tls-listen",
+            ),
+            (
+                "tls_listen = [\"127.0.0.1:443\"]\nacme_domain = [\"a.test\"]\nacme_challenge = [\"http-01\"]\n"
+                    .to_owned(),
+                "http-01 is answered on a --listen",
+            ),
+        ] {
+            let e = args(&text).acme_config().unwrap_err();
+            assert!(e.contains(words), "{text}: {e}");
+        }
+        // Without a clear-text listener, TLS-ALPN-01 alone.
+        let a = args("tls_listen = [\"127.0.0.1:443\"]\nacme_domain = [\"a.test\"]\n");
+        assert_eq!(
+            a.acme_config().unwrap().unwrap().challenges,
+            [ChallengeKind::TlsAlpn01]
+        );
+        for bad in ["dns-01", "http01"] {
+            assert!(parse_challenge(bad).is_err());
+        }
+        assert!(parse_directory("http://ca.test/dir").is_err());
+        assert!(parse_email("nobody").is_err());
+        assert_eq!(parse_email("mailto:a@b.test").unwrap(), "a@b.test");
+    }
 
     #[test]
     fn listen_addresses() {

@@ -69,6 +69,37 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
         }
         Ok(None) => {}
     }
+    match args.acme_config() {
+        Err(e) => problems.push(locate(None, e)),
+        Ok(Some(acme)) => {
+            if let Some(problem) = state_dir_problem(&acme.state_dir) {
+                problems.push(locate(None, problem));
+            }
+            if let Some(root) = &acme.ca_root {
+                if let Err(e) = std::fs::read(root) {
+                    problems.push(locate(
+                        None,
+                        format!("--acme-ca-root: cannot read {}: {e}", root.display()),
+                    ));
+                }
+            }
+            println!(
+                "lowlat serve: acme: will request a certificate for each of {} from {} (challenges: {}; state in {})",
+                acme.names.join(", "),
+                acme.directory,
+                acme.challenges
+                    .iter()
+                    .map(|c| c.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                acme.state_dir.display()
+            );
+        }
+        Ok(None) => {}
+    }
+    for warning in super::proxy::tls_warnings(&args.upstreams, &args.proxy_group) {
+        eprintln!("lowlat serve: warning: {warning}");
+    }
     // What is left to find once each site checks: routes that do not fit together.
     if sites_ok {
         if let Err(e) = service(args) {
@@ -87,10 +118,48 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
             ));
         }
     }
+    // Once each: the ACME settings are checked by the server's configuration, its TLS and
+    // ACME itself, which all find the same fault.
+    let mut seen = std::collections::HashSet::new();
+    problems.retain(|p| seen.insert(p.clone()));
     // In the order of the file's lines; problems without a line (the command line's) last.
     let shown = args.config.as_ref().map(|p| p.display().to_string());
     problems.sort_by_key(|p| line_of_problem(p, shown.as_deref()).unwrap_or(usize::MAX));
     problems
+}
+
+/// Why ACME could not keep its state in `dir`, if it could not: not a folder, not writable, or
+/// not creatable (no writable folder above it).
+fn state_dir_problem(dir: &Path) -> Option<String> {
+    let mut at = dir;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if !m.is_dir() => {
+                return Some(format!("--state-dir: {} is not a folder", at.display()))
+            }
+            Ok(_) => {
+                let probe = at.join(format!(".lowlat-check-{}", std::process::id()));
+                return match std::fs::File::create(&probe) {
+                    Ok(_) => {
+                        let _ = std::fs::remove_file(&probe);
+                        None
+                    }
+                    Err(e) => Some(format!(
+                        "--state-dir: {} cannot be written: {e}",
+                        if at == dir {
+                            dir.display().to_string()
+                        } else {
+                            format!("{} (to create {})", at.display(), dir.display())
+                        }
+                    )),
+                };
+            }
+            Err(_) => match at.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+                _ => return None,
+            },
+        }
+    }
 }
 
 /// The warning for a certificate that is a CA's (basicConstraints CA:TRUE).

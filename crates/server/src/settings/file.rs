@@ -274,8 +274,27 @@ fn sites(
                 bad = true;
             }
         }
+        let own_cert = t.contains_key("cert");
+        // Whether ACME obtains this site's certificate (unset: as --acme says, unless the site
+        // has its own cert and key).
+        let acme = match t.get("acme") {
+            None => None,
+            Some(toml::Value::Boolean(b)) => Some(*b),
+            Some(_) => {
+                errors.push(at("acme", "is a switch: true or false"));
+                bad = true;
+                None
+            }
+        };
+        if acme == Some(true) && own_cert {
+            errors.push(at(
+                "acme",
+                "a site's certificate comes from its cert and key or from ACME, not both",
+            ));
+            bad = true;
+        }
         for (key, value) in t {
-            if key == "server_names" || key == "cert" || key == "key" {
+            if key == "server_names" || key == "cert" || key == "key" || key == "acme" {
                 continue;
             }
             let flag = key.replace('_', "-");
@@ -319,6 +338,8 @@ fn sites(
                     no_json: a.no_json,
                     add_header: a.add_header,
                     proxy: a.proxy,
+                    acme,
+                    own_cert,
                     returns: a.returns,
                     https_redirect: a.https_redirect,
                 },

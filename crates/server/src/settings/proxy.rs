@@ -6,12 +6,13 @@ use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lowlat_http::units::parse_positive_duration;
+use lowlat_http::units::{parse_nonzero_size, parse_positive_duration};
 
 use crate::proxy::config::{
     Balance, Cidr, HashKey, HealthCheck, ProxyConfig, ProxyRoute, UpstreamAddr, UpstreamGroup,
     UpstreamServer, UpstreamTimeouts,
 };
+use crate::proxy::upstream_tls::{client_config, TlsTarget, UpstreamTlsOptions};
 
 /// How a group behaves: the `--proxy-*` flags for groups made by `--proxy`, the keys of an
 /// `[[upstream]]` table (without the `proxy_` prefix) for a named one.
@@ -34,6 +35,13 @@ pub struct GroupArgs {
     /// Longest pause while writing a request to an upstream (504 after)
     #[arg(id = "proxy_write_timeout", long = "proxy-write-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
     pub write_timeout: Duration,
+    /// Largest request body forwarded (413 beyond); a body that is still arriving streams to the
+    /// upstream as it comes, so this bounds no memory, only what an upstream is asked to take
+    #[arg(id = "proxy_max_body", long = "proxy-max-body", value_name = "SIZE", default_value = "1g", value_parser = parse_nonzero_size)]
+    pub max_body: u64,
+    /// Longest time a WebSocket tunnel may pass no byte either way (it is closed after)
+    #[arg(id = "proxy_tunnel_idle_timeout", long = "proxy-tunnel-idle-timeout", value_name = "DURATION", default_value = "60s", value_parser = parse_positive_duration)]
+    pub tunnel_idle_timeout: Duration,
     /// Idle keep-alive connections kept per upstream server and worker (0: a connection per
     /// request)
     #[arg(
@@ -74,6 +82,63 @@ pub struct GroupArgs {
     /// Statuses that count as up (ranges and codes: 200-399,401)
     #[arg(id = "proxy_health_status", long = "proxy-health-status", value_name = "LIST", default_value = "200-399", value_parser = parse_statuses)]
     pub health_status: Statuses,
+    /// The protocol spoken to http:// and https:// upstreams: h1 (HTTP/1.1, a connection per
+    /// request in flight) or h2 (HTTP/2: requests as streams over few connections; over TLS by
+    /// ALPN, in clear by prior knowledge, as h2c:// URLs always are)
+    #[arg(id = "proxy_protocol", long = "proxy-protocol", value_name = "PROTOCOL", default_value = "h1", value_parser = ["h1", "h2"])]
+    pub protocol: String,
+    /// https:// upstreams: trust only the CAs in this PEM file [default: the system's roots]
+    #[arg(
+        id = "proxy_tls_ca",
+        long = "proxy-tls-ca",
+        value_name = "FILE",
+        conflicts_with = "proxy_tls_insecure_skip_verify"
+    )]
+    pub tls_ca: Option<PathBuf>,
+    /// https:// upstreams: the name their certificate must have, sent as SNI [default: the
+    /// URL's host]
+    #[arg(
+        id = "proxy_tls_server_name",
+        long = "proxy-tls-server-name",
+        value_name = "NAME"
+    )]
+    pub tls_server_name: Option<String>,
+    /// https:// upstreams: accept any certificate — who the server is goes unchecked (insecure:
+    /// for tests only)
+    #[arg(
+        id = "proxy_tls_insecure_skip_verify",
+        long = "proxy-tls-insecure-skip-verify"
+    )]
+    pub tls_insecure_skip_verify: bool,
+    /// https:// upstreams: a client certificate chain (PEM) shown to servers that ask (mTLS)
+    #[arg(
+        id = "proxy_tls_cert",
+        long = "proxy-tls-cert",
+        value_name = "FILE",
+        requires = "proxy_tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The key of --proxy-tls-cert (PEM)
+    #[arg(
+        id = "proxy_tls_key",
+        long = "proxy-tls-key",
+        value_name = "FILE",
+        requires = "proxy_tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl GroupArgs {
+    /// The `tls_*` settings, as the TLS client takes them.
+    #[must_use]
+    pub fn tls_options(&self) -> UpstreamTlsOptions {
+        UpstreamTlsOptions {
+            ca: self.tls_ca.clone(),
+            server_name: self.tls_server_name.clone(),
+            insecure_skip_verify: self.tls_insecure_skip_verify,
+            client_cert: self.tls_cert.clone().zip(self.tls_key.clone()),
+        }
+    }
 }
 
 /// Inclusive status ranges.
@@ -160,46 +225,130 @@ pub fn parse_proxy_rule(text: &str) -> Result<ProxyRule, String> {
     })
 }
 
-/// A server address: `http://host:port[/path]` (the path replaces the rule's prefix) or
-/// `unix:/path/to.sock`. Returns the server and the rewrite path.
-fn parse_server(url: &str) -> Result<(UpstreamAddr, String, Option<String>), String> {
+/// A server as its URL gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ParsedServer {
+    addr: UpstreamAddr,
+    /// As logs and metrics name it (`127.0.0.1:3000`, `unix:/run/app.sock`).
+    label: String,
+    /// The path after the authority, which replaces the rule's prefix.
+    path: Option<String>,
+    /// For `https://`: the URL's host, the name the certificate is checked against.
+    tls_host: Option<String>,
+    /// `h2c://`: HTTP/2 in clear, whatever the group's protocol.
+    h2c: bool,
+}
+
+/// A server address: `http://host:port[/path]`, `https://host:port[/path]` (the path replaces
+/// the rule's prefix) or `unix:/path/to.sock`.
+fn parse_server(url: &str) -> Result<ParsedServer, String> {
     if let Some(path) = url.strip_prefix("unix:") {
         if !path.starts_with('/') {
             return Err(format!(
                 "{url:?}: a Unix socket's path is absolute (unix:/run/app.sock)"
             ));
         }
-        return Ok((
-            UpstreamAddr::Unix(PathBuf::from(path)),
-            url.to_owned(),
-            None,
-        ));
+        return Ok(ParsedServer {
+            addr: UpstreamAddr::Unix(PathBuf::from(path)),
+            label: url.to_owned(),
+            path: None,
+            tls_host: None,
+            h2c: false,
+        });
     }
-    if url.starts_with("https://") {
+    let (rest, tls, default_port) = if let Some(rest) = url.strip_prefix("http://") {
+        (rest, false, 80)
+    } else if let Some(rest) = url.strip_prefix("https://") {
+        (rest, true, 443)
+    } else if let Some(rest) = url.strip_prefix("h2c://") {
+        (rest, false, 80)
+    } else {
         return Err(format!(
-            "{url:?}: https upstreams are not supported yet (use http:// or unix:)"
+            "{url:?}: an upstream is http://HOST:PORT, https://HOST:PORT, h2c://HOST:PORT or unix:/PATH"
         ));
-    }
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url:?}: an upstream is http://HOST:PORT or unix:/PATH"))?;
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], Some(rest[i..].to_owned())),
         None => (rest, None),
     };
-    let with_port = if authority.rsplit_once(':').is_some_and(|(h, p)| {
+    let has_port = authority.rsplit_once(':').is_some_and(|(h, p)| {
         !h.is_empty() && !h.ends_with(':') && p.bytes().all(|b| b.is_ascii_digit())
-    }) {
-        authority.to_owned()
+    });
+    let (host, with_port) = if has_port {
+        let (h, _) = authority.rsplit_once(':').unwrap_or((authority, ""));
+        (h, authority.to_owned())
     } else {
-        format!("{authority}:80")
+        (authority, format!("{authority}:{default_port}"))
     };
+    if host.is_empty() {
+        return Err(format!("{url:?}: no host"));
+    }
     let addr = with_port
         .to_socket_addrs()
         .map_err(|e| format!("{url:?}: cannot resolve {authority}: {e}"))?
         .next()
         .ok_or_else(|| format!("{url:?}: {authority} resolves to no address"))?;
-    Ok((UpstreamAddr::Tcp(addr), with_port, path))
+    Ok(ParsedServer {
+        addr: UpstreamAddr::Tcp(addr),
+        label: with_port,
+        path,
+        tls_host: tls.then(|| host.to_owned()),
+        h2c: url.starts_with("h2c://"),
+    })
+}
+
+/// The servers of a group, with a TLS client (made once for the group, only if one of them is
+/// `https://`) for those that need it.
+fn servers_of(
+    parsed: Vec<(ParsedServer, u32)>,
+    g: &GroupArgs,
+) -> Result<Vec<UpstreamServer>, String> {
+    let options = g.tls_options();
+    let h2 = g.protocol == "h2";
+    let config = if parsed.iter().any(|(p, _)| p.tls_host.is_some()) {
+        Some(client_config(&options, h2).map_err(|e| format!("TLS to upstreams: {e}"))?)
+    } else {
+        None
+    };
+    parsed
+        .into_iter()
+        .map(|(p, weight)| {
+            let tls = match (&p.tls_host, &config) {
+                (Some(host), Some(config)) => Some(
+                    TlsTarget::new(std::sync::Arc::clone(config), host, &options)
+                        .map_err(|e| e.to_string())?,
+                ),
+                _ => None,
+            };
+            Ok(UpstreamServer {
+                h2: p.h2c || (h2 && matches!(p.addr, UpstreamAddr::Tcp(_))),
+                addr: p.addr,
+                label: p.label,
+                weight,
+                tls,
+            })
+        })
+        .collect()
+}
+
+/// The warnings a start and `--check-config` give about the proxy's TLS settings: a group whose
+/// `https://` servers' certificates go unchecked.
+#[must_use]
+pub fn tls_warnings(tables: &[UpstreamTable], defaults: &GroupArgs) -> Vec<String> {
+    const WHY: &str = "the certificates of https:// upstreams are not checked: anyone on the path can pose as them";
+    let mut out = Vec::new();
+    if defaults.tls_insecure_skip_verify {
+        out.push(format!("proxy_tls_insecure_skip_verify: {WHY}"));
+    }
+    for t in tables {
+        if t.group.tls_insecure_skip_verify && !defaults.tls_insecure_skip_verify {
+            out.push(format!(
+                "upstream {}: tls_insecure_skip_verify: {WHY}",
+                t.name
+            ));
+        }
+    }
+    out
 }
 
 /// An `[[upstream]]` table, as the config file gives it.
@@ -247,7 +396,9 @@ fn group(name: String, servers: Vec<UpstreamServer>, g: &GroupArgs) -> UpstreamG
             first_byte: g.first_byte_timeout,
             read: g.read_timeout,
             write: g.write_timeout,
+            tunnel_idle: g.tunnel_idle_timeout,
         },
+        max_body: g.max_body,
         keepalive: g.keepalive,
         keepalive_timeout: g.keepalive_timeout,
         max_fails: g.max_fails,
@@ -280,22 +431,19 @@ pub fn build(
         if cfg.groups.iter().any(|g| g.name == t.name) {
             return Err(format!("upstream {:?} is defined twice", t.name));
         }
-        let mut servers = Vec::new();
+        let mut parsed = Vec::new();
         for (url, weight) in &t.servers {
-            let (addr, label, path) =
-                parse_server(url).map_err(|e| format!("upstream {}: {e}", t.name))?;
-            if path.is_some() {
+            let p = parse_server(url).map_err(|e| format!("upstream {}: {e}", t.name))?;
+            if p.path.is_some() {
                 return Err(format!(
                     "upstream {}: {url:?}: a group's servers have no path (put it in the --proxy rule)",
                     t.name
                 ));
             }
-            servers.push(UpstreamServer {
-                addr,
-                label,
-                weight: *weight,
-            });
+            parsed.push((p, *weight));
         }
+        let servers =
+            servers_of(parsed, &t.group).map_err(|e| format!("upstream {}: {e}", t.name))?;
         if servers.is_empty() {
             return Err(format!("upstream {}: no servers", t.name));
         }
@@ -317,19 +465,17 @@ pub fn build(
                 if let Some(i) = cfg.groups.iter().position(|g| g.name == name) {
                     (i, path)
                 } else if rule.target.contains(':') {
-                    let mut servers = Vec::new();
+                    let mut parsed = Vec::new();
                     let mut rewrite = None;
                     for url in rule.target.split(',').map(str::trim) {
-                        let (addr, label, path) = parse_server(url)?;
-                        if path.is_some() {
-                            rewrite = path;
+                        let mut p = parse_server(url)?;
+                        if p.path.is_some() {
+                            rewrite = p.path.take();
                         }
-                        servers.push(UpstreamServer {
-                            addr,
-                            label,
-                            weight: 1,
-                        });
+                        parsed.push((p, 1));
                     }
+                    let servers = servers_of(parsed, defaults)
+                        .map_err(|e| format!("--proxy {}={}: {e}", rule.prefix, rule.target))?;
                     cfg.groups.push(group(
                         format!("{}={}", rule.prefix, rule.target),
                         servers,
@@ -374,17 +520,22 @@ mod tests {
         ] {
             assert!(parse_proxy_rule(bad).is_err(), "{bad}");
         }
-        let (addr, label, path) = parse_server("http://127.0.0.1:3000/v2/").unwrap();
-        assert_eq!(addr, UpstreamAddr::Tcp("127.0.0.1:3000".parse().unwrap()));
+        let p = parse_server("http://127.0.0.1:3000/v2/").unwrap();
+        assert_eq!(p.addr, UpstreamAddr::Tcp("127.0.0.1:3000".parse().unwrap()));
         assert_eq!(
-            (label.as_str(), path.as_deref()),
-            ("127.0.0.1:3000", Some("/v2/"))
+            (p.label.as_str(), p.path.as_deref(), p.tls_host),
+            ("127.0.0.1:3000", Some("/v2/"), None)
         );
-        assert!(parse_server("https://x:1")
-            .unwrap_err()
-            .contains("not supported yet"));
+        let p = parse_server("https://localhost").unwrap();
         assert_eq!(
-            parse_server("unix:/run/app.sock").unwrap().0,
+            (p.label.as_str(), p.tls_host.as_deref()),
+            ("localhost:443", Some("localhost"))
+        );
+        let p = parse_server("https://[::1]:8443/x").unwrap();
+        assert_eq!(p.tls_host.as_deref(), Some("[::1]"));
+        assert!(parse_server("https://:1").is_err());
+        assert_eq!(
+            parse_server("unix:/run/app.sock").unwrap().addr,
             UpstreamAddr::Unix("/run/app.sock".into())
         );
     }

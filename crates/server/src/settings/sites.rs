@@ -99,6 +99,13 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
     // are chosen by Host. Check once, here, that the routes fit together, so the per-worker
     // builds cannot fail.
     let (groups_for_checks, health_for_checks) = (groups.clone(), health.clone());
+    // ACME's HTTP-01 answers, before every site and route (and so before any redirect).
+    let http01 = args
+        .acme_config()
+        .ok()
+        .flatten()
+        .filter(|a| a.challenges.contains(&crate::acme::ChallengeKind::Http01))
+        .map(|a| crate::acme::store::Store::at(&a.state_dir, &a.directory).challenges_dir());
     let build = move |info: &WorkerInfo| -> Result<Router, RouteError> {
         // This worker's own view of each group (balancer, pools), shared by its sites.
         let worker_groups: Vec<Rc<WorkerGroup>> = groups
@@ -109,6 +116,12 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         let mut router = sites[0].1.build(info, &worker_groups, &trusted)?;
         for (names, site) in &sites[1..] {
             router.add_site(names, site.build(info, &worker_groups, &trusted)?);
+        }
+        if let Some(shared) = &http01 {
+            router.intercept(
+                crate::acme::challenges::HTTP01_PREFIX,
+                crate::acme::challenges::Http01Handler::new(shared.clone()),
+            );
         }
         Ok(router)
     };
@@ -228,6 +241,7 @@ impl SiteService {
             crate::app::mount(&mut router, app, info)?;
         }
         crate::files::mount(&mut router, &self.files);
+        router.set_compression(&self.files.compress);
         router.set_extra_headers(&self.add_header);
         Ok(router)
     }

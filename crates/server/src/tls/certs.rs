@@ -5,6 +5,12 @@
 //! `*.example.com` entry serves one label under `example.com`, RFC 6125 §6.4.3). The first pair
 //! is the default: it answers a client that sends no SNI (an IP address, old clients) or a name
 //! no certificate lists — as nginx's default server does.
+//!
+//! Names whose certificates ACME obtains (`super::managed`) come before the files: a pending
+//! one (no certificate yet) is refused — rustls's resolver can only decline, which rustls sends
+//! as the fatal alert `access_denied`; `unrecognized_name` would need the ClientHello parsed
+//! before rustls — rather than shown another site's certificate. A ClientHello offering ALPN
+//! `acme-tls/1` is a CA's TLS-ALPN-01 validation: it gets the challenge certificate or nothing.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +23,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use super::error::TlsError;
+use super::managed::{Managed, ManagedCerts, ACME_TLS_ALPN};
 
 /// Where one certificate and its key are read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +61,16 @@ pub struct CertStore {
 }
 
 impl CertStore {
+    /// A store without certificates: every name is ACME's (`super::managed`).
+    #[must_use]
+    pub fn empty() -> Self {
+        Self {
+            certs: Vec::new(),
+            exact: HashMap::new(),
+            wildcard: HashMap::new(),
+        }
+    }
+
     /// Reads and checks every pair. The first pair given is the default certificate.
     ///
     /// # Errors
@@ -86,9 +103,10 @@ impl CertStore {
         })
     }
 
-    /// The certificate for `name` (the client's SNI), or the default.
+    /// The certificate for `name` (the client's SNI), or the default; `None` for a store
+    /// without certificates.
     #[must_use]
-    pub fn choose(&self, name: Option<&str>) -> &Arc<CertifiedKey> {
+    pub fn choose(&self, name: Option<&str>) -> Option<&Arc<CertifiedKey>> {
         let index = name
             .and_then(|n| {
                 // rustls hands SNI over already lower-cased and without a trailing dot.
@@ -98,7 +116,7 @@ impl CertStore {
                 })
             })
             .unwrap_or(0);
-        &self.certs[index].key
+        self.certs.get(index).map(|c| &c.key)
     }
 }
 
@@ -107,13 +125,21 @@ impl CertStore {
 #[derive(Debug)]
 pub struct SniResolver {
     store: RwLock<Arc<CertStore>>,
+    /// ACME's certificates and challenges, when `--acme` is on.
+    managed: Option<Arc<ManagedCerts>>,
 }
 
 impl SniResolver {
-    pub fn new(store: CertStore) -> Self {
+    pub fn new(store: CertStore, managed: Option<Arc<ManagedCerts>>) -> Self {
         Self {
             store: RwLock::new(Arc::new(store)),
+            managed,
         }
+    }
+
+    /// ACME's certificates, when `--acme` is on.
+    pub fn managed(&self) -> Option<&Arc<ManagedCerts>> {
+        self.managed.as_ref()
     }
 
     /// The store in use.
@@ -137,13 +163,30 @@ impl SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(managed) = &self.managed {
+            let name = hello.server_name();
+            let validation = hello
+                .alpn()
+                .is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN));
+            if validation {
+                // RFC 8737 §3: the challenge certificate, for the SNI name, or no handshake.
+                return name.and_then(|n| managed.challenge(n));
+            }
+            if let Some(name) = name {
+                match managed.lookup(name) {
+                    Managed::Ready(key) => return Some(key),
+                    Managed::Pending => return None,
+                    Managed::No => {}
+                }
+            }
+        }
         // One uncontended read lock per full handshake (about a millisecond of signing), never
         // per request.
         let store = self
             .store
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Some(Arc::clone(store.choose(hello.server_name())))
+        store.choose(hello.server_name()).map(Arc::clone)
     }
 }
 
@@ -268,7 +311,7 @@ mod tests {
         let provider = rustls::crypto::aws_lc_rs::default_provider();
         let store = CertStore::load(&pairs, &provider).unwrap();
         let idx = |name: Option<&str>| {
-            let chosen = store.choose(name);
+            let chosen = store.choose(name).unwrap();
             store
                 .certs
                 .iter()
@@ -289,6 +332,42 @@ mod tests {
         assert_eq!(idx(Some("unknown.test")), 0);
         assert_eq!(idx(None), 0);
         assert!(store.certs.iter().all(|c| !c.expired));
+    }
+
+    /// Managed names come first; a pending one is refused rather than given the default; a
+    /// ClientHello offering `acme-tls/1` gets the challenge certificate or nothing.
+    #[test]
+    fn managed_names() {
+        let pki = Pki::new();
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let files = CertStore::load(
+            &[paths(&pki.leaf(
+                "d",
+                &["d.test", "m.test"],
+                KeyKind::EcdsaP256,
+            ))],
+            &provider,
+        )
+        .unwrap();
+        let default = Arc::clone(&files.certs[0].key);
+        let other = CertStore::load(
+            &[paths(&pki.leaf("m", &["m.test"], KeyKind::EcdsaP256))],
+            &provider,
+        )
+        .unwrap();
+        let issued = Arc::clone(&other.certs[0].key);
+        let managed = Arc::new(ManagedCerts::new(&["m.test".to_owned()]));
+        assert!(matches!(managed.lookup("m.test"), Managed::Pending));
+        assert!(matches!(managed.lookup("d.test"), Managed::No));
+        managed.set("m.test", Arc::clone(&issued));
+        assert!(matches!(managed.lookup("m.test"), Managed::Ready(k) if Arc::ptr_eq(&k, &issued)));
+        managed.set_challenge("m.test", Arc::clone(&default));
+        assert!(managed.challenge("m.test").is_some());
+        managed.clear_challenge("m.test");
+        assert!(managed.challenge("m.test").is_none());
+        // No files at all: nothing to offer a name ACME does not manage.
+        assert!(CertStore::empty().choose(Some("x.test")).is_none());
+        assert!(CertStore::empty().choose(None).is_none());
     }
 
     /// Each bad input names its file and its fault.

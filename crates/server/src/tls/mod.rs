@@ -19,6 +19,7 @@
 
 mod certs;
 mod error;
+mod managed;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use rustls::server::ServerSessionMemoryCache;
 use certs::SniResolver;
 pub use certs::{CertPaths, CertStore, LoadedCert};
 pub use error::TlsError;
+pub use managed::{Managed, ManagedCerts, ACME_TLS_ALPN};
 
 /// ALPN for a server that speaks HTTP/1.1 only.
 pub const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
@@ -92,9 +94,25 @@ impl TlsContext {
         backend: CryptoBackend,
         alpn: &[&[u8]],
     ) -> Result<Self, TlsError> {
+        Self::with_managed(pairs, backend, alpn, None)
+    }
+
+    /// [`TlsContext::new`], with certificates ACME obtains for `managed`'s names (looked up
+    /// before the files'; `pairs` may then be empty) and `acme-tls/1` accepted in ALPN for
+    /// TLS-ALPN-01 validations.
+    ///
+    /// # Errors
+    /// As [`TlsContext::new`].
+    pub fn with_managed(
+        pairs: &[CertPaths],
+        backend: CryptoBackend,
+        alpn: &[&[u8]],
+        managed: Option<Arc<ManagedCerts>>,
+    ) -> Result<Self, TlsError> {
         let provider = Arc::new(backend.provider());
-        let store = CertStore::load(pairs, &provider)?;
-        let resolver = Arc::new(SniResolver::new(store));
+        let store = Self::load(pairs, &provider, managed.is_some())?;
+        let acme = managed.is_some();
+        let resolver = Arc::new(SniResolver::new(store, managed));
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
             .with_no_client_auth()
@@ -102,6 +120,11 @@ impl TlsContext {
                 Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>
             );
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        if acme {
+            // Last: rustls picks its own first protocol the client offers, and only a CA's
+            // validation offers this one.
+            config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+        }
         config.ticketer = backend.ticketer()?;
         config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
         config.send_tls13_tickets = 1;
@@ -111,6 +134,30 @@ impl TlsContext {
             provider,
             pairs: pairs.to_vec(),
         })
+    }
+
+    fn load(
+        pairs: &[CertPaths],
+        provider: &CryptoProvider,
+        managed: bool,
+    ) -> Result<CertStore, TlsError> {
+        if pairs.is_empty() && managed {
+            Ok(CertStore::empty())
+        } else {
+            CertStore::load(pairs, provider)
+        }
+    }
+
+    /// ACME's certificates, when `--acme` is on.
+    #[must_use]
+    pub fn managed(&self) -> Option<&Arc<ManagedCerts>> {
+        self.resolver.managed()
+    }
+
+    /// The cryptography provider the certificates' keys are loaded with.
+    #[must_use]
+    pub fn provider(&self) -> &Arc<CryptoProvider> {
+        &self.provider
     }
 
     /// The certificates now in use.
@@ -125,7 +172,7 @@ impl TlsContext {
     /// # Errors
     /// As [`TlsContext::new`], for the first unusable pair.
     pub fn reload(&self) -> Result<Arc<CertStore>, TlsError> {
-        let store = CertStore::load(&self.pairs, &self.provider)?;
+        let store = Self::load(&self.pairs, &self.provider, self.managed().is_some())?;
         self.resolver.replace(store);
         Ok(self.resolver.current())
     }

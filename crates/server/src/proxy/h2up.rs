@@ -1,0 +1,984 @@
+//! HTTP/2 upstreams (`h2c://`, or `protocol = "h2"`): many client requests as streams over few
+//! connections per server, each connection driven by the codec's client state machine
+//! (`lowlat_http::h2::client`) from the worker's own loop, in clear or through TLS (ALPN h2).
+//!
+//! Two kinds of tokens, both above the upstream side's [`super::upstream::TOKEN_BASE`]: a connection's
+//! (registered with epoll) and an exchange's (one per request, what the client links to and
+//! cancels by). A readable connection may carry news for many clients, so what its frames say
+//! is kept on each exchange and the exchange is marked touched; the worker then hands each
+//! touched exchange its client ([`H2Upstreams::take_touched`]), and the exchange delivers
+//! (head, body as the client's backlog allows, trailers, end — or a 502 / a cut response).
+//!
+//! Back-pressure is HTTP/2's own: data a client has not taken is not given back to the
+//! server's window, so at most a stream window per exchange is held here.
+//!
+//! Failures: a stream the server refused (RST_STREAM REFUSED_STREAM, or above a GOAWAY's last
+//! stream) was not processed, and an idempotent request goes once more elsewhere; any other
+//! failure before the head is a 502 (504 after the first-byte timeout); after it, the client's
+//! response is cut. A GOAWAY lets the streams in flight finish; new requests open another
+//! connection.
+
+use std::io;
+use std::ops::Range;
+use std::rc::Rc;
+use std::time::Instant;
+
+use lowlat_http::client::Header;
+use lowlat_http::h2::client::{ClientConn, Event, OpenError, MIN_READ_BUFFER};
+use lowlat_http::h2::frame::ErrorCode;
+use lowlat_http::request::{header_slots, parse_request, HeadLimits};
+use lowlat_http::Status;
+use mio::{Interest, Token};
+use slab::Slab;
+
+use super::downstream::Downstream;
+use super::group::WorkerGroup;
+use super::headers::response_field_passes;
+use super::health::now_ms;
+use super::job::{ProxyJob, RelayBody};
+use super::trailers::trailer_passes;
+use super::upstream::Sock;
+use crate::ctx::WorkerCtx;
+
+/// Connection tokens: this far above the engine's base (HTTP/1.1 connections sit just above it).
+pub(crate) const CONN_OFFSET: usize = 1 << 40;
+/// Exchange tokens.
+pub(crate) const EXCHANGE_OFFSET: usize = 1 << 41;
+/// Streams assumed allowed on a connection before the server's SETTINGS say (requests queue on
+/// it meanwhile rather than each opening a connection).
+const ASSUMED_STREAMS: usize = 100;
+/// Stop delivering (and so stop giving window back) while a client has this much unwritten.
+const HIGH_WATER: usize = 256 * 1024;
+/// Failure kinds, in the order of [`super::stats::FAILURE_KINDS`].
+const CONNECT: usize = 0;
+const CLOSED: usize = 1;
+const INVALID: usize = 2;
+const TIMEOUT: usize = 3;
+
+/// Where a connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Connecting,
+    Handshake,
+    Open,
+}
+
+/// One HTTP/2 connection to an upstream server.
+#[derive(Debug)]
+struct Conn {
+    sock: Sock,
+    group: Rc<WorkerGroup>,
+    server: usize,
+    phase: Phase,
+    session: Box<ClientConn>,
+    /// Bytes of `session.out` written.
+    wpos: usize,
+    rbuf: Vec<u8>,
+    rlen: usize,
+    readable: bool,
+    writable: bool,
+    /// (stream id, exchange key) of the streams open.
+    streams: Vec<(u32, usize)>,
+    /// Exchanges waiting for the connection (or a free stream).
+    waiting: Vec<usize>,
+    /// Connect deadline, then idle deadline while no stream is open.
+    deadline: Instant,
+}
+
+/// What an exchange must still tell its client.
+#[derive(Debug)]
+enum Outcome {
+    /// Nothing yet: in progress.
+    Pending,
+    /// The response is complete once the body is delivered.
+    Ended,
+    /// Failed: a status page if nothing was relayed, else a cut response. `retry`: the server
+    /// did not process it.
+    Failed { kind: usize, retry: bool },
+}
+
+/// A response head read, not yet delivered.
+#[derive(Debug)]
+struct PendingHead {
+    status: u16,
+    /// The decoded fields: their bytes, and (name, value) ranges into them.
+    bytes: Vec<u8>,
+    ranges: Vec<(Range<usize>, Range<usize>)>,
+    /// No body follows.
+    end_stream: bool,
+}
+
+/// One request on an HTTP/2 upstream connection.
+#[derive(Debug)]
+struct Exchange {
+    conn: usize,
+    group: Rc<WorkerGroup>,
+    server: usize,
+    stream: u32,
+    client: (Token, u32),
+    /// Kept until the head arrives (a refused stream sends it again).
+    job: Option<ProxyJob>,
+    head_request: bool,
+    /// A head to deliver.
+    head: Option<Box<PendingHead>>,
+    head_relayed: bool,
+    status: u16,
+    /// The body's length as the head announced it, and what was relayed: a response whose
+    /// DATA does not add up to its `content-length` is cut, never completed wrong.
+    announced: Option<u64>,
+    relayed: u64,
+    body: Vec<u8>,
+    trailers: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    outcome: Outcome,
+    deadline: Instant,
+    sent_at: Instant,
+}
+
+/// One worker's HTTP/2 upstream connections and exchanges.
+#[derive(Debug, Default)]
+pub(crate) struct H2Upstreams {
+    conns: Slab<Conn>,
+    exchanges: Slab<Exchange>,
+    /// Exchanges with something to deliver.
+    touched: Vec<usize>,
+    /// The request head being translated (lower-cased names).
+    scratch: Vec<u8>,
+}
+
+/// What the engine must do after an exchange delivered.
+pub(crate) enum Delivered {
+    Nothing,
+    /// Send this request again, to another server (the first was refused unprocessed).
+    Retry(ProxyJob, (Token, u32), usize),
+}
+
+fn base() -> usize {
+    super::upstream::TOKEN_BASE
+}
+
+/// Whether `token` is an HTTP/2 connection's or exchange's.
+pub(crate) fn owns(token: Token) -> bool {
+    token.0 >= base() + CONN_OFFSET
+}
+
+impl H2Upstreams {
+    /// The client an exchange token relays to (`None` for a connection's token).
+    pub(crate) fn client_of(&self, token: Token) -> Option<(Token, u32)> {
+        let key = token.0.checked_sub(base() + EXCHANGE_OFFSET)?;
+        self.exchanges.get(key).map(|x| x.client)
+    }
+
+    /// Exchanges with news for their clients, as tokens (the worker hands each its client).
+    pub(crate) fn take_touched(&mut self) -> Vec<Token> {
+        let mut out: Vec<Token> = self
+            .touched
+            .drain(..)
+            .map(|k| Token(base() + EXCHANGE_OFFSET + k))
+            .collect();
+        out.dedup();
+        out
+    }
+
+    /// Sends `job` to `server` over an HTTP/2 connection with room, or a new one.
+    pub(crate) fn assign(
+        &mut self,
+        server: usize,
+        job: ProxyJob,
+        client: (Token, u32),
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> Result<(), ProxyJob> {
+        let group = Rc::clone(&job.group);
+        let room = self.conns.iter().find_map(|(k, c)| {
+            let same = Rc::ptr_eq(&c.group, &group) && c.server == server;
+            let used = c.streams.len() + c.waiting.len();
+            (same && !c.session.going_away() && used < c.session.stream_limit(ASSUMED_STREAMS))
+                .then_some(k)
+        });
+        let conn = match room {
+            Some(k) => k,
+            None => match self.connect(&group, server, ctx) {
+                Some(k) => k,
+                None => return Err(job),
+            },
+        };
+        let xkey = self.exchanges.insert(Exchange {
+            conn,
+            group: Rc::clone(&group),
+            server,
+            stream: 0,
+            client,
+            head_request: job.head_request,
+            job: Some(job),
+            head: None,
+            head_relayed: false,
+            status: 0,
+            announced: None,
+            relayed: 0,
+            body: Vec::new(),
+            trailers: None,
+            outcome: Outcome::Pending,
+            deadline: ctx.now + group.cfg.timeouts.first_byte,
+            sent_at: ctx.now,
+        });
+        group.active.borrow_mut()[server] += 1;
+        self.conns[conn].waiting.push(xkey);
+        self.gauges(&group, server, ctx.worker);
+        down.relay_link(Token(base() + EXCHANGE_OFFSET + xkey));
+        self.drive(conn, ctx);
+        Ok(())
+    }
+
+    fn connect(
+        &mut self,
+        group: &Rc<WorkerGroup>,
+        server: usize,
+        ctx: &mut WorkerCtx<'_>,
+    ) -> Option<usize> {
+        let s = &group.cfg.servers[server];
+        let mut sock = match Sock::connect(s) {
+            Ok(sock) => sock,
+            Err(e) => {
+                tracing::debug!(server = %s.label, "upstream connect: {e}");
+                group.health.failed(server, now_ms());
+                group.health.stats.failure(server, ctx.worker, CONNECT);
+                return None;
+            }
+        };
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        ctx.registry
+            .register(
+                sock.source(),
+                Token(base() + CONN_OFFSET + key),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .ok()?;
+        entry.insert(Conn {
+            sock,
+            group: Rc::clone(group),
+            server,
+            phase: Phase::Connecting,
+            session: Box::new(ClientConn::new()),
+            wpos: 0,
+            rbuf: vec![0; MIN_READ_BUFFER * 2],
+            rlen: 0,
+            readable: false,
+            writable: false,
+            streams: Vec::new(),
+            waiting: Vec::new(),
+            deadline: ctx.now + group.cfg.timeouts.connect,
+        });
+        Some(key)
+    }
+
+    /// A readiness event on a connection token; or, for an exchange token, its client is
+    /// `down`: deliver what it has.
+    pub(crate) fn on_event(
+        &mut self,
+        token: Token,
+        readable: bool,
+        writable: bool,
+        ctx: &mut WorkerCtx<'_>,
+        down: Option<&mut dyn Downstream>,
+    ) -> Delivered {
+        if let Some(key) = token.0.checked_sub(base() + EXCHANGE_OFFSET) {
+            return match down {
+                Some(down) => self.deliver(key, ctx, down),
+                None => {
+                    self.cancel(token, ctx);
+                    Delivered::Nothing
+                }
+            };
+        }
+        let key = token.0 - base() - CONN_OFFSET;
+        if let Some(c) = self.conns.get_mut(key) {
+            c.readable |= readable;
+            c.writable |= writable;
+            self.drive(key, ctx);
+        }
+        Delivered::Nothing
+    }
+
+    /// Makes all the progress possible on connection `key`.
+    fn drive(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
+        loop {
+            let Some(c) = self.conns.get_mut(key) else {
+                return;
+            };
+            match c.phase {
+                Phase::Connecting => {
+                    if !c.writable {
+                        return;
+                    }
+                    match c.sock.connect_result() {
+                        Ok(true) => {
+                            c.phase = if c.sock.is_tls() {
+                                c.readable = true;
+                                Phase::Handshake
+                            } else {
+                                Phase::Open
+                            };
+                        }
+                        Ok(false) => {
+                            c.writable = false;
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::debug!(server = %c.group.cfg.servers[c.server].label, "upstream connect: {e}");
+                            return self.fail_conn(key, CONNECT, ctx);
+                        }
+                    }
+                }
+                Phase::Handshake => match c.sock.handshake() {
+                    Ok(true) => {
+                        c.phase = Phase::Open;
+                        c.writable = true;
+                    }
+                    Ok(false) => {
+                        c.readable = false;
+                        c.writable = false;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            group = %c.group.cfg.name,
+                            server = %c.group.cfg.servers[c.server].label,
+                            "upstream TLS handshake failed: {e}"
+                        );
+                        return self.fail_conn(key, CONNECT, ctx);
+                    }
+                },
+                Phase::Open => {
+                    self.open_waiting(key, ctx);
+                    if !self.write(key, ctx) {
+                        return;
+                    }
+                    if !self.read(key, ctx) {
+                        return;
+                    }
+                    let c = &self.conns[key];
+                    if !c.readable && (c.session.out.len() == c.wpos || !c.writable) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Opens streams for the exchanges waiting, as far as the server allows.
+    fn open_waiting(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
+        let c = &mut self.conns[key];
+        while let Some(&xkey) = c.waiting.first() {
+            if c.session.can_open().is_err() {
+                break;
+            }
+            c.waiting.remove(0);
+            let Some(x) = self.exchanges.get_mut(xkey) else {
+                continue;
+            };
+            let Some(job) = &x.job else { continue };
+            let tls = c.group.cfg.servers[c.server].tls.is_some();
+            match open_stream(&mut c.session, &job.request, tls, &mut self.scratch) {
+                Some(Ok(id)) => {
+                    x.stream = id;
+                    x.sent_at = ctx.now;
+                    x.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
+                    c.streams.push((id, xkey));
+                }
+                Some(Err(OpenError::Full)) => {
+                    c.waiting.insert(0, xkey);
+                    break;
+                }
+                Some(Err(OpenError::Closing)) => {
+                    // Not sent: elsewhere.
+                    x.outcome = Outcome::Failed {
+                        kind: CLOSED,
+                        retry: true,
+                    };
+                    self.touched.push(xkey);
+                }
+                None => {
+                    tracing::debug!("the forwarded request does not parse as HTTP/1.1");
+                    x.outcome = Outcome::Failed {
+                        kind: INVALID,
+                        retry: false,
+                    };
+                    self.touched.push(xkey);
+                }
+            }
+        }
+    }
+
+    /// Writes what the session queued. False when the connection failed.
+    fn write(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) -> bool {
+        let c = &mut self.conns[key];
+        while c.wpos < c.session.out.len() {
+            if !c.writable {
+                return true;
+            }
+            match c.sock.write(&c.session.out[c.wpos..]) {
+                Ok(n) => c.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.writable = false;
+                    return true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.fail_conn(key, CLOSED, ctx);
+                    return false;
+                }
+            }
+        }
+        match c.sock.flush() {
+            Ok(true) => {}
+            Ok(false) => c.writable = false,
+            Err(_) => {
+                self.fail_conn(key, CLOSED, ctx);
+                return false;
+            }
+        }
+        c.session.out.clear();
+        c.wpos = 0;
+        true
+    }
+
+    /// Reads and handles frames. False when the connection ended.
+    fn read(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) -> bool {
+        let c = &mut self.conns[key];
+        if !c.readable {
+            return true;
+        }
+        match c.sock.read(&mut c.rbuf[c.rlen..]) {
+            Ok(0) => {
+                let quiet = c.streams.is_empty() && c.waiting.is_empty();
+                if quiet {
+                    self.remove_conn(key, ctx);
+                } else {
+                    self.fail_conn(key, CLOSED, ctx);
+                }
+                false
+            }
+            Ok(n) => {
+                c.readable = !c.sock.drained_after(c.rlen + n < c.rbuf.len());
+                c.rlen += n;
+                self.frames(key, ctx)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.readable = false;
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+            Err(_) => {
+                self.fail_conn(key, CLOSED, ctx);
+                false
+            }
+        }
+    }
+
+    /// Handles the frames the read buffer holds.
+    fn frames(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) -> bool {
+        let Self {
+            conns,
+            exchanges,
+            touched,
+            ..
+        } = self;
+        let c = &mut conns[key];
+        let read_timeout = c.group.cfg.timeouts.read;
+        let streams = &mut c.streams;
+        let rbuf = &c.rbuf[..c.rlen];
+        let mut going_away = false;
+        let result = c.session.receive(rbuf, |e| {
+            let stream = match &e {
+                Event::Head { stream, .. }
+                | Event::Data { stream, .. }
+                | Event::Trailers { stream, .. }
+                | Event::Reset { stream, .. } => *stream,
+                Event::GoAway { .. } => {
+                    going_away = true;
+                    return;
+                }
+            };
+            let Some(at) = streams.iter().position(|&(s, _)| s == stream) else {
+                return;
+            };
+            let xkey = streams[at].1;
+            let Some(x) = exchanges.get_mut(xkey) else {
+                return;
+            };
+            x.deadline = ctx.now + read_timeout;
+            let mut ended = false;
+            match e {
+                Event::Head {
+                    status,
+                    fields,
+                    end_stream,
+                    ..
+                } => {
+                    let mut bytes = Vec::new();
+                    let mut ranges = Vec::new();
+                    for (n, v) in fields.iter() {
+                        let ns = bytes.len();
+                        bytes.extend_from_slice(n);
+                        let vs = bytes.len();
+                        bytes.extend_from_slice(v);
+                        ranges.push((ns..vs, vs..bytes.len()));
+                    }
+                    x.head = Some(Box::new(PendingHead {
+                        status,
+                        bytes,
+                        ranges,
+                        end_stream,
+                    }));
+                    if end_stream {
+                        x.outcome = Outcome::Ended;
+                        ended = true;
+                    }
+                }
+                Event::Data {
+                    data, end_stream, ..
+                } => {
+                    x.body.extend_from_slice(data);
+                    if end_stream {
+                        x.outcome = Outcome::Ended;
+                        ended = true;
+                    }
+                }
+                Event::Trailers { fields, .. } => {
+                    x.trailers = Some(
+                        fields
+                            .iter()
+                            .filter(|(n, _)| trailer_passes(n))
+                            .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                            .collect(),
+                    );
+                    x.outcome = Outcome::Ended;
+                    ended = true;
+                }
+                Event::Reset { code, .. } => {
+                    tracing::debug!(stream, code, "upstream reset the stream");
+                    x.outcome = Outcome::Failed {
+                        kind: CLOSED,
+                        retry: code == ErrorCode::RefusedStream as u32,
+                    };
+                    ended = true;
+                }
+                Event::GoAway { .. } => {}
+            }
+            if ended {
+                streams.swap_remove(at);
+            }
+            touched.push(xkey);
+        });
+        match result {
+            Ok(used) => {
+                c.rbuf.copy_within(used..c.rlen, 0);
+                c.rlen -= used;
+            }
+            Err(code) => {
+                tracing::debug!(server = %c.group.cfg.servers[c.server].label, ?code, "upstream HTTP/2 connection error");
+                let _ = self.write(key, ctx);
+                self.fail_conn(key, INVALID, ctx);
+                return false;
+            }
+        }
+        if going_away {
+            // New requests go elsewhere; those waiting here are sent again.
+            let waiting = std::mem::take(&mut self.conns[key].waiting);
+            for xkey in waiting {
+                if let Some(x) = self.exchanges.get_mut(xkey) {
+                    x.outcome = Outcome::Failed {
+                        kind: CLOSED,
+                        retry: true,
+                    };
+                    self.touched.push(xkey);
+                }
+            }
+        }
+        let c = &mut self.conns[key];
+        if c.streams.is_empty() {
+            c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
+            if c.session.going_away() {
+                let _ = self.write(key, ctx);
+                self.remove_conn(key, ctx);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Hands exchange `key`'s news to its client.
+    fn deliver(
+        &mut self,
+        key: usize,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> Delivered {
+        let Some(x) = self.exchanges.get_mut(key) else {
+            return Delivered::Nothing;
+        };
+        let (group, server) = (Rc::clone(&x.group), x.server);
+        if let Some(head) = x.head.take() {
+            let PendingHead {
+                status,
+                bytes,
+                ranges,
+                end_stream,
+            } = *head;
+            let fields: Vec<Header<'_>> = ranges
+                .iter()
+                .filter(|(n, _)| !bytes[n.clone()].starts_with(b":"))
+                .filter_map(|(n, v)| {
+                    Some(Header {
+                        name: std::str::from_utf8(&bytes[n.clone()]).ok()?,
+                        value: &bytes[v.clone()],
+                    })
+                })
+                .collect();
+            let length = fields
+                .iter()
+                .find(|f| f.name == "content-length")
+                .and_then(|f| std::str::from_utf8(f.value).ok()?.trim().parse().ok());
+            let bodiless = x.head_request || status == 204 || status == 304 || end_stream;
+            let relay = match length {
+                _ if bodiless => RelayBody::None { length },
+                Some(n) => RelayBody::Length(n),
+                None => RelayBody::Unknown,
+            };
+            x.status = status;
+            x.announced = match relay {
+                RelayBody::Length(n) => Some(n),
+                RelayBody::None { .. } => Some(0),
+                RelayBody::Unknown => None,
+            };
+            let pass = |name: &str| response_field_passes(name, std::iter::empty());
+            down.relay_head(ctx, status, "", &fields, &pass, relay);
+            x.head_relayed = true;
+            if let Some(job) = x.job.take() {
+                job.group.give_buffer(job.request);
+            }
+        }
+        if !x.body.is_empty() && down.backlog() < HIGH_WATER {
+            let n = x.body.len();
+            if !x.head_request {
+                down.relay_body(ctx, &x.body);
+                x.relayed += n as u64;
+            }
+            x.body.clear();
+            let (conn, stream) = (x.conn, x.stream);
+            if let Some(c) = self.conns.get_mut(conn) {
+                c.session.release(stream, n);
+            }
+        }
+        let x = &mut self.exchanges[key];
+        if x.announced.is_some_and(|n| x.relayed > n)
+            || (matches!(x.outcome, Outcome::Ended)
+                && x.body.is_empty()
+                && x.announced.is_some_and(|n| x.relayed != n))
+        {
+            // More or less than the head announced: cut, never relayed as complete.
+            tracing::debug!(server = %group.cfg.servers[server].label, "upstream HTTP/2 response body does not match its content-length");
+            x.outcome = Outcome::Failed {
+                kind: INVALID,
+                retry: false,
+            };
+        }
+        let delivered = match x.outcome {
+            Outcome::Pending => Delivered::Nothing,
+            Outcome::Ended if !x.body.is_empty() => Delivered::Nothing,
+            Outcome::Ended => {
+                if let Some(trailers) = x.trailers.take() {
+                    let fields: Vec<(&[u8], &[u8])> = trailers
+                        .iter()
+                        .map(|(n, v)| (n.as_slice(), v.as_slice()))
+                        .collect();
+                    if !fields.is_empty() {
+                        down.relay_trailers(ctx, &fields);
+                    }
+                }
+                let took = ctx.now.saturating_duration_since(x.sent_at);
+                group
+                    .health
+                    .stats
+                    .response(server, ctx.worker, x.status, took);
+                down.relay_end(ctx, &group.cfg.servers[server].label, x.status, took);
+                self.remove_exchange(key);
+                self.gauges(&group, server, ctx.worker);
+                Delivered::Nothing
+            }
+            Outcome::Failed { kind, retry } => {
+                group.health.stats.failure(server, ctx.worker, kind);
+                // A refused stream is the server's choice, not its failure; a refused connect
+                // is a failure (and the request, never sent, may go elsewhere).
+                let refused = retry && kind != CONNECT;
+                if !refused {
+                    group.health.failed(server, now_ms());
+                }
+                let relayed = x.head_relayed;
+                let job = x.job.take();
+                let client = x.client;
+                self.remove_exchange(key);
+                if relayed {
+                    down.relay_abort(ctx);
+                    Delivered::Nothing
+                } else {
+                    match job {
+                        // Sent once more when that is safe: an idempotent request, or one
+                        // never processed (a refused connect or stream: RFC 9113 §8.7). A
+                        // refused stream does not use up the one retry (a server going away
+                        // refuses what it will not do), but is sent elsewhere if it can be.
+                        Some(mut job)
+                            if (job.idempotent || retry)
+                                && (!job.retried || (refused && !job.stale_retried)) =>
+                        {
+                            if refused && !job.stale_retried {
+                                job.stale_retried = true;
+                            } else {
+                                job.retried = true;
+                            }
+                            let now = now_ms();
+                            let other =
+                                job.group.choose(job.hash, Some(server), now).or_else(|| {
+                                    refused
+                                        .then(|| job.group.choose(job.hash, None, now))
+                                        .flatten()
+                                });
+                            match other {
+                                Some(s) => Delivered::Retry(job, client, s),
+                                None => {
+                                    job.group.give_buffer(job.request);
+                                    down.relay_error(ctx, status_for(kind));
+                                    Delivered::Nothing
+                                }
+                            }
+                        }
+                        job => {
+                            if let Some(job) = job {
+                                job.group.give_buffer(job.request);
+                            }
+                            down.relay_error(ctx, status_for(kind));
+                            Delivered::Nothing
+                        }
+                    }
+                }
+            }
+        };
+        down.flush_relayed(ctx);
+        // Window updates released above go out now.
+        let conn = self.exchanges.get(key).map(|x| x.conn);
+        if let Some(conn) = conn {
+            if self.conns.contains(conn) {
+                let _ = self.write(conn, ctx);
+            }
+        }
+        delivered
+    }
+
+    /// The client went away: its stream is reset (the server stops working on it).
+    pub(crate) fn cancel(&mut self, token: Token, ctx: &mut WorkerCtx<'_>) {
+        let Some(key) = token.0.checked_sub(base() + EXCHANGE_OFFSET) else {
+            return;
+        };
+        let Some(x) = self.exchanges.get(key) else {
+            return;
+        };
+        let (conn, stream) = (x.conn, x.stream);
+        if let Some(c) = self.conns.get_mut(conn) {
+            if stream != 0 {
+                tracing::debug!(server = %c.group.cfg.servers[c.server].label, stream, "client gone: upstream stream reset (CANCEL)");
+                c.session.cancel(stream);
+                c.streams.retain(|&(s, _)| s != stream);
+            }
+            c.waiting.retain(|&k| k != key);
+        }
+        if let Some(job) = self.exchanges.get_mut(key).and_then(|x| x.job.take()) {
+            job.group.give_buffer(job.request);
+        }
+        self.remove_exchange(key);
+        if self.conns.contains(conn) {
+            let _ = self.write(conn, ctx);
+        }
+    }
+
+    /// Tokens whose deadline passed.
+    pub(crate) fn expired(&self, now: Instant, out: &mut Vec<Token>) {
+        for (k, x) in &self.exchanges {
+            if now >= x.deadline && matches!(x.outcome, Outcome::Pending) {
+                out.push(Token(base() + EXCHANGE_OFFSET + k));
+            }
+        }
+        for (k, c) in &self.conns {
+            let idle = c.streams.is_empty() && c.waiting.is_empty();
+            if now >= c.deadline && (idle || c.phase != Phase::Open) {
+                out.push(Token(base() + CONN_OFFSET + k));
+            }
+        }
+    }
+
+    /// A deadline passed: an exchange times out (504 or a cut response, delivered as any
+    /// failure), an idle connection closes, a connect that took too long fails its exchanges.
+    pub(crate) fn expire(&mut self, token: Token, ctx: &mut WorkerCtx<'_>) {
+        if let Some(key) = token.0.checked_sub(base() + EXCHANGE_OFFSET) {
+            let Some(x) = self.exchanges.get_mut(key) else {
+                return;
+            };
+            if ctx.now < x.deadline {
+                return;
+            }
+            let (conn, stream) = (x.conn, x.stream);
+            x.outcome = Outcome::Failed {
+                kind: TIMEOUT,
+                retry: false,
+            };
+            self.touched.push(key);
+            if let Some(c) = self.conns.get_mut(conn) {
+                if stream != 0 {
+                    c.session.cancel(stream);
+                    c.streams.retain(|&(s, _)| s != stream);
+                }
+                c.waiting.retain(|&k| k != key);
+                let _ = self.write(conn, ctx);
+            }
+            return;
+        }
+        let key = token.0 - base() - CONN_OFFSET;
+        if let Some(c) = self.conns.get(key) {
+            if ctx.now >= c.deadline {
+                if c.phase == Phase::Open {
+                    self.remove_conn(key, ctx);
+                } else {
+                    self.fail_conn(key, TIMEOUT, ctx);
+                }
+            }
+        }
+    }
+
+    /// The connection failed: every exchange on it fails (those never sent may go elsewhere).
+    fn fail_conn(&mut self, key: usize, kind: usize, ctx: &mut WorkerCtx<'_>) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        for (_, xkey) in std::mem::take(&mut c.streams) {
+            if let Some(x) = self.exchanges.get_mut(xkey) {
+                x.outcome = Outcome::Failed { kind, retry: false };
+                self.touched.push(xkey);
+            }
+        }
+        for xkey in std::mem::take(&mut c.waiting) {
+            if let Some(x) = self.exchanges.get_mut(xkey) {
+                x.outcome = Outcome::Failed {
+                    kind,
+                    retry: kind == CONNECT,
+                };
+                self.touched.push(xkey);
+            }
+        }
+        self.remove_conn(key, ctx);
+    }
+
+    fn remove_conn(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
+        if let Some(mut c) = self.conns.try_remove(key) {
+            let _ = ctx.registry.deregister(c.sock.source());
+            self.gauges(&c.group, c.server, ctx.worker);
+        }
+    }
+
+    /// Publishes this worker's HTTP/2 connections to `server` for `/metrics`: with streams open
+    /// (active), without (idle).
+    fn gauges(&self, group: &Rc<WorkerGroup>, server: usize, worker: usize) {
+        let (mut active, mut idle) = (0, 0);
+        for (_, c) in &self.conns {
+            if Rc::ptr_eq(&c.group, group) && c.server == server {
+                if c.streams.is_empty() && c.waiting.is_empty() {
+                    idle += 1;
+                } else {
+                    active += 1;
+                }
+            }
+        }
+        group.health.stats.connections(server, worker, active, idle);
+    }
+
+    fn remove_exchange(&mut self, key: usize) {
+        if let Some(x) = self.exchanges.try_remove(key) {
+            let mut active = x.group.active.borrow_mut();
+            active[x.server] = active[x.server].saturating_sub(1);
+        }
+    }
+}
+
+fn status_for(kind: usize) -> u16 {
+    if kind == TIMEOUT {
+        504
+    } else {
+        502
+    }
+}
+
+/// Fields HTTP/2 forbids in a request (RFC 9113 §8.2.2), besides `Host` (the `:authority`).
+fn connection_specific(name: &str) -> bool {
+    [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    ]
+    .iter()
+    .any(|f| name.eq_ignore_ascii_case(f))
+}
+
+/// Opens a stream for `request` (the HTTP/1.1 bytes the proxy handler wrote: head, then a body
+/// of its `Content-Length`). `None` when it does not parse (it always should).
+fn open_stream(
+    session: &mut ClientConn,
+    request: &[u8],
+    tls: bool,
+    scratch: &mut Vec<u8>,
+) -> Option<Result<u32, OpenError>> {
+    let mut slots = header_slots();
+    // The proxy wrote this head itself (the client's, checked, with forwarding fields added):
+    // only its own size bounds it.
+    let limits = HeadLimits {
+        max_uri_bytes: request.len(),
+        max_head_bytes: request.len(),
+        max_headers: slots.len(),
+    };
+    let Ok(Status::Complete(req)) = parse_request(request, &mut slots, &limits) else {
+        return None;
+    };
+    let body = &request[req.head_len..];
+    let authority = req.header("host").unwrap_or_default();
+    // Names lower-cased into one buffer (HTTP/2 requires lower case).
+    scratch.clear();
+    let mut ranges: Vec<(Range<usize>, &[u8])> = Vec::with_capacity(req.headers.len());
+    for h in req.headers {
+        if connection_specific(h.name) {
+            continue;
+        }
+        if h.name.eq_ignore_ascii_case("te") {
+            continue;
+        }
+        let at = scratch.len();
+        scratch.extend(h.name.bytes().map(|b| b.to_ascii_lowercase()));
+        ranges.push((at..scratch.len(), h.value));
+    }
+    let scheme: &[u8] = if tls { b"https" } else { b"http" };
+    let pseudo = [
+        (&b":method"[..], req.method_token.as_bytes()),
+        (b":scheme", scheme),
+        (b":authority", authority),
+        (b":path", req.target.as_bytes()),
+    ];
+    let scratch = &*scratch;
+    // This side relays trailers, so it says so (RFC 9110 §10.1.4): gRPC servers refuse a call
+    // without it.
+    let te = [(&b"te"[..], &b"trailers"[..])];
+    let fields = pseudo
+        .into_iter()
+        .chain(ranges.iter().map(|(n, v)| (&scratch[n.clone()], *v)))
+        .chain(te);
+    Some(session.open(fields, body, &[]))
+}
