@@ -1,5 +1,6 @@
 //! The access log: one line per answered request, in nginx's `combined` format (which goaccess
-//! and every log tool read) or as one JSON object a line.
+//! and every log tool read), as one JSON object a line, or in a `log_format` of the config file
+//! (compiled once into segments by [`crate::log_format`], walked per line here).
 //!
 //! Each worker writes its own lines into its own buffer and hands them to the file in one
 //! `write(2)` when the buffer passes [`FLUSH_BYTES`] or at least once a second — never a write
@@ -26,14 +27,16 @@ pub const FLUSH_BYTES: usize = 64 * 1024;
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// Line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Format {
     /// `$remote_addr - - [$time_local] "$request" $status $body_bytes_sent "$http_referer"
     /// "$http_user_agent"`, times in UTC.
     Combined,
     /// `{"time":…,"remote":…,"method":…,"target":…,"protocol":…,"status":…,"bytes":…,
-    /// "duration_us":…,"user_agent":…,"referer":…,"worker":…}`.
+    /// "duration_us":…,"user_agent":…,"referer":…,"worker":…,"site":…}`.
     Json,
+    /// A `log_format`, compiled.
+    Custom(Arc<crate::log_format::LogFormat>),
 }
 
 /// The access log every worker writes to: where, how, and the reopen generation.
@@ -41,6 +44,8 @@ pub enum Format {
 pub struct AccessLogConfig {
     pub path: PathBuf,
     pub format: Format,
+    /// Each site's name (`$site`, the JSON `site`), by the index the router gives it.
+    pub sites: Vec<String>,
     generation: AtomicU64,
 }
 
@@ -50,8 +55,21 @@ impl AccessLogConfig {
         Self {
             path,
             format,
+            sites: vec!["default".to_owned()],
             generation: AtomicU64::new(0),
         }
+    }
+
+    /// The sites' names, by router index (the first is the default site).
+    #[must_use]
+    pub fn with_sites(mut self, sites: Vec<String>) -> Self {
+        self.sites = sites;
+        self
+    }
+
+    /// Whether proxied requests must keep all their fields for their line.
+    fn needs_fields(&self) -> bool {
+        matches!(self.format, Format::Custom(_))
     }
 
     /// Asks every worker to reopen the file at its next flush (SIGUSR1).
@@ -94,6 +112,43 @@ pub(crate) struct Entry<'a> {
     /// Bytes received from the client through a WebSocket tunnel (`bytes` are those sent to
     /// it); only on a tunnel's line.
     pub(crate) received: Option<u64>,
+    /// The site that answered (its router index); `None` for a request refused before routing.
+    pub(crate) site: Option<usize>,
+    /// The request came over TLS.
+    pub(crate) tls: bool,
+    /// The response head's length (`$bytes_sent` is this plus `bytes`).
+    pub(crate) head_bytes: u64,
+    /// The request's fields, for `$http_NAME`, `$host`, `$remote_user`, `$request_id`.
+    pub(crate) fields: Fields<'a>,
+}
+
+/// Where a log line finds the request's header fields.
+#[derive(Clone, Copy)]
+pub(crate) enum Fields<'a> {
+    /// Refused before its fields were read.
+    None,
+    /// Answered while its head is still in the buffer.
+    Head(&'a [lowlat_http::request::Header<'a>]),
+    /// Kept while an upstream answered.
+    Held(&'a HeldRequest),
+}
+
+impl<'a> Fields<'a> {
+    /// The first field named `name` (ASCII case-insensitive).
+    fn get(self, name: &str) -> Option<&'a [u8]> {
+        match self {
+            Self::None => None,
+            Self::Head(h) => h
+                .iter()
+                .find(|f| f.name.eq_ignore_ascii_case(name))
+                .map(|f| f.value),
+            Self::Held(h) => h
+                .fields
+                .iter()
+                .find(|(n, _)| h.buf[n.clone()].eq_ignore_ascii_case(name.as_bytes()))
+                .map(|(_, v)| &h.buf[v.clone()]),
+        }
+    }
 }
 
 /// What the access log says of a proxied request's upstream.
@@ -114,12 +169,25 @@ pub(crate) struct HeldRequest {
     user_agent: Option<std::ops::Range<usize>>,
     referer: Option<std::ops::Range<usize>>,
     version: Option<Version>,
+    /// Every field (name, value), kept only for a `log_format` (which may name any).
+    fields: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    site: usize,
+    tls: bool,
 }
 
 impl HeldRequest {
-    /// Keeps what the log line of `req` will need.
-    pub(crate) fn hold(&mut self, req: &lowlat_http::request::Request<'_, '_>) {
+    /// Keeps what the log line of `req`, answered by `site`, will need.
+    pub(crate) fn hold(
+        &mut self,
+        req: &lowlat_http::request::Request<'_, '_>,
+        site: usize,
+        tls: bool,
+        cfg: &AccessLogConfig,
+    ) {
         self.buf.clear();
+        self.fields.clear();
+        self.site = site;
+        self.tls = tls;
         let put = |bytes: &[u8], buf: &mut Vec<u8>| {
             let at = buf.len();
             buf.extend_from_slice(bytes);
@@ -130,6 +198,13 @@ impl HeldRequest {
         self.user_agent = req.header("user-agent").map(|v| put(v, &mut self.buf));
         self.referer = req.header("referer").map(|v| put(v, &mut self.buf));
         self.version = Some(req.version);
+        if cfg.needs_fields() {
+            for f in req.headers {
+                let name = put(f.name.as_bytes(), &mut self.buf);
+                let value = put(f.value, &mut self.buf);
+                self.fields.push((name, value));
+            }
+        }
     }
 
     /// The log line's entry for the held request.
@@ -157,6 +232,10 @@ impl HeldRequest {
             worker,
             upstream,
             received: None,
+            site: Some(self.site),
+            tls: self.tls,
+            head_bytes: 0,
+            fields: Fields::Held(self),
         }
     }
 }
@@ -174,6 +253,10 @@ pub(crate) struct WorkerLog {
     iso_time: [u8; 20],
     dropped: u64,
     said_dropped: bool,
+    /// This worker's `$request_id` prefix (random per start) and count: ids unique across
+    /// workers and restarts without a clock read or a lock per request.
+    id_seed: u64,
+    ids: u64,
 }
 
 impl WorkerLog {
@@ -191,15 +274,28 @@ impl WorkerLog {
             iso_time: [0; 20],
             dropped: 0,
             said_dropped: false,
+            id_seed: {
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u64(now.elapsed().as_nanos() as u64);
+                h.finish()
+            },
+            ids: 0,
         }
+    }
+
+    /// The log's settings.
+    pub(crate) fn config(&self) -> &AccessLogConfig {
+        &self.cfg
     }
 
     /// Appends one line; writes the buffer out when it is full.
     pub(crate) fn record(&mut self, e: &Entry<'_>) {
         self.refresh_time();
-        match self.cfg.format {
+        match &self.cfg.format {
             Format::Combined => self.combined(e),
             Format::Json => self.json(e),
+            Format::Custom(_) => self.custom(e),
         }
         if self.buf.len() >= FLUSH_BYTES {
             self.flush();
@@ -269,7 +365,7 @@ impl WorkerLog {
         let b = &mut self.buf;
         let mut ip = itoa::Buffer::new();
         // The address without its port, as nginx's $remote_addr.
-        let _ = write!(b, "{}", e.remote.ip());
+        push_ip(b, e.remote.ip());
         b.extend_from_slice(b" - - [");
         b.extend_from_slice(&self.combined_time);
         b.extend_from_slice(b"] \"");
@@ -309,6 +405,117 @@ impl WorkerLog {
         b.push(b'\n');
     }
 
+    /// A line of a `log_format`: each segment in turn, every value escaped, `-` for none.
+    fn custom(&mut self, e: &Entry<'_>) {
+        use crate::log_format::{LogVar, Segment};
+        let Self {
+            cfg,
+            buf: b,
+            combined_time,
+            iso_time,
+            id_seed,
+            ids,
+            ..
+        } = self;
+        let Format::Custom(format) = &cfg.format else {
+            return;
+        };
+        let mut num = itoa::Buffer::new();
+        let dash = |b: &mut Vec<u8>, v: Option<&[u8]>| match v {
+            Some(v) if !v.is_empty() => escaped(b, v),
+            _ => b.push(b'-'),
+        };
+        let protocol: &[u8] = match e.version {
+            Version::Http11 => b"HTTP/1.1",
+            Version::Http10 => b"HTTP/1.0",
+            Version::Http2 => b"HTTP/2.0",
+        };
+        for seg in &format.segments {
+            let v = match seg {
+                Segment::Literal(l) => {
+                    b.extend_from_slice(l);
+                    continue;
+                }
+                Segment::Var(v) => v,
+            };
+            match v {
+                LogVar::RemoteAddr => push_ip(b, e.remote.ip()),
+                LogVar::RemoteUser => basic_user(b, e.fields.get("authorization")),
+                LogVar::TimeLocal => b.extend_from_slice(&combined_time[..]),
+                LogVar::TimeIso8601 => {
+                    // nginx's form: an offset rather than `Z`.
+                    b.extend_from_slice(&iso_time[..19]);
+                    b.extend_from_slice(b"+00:00");
+                }
+                LogVar::Msec => {
+                    let now = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or_default();
+                    let _ = write!(b, "{}.{:03}", now.as_secs(), now.subsec_millis());
+                }
+                LogVar::Request => {
+                    escaped(b, e.method.as_bytes());
+                    b.push(b' ');
+                    escaped(b, e.target.as_bytes());
+                    b.push(b' ');
+                    b.extend_from_slice(protocol);
+                }
+                LogVar::RequestMethod => escaped(b, e.method.as_bytes()),
+                LogVar::RequestUri => escaped(b, e.target.as_bytes()),
+                LogVar::Uri => escaped(b, e.target.split('?').next().unwrap_or("").as_bytes()),
+                LogVar::Args => dash(b, e.target.split_once('?').map(|(_, q)| q.as_bytes())),
+                LogVar::ServerProtocol => b.extend_from_slice(protocol),
+                LogVar::Scheme => b.extend_from_slice(if e.tls { b"https" } else { b"http" }),
+                LogVar::Status => b.extend_from_slice(num.format(e.status).as_bytes()),
+                LogVar::BodyBytesSent => b.extend_from_slice(num.format(e.bytes).as_bytes()),
+                LogVar::BytesSent => {
+                    b.extend_from_slice(num.format(e.bytes + e.head_bytes).as_bytes());
+                }
+                LogVar::Http(name) => dash(b, e.fields.get(name)),
+                LogVar::UserAgent => dash(b, e.user_agent),
+                LogVar::Referer => dash(b, e.referer),
+                LogVar::Host => match e.fields.get("host").and_then(crate::template::host_name) {
+                    Some(h) => {
+                        let at = b.len();
+                        b.extend_from_slice(h);
+                        b[at..].make_ascii_lowercase();
+                    }
+                    None => dash(
+                        b,
+                        e.site.and_then(|i| cfg.sites.get(i)).map(String::as_bytes),
+                    ),
+                },
+                LogVar::Site => dash(
+                    b,
+                    e.site.and_then(|i| cfg.sites.get(i)).map(String::as_bytes),
+                ),
+                LogVar::RequestTime => seconds_ms(b, e.duration),
+                LogVar::RequestId => match e.fields.get("x-request-id") {
+                    Some(id) if !id.is_empty() => escaped(b, id),
+                    _ => {
+                        // nginx's form: 32 hex digits, made only when a format uses it: the
+                        // worker's seed, then its count mixed with it (unique per worker and
+                        // start, not guessable from outside).
+                        *ids += 1;
+                        hex64(b, *id_seed);
+                        hex64(b, ids.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ *id_seed);
+                    }
+                },
+                LogVar::UpstreamAddr => dash(b, e.upstream.map(|u| u.addr.as_bytes())),
+                LogVar::UpstreamStatus => match e.upstream {
+                    Some(u) => b.extend_from_slice(num.format(u.status).as_bytes()),
+                    None => b.push(b'-'),
+                },
+                LogVar::UpstreamResponseTime => match e.upstream {
+                    Some(u) => seconds_ms(b, u.time),
+                    None => b.push(b'-'),
+                },
+                LogVar::Worker => b.extend_from_slice(num.format(e.worker).as_bytes()),
+            }
+        }
+        b.push(b'\n');
+    }
+
     fn json(&mut self, e: &Entry<'_>) {
         #[derive(serde::Serialize)]
         struct Line<'a> {
@@ -332,6 +539,9 @@ impl WorkerLog {
             upstream_response_time: Option<f64>,
             #[serde(skip_serializing_if = "Option::is_none")]
             bytes_received: Option<u64>,
+            /// The site's first server name; absent for a request refused before routing.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            site: Option<&'a str>,
         }
         let line = Line {
             time: std::str::from_utf8(&self.iso_time).unwrap_or(""),
@@ -353,6 +563,10 @@ impl WorkerLog {
             upstream_status: e.upstream.map(|u| u.status),
             upstream_response_time: e.upstream.map(|u| u.time.as_secs_f64()),
             bytes_received: e.received,
+            site: e
+                .site
+                .and_then(|i| self.cfg.sites.get(i))
+                .map(String::as_str),
         };
         if serde_json::to_writer(&mut self.buf, &line).is_ok() {
             self.buf.push(b'\n');
@@ -384,6 +598,81 @@ fn escaped(out: &mut Vec<u8>, v: &[u8]) {
     }
 }
 
+/// An address as `Display` writes it (`127.0.0.1`, `::1`), IPv4 by hand: `write!` through the
+/// formatting machinery cost ~650 instructions a line, 15% of a logged `/plaintext` request
+/// (callgrind, docs/PERFORMANCE.md).
+fn push_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let mut num = itoa::Buffer::new();
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(num.format(octet).as_bytes());
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+/// Seconds with milliseconds, as nginx's `$request_time` (`0.003`). By hand rather than
+/// `write!`, whose formatting machinery cost ~300 instructions a line (callgrind).
+fn seconds_ms(out: &mut Vec<u8>, d: Duration) {
+    let ms = d.as_millis();
+    out.extend_from_slice(itoa::Buffer::new().format(ms / 1000).as_bytes());
+    let frac = (ms % 1000) as u16;
+    out.extend_from_slice(&[
+        b'.',
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
+}
+
+/// 16 lower-case hex digits.
+fn hex64(out: &mut Vec<u8>, v: u64) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    for (i, d) in digits.iter_mut().enumerate() {
+        *d = HEX[((v >> (60 - 4 * i)) & 15) as usize];
+    }
+    out.extend_from_slice(&digits);
+}
+
+/// Longest `Authorization: Basic` credentials decoded for `$remote_user`.
+const MAX_BASIC_CREDENTIALS: usize = 768;
+
+/// Writes the user name of an `Authorization: Basic` field (nginx's `$remote_user`), escaped,
+/// or `-` when there is none or it does not decode. Decoded on the stack: no allocation.
+fn basic_user(out: &mut Vec<u8>, field: Option<&[u8]>) {
+    use base64::Engine;
+    let basic = field.and_then(|field| {
+        let (scheme, token) = field.split_at(field.iter().position(|&b| b == b' ')?);
+        scheme.eq_ignore_ascii_case(b"basic").then_some(token)
+    });
+    let Some(token) = basic else {
+        out.push(b'-');
+        return;
+    };
+    let mut decoded = [0u8; MAX_BASIC_CREDENTIALS];
+    let user = {
+        let n = base64::engine::general_purpose::STANDARD
+            .decode_slice(token.trim_ascii(), &mut decoded)
+            .unwrap_or(0);
+        decoded[..n]
+            .iter()
+            .position(|&b| b == b':')
+            .map(|end| &decoded[..end])
+    };
+    match user {
+        Some(u) if !u.is_empty() => escaped(out, u),
+        _ => out.push(b'-'),
+    }
+}
+
 /// (year, month 1–12, day 1–31) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
 fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
@@ -407,6 +696,57 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(civil_from_days(20_781), (2026, 11, 24));
+    }
+
+    #[test]
+    fn addresses_as_display_writes_them() {
+        for ip in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.20.3.40",
+            "::1",
+            "::ffff:1.2.3.4",
+            "2001:db8::8a2e:370:7334",
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            let mut out = Vec::new();
+            push_ip(&mut out, ip);
+            assert_eq!(String::from_utf8(out).unwrap(), ip.to_string());
+        }
+    }
+
+    #[test]
+    fn numbers() {
+        let mut out = Vec::new();
+        for ms in [0, 3, 1_234, 60_007] {
+            seconds_ms(&mut out, Duration::from_millis(ms));
+            out.push(b' ');
+        }
+        hex64(&mut out, 0x0123_4567_89ab_cdef);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "0.000 0.003 1.234 60.007 0123456789abcdef"
+        );
+    }
+
+    #[test]
+    fn remote_users() {
+        let cases: &[(Option<&[u8]>, &str)] = &[
+            (Some(b"Basic YWxpY2U6c2VjcmV0"), "alice"),
+            (Some(b"basic YWxpY2U6c2VjcmV0"), "alice"),
+            (Some(b"Basic Ym9iOg=="), "bob"),
+            (Some(b"Basic bm9jb2xvbg=="), "-"),
+            (Some(b"Basic !!!"), "-"),
+            (Some(b"Bearer YWxpY2U6c2VjcmV0"), "-"),
+            (Some(b"Basic InE6eA=="), "\\x22q"),
+            (None, "-"),
+        ];
+        for &(field, want) in cases {
+            let mut out = Vec::new();
+            basic_user(&mut out, field);
+            assert_eq!(String::from_utf8(out).unwrap(), want, "{field:?}");
+        }
     }
 
     #[test]

@@ -632,8 +632,9 @@ impl Conn {
                 }
                 // Answered later, by the upstream side; what follows waits for it.
                 ctx.proxy_starts.push((ctx.token, 0, job));
-                if ctx.access_log.is_some() {
-                    self.held.get_or_insert_with(Box::default).hold(&req);
+                if let Some(log) = ctx.access_log.as_deref() {
+                    let held = self.held.get_or_insert_with(Box::default);
+                    held.hold(&req, site, self.client.tls, log.config());
                 }
                 self.relay = Some(Relay {
                     keep_alive,
@@ -672,6 +673,10 @@ impl Conn {
                     worker: ctx.worker,
                     upstream: None,
                     received: None,
+                    site: Some(site),
+                    tls: self.client.tls,
+                    head_bytes: done.head_bytes,
+                    fields: crate::access_log::Fields::Head(req.headers),
                 });
             }
             let (sent, close, file) = (done.sent, done.close, done.file);
@@ -840,6 +845,11 @@ impl Conn {
                 worker: ctx.worker,
                 upstream: None,
                 received: None,
+                site: None,
+                // Not known here (`$scheme` of a refused request reads `http`).
+                tls: false,
+                head_bytes: 0,
+                fields: crate::access_log::Fields::None,
             });
         }
         Self::write_status(wbuf, ctx, status, Version::Http11, true);

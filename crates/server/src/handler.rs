@@ -81,6 +81,8 @@ pub struct Response<'a> {
     /// What was sent, for the access log.
     status: u16,
     body_bytes: u64,
+    /// The head's length, for the access log's `$bytes_sent`.
+    head_bytes: u64,
     /// Who asked (for handlers that pass it on: the proxy).
     // Both lent by the connection (the client is known once per connection, the slot is its
     // own): a `Response`, made and moved for every request, carries two words for them.
@@ -105,6 +107,7 @@ pub(crate) struct Finished {
     pub(crate) file: Option<FileBody>,
     pub(crate) status: u16,
     pub(crate) body_bytes: u64,
+    pub(crate) head_bytes: u64,
 }
 
 impl<'a> Response<'a> {
@@ -133,6 +136,7 @@ impl<'a> Response<'a> {
             file: None,
             status: 0,
             body_bytes: 0,
+            head_bytes: 0,
             client: None,
             forward: None,
             streamed: None,
@@ -232,7 +236,9 @@ impl<'a> Response<'a> {
             extra,
             ..ResponseHead::new(status, content_type, body.len() as u64)
         };
+        let at = self.out.len();
         head.encode(self.date, self.out);
+        self.head_bytes = (self.out.len() - at) as u64;
         self.status = status;
         if !self.head_only {
             self.out.extend_from_slice(body);
@@ -311,7 +317,9 @@ impl<'a> Response<'a> {
             send_length: length.is_some(),
             ..ResponseHead::new(status, content_type, length.unwrap_or(0))
         };
+        let at = self.out.len();
         head.encode(self.date, self.out);
+        self.head_bytes = (self.out.len() - at) as u64;
         self.status = status;
     }
 
@@ -391,6 +399,7 @@ impl<'a> Response<'a> {
         if let Some(end) = self.out[start..].windows(4).position(|w| w == b"\r\n\r\n") {
             let at = start + end + 2;
             self.out.splice(at..at, lines.iter().copied());
+            self.head_bytes += lines.len() as u64;
         }
     }
 
@@ -401,6 +410,7 @@ impl<'a> Response<'a> {
             file: self.file,
             status: self.status,
             body_bytes: self.body_bytes,
+            head_bytes: self.head_bytes,
         }
     }
 }

@@ -13,7 +13,8 @@
 //! - `transport`: the transport layer — bytes in clear or through TLS, under the protocol layer.
 //! - [`tls`]: the shared rustls configuration, certificates chosen by SNI, reload.
 //! - [`acme`]: automatic HTTPS: certificates obtained, stored and renewed from an ACME CA.
-//! - [`access_log`]: one line per request (combined or JSON), buffered per worker.
+//! - [`access_log`]: one line per request (combined, JSON or a `log_format`), buffered per worker.
+//! - [`log_format`]: nginx-style `log_format` texts compiled into segments once.
 //! - [`metrics`]: per-worker counters, published once per loop turn, served as Prometheus text.
 //! - `worker`: one thread's event loop: accept, drive connections, sweep deadlines, shut down.
 //! - `ctx`: what the worker lends a connection while it is driven (buffers, router, logs).
@@ -30,6 +31,8 @@
 //! - [`builtin`]: `/plaintext` and `/json`.
 //! - [`compress`]: compression on the fly (gzip, br, zstd): settings, per-worker encoders,
 //!   counts.
+//! - [`returns`]: nginx's `return` rules (redirects, fixed answers) and the HTTPS redirect.
+//! - [`template`]: texts with `$variables`, compiled once, expanded per request.
 //! - [`files`]: static files under a document root (or the embedded default site).
 //! - [`app`]: the dynamic app, 1000 prefix-routed responders as JSON or HTML.
 //! - [`settings`]: the flags and the config file, parsed and checked; the service built from
@@ -50,14 +53,17 @@ pub mod files;
 pub mod h2;
 pub mod handler;
 mod listener;
+pub mod log_format;
 pub mod metrics;
 mod pool;
 mod proto;
 pub mod proxy;
+pub mod returns;
 pub mod router;
 mod server;
 mod service;
 pub mod settings;
+pub mod template;
 pub mod tls;
 mod transport;
 mod wait;

@@ -70,6 +70,9 @@ pub struct Router {
     /// HTTP-01 challenges, which a CA asks for under any of the names and which nothing (a
     /// site's routes, a redirect to HTTPS) may hide.
     intercept: Option<(&'static str, Box<dyn Handler>)>,
+    /// A handler asked before any route, which may leave the request unanswered for the
+    /// routes (a site's HTTP→HTTPS redirect).
+    first: Option<Box<dyn Handler>>,
 }
 
 impl Router {
@@ -302,6 +305,12 @@ impl Router {
         }
     }
 
+    /// Asks `handler` first about every request of this router; what it leaves unanswered is
+    /// routed as usual (a site's HTTP→HTTPS redirect answers clear-text requests only).
+    pub fn first(&mut self, handler: impl Handler + 'static) {
+        self.first = Some(Box::new(handler));
+    }
+
     fn dispatch_here(
         &mut self,
         head: &Request<'_, '_>,
@@ -309,6 +318,18 @@ impl Router {
         worker: usize,
         res: &mut Response<'_>,
     ) {
+        if let Some(first) = &mut self.first {
+            let req = Req {
+                head,
+                body,
+                params: &[],
+                worker,
+            };
+            first.handle(&req, res);
+            if res.is_sent() {
+                return;
+            }
+        }
         let Self {
             tree,
             routes,
@@ -321,6 +342,7 @@ impl Router {
             extra_headers: _,
             compress: _,
             intercept: _,
+            first: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,

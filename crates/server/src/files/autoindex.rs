@@ -177,6 +177,7 @@ mod tests {
             started_secs: 0,
             max_cached_fds: 0,
             compress: crate::compress::CompressConfig::default(),
+            try_files: Vec::new(),
         };
         let mut out = Vec::new();
         render(&cfg, &root, &root, "/d<i>/", &mut out).unwrap();

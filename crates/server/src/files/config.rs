@@ -67,6 +67,42 @@ pub struct FilesArgs {
     /// Compression on the fly: a site's setting, like the rest of these.
     #[command(flatten)]
     pub compress: crate::compress::CompressArgs,
+    /// As nginx's try_files, one entry per flag in order: serve the first of $uri, $uri/,
+    /// /index.html… that exists under --root; the last is served whatever it gives, or is a
+    /// status (=404) (repeatable)
+    #[arg(long = "try-files", value_name = "PATH|=STATUS", value_parser = parse_try_file)]
+    pub try_files: Vec<TryFile>,
+}
+
+/// Most `try_files` entries: each may cost a lookup per request.
+pub const MAX_TRY_FILES: usize = 8;
+
+/// One `try_files` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TryFile {
+    /// A path under the root, with variables (`$uri`, `$uri/`, `/index.html`).
+    Path(crate::template::Template),
+    /// `=404`: answer this status (the last entry only).
+    Status(u16),
+}
+
+fn parse_try_file(text: &str) -> Result<TryFile, String> {
+    if let Some(code) = text.strip_prefix('=') {
+        return code
+            .parse()
+            .ok()
+            .filter(|s| (200..=599).contains(s))
+            .map(TryFile::Status)
+            .ok_or_else(|| format!("{text:?}: ={code} is not a status from 200 to 599"));
+    }
+    if !(text.starts_with('/') || text.starts_with('$')) {
+        return Err(format!(
+            "{text:?}: an entry is a path from the root (/index.html, $uri, $uri/) or =STATUS"
+        ));
+    }
+    crate::template::Template::compile(text)
+        .map(TryFile::Path)
+        .map_err(|e| format!("{text:?}: {e}"))
 }
 
 fn parse_cache_bytes(text: &str) -> Result<u64, String> {
@@ -102,6 +138,8 @@ pub struct FilesConfig {
     pub max_cached_fds: usize,
     /// Compression on the fly, and the order of preference among precompressed siblings.
     pub compress: crate::compress::CompressConfig,
+    /// `--try-files`, in order; empty: the request's own path only.
+    pub try_files: Vec<TryFile>,
 }
 
 impl FilesConfig {
@@ -132,6 +170,18 @@ impl FilesConfig {
                 return Err(format!("--cache-control {cc:?}: not a valid header value"));
             }
         }
+        if !args.try_files.is_empty() {
+            if root.is_none() {
+                return Err("--try-files needs --root (it looks for files there)".into());
+            }
+            if args.try_files.len() > MAX_TRY_FILES {
+                return Err(format!("--try-files: at most {MAX_TRY_FILES} entries"));
+            }
+            let early = &args.try_files[..args.try_files.len() - 1];
+            if early.iter().any(|t| matches!(t, TryFile::Status(_))) {
+                return Err("--try-files: a status (=404) can only be the last entry".into());
+            }
+        }
         let cache_bytes = usize::try_from(args.cache_bytes)
             .map_err(|_| format!("--cache-bytes {} is too large", args.cache_bytes))?;
         let started_secs = SystemTime::now()
@@ -151,6 +201,7 @@ impl FilesConfig {
             started_secs,
             max_cached_fds: fd_budget(workers),
             compress: crate::compress::CompressConfig::from_args(&args.compress)?,
+            try_files: args.try_files.clone(),
         }))
     }
 }

@@ -67,6 +67,7 @@ pub mod mime;
 pub mod path;
 pub mod range;
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -82,7 +83,7 @@ use encoding::Coding;
 use entry::{Body, Entry, Lookup, Variant};
 use range::RangeOutcome;
 
-pub use config::{fd_budget, FilesArgs, FilesConfig, MAX_CACHED_FDS};
+pub use config::{fd_budget, FilesArgs, FilesConfig, TryFile, MAX_CACHED_FDS};
 
 /// Mounts the static file handler as `router`'s fallback, for one worker.
 pub fn mount(router: &mut Router, cfg: &Arc<FilesConfig>) {
@@ -101,7 +102,16 @@ pub struct StaticFiles {
     scratch: Vec<u8>,
     /// Files compressed on the fly.
     fly: FlyCache,
+    /// A `try_files` entry expanded, and normalised (reused).
+    candidate: (Vec<u8>, Vec<u8>),
+    /// `try_files` entries found to name no file, and when: trusted for `--cache-valid` as
+    /// cached files are (nginx's `open_file_cache_errors`), so a single-page app's deep links
+    /// cost no `open` and no allocation once warm. At most [`MAX_MISSING`] paths.
+    missing: HashMap<Box<[u8]>, Instant>,
 }
+
+/// Most paths a worker remembers as missing for `try_files`; the set is emptied when full.
+pub const MAX_MISSING: usize = 4096;
 
 /// One worker's bodies compressed on the fly, bounded by `--compress-cache-bytes`.
 struct FlyCache {
@@ -142,6 +152,8 @@ impl StaticFiles {
                 cache: Cache::new(cfg.compress.cache_bytes, 0),
                 key: Vec::new(),
             },
+            candidate: (Vec::new(), Vec::new()),
+            missing: HashMap::new(),
             cfg,
         }
     }
@@ -156,6 +168,8 @@ impl Handler for StaticFiles {
             path,
             scratch,
             fly,
+            candidate,
+            missing,
         } = self;
         let is_head = matches!(req.method(), Method::Head);
         let readable = is_head || matches!(req.method(), Method::Get);
@@ -202,71 +216,198 @@ impl Handler for StaticFiles {
             return;
         };
 
-        let now = crate::clock::loop_now();
-        let held = cache.used_bytes();
-        let cached = cache.get_mut(path);
-        CACHE_STATS.with(|c| {
-            let (hits, misses, _) = c.get();
-            c.set(if cached.is_some() {
-                (hits + 1, misses, held)
-            } else {
-                (hits, misses + 1, held)
-            });
+        if !cfg.try_files.is_empty() {
+            try_files(
+                cfg, root, cache, req, &fields, is_head, res, scratch, fly, candidate, missing,
+            );
+            return;
+        }
+        lookup(
+            cfg,
+            root,
+            cache,
+            path,
+            req,
+            &fields,
+            is_head,
+            res,
+            scratch,
+            fly,
+            Mode::Answer,
+        );
+    }
+}
+
+/// Whether [`lookup`] answers whatever it finds, or only a file (or a directory's index or
+/// listing) and leaves the rest to the next `try_files` entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Answer,
+    Probe,
+}
+
+/// Answers a GET or HEAD for the normalised `path` under `root`: from the cache, else from the
+/// file system (caching what it loads). In [`Mode::Probe`] nothing is sent unless a file is
+/// found, and the return says whether it was.
+#[allow(clippy::too_many_arguments)] // the handler's parts, lent for one request
+fn lookup(
+    cfg: &FilesConfig,
+    root: &std::path::Path,
+    cache: &mut Cache<Entry>,
+    path: &[u8],
+    req: &Req<'_, '_, '_>,
+    fields: &Fields<'_>,
+    is_head: bool,
+    res: &mut Response<'_>,
+    scratch: &mut Vec<u8>,
+    fly: &mut FlyCache,
+    mode: Mode,
+) -> bool {
+    let now = crate::clock::loop_now();
+    let held = cache.used_bytes();
+    let cached = cache.get_mut(path);
+    CACHE_STATS.with(|c| {
+        let (hits, misses, _) = c.get();
+        c.set(if cached.is_some() {
+            (hits + 1, misses, held)
+        } else {
+            (hits, misses + 1, held)
         });
-        if let Some(entry) = cached {
-            let mut current = true;
-            if now.duration_since(entry.checked) >= cfg.cache_valid {
-                current = entry.still_current(cfg.precompressed);
-                entry.checked = now;
+    });
+    if let Some(entry) = cached {
+        let mut current = true;
+        if now.duration_since(entry.checked) >= cfg.cache_valid {
+            current = entry.still_current(cfg.precompressed);
+            entry.checked = now;
+        }
+        if current && entry.holds_fd() {
+            current = entry.open_files_unchanged();
+        }
+        if current {
+            serve(cfg, entry, fields, is_head, res, scratch, fly, path);
+            return true;
+        }
+        cache.remove(path);
+    }
+
+    let Ok(norm) = std::str::from_utf8(path) else {
+        if mode == Mode::Answer {
+            res.send_status(400);
+        }
+        return mode == Mode::Answer;
+    };
+    let mut found = entry::load(cfg, root, norm, now);
+    if matches!(found, Lookup::Status(503)) && cache.close_fds() > 0 {
+        // Out of descriptors (EMFILE/ENFILE): this worker's cached ones go first, so a
+        // server at its limit keeps serving instead of answering 503 until entries expire.
+        found = entry::load(cfg, root, norm, now);
+    }
+    match found {
+        Lookup::Found(entry) => {
+            serve(cfg, &entry, fields, is_head, res, scratch, fly, path);
+            if entry.cacheable {
+                let cost = entry.cost(path.len());
+                let holds_fd = entry.holds_fd();
+                cache.insert(path, *entry, cost, holds_fd);
             }
-            if current && entry.holds_fd() {
-                current = entry.open_files_unchanged();
+        }
+        // What `try_files` moves on from: nothing there, a directory named without its slash,
+        // one that may not be listed.
+        Lookup::Redirect | Lookup::Status(403 | 404) if mode == Mode::Probe => return false,
+        Lookup::Redirect => {
+            // Built from the normalised path, never the raw one: `//evil.example/dir` must
+            // not become a protocol-relative redirect.
+            scratch.clear();
+            scratch.extend_from_slice(b"Location: ");
+            path::encode_path(norm.as_bytes(), true, scratch);
+            scratch.push(b'/');
+            if let Some(query) = req.head.query {
+                scratch.push(b'?');
+                scratch.extend_from_slice(query.as_bytes());
             }
-            if current {
-                serve(cfg, entry, &fields, is_head, res, scratch, fly, path);
+            scratch.extend_from_slice(b"\r\n");
+            res.send_status_with(301, scratch);
+        }
+        Lookup::Listing(dir) => match autoindex::render(cfg, root, &dir, norm, scratch) {
+            Ok(()) => res.send_with(200, Some(b"text/html; charset=utf-8"), b"", scratch),
+            Err(_) => res.send_status(403),
+        },
+        Lookup::Status(status) => res.send_status(status),
+    }
+    true
+}
+
+/// nginx's `try_files`: each entry but the last is expanded (`$uri`, `$uri/`, `/fallback.html`),
+/// normalised as a request path is (so nothing outside the root, no dot-segments) and served if
+/// it names a file, or a directory with its index (or a listing); the last entry is served
+/// whatever it gives (404 when missing), or is a status (`=404`). Every lookup goes through the
+/// cache, so a single-page app's `/index.html` fallback is a cache hit once warm.
+#[allow(clippy::too_many_arguments)] // the handler's parts, lent for one request
+fn try_files(
+    cfg: &FilesConfig,
+    root: &std::path::Path,
+    cache: &mut Cache<Entry>,
+    req: &Req<'_, '_, '_>,
+    fields: &Fields<'_>,
+    is_head: bool,
+    res: &mut Response<'_>,
+    scratch: &mut Vec<u8>,
+    fly: &mut FlyCache,
+    candidate: &mut (Vec<u8>, Vec<u8>),
+    missing: &mut HashMap<Box<[u8]>, Instant>,
+) {
+    let now = crate::clock::loop_now();
+    let cx = crate::template::Context {
+        tls: res.client().is_some_and(|c| c.tls),
+        ports: crate::template::Ports::default(),
+        server_name: None,
+    };
+    let last = cfg.try_files.len() - 1;
+    for (i, entry) in cfg.try_files.iter().enumerate() {
+        let template = match entry {
+            TryFile::Status(status) => {
+                res.send_status(*status);
                 return;
             }
-            cache.remove(path);
-        }
-
-        let Ok(norm) = std::str::from_utf8(path) else {
-            res.send_status(400);
-            return;
+            TryFile::Path(t) => t,
         };
-        let mut found = entry::load(cfg, root, norm, now);
-        if matches!(found, Lookup::Status(503)) && cache.close_fds() > 0 {
-            // Out of descriptors (EMFILE/ENFILE): this worker's cached ones go first, so a
-            // server at its limit keeps serving instead of answering 503 until entries expire.
-            found = entry::load(cfg, root, norm, now);
+        let (expanded, norm) = candidate;
+        expanded.clear();
+        if template.expand(req.head, &cx, expanded).is_err() {
+            continue;
         }
-        match found {
-            Lookup::Found(entry) => {
-                serve(cfg, &entry, &fields, is_head, res, scratch, fly, path);
-                if entry.cacheable {
-                    let cost = entry.cost(path.len());
-                    let holds_fd = entry.holds_fd();
-                    cache.insert(path, *entry, cost, holds_fd);
-                }
+        // A query in the fallback (`/index.php?$args`) is not part of the file's name.
+        let end = expanded
+            .iter()
+            .position(|&b| b == b'?')
+            .unwrap_or(expanded.len());
+        let ok = std::str::from_utf8(&expanded[..end])
+            .ok()
+            .is_some_and(|text| path::normalize(text, cfg.dotfiles, norm).is_ok());
+        let mode = if i == last { Mode::Answer } else { Mode::Probe };
+        if ok && mode == Mode::Probe {
+            let known_missing = missing
+                .get(norm.as_slice())
+                .is_some_and(|&at| now.duration_since(at) < cfg.cache_valid);
+            if known_missing {
+                continue;
             }
-            Lookup::Redirect => {
-                // Built from the normalised path, never the raw one: `//evil.example/dir` must
-                // not become a protocol-relative redirect.
-                scratch.clear();
-                scratch.extend_from_slice(b"Location: ");
-                path::encode_path(norm.as_bytes(), true, scratch);
-                scratch.push(b'/');
-                if let Some(query) = req.head.query {
-                    scratch.push(b'?');
-                    scratch.extend_from_slice(query.as_bytes());
-                }
-                scratch.extend_from_slice(b"\r\n");
-                res.send_status_with(301, scratch);
+        }
+        if ok
+            && lookup(
+                cfg, root, cache, norm, req, fields, is_head, res, scratch, fly, mode,
+            )
+        {
+            return;
+        }
+        if ok && mode == Mode::Probe {
+            if missing.len() >= MAX_MISSING {
+                missing.clear();
             }
-            Lookup::Listing(dir) => match autoindex::render(cfg, root, &dir, norm, scratch) {
-                Ok(()) => res.send_with(200, Some(b"text/html; charset=utf-8"), b"", scratch),
-                Err(_) => res.send_status(403),
-            },
-            Lookup::Status(status) => res.send_status(status),
+            missing.insert(norm.as_slice().into(), now);
+        }
+        if i == last {
+            res.send_status(404);
         }
     }
 }

@@ -3,6 +3,7 @@
 //! they can raise (RFC 9113 §5.4, §6).
 use lowlat_http::h2::frame::{self, flag, kind, ErrorCode, FrameHeader, MAX_WINDOW};
 use lowlat_http::h2::HeadError;
+use lowlat_http::ParseError;
 
 use super::conn::{remember, H2Conn, Pending, CONNECTION_WINDOW};
 use super::stream::{State, Stream};
@@ -145,7 +146,8 @@ impl H2Conn {
             return self.upload_data(ctx, i, payload_range, end_stream);
         }
         if s.body.len() as u64 + payload_range.len() as u64 > max_body {
-            return self.refuse(ctx, h.stream, 413);
+            let head = s.head.take();
+            return self.refuse(ctx, h.stream, ParseError::BodyTooLarge, head.as_deref());
         }
         s.body.extend_from_slice(&self.rbuf[payload_range]);
         if end_stream {
@@ -339,7 +341,10 @@ impl H2Conn {
             Err(HeadError::Malformed) => return self.stream_error(id, ErrorCode::Protocol),
             Err(HeadError::TooLarge) => {
                 self.last_progress = ctx.now;
-                return self.refuse(ctx, id, 431);
+                let head = std::mem::take(&mut self.head);
+                self.refuse(ctx, id, ParseError::HeadTooLarge, Some(&head));
+                self.head = head;
+                return;
             }
             Ok(()) => {}
         }
@@ -379,7 +384,10 @@ impl H2Conn {
                 .content_length
                 .is_some_and(|n| n > ctx.cfg.max_body_bytes)
         {
-            return self.refuse(ctx, id, 413);
+            let head = std::mem::take(&mut self.head);
+            self.refuse(ctx, id, ParseError::BodyTooLarge, Some(&head));
+            self.head = head;
+            return;
         }
         if let Some(framing) = streamed {
             let i = self.streams.len();

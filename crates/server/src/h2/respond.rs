@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use lowlat_http::h2::frame::{self, ErrorCode};
 use lowlat_http::h2::RequestHead;
 use lowlat_http::request::{Header, Method, Request};
+use lowlat_http::ParseError;
 use lowlat_http::Version;
 
 use super::conn::{forget, remember, H2Conn};
@@ -66,7 +67,7 @@ impl H2Conn {
             &mut big
         };
         let Some(n) = request_fields(head, slots, ctx.cfg.head.max_headers) else {
-            return self.refuse(ctx, id, 431);
+            return self.refuse(ctx, id, ParseError::TooManyHeaders, Some(head));
         };
         let fields = &slots[..n];
         let (path, query) = match target.split_once('?') {
@@ -146,8 +147,9 @@ impl H2Conn {
             } else {
                 s.state = State::HalfClosedRemote;
             }
-            if ctx.access_log.is_some() {
-                s.held.get_or_insert_with(Box::default).hold(&req);
+            if let Some(log) = ctx.access_log.as_deref() {
+                let held = s.held.get_or_insert_with(Box::default);
+                held.hold(&req, site, client.tls, log.config());
             }
             s.relay = Some(Relay {
                 upstream: None,
@@ -183,6 +185,10 @@ impl H2Conn {
                 worker: ctx.worker,
                 upstream: None,
                 received: None,
+                site: Some(site),
+                tls: client.tls,
+                head_bytes: done.head_bytes,
+                fields: crate::access_log::Fields::Head(req.headers),
             });
         }
         let file = if done.sent { done.file } else { None };
@@ -294,15 +300,47 @@ impl H2Conn {
         }
     }
 
-    /// Answers `status` on a stream whose request is refused (too large), then resets it if
-    /// the client was still sending.
-    pub(super) fn refuse(&mut self, ctx: &mut WorkerCtx<'_>, id: u32, status: u16) {
+    /// Answers a stream whose request is refused (too large: 413, 431), then resets it if the
+    /// client was still sending. Counted (by kind, as `lowlat_parse_errors_total`) and logged as
+    /// HTTP/1.1 refusals are, with what `head` (as far as it was decoded) tells of the request.
+    pub(super) fn refuse(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        id: u32,
+        e: ParseError,
+        head: Option<&RequestHead>,
+    ) {
+        let status = e.status();
+        ctx.counters.parse_error(e);
         let still_sending = match self.streams.iter().position(|s| s.id == id) {
             Some(i) => self.streams.swap_remove(i).state == State::Open,
             None => false,
         };
         self.status_page(ctx, status);
         ctx.counters.response(0, status, 0, Duration::ZERO);
+        if let Some(log) = ctx.access_log.as_deref_mut() {
+            let field = |name: &str| {
+                head.and_then(|h| h.fields().find(|(n, _)| *n == name).map(|(_, v)| v))
+            };
+            log.record(&crate::access_log::Entry {
+                remote: self.peer,
+                method: head.and_then(RequestHead::method).unwrap_or("-"),
+                target: head.and_then(RequestHead::path).unwrap_or("-"),
+                version: Version::Http2,
+                status,
+                bytes: 0,
+                duration: Duration::ZERO,
+                user_agent: field("user-agent"),
+                referer: field("referer"),
+                worker: ctx.worker,
+                upstream: None,
+                site: None,
+                tls: self.io.is_tls(),
+                head_bytes: 0,
+                fields: crate::access_log::Fields::None,
+                received: None,
+            });
+        }
         self.send_response(id, None, None);
         if still_sending {
             frame::write_rst_stream(&mut self.wbuf, id, ErrorCode::NoError);

@@ -84,8 +84,9 @@ pub struct ServeArgs {
     /// Log every request to this file (off by default; SIGUSR1 reopens it)
     #[arg(long, value_name = "PATH")]
     pub access_log: Option<PathBuf>,
-    /// Access log format: nginx's combined, or one JSON object a line
-    #[arg(long, value_name = "FORMAT", default_value = "combined", value_parser = ["combined", "json"], requires = "access_log")]
+    /// Access log format: combined (nginx's), json (one object a line), the name of a
+    /// [log_format] of the config file, or a format itself ('$remote_addr "$request" $status')
+    #[arg(long, value_name = "FORMAT", default_value = "combined", value_parser = parse_access_log_format, requires = "access_log")]
     pub access_log_format: String,
     /// Worker threads, one event loop each [default: number of CPUs]
     #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -140,6 +141,17 @@ pub struct ServeArgs {
     /// [[upstream]] group of the config file (repeatable)
     #[arg(long = "proxy", value_name = "PREFIX=TARGET", value_parser = parse_proxy_rule)]
     pub proxy: Vec<ProxyRule>,
+    /// Answer requests under PREFIX with STATUS, as nginx's `return`: a redirect to URL (301,
+    /// 302, 303, 307, 308), or TEXT (or the status page) for another status; URL and TEXT may
+    /// use $scheme $host $request_uri $uri $args $server_port (repeatable; the longest prefix
+    /// among --return and --proxy rules wins)
+    #[arg(long = "return", value_name = "PREFIX=STATUS [URL|TEXT]", value_parser = crate::returns::parse_return_rule)]
+    pub returns: Vec<crate::returns::ReturnRule>,
+    /// Redirect requests that came in clear to HTTPS (308, same host, path and query; the port
+    /// of the first --tls-listen unless 443), except ACME challenges under
+    /// /.well-known/acme-challenge/
+    #[arg(long)]
+    pub https_redirect: bool,
     /// A proxy in front of this server whose X-Forwarded-* and Forwarded values are kept and
     /// extended, ADDR or ADDR/BITS (repeatable); from others they are replaced
     #[arg(long = "proxy-trusted", value_name = "NETWORK", value_parser = parse_cidr)]
@@ -151,6 +163,10 @@ pub struct ServeArgs {
     /// Named upstream groups (`[[upstream]]` tables of a config file; no flag).
     #[arg(skip)]
     pub upstreams: Vec<UpstreamTable>,
+    /// Named access log formats (the `[log_format]` table of a config file; no flag), each
+    /// checked to compile when the file was read.
+    #[arg(skip)]
+    pub log_formats: Vec<(String, String)>,
     #[command(flatten)]
     pub h2: crate::h2::config::H2Args,
     #[command(flatten)]
@@ -193,16 +209,13 @@ impl ServeArgs {
                 "--tls-listen needs a certificate (--cert FILE --key FILE, or --acme)".into(),
             );
         }
-        let access_log = self.access_log.as_ref().map(|path| {
-            Arc::new(crate::access_log::AccessLogConfig::new(
-                path.clone(),
-                if self.access_log_format == "json" {
-                    crate::access_log::Format::Json
-                } else {
-                    crate::access_log::Format::Combined
-                },
-            ))
-        });
+        let access_log = match &self.access_log {
+            None => None,
+            Some(path) => Some(Arc::new(
+                crate::access_log::AccessLogConfig::new(path.clone(), self.access_log_format()?)
+                    .with_sites(self.site_labels()),
+            )),
+        };
         let mut cfg = ServerConfig {
             access_log,
             listen,
@@ -230,6 +243,51 @@ impl ServeArgs {
             return Err("--max-uri must be smaller than --max-head".into());
         }
         Ok(cfg)
+    }
+
+    /// The access log's format: built in, named in `[log_format]`, or given inline.
+    ///
+    /// # Errors
+    /// A name no `[log_format]` defines.
+    pub fn access_log_format(&self) -> Result<crate::access_log::Format, String> {
+        use crate::access_log::Format;
+        use crate::log_format::LogFormat;
+        let name = self.access_log_format.as_str();
+        let text = match name {
+            "combined" => return Ok(Format::Combined),
+            "json" => return Ok(Format::Json),
+            inline if inline.contains('$') => inline,
+            name => self
+                .log_formats
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, text)| text.as_str())
+                .ok_or_else(|| {
+                    format!(
+                        "--access-log-format {name}: no [log_format] has this name (built in: combined, json)"
+                    )
+                })?,
+        };
+        LogFormat::compile(text)
+            .map(|f| Format::Custom(Arc::new(f)))
+            .map_err(|e| format!("--access-log-format {name}: {e}"))
+    }
+
+    /// The `site` label of each router index (on `/metrics`, in the access log): a site's
+    /// first server name, in the order the router numbers them (the first is the default).
+    pub(crate) fn site_labels(&self) -> Vec<String> {
+        if self.sites.is_empty() {
+            return vec!["default".to_owned()];
+        }
+        self.sites
+            .iter()
+            .map(|s| {
+                s.server_names
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "default".to_owned())
+            })
+            .collect()
     }
 
     /// Loads the certificates, when TLS is asked for.
@@ -473,6 +531,10 @@ pub struct SiteArgs {
     pub acme: Option<bool>,
     /// The site gives its own cert and key.
     pub own_cert: bool,
+    /// The site's `return` rules.
+    pub returns: Vec<crate::returns::ReturnRule>,
+    /// Redirect the site's clear-text requests to HTTPS.
+    pub https_redirect: bool,
 }
 
 impl ServeArgs {
@@ -489,6 +551,8 @@ impl ServeArgs {
             proxy: self.proxy.clone(),
             acme: None,
             own_cert: false,
+            returns: self.returns.clone(),
+            https_redirect: self.https_redirect,
         }
     }
 }
@@ -520,6 +584,23 @@ fn parse_add_header(text: &str) -> Result<String, String> {
         }
     }
     Ok(format!("{name}: {value}"))
+}
+
+/// `--access-log-format`: a built-in or `[log_format]` name, or a format text (with a `$`),
+/// which is compiled here so that an unknown variable is said at once.
+fn parse_access_log_format(text: &str) -> Result<String, String> {
+    if text.contains('$') {
+        crate::log_format::LogFormat::compile(text)?;
+    } else if text.is_empty()
+        || !text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(format!(
+            "{text:?} is neither a format name (combined, json, a [log_format] key) nor a format ($remote_addr …)"
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 fn parse_count(text: &str) -> Result<usize, String> {

@@ -96,7 +96,14 @@ pub fn load(path: &Path, cli: &[String]) -> Result<Loaded, Vec<String>> {
     let mut file_tokens: Vec<(String, Vec<String>)> = Vec::new();
     let mut site_tables = None;
     let mut upstream_tables = None;
+    let mut log_formats = Vec::new();
     for (key, value) in &table {
+        // `[log_format]` (nginx's name) holds the access log's named formats; the key
+        // `log_format = "json"` is the error log's format, a flag like the others.
+        if let (true, toml::Value::Table(formats)) = (key == "log_format", value) {
+            log_formats = named_formats(&text, &shown, formats, &mut errors);
+            continue;
+        }
         if key == "upstream" {
             upstream_tables = Some(value);
             continue;
@@ -169,6 +176,7 @@ pub fn load(path: &Path, cli: &[String]) -> Result<Loaded, Vec<String>> {
     let (site_tables, sites): (Vec<usize>, Vec<SiteArgs>) = sites.into_iter().unzip();
     args.sites = sites;
     args.upstreams = upstreams;
+    args.log_formats = log_formats;
     for (cert, key) in site_certs {
         args.cert.push(cert.into());
         args.key.push(key.into());
@@ -195,6 +203,8 @@ fn site_flags() -> Vec<String> {
             "no-json".to_owned(),
             "add-header".to_owned(),
             "proxy".to_owned(),
+            "return".to_owned(),
+            "https-redirect".to_owned(),
         ])
         .filter(|f| f != "help")
         .collect()
@@ -330,9 +340,48 @@ fn sites(
                     proxy: a.proxy,
                     acme,
                     own_cert,
+                    returns: a.returns,
+                    https_redirect: a.https_redirect,
                 },
             )),
             Err(e) => errors.push(format!("{shown}:{start}: site[{i}]: {e}")),
+        }
+    }
+    out
+}
+
+/// Reads the `[log_format]` table: `name = "$remote_addr …"`, each compiled to check it (an
+/// unknown variable is an error on its line).
+fn named_formats(
+    text: &str,
+    shown: &str,
+    formats: &toml::Table,
+    errors: &mut Vec<String>,
+) -> Vec<(String, String)> {
+    let header = nth_table_line(text, "[log_format]", 0);
+    let mut out = Vec::new();
+    for (name, value) in formats {
+        let line = if header > 0 {
+            line_in_site(text, header, name)
+        } else {
+            line_of(text, "log_format")
+        };
+        let at = |reason: &str| format!("{shown}:{line}: log_format.{name}: {reason}");
+        let Some(format) = value.as_str() else {
+            errors.push(at("must be a string (\"$remote_addr - $remote_user …\")"));
+            continue;
+        };
+        if crate::log_format::BUILT_IN.contains(&name.as_str()) {
+            errors.push(at("is built in; give the format another name"));
+            continue;
+        }
+        if name.contains('$') || name.is_empty() {
+            errors.push(at("a name is letters, digits, _ and -"));
+            continue;
+        }
+        match crate::log_format::LogFormat::compile(format) {
+            Ok(_) => out.push((name.clone(), format.to_owned())),
+            Err(e) => errors.push(at(&e)),
         }
     }
     out

@@ -9,7 +9,9 @@ use super::proxy::ProxyRule;
 use crate::proxy::config::{Cidr, ProxyRoute, UpstreamGroup};
 use crate::proxy::group::WorkerGroup;
 use crate::proxy::health::{spawn_checks, GroupHealth, GroupView};
+use crate::returns::{HttpsRedirect, ReturnRule, SiteContext};
 use crate::router::{RouteError, Router};
+use crate::template::Ports;
 use crate::{Service, WorkerInfo};
 
 /// The service `lowlat serve` runs: the built-in endpoints, the dynamic app (unless turned off),
@@ -31,7 +33,20 @@ pub fn service(args: &ServeArgs) -> Result<Service, String> {
 /// # Errors
 /// As [`service`].
 pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupView>), String> {
-    let workers = args.to_config().map_or(1, |c| c.workers);
+    let cfg = args.to_config();
+    let workers = cfg.as_ref().map_or(1, |c| c.workers);
+    // `$server_port` and the HTTPS redirect's port: the first listener of each scheme (none for
+    // a port the kernel picks, 0).
+    let ports = cfg.as_ref().map_or_else(
+        |_| Ports::default(),
+        |c| {
+            let first = |l: &[std::net::SocketAddr]| l.first().map(|a| a.port()).filter(|&p| p > 0);
+            Ports {
+                clear: first(&c.listen),
+                tls: first(&c.tls_listen),
+            }
+        },
+    );
     let default_site = args.default_site();
     let site_args: Vec<&SiteArgs> = if args.sites.is_empty() {
         vec![&default_site]
@@ -63,13 +78,18 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
     let sites: Vec<(Vec<String>, SiteService)> = if args.sites.is_empty() {
         vec![(
             Vec::new(),
-            SiteService::new(&default_site, workers, routes.next().unwrap_or_default())?,
+            SiteService::new(
+                &default_site,
+                workers,
+                ports,
+                routes.next().unwrap_or_default(),
+            )?,
         )]
     } else {
         args.sites
             .iter()
             .map(|s| {
-                SiteService::new(s, workers, routes.next().unwrap_or_default())
+                SiteService::new(s, workers, ports, routes.next().unwrap_or_default())
                     .map(|svc| (s.server_names.clone(), svc))
                     .map_err(|e| format!("site {}: {e}", s.server_names.join(", ")))
             })
@@ -125,19 +145,46 @@ struct SiteService {
     json_on: bool,
     add_header: Vec<String>,
     proxy: Vec<ProxyRoute>,
+    returns: Vec<ReturnRule>,
+    https_redirect: bool,
+    /// What the site's returns and its HTTPS redirect expand `$host` and the port from.
+    context: SiteContext,
 }
 
 impl SiteService {
-    fn new(site: &SiteArgs, workers: usize, proxy: Vec<ProxyRoute>) -> Result<Self, String> {
+    fn new(
+        site: &SiteArgs,
+        workers: usize,
+        ports: Ports,
+        proxy: Vec<ProxyRoute>,
+    ) -> Result<Self, String> {
         let files = crate::files::FilesConfig::from_args(&site.files, workers)?;
         let mut app = crate::app::AppShared::from_args(&site.app)?;
         let root = site.files.root.as_deref();
-        // A forwarding rule takes everything under its prefix, the demo routes included (as a
-        // file in the root does): `--proxy /=…` forwards /plaintext too.
+        // Returns and forwarding rules share one set of prefixes, the longest matching one
+        // winning: two rules on one prefix would leave one unreachable.
+        let mut prefixes: Vec<(&str, &str)> = Vec::new();
+        for (kind, prefix) in proxy
+            .iter()
+            .map(|r| ("--proxy", r.prefix.as_str()))
+            .chain(site.returns.iter().map(|r| ("--return", r.prefix.as_str())))
+        {
+            let base = prefix.trim_end_matches('/');
+            if let Some((other, _)) = prefixes.iter().find(|(_, b)| *b == base) {
+                return Err(format!(
+                    "{kind} {prefix}: another rule ({other}) has this prefix; each prefix has one rule"
+                ));
+            }
+            prefixes.push((kind, base));
+        }
+        // A forwarding or return rule takes everything under its prefix, the demo routes
+        // included (as a file in the root does): `--proxy /=…` forwards /plaintext too.
         let forwarded = |path: &str| {
-            proxy.iter().any(|r| {
-                path.starts_with(r.prefix.as_str()) || r.prefix.trim_end_matches('/') == path
-            })
+            proxy
+                .iter()
+                .map(|r| r.prefix.as_str())
+                .chain(site.returns.iter().map(|r| r.prefix.as_str()))
+                .any(|prefix| path.starts_with(prefix) || prefix.trim_end_matches('/') == path)
         };
         let plaintext_on = !site.no_plaintext
             && !shadowed(root, crate::builtin::PATHS[0])
@@ -159,6 +206,12 @@ impl SiteService {
             json_on,
             add_header: site.add_header.clone(),
             proxy,
+            returns: site.returns.clone(),
+            https_redirect: site.https_redirect,
+            context: SiteContext {
+                ports,
+                server_name: site.server_names.first().cloned(),
+            },
         })
     }
 
@@ -176,6 +229,12 @@ impl SiteService {
                 Rc::clone(&groups[route.group]),
                 Arc::clone(trusted),
             )?;
+        }
+        for rule in &self.returns {
+            crate::returns::mount(&mut router, rule, &self.context)?;
+        }
+        if self.https_redirect {
+            router.first(HttpsRedirect::new(self.context.clone()));
         }
         crate::builtin::mount_some(&mut router, self.plaintext_on, self.json_on)?;
         if let Some(app) = &self.app {
@@ -208,16 +267,5 @@ fn shadowed(root: Option<&std::path::Path>, route: &str) -> bool {
 /// The `site` label of each router index on `/metrics`: a site's first server name, in the
 /// order the router numbers them (the first site is the default).
 pub(crate) fn site_labels(args: &ServeArgs) -> Vec<String> {
-    if args.sites.is_empty() {
-        return vec!["default".to_owned()];
-    }
-    args.sites
-        .iter()
-        .map(|s| {
-            s.server_names
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "default".to_owned())
-        })
-        .collect()
+    args.site_labels()
 }
