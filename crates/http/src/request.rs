@@ -32,6 +32,21 @@ pub enum Method {
 }
 
 impl Method {
+    /// Every method, `Other` included: what a route that answers whatever is asked (a proxy
+    /// rule, a `return` rule) is mounted on.
+    pub const ALL: [Method; 10] = [
+        Method::Get,
+        Method::Head,
+        Method::Post,
+        Method::Put,
+        Method::Delete,
+        Method::Options,
+        Method::Patch,
+        Method::Trace,
+        Method::Connect,
+        Method::Other,
+    ];
+
     /// Classifies a method token (case-sensitive, RFC 9110 §9.1).
     #[must_use]
     pub fn from_token(token: &str) -> Self {

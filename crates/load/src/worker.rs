@@ -1054,23 +1054,12 @@ impl<'a> Worker<'a> {
                 self.stats.requests += k as u64;
             }
         }
-        while h2.has_output() {
-            match stream.write(&h2.out[h2.out_pos..]) {
-                Ok(n) => {
-                    h2.out_pos += n;
-                    if h2.has_output() {
-                        return; // The socket buffer is full: wait for a writable event.
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.fail(idx, Failure::Write, now);
-                    return;
-                }
-            }
+        match write_queued(stream, &h2.out, &mut h2.out_pos) {
+            Ok(true) => h2.written(),
+            // The socket buffer is full: wait for a writable event.
+            Ok(false) => {}
+            Err(()) => self.fail(idx, Failure::Write, now),
         }
-        h2.written();
     }
 
     /// WebSocket: once the handshake is done, the owed messages are queued (one copy of the
@@ -1101,23 +1090,12 @@ impl<'a> Worker<'a> {
                 self.stats.requests += k as u64;
             }
         }
-        while ws.has_output() {
-            match stream.write(&ws.out[ws.out_pos..]) {
-                Ok(n) => {
-                    ws.out_pos += n;
-                    if ws.has_output() {
-                        return; // The socket buffer is full: wait for a writable event.
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.fail(idx, Failure::Write, now);
-                    return;
-                }
-            }
+        match write_queued(stream, &ws.out, &mut ws.out_pos) {
+            Ok(true) => ws.written(),
+            // The socket buffer is full: wait for a writable event.
+            Ok(false) => {}
+            Err(()) => self.fail(idx, Failure::Write, now),
         }
-        ws.written();
     }
 
     /// WebSocket: reads the handshake's answer, then echoes in `self.buf[..n]`; each echo
@@ -1733,4 +1711,23 @@ impl Recorded {
             }
         }
     }
+}
+
+/// Writes `out[*pos..]` as far as the socket takes it. `Ok(true)`: all of it is out; `Ok(false)`:
+/// the socket is full (a writable event will say when to go on); `Err`: the write failed.
+fn write_queued(stream: &mut Stream, out: &[u8], pos: &mut usize) -> Result<bool, ()> {
+    while *pos < out.len() {
+        match stream.write(&out[*pos..]) {
+            Ok(n) => {
+                *pos += n;
+                if *pos < out.len() {
+                    return Ok(false);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(()),
+        }
+    }
+    Ok(true)
 }

@@ -30,90 +30,9 @@ use support::BIN;
 /// Generous: a test that waits this long has failed anyway.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A `lowlat serve` with proxy rules, in clear on 127.0.0.1 (a free port), one worker unless the
-/// arguments say otherwise. Its stderr is collected on a thread (so that the pipe never fills)
-/// and printed when a test fails.
-struct Proxy {
-    child: Child,
-    addr: SocketAddr,
-    /// The TLS listener's address, when `--tls-listen` was given.
-    tls_addr: Option<SocketAddr>,
-    log: Arc<Mutex<String>>,
-}
-
-impl Proxy {
-    fn start<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Proxy {
-        let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-        let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
-        if !args.iter().any(|a| a == "--workers") {
-            cmd.args(["--workers", "1"]);
-        }
-        cmd.args(&args);
-        let (child, mut stderr, banner) = support::spawn_serve(cmd);
-        let addr = support::address(&banner, "http://");
-        let tls_addr = banner
-            .contains("https://")
-            .then(|| support::address(&banner, "https://"));
-        let log = Arc::new(Mutex::new(banner));
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while stderr.read_line(&mut line).is_ok_and(|n| n > 0) {
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
-        Proxy {
-            child,
-            addr,
-            tls_addr,
-            log,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.pid().to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig}");
-    }
-
-    /// A field of /proc/PID/status in KiB (`VmRSS:`, `VmHWM:`).
-    fn status_kib(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {field} in {status}"))
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- log of lowlat serve ---\n{}", self.log());
-        }
-    }
-}
+// A `lowlat serve` with proxy rules, in clear on 127.0.0.1 (a free port), one worker unless the
+// arguments say otherwise.
+use support::Served as Proxy;
 
 /// A response as the client got it: status, head (as text) and body (decoded from chunked).
 #[derive(Debug)]

@@ -20,62 +20,22 @@ mod support;
 use support::upstream::{grpcurl_echo, Upstream};
 use support::BIN;
 
-/// A `lowlat serve` (one worker, `--h2c`) with `args`, its stderr collected on a thread.
-struct Serve {
-    child: Child,
-    addr: SocketAddr,
-    tls_addr: Option<SocketAddr>,
-    log: Arc<Mutex<String>>,
-}
+use support::Served as Serve;
 
-impl Serve {
-    fn start(args: &[&str]) -> Serve {
-        let mut cmd = Command::new(BIN);
-        cmd.args([
-            "serve",
-            "--workers",
-            "1",
-            "--listen",
-            "127.0.0.1:0",
-            "--h2c",
-        ])
-        .args(args)
-        .env("RUST_LOG", "info,lowlat_server::proxy=debug");
-        let (child, mut stderr, banner) = support::spawn_serve(cmd);
-        let addr = support::address(&banner, "http://");
-        let tls_addr = banner
-            .contains("https://")
-            .then(|| support::address(&banner, "https://"));
-        let log = Arc::new(Mutex::new(banner));
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while stderr.read_line(&mut line).is_ok_and(|n| n > 0) {
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
-        Serve {
-            child,
-            addr,
-            tls_addr,
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- log of lowlat serve ---\n{}", self.log());
-        }
-    }
+/// A `lowlat serve` (one worker, `--h2c`) with `args`, the proxy's decisions logged.
+fn serve(args: &[&str]) -> Serve {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--workers",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--h2c",
+    ])
+    .args(args)
+    .env("RUST_LOG", "info,lowlat_server::proxy=debug");
+    Serve::spawn(cmd)
 }
 
 /// Established TCP connections whose remote port is `port` (the proxy's, to an upstream).
@@ -132,9 +92,9 @@ fn all_ok(report: &serde_json::Value) {
 /// connection (the upstream allows 128 streams).
 #[test]
 fn many_clients_share_one_upstream_connection() {
-    let upstream = Serve::start(&[]);
+    let upstream = serve(&[]);
     let port = upstream.addr.port();
-    let proxy = Serve::start(&["--proxy", &format!("/=h2c://127.0.0.1:{port}")]);
+    let proxy = serve(&["--proxy", &format!("/=h2c://127.0.0.1:{port}")]);
     let url = format!("http://{}/plaintext", proxy.addr);
     let sampler = std::thread::spawn(move || {
         let start = Instant::now();
@@ -160,9 +120,9 @@ fn many_clients_share_one_upstream_connection() {
 /// one (it refuses the fifth, which would be an error here).
 #[test]
 fn the_upstreams_stream_limit_opens_more_connections() {
-    let upstream = Serve::start(&["--h2-max-streams", "4"]);
+    let upstream = serve(&["--h2-max-streams", "4"]);
     let port = upstream.addr.port();
-    let proxy = Serve::start(&["--proxy", &format!("/=h2c://127.0.0.1:{port}")]);
+    let proxy = serve(&["--proxy", &format!("/=h2c://127.0.0.1:{port}")]);
     let url = format!("http://{}/plaintext", proxy.addr);
     let report = load(&url, &["-c", "32", "-t", "1", "-d", "2s"]);
     all_ok(&report);
@@ -174,14 +134,14 @@ fn the_upstreams_stream_limit_opens_more_connections() {
 /// in the middle of the load: no client sees an error.
 #[test]
 fn an_upstream_going_away_under_load_costs_no_request() {
-    let a = Serve::start(&[]);
-    let b = Serve::start(&[]);
+    let a = serve(&[]);
+    let b = serve(&[]);
     let rule = format!(
         "/=h2c://127.0.0.1:{},h2c://127.0.0.1:{}",
         a.addr.port(),
         b.addr.port()
     );
-    let proxy = Serve::start(&["--proxy", &rule]);
+    let proxy = serve(&["--proxy", &rule]);
     let url = format!("http://{}/plaintext", proxy.addr);
     let pid = a.child.id();
     let stopper = std::thread::spawn(move || {
@@ -229,7 +189,7 @@ fn grpc_calls_cross_the_proxy() {
         leaf.cert.display().to_string(),
         leaf.key.display().to_string(),
     );
-    let proxy = Serve::start(&[
+    let proxy = serve(&[
         "--tls-listen",
         "127.0.0.1:0",
         "--cert",
@@ -346,9 +306,9 @@ fn http2_over_tls_by_alpn() {
         if !offers_h2 {
             args.push("--no-h2");
         }
-        let upstream = Serve::start(&args);
+        let upstream = serve(&args);
         let port = upstream.tls_addr.unwrap().port();
-        let proxy = Serve::start(&[
+        let proxy = serve(&[
             "--proxy",
             &format!("/=https://localhost:{port}"),
             "--proxy-protocol",

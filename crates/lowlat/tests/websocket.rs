@@ -24,56 +24,9 @@ mod support;
 use support::upstream::{python, upstreams_dir, BadKind, Upstream};
 use support::BIN;
 
-/// A `lowlat serve` with proxy rules on 127.0.0.1 (a free port), one worker unless the arguments
-/// say otherwise; its stderr is collected and printed when a test fails.
-struct Proxy {
-    child: Child,
-    addr: SocketAddr,
-    tls_addr: Option<SocketAddr>,
-    log: Arc<Mutex<String>>,
-}
-
-impl Proxy {
-    fn start<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Proxy {
-        let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-        let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
-        if !args.iter().any(|a| a == "--workers") {
-            cmd.args(["--workers", "1"]);
-        }
-        cmd.args(&args);
-        let (child, mut stderr, banner) = support::spawn_serve(cmd);
-        let addr = support::address(&banner, "http://");
-        let tls_addr = banner
-            .contains("https://")
-            .then(|| support::address(&banner, "https://"));
-        let log = Arc::new(Mutex::new(banner));
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while stderr.read_line(&mut line).is_ok_and(|n| n > 0) {
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
-        Proxy {
-            child,
-            addr,
-            tls_addr,
-            log,
-        }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- log of lowlat serve ---\n{}", self.log.lock().unwrap());
-        }
-    }
-}
+// A `lowlat serve` with proxy rules on 127.0.0.1 (a free port), one worker unless the arguments
+// say otherwise.
+use support::Served as Proxy;
 
 /// Runs a `ws_client.py` scenario and returns the JSON object it printed.
 fn client(scenario: &str, url: &str, extra: &[&str]) -> serde_json::Value {

@@ -13,20 +13,6 @@ use crate::handler::{Handler, Req, Response};
 use crate::router::{RouteError, Router};
 use crate::template::{Context, ExpandError, Ports, Template, Var};
 
-/// Every method: a rule answers whatever is asked under its prefix, as nginx's `return`.
-const ALL_METHODS: [Method; 10] = [
-    Method::Get,
-    Method::Head,
-    Method::Post,
-    Method::Put,
-    Method::Delete,
-    Method::Options,
-    Method::Patch,
-    Method::Trace,
-    Method::Connect,
-    Method::Other,
-];
-
 /// The statuses that redirect: they need a URL, which goes in `Location`.
 const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
 
@@ -145,7 +131,7 @@ pub fn mount(router: &mut Router, rule: &ReturnRule, site: &SiteContext) -> Resu
         site: site.clone(),
         buf: Vec::new(),
     };
-    router.prefix(&rule.prefix, &ALL_METHODS, handler)
+    router.prefix(&rule.prefix, &Method::ALL, handler)
 }
 
 impl Handler for ReturnHandler {

@@ -96,3 +96,96 @@ pub fn stop_and_time(child: &mut Child, limit: std::time::Duration) -> std::time
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
+
+/// A running `lowlat serve` whose stderr is collected on a thread (so that the pipe never fills)
+/// and printed when a test fails; its addresses are read from the banner.
+pub struct Served {
+    pub child: Child,
+    pub addr: SocketAddr,
+    /// The TLS listener's address, when there is one.
+    pub tls_addr: Option<SocketAddr>,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Served {
+    /// `lowlat serve --listen 127.0.0.1:0` with `args`, one worker unless they say otherwise.
+    pub fn start<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Served {
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+        if !args.iter().any(|a| a == "--workers") {
+            cmd.args(["--workers", "1"]);
+        }
+        cmd.args(&args);
+        Served::spawn(cmd)
+    }
+
+    /// Starts `cmd`, a `lowlat serve` made by the caller.
+    pub fn spawn(cmd: Command) -> Served {
+        let (child, mut stderr, banner) = spawn_serve(cmd);
+        let addr = address(&banner, "http://");
+        let tls_addr = banner
+            .contains("https://")
+            .then(|| address(&banner, "https://"));
+        let log = std::sync::Arc::new(std::sync::Mutex::new(banner));
+        let sink = std::sync::Arc::clone(&log);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while stderr.read_line(&mut line).is_ok_and(|n| n > 0) {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        Served {
+            child,
+            addr,
+            tls_addr,
+            log,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything it wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Sends it `kill -SIG`.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// A field of /proc/PID/status in KiB (`VmRSS:`, `VmHWM:`).
+    pub fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in {status}"))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- log of lowlat serve ---\n{}", self.log());
+        }
+    }
+}

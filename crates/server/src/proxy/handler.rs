@@ -15,20 +15,6 @@ use super::job::ProxyJob;
 use crate::handler::{Handler, Req, Response};
 use crate::router::{RouteError, Router};
 
-/// Every method: a proxy forwards what the application answers, whatever it is.
-const ALL_METHODS: [Method; 10] = [
-    Method::Get,
-    Method::Head,
-    Method::Post,
-    Method::Put,
-    Method::Delete,
-    Method::Options,
-    Method::Patch,
-    Method::Trace,
-    Method::Connect,
-    Method::Other,
-];
-
 /// Forwards the requests of one rule.
 pub(crate) struct ProxyHandler {
     group: Rc<WorkerGroup>,
@@ -74,7 +60,7 @@ pub(crate) fn mount(
         trusted,
         id_seed: h.finish(),
     };
-    router.prefix(&route.prefix, &ALL_METHODS, handler)
+    router.prefix(&route.prefix, &Method::ALL, handler)
 }
 
 impl Handler for ProxyHandler {
