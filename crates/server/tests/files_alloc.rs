@@ -57,6 +57,7 @@ fn one_reply(stream: &mut std::net::TcpStream, request: &[u8], buf: &mut [u8]) -
 /// Cached hits (200, 304, 206, pipelined) allocate nothing once warm.
 #[test]
 fn no_allocation_per_cached_hit() {
+    let _alone = lowlat_testkit::alloc::counting_alone();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("100.html"),
@@ -151,6 +152,7 @@ fn no_allocation_per_cached_hit() {
 /// warm: the compressed bodies come from the worker's cache, the lookup key is a reused buffer.
 #[test]
 fn no_allocation_per_compressed_hit() {
+    let _alone = lowlat_testkit::alloc::counting_alone();
     let dir = tempfile::tempdir().unwrap();
     let page: String = (0..100)
         .map(|i| format!("<li><a href=\"/items/{i}\">Item {i}</a></li>\n"))

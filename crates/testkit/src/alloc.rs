@@ -35,6 +35,17 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held by a test for as long as it counts: the count is the whole process's, so two tests of
+/// one binary counting at once (the test harness runs them in parallel) would see each other's
+/// allocations.
+pub fn counting_alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Allocations a stretch of requests started at `started` may make without making one per
 /// request: the Date cache (and the access log's time fields) format once per second each, so
 /// a run slowed down by a loaded machine is allowed two a second it took, and a few more.
