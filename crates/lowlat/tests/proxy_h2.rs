@@ -8,10 +8,7 @@
 //! and metadata in trailers, an error status, a deadline — for HTTP/2 clients in clear and over
 //! TLS.
 
-use std::io::BufRead;
-use std::net::SocketAddr;
-use std::process::{Child, Command, Output};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use lowlat_testkit::pki::{KeyKind, Pki};

@@ -10,12 +10,11 @@
 //! upgrade is 502 and none of its bytes reach the client; hundreds of tunnels at once; and each
 //! tunnel's one access-log line.
 
-use std::ffi::OsString;
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lowlat_testkit::pki::{KeyKind, Pki};
