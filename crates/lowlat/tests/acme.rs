@@ -333,12 +333,19 @@ fn http01_two_sites_stored_and_reloaded_without_the_ca() {
             ca.settings(&state)
         ),
     );
+    let started = Instant::now();
     let serve = Serve::start(&config);
     serve.wait_for("certificate obtained", 3, Duration::from_secs(60));
     let root = ca.root();
     for name in ["a.test", "www.a.test", "b.test"] {
         assert_served(&root, name, ca.tls_port);
     }
+    // Reported, not asserted (docs/PERFORMANCE.md records it): from the process's start to the
+    // three names answered over https, with Pebble validating against the local listeners.
+    eprintln!(
+        "acme: three names issued and served {:?} after the start",
+        started.elapsed()
+    );
     // A name no site lists: refused with an alert, not answered with a site's certificate.
     let out = curl(&root, "c.test", ca.tls_port);
     assert!(!out.status.success());
