@@ -39,11 +39,18 @@ impl H2Conn {
             }
         }
         self.handle(ctx, h, p);
-        ctx.proxy_cancels.append(&mut self.abandoned);
-        self.count_window(ctx);
+        if !self.abandoned.is_empty() {
+            // Cancelled now, while their tokens are still theirs.
+            ctx.proxy_cancels.append(&mut self.abandoned);
+        }
         if self.resets > ctx.cfg.h2.max_resets_per_sec {
-            // Resets the client sent or provoked (see `stream_error`).
-            self.conn_error(ErrorCode::EnhanceYourCalm, "too many stream resets");
+            // Resets the client sent or provoked (see `stream_error`), in the current second:
+            // the window is renewed only when the count is over (an ordinary frame pays one
+            // comparison).
+            self.count_window(ctx);
+            if self.resets > ctx.cfg.h2.max_resets_per_sec {
+                self.conn_error(ErrorCode::EnhanceYourCalm, "too many stream resets");
+            }
         }
     }
 
