@@ -264,6 +264,20 @@ fn dead_port() -> u16 {
         .port()
 }
 
+/// An upstream written here: 127.0.0.1 on a free port, each connection served by `serve` on a
+/// thread of its own. The threads end with the test binary.
+fn serve_each(serve: impl Fn(TcpStream) + Clone + Send + 'static) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let serve = serve.clone();
+            std::thread::spawn(move || serve(conn));
+        }
+    });
+    addr
+}
+
 /// An upstream written here, on std sockets: it keeps every byte it receives, counts the requests
 /// it parses (a head and its Content-Length body), answers `GET /status/200` (the health path
 /// gunicorn also serves) with 200 or 500 as `healthy` says, and everything else with 200 and
@@ -277,8 +291,6 @@ struct Recorder {
 
 impl Recorder {
     fn start() -> Recorder {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let requests = Arc::new(AtomicUsize::new(0));
         let healthy = Arc::new(AtomicBool::new(true));
@@ -287,12 +299,7 @@ impl Recorder {
             Arc::clone(&requests),
             Arc::clone(&healthy),
         );
-        std::thread::spawn(move || {
-            for conn in listener.incoming().flatten() {
-                let (r, n, h) = (Arc::clone(&r), Arc::clone(&n), Arc::clone(&h));
-                std::thread::spawn(move || Recorder::serve(conn, &r, &n, &h));
-            }
-        });
+        let addr = serve_each(move |conn| Recorder::serve(conn, &r, &n, &h));
         Recorder {
             addr,
             received,
@@ -743,8 +750,6 @@ struct Sink {
 
 impl Sink {
     fn start() -> Sink {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let ended = Arc::new(AtomicUsize::new(0));
         let paused = Arc::new(AtomicBool::new(false));
@@ -753,24 +758,19 @@ impl Sink {
             Arc::clone(&ended),
             Arc::clone(&paused),
         );
-        std::thread::spawn(move || {
-            for mut conn in listener.incoming().flatten() {
-                let (r, e, p) = (Arc::clone(&r), Arc::clone(&e), Arc::clone(&p));
-                std::thread::spawn(move || {
-                    let mut chunk = [0; 64 * 1024];
-                    loop {
-                        if p.load(Ordering::SeqCst) {
-                            std::thread::sleep(Duration::from_millis(10));
-                            continue;
-                        }
-                        match conn.read(&mut chunk) {
-                            Ok(n) if n > 0 => r.lock().unwrap().extend_from_slice(&chunk[..n]),
-                            _ => break,
-                        }
-                    }
-                    e.fetch_add(1, Ordering::SeqCst);
-                });
+        let addr = serve_each(move |mut conn| {
+            let mut chunk = [0; 64 * 1024];
+            loop {
+                if p.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                match conn.read(&mut chunk) {
+                    Ok(n) if n > 0 => r.lock().unwrap().extend_from_slice(&chunk[..n]),
+                    _ => break,
+                }
             }
+            e.fetch_add(1, Ordering::SeqCst);
         });
         Sink {
             addr,
@@ -808,50 +808,43 @@ impl Sink {
 /// Content-Length body, compares the body with [`pattern`] as it arrives, and answers
 /// `{"length": N, "intact": true|false}`.
 fn pattern_checker() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut pending = Vec::new();
-                let end = loop {
-                    if let Some(i) = find(&pending, b"\r\n\r\n") {
-                        break i + 4;
-                    }
-                    fill(&mut conn, &mut pending, "a request head");
-                };
-                let head = String::from_utf8_lossy(&pending[..end]).into_owned();
-                let len: u64 = field(&head, "content-length").unwrap().parse().unwrap();
-                pending.drain(..end);
-                // One period longer than any read, so every read is compared with one slice.
-                let expected = pattern(0, 256 * 1024 + 251);
-                let mut buf = vec![0; 256 * 1024];
-                let (mut offset, mut intact) = (0u64, true);
-                let mut check = |data: &[u8], offset: &mut u64| {
-                    let start = (*offset % 251) as usize;
-                    intact &= data == &expected[start..start + data.len()];
-                    *offset += data.len() as u64;
-                };
-                check(&pending, &mut offset);
-                while offset < len {
-                    let want = buf
-                        .len()
-                        .min(usize::try_from(len - offset).unwrap_or(usize::MAX));
-                    match conn.read(&mut buf[..want]) {
-                        Ok(n) if n > 0 => check(&buf[..n], &mut offset),
-                        _ => return,
-                    }
-                }
-                let body = format!("{{\"length\": {offset}, \"intact\": {intact}}}");
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-            });
+    serve_each(|mut conn: TcpStream| {
+        let mut pending = Vec::new();
+        let end = loop {
+            if let Some(i) = find(&pending, b"\r\n\r\n") {
+                break i + 4;
+            }
+            fill(&mut conn, &mut pending, "a request head");
+        };
+        let head = String::from_utf8_lossy(&pending[..end]).into_owned();
+        let len: u64 = field(&head, "content-length").unwrap().parse().unwrap();
+        pending.drain(..end);
+        // One period longer than any read, so every read is compared with one slice.
+        let expected = pattern(0, 256 * 1024 + 251);
+        let mut buf = vec![0; 256 * 1024];
+        let (mut offset, mut intact) = (0u64, true);
+        let mut check = |data: &[u8], offset: &mut u64| {
+            let start = (*offset % 251) as usize;
+            intact &= data == &expected[start..start + data.len()];
+            *offset += data.len() as u64;
+        };
+        check(&pending, &mut offset);
+        while offset < len {
+            let want = buf
+                .len()
+                .min(usize::try_from(len - offset).unwrap_or(usize::MAX));
+            match conn.read(&mut buf[..want]) {
+                Ok(n) if n > 0 => check(&buf[..n], &mut offset),
+                _ => return,
+            }
         }
-    });
-    addr
+        let body = format!("{{\"length\": {offset}, \"intact\": {intact}}}");
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+    })
 }
 
 /// A gibibyte uploaded with Content-Length (checked byte for byte by [`pattern_checker`]), and
