@@ -248,7 +248,10 @@ impl Downstream for StreamRelay<'_> {
     }
 
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>) {
-        // Also called when the upstream took this stream's upload down to its low-water mark.
+        self.conn.drive(ctx);
+    }
+
+    fn upload_drained(&mut self, ctx: &mut WorkerCtx<'_>) {
         self.conn.upload_room(ctx, self.id);
         self.conn.drive(ctx);
     }

@@ -46,6 +46,11 @@ pub(crate) trait Downstream {
     fn relay_link(&mut self, upstream: mio::Token);
     /// Writes what was relayed, as far as the socket takes it.
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>);
+    /// The upstream took a streaming request body down to its low-water mark: the client may
+    /// send more (HTTP/1.1: its connection is read again; HTTP/2: the stream's window given back).
+    fn upload_drained(&mut self, ctx: &mut WorkerCtx<'_>) {
+        self.flush_relayed(ctx);
+    }
 
     /// The upstream switched protocols (`101`) for a WebSocket handshake: its head is relayed
     /// (the fields that `pass`, with the upgrade's own) and the exchange becomes a tunnel to

@@ -566,7 +566,7 @@ impl Upstreams {
                 drop(pipe);
                 if resume {
                     // The client's side stopped reading for room: it reads (and feeds) again.
-                    down.flush_relayed(ctx);
+                    down.upload_drained(ctx);
                 }
                 Sent::More
             }
