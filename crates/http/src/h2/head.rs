@@ -47,8 +47,8 @@ const CONNECTION_SPECIFIC: [&[u8]; 5] = [
 
 impl RequestHead {
     /// Decodes `block` (a complete header block: HEADERS and its CONTINUATIONs) into this head.
-    /// With `trailers`, the block is a trailer section: pseudo-header fields are refused and
-    /// nothing is kept.
+    /// With `trailers`, the block is a trailer section: pseudo-header fields are refused, and
+    /// the fields are kept for a proxy that passes them on ([`RequestHead::fields`]).
     ///
     /// # Errors
     /// See [`HeadError`]. The decoder's table is kept in step even when the request is refused
@@ -148,10 +148,7 @@ impl RequestHead {
         if CONNECTION_SPECIFIC.contains(&name) || (name == b"te" && value != b"trailers") {
             return Err(HeadError::Malformed);
         }
-        if trailers {
-            return Ok(());
-        }
-        if name == b"content-length" {
+        if name == b"content-length" && !trailers {
             let n = std::str::from_utf8(value)
                 .ok()
                 .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))

@@ -81,6 +81,9 @@ pub enum App {
     WebSocketEcho,
     /// `grpc_server.py`: grpcio serving `lowlat.test.Echo` (`echo.proto`) in clear (h2c).
     Grpc,
+    /// `h2_recorder.py`: an HTTP/2 server (h2c) recording request fields, bodies, trailers and
+    /// resets.
+    H2Recorder,
     /// `bad_upstream.py`: a raw-socket server sending one shape of bad (or unusual) response.
     Bad(BadKind),
 }
@@ -280,6 +283,11 @@ impl Upstream {
         Upstream::start(App::Grpc, Bind::Ephemeral, &[])
     }
 
+    /// The HTTP/2 recorder on 127.0.0.1, a free port (h2c).
+    pub fn h2_recorder() -> Upstream {
+        Upstream::start(App::H2Recorder, Bind::Ephemeral, &[])
+    }
+
     /// The misbehaving upstream, sending `kind`, on 127.0.0.1, a free port.
     pub fn bad(kind: BadKind) -> Upstream {
         Upstream::start(App::Bad(kind), Bind::Ephemeral, &[])
@@ -304,6 +312,7 @@ impl Upstream {
             App::Uvicorn => "asgi_app.py",
             App::WebSocketEcho => "ws_echo.py",
             App::Grpc => "grpc_server.py",
+            App::H2Recorder => "h2_recorder.py",
             App::Bad(kind) => {
                 args.push(kind.name().into());
                 "bad_upstream.py"
@@ -454,6 +463,7 @@ impl fmt::Display for Upstream {
             App::Uvicorn => f.write_str("uvicorn"),
             App::WebSocketEcho => f.write_str("the WebSocket echo server"),
             App::Grpc => f.write_str("the gRPC server"),
+            App::H2Recorder => f.write_str("the HTTP/2 recorder"),
             App::Bad(kind) => write!(f, "the bad upstream ({})", kind.name()),
         }
     }

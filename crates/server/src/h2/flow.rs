@@ -16,7 +16,7 @@ impl H2Conn {
             && self
                 .streams
                 .iter()
-                .any(|s| s.state == State::HalfClosedRemote && s.send_window > 0 && s.pending() > 0)
+                .any(|s| s.sends() && s.send_window > 0 && s.pending() > 0)
     }
 
     /// Writes DATA frames for streams with pending bodies: one frame per stream per round,
@@ -38,7 +38,7 @@ impl H2Conn {
             for k in 0..count {
                 let i = (self.rr + k) % count;
                 let s = &mut self.streams[i];
-                if s.state != State::HalfClosedRemote || s.send_window <= 0 {
+                if !s.sends() || s.send_window <= 0 {
                     continue;
                 }
                 let pending = s.pending();

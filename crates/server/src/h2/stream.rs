@@ -79,6 +79,13 @@ pub(crate) struct Relay {
 }
 
 impl Stream {
+    /// Whether its response may go out now: once the request is complete, or — a relayed
+    /// response — while the request body still streams to the upstream (a gRPC bidirectional
+    /// call answers messages as they come).
+    pub(crate) fn sends(&self) -> bool {
+        self.state == State::HalfClosedRemote || self.state == State::Open && self.relay.is_some()
+    }
+
     /// A stream whose request body is arriving.
     pub(crate) fn receiving(
         id: u32,
