@@ -986,7 +986,10 @@ mod tests {
         assert_eq!(c.send_room(id), 0);
         assert_eq!(c.send_data(id, b"more"), 0);
         let h = FrameHeader::parse(&c.out).unwrap();
-        assert_eq!((h.kind, h.len, h.has(flag::END_STREAM)), (kind::DATA, 10, false));
+        assert_eq!(
+            (h.kind, h.len, h.has(flag::END_STREAM)),
+            (kind::DATA, 10, false)
+        );
         c.out.clear();
         feed(
             &mut c,
@@ -994,7 +997,10 @@ mod tests {
             100,
         )
         .unwrap();
-        assert!(c.out.is_empty(), "nothing is sent for a streaming body but what is given");
+        assert!(
+            c.out.is_empty(),
+            "nothing is sent for a streaming body but what is given"
+        );
         assert_eq!(c.send_data(id, &[b'y'; 15]), 15);
         assert!(c.finish(id, [(&b"x-sum"[..], &b"1"[..])]));
         assert!(!c.sending(id));
@@ -1011,7 +1017,10 @@ mod tests {
         c.out.clear();
         assert!(c.finish(id, []));
         let h = FrameHeader::parse(&c.out).unwrap();
-        assert_eq!((h.kind, h.len, h.has(flag::END_STREAM)), (kind::DATA, 0, true));
+        assert_eq!(
+            (h.kind, h.len, h.has(flag::END_STREAM)),
+            (kind::DATA, 0, true)
+        );
     }
 
     #[test]

@@ -3,6 +3,11 @@ that shows what the proxy sends on a stream — request fields, body, trailers, 
 neither grpcio nor gunicorn would.
 
     python3 h2_recorder.py [--port N | --unix PATH]
+    python3 h2_recorder.py --send http://HOST:PORT/PATH [--trailer NAME=VALUE]...
+
+The second form is the client half: one POST (h2c prior knowledge) whose body, "hello" in two
+DATA frames with no content-length, ends with a HEADERS frame of the trailers given; prints the
+response's status line and body.
 
 Routes (by path prefix):
 
@@ -18,6 +23,7 @@ Routes (by path prefix):
 import hashlib
 import json
 import os
+import socket
 import sys
 import threading
 
@@ -122,8 +128,53 @@ def serve(sock):
         sock.close()
 
 
+def send(url, trailers):
+    rest = url.split("://", 1)[1]
+    hostport, path = rest.split("/", 1)
+    host, port = hostport.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":authority", hostport),
+                          (":path", "/" + path)])
+    conn.send_data(1, b"hel")
+    conn.send_data(1, b"lo")
+    fields = [tuple(t.split("=", 1)) for t in trailers]
+    if fields:
+        conn.send_headers(1, fields, end_stream=True)
+    else:
+        conn.end_stream(1)
+    sock.sendall(conn.data_to_send())
+    status, body = None, b""
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            break
+        ended = False
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                status = dict(event.headers)[b":status"].decode()
+            elif isinstance(event, h2.events.DataReceived):
+                body += event.data
+                conn.acknowledge_received_data(event.flow_controlled_length, 1)
+            elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+                ended = True
+        sock.sendall(conn.data_to_send())
+        if ended:
+            break
+    print(status)
+    print(body.decode())
+
+
 def main():
-    args = common.arguments("HTTP/2 server (h2c) recording what it is sent")
+    def extra(parser):
+        parser.add_argument("--send", metavar="URL", help="be the client: POST to URL")
+        parser.add_argument("--trailer", action="append", default=[], metavar="NAME=VALUE")
+
+    args = common.arguments("HTTP/2 server (h2c) recording what it is sent", extra)
+    if args.send:
+        send(args.send, args.trailer)
+        return
     listener = common.listen(args)
     common.watch_stdin()
     common.ready(common.where(listener))

@@ -225,11 +225,7 @@ impl H2Conn {
         if up.declared.is_some_and(|n| n != up.received) {
             pipe.fail(400);
         }
-        pipe.end_with_trailers(
-            self.head
-                .fields()
-                .map(|(n, v)| (n.as_bytes(), v)),
-        );
+        pipe.end_with_trailers(self.head.fields().map(|(n, v)| (n.as_bytes(), v)));
         drop(pipe);
         if let Some(token) = s.relay.and_then(|r| r.upstream) {
             self.upload_wakes.push((token, s.id));

@@ -44,7 +44,6 @@ const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
 
-
 /// What writing a streaming body achieved.
 enum Sent {
     More,

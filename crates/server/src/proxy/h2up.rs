@@ -412,7 +412,13 @@ impl H2Upstreams {
             let Some(job) = &x.job else { continue };
             let tls = c.group.cfg.servers[c.server].tls.is_some();
             let streaming = x.upload.is_some();
-            match open_stream(&mut c.session, &job.request, tls, streaming, &mut self.scratch) {
+            match open_stream(
+                &mut c.session,
+                &job.request,
+                tls,
+                streaming,
+                &mut self.scratch,
+            ) {
                 Some(Ok(id)) => {
                     x.stream = id;
                     x.sent_at = ctx.now;
@@ -466,7 +472,11 @@ impl H2Upstreams {
             if let Some(status) = pipe.failed() {
                 // The upstream got part of a request: its stream is reset, the others on the
                 // connection go on.
-                tracing::debug!(status, stream, "request body refused while streaming: upstream stream reset");
+                tracing::debug!(
+                    status,
+                    stream,
+                    "request body refused while streaming: upstream stream reset"
+                );
                 c.session.cancel(stream);
                 drop(pipe);
                 x.upload = None;
@@ -487,7 +497,9 @@ impl H2Upstreams {
                     break;
                 }
                 let before = pending.len();
-                let n = c.session.send_data(stream, &pending[..before.min(UPLOAD_OUT_LIMIT)]);
+                let n = c
+                    .session
+                    .send_data(stream, &pending[..before.min(UPLOAD_OUT_LIMIT)]);
                 if n == 0 {
                     break;
                 }

@@ -34,8 +34,7 @@ pub(crate) const STREAM_MIN_BODY: u64 = 64 * 1024;
 /// A streaming request body waiting for its client is bounded by the client connection's body
 /// timeout (which abandons the exchange); this only keeps the upstream's deadline from firing
 /// first.
-pub(crate) const UPLOAD_WAIT_LIMIT: std::time::Duration =
-    std::time::Duration::from_secs(24 * 3600);
+pub(crate) const UPLOAD_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// The client's side stops reading while this much waits for the upstream.
 pub(crate) const UPLOAD_HIGH_WATER: usize = 256 * 1024;
