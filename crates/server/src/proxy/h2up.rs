@@ -98,6 +98,9 @@ struct Conn {
     streams: Vec<(u32, usize)>,
     /// Exchanges waiting for the connection (or a free stream).
     waiting: Vec<usize>,
+    /// Streams that may still have a request body to send (counted again on each pass while
+    /// not 0): a connection without any skips the pass, so bodiless requests pay nothing.
+    uploads: usize,
     /// Connect deadline, then idle deadline while no stream is open.
     deadline: Instant,
 }
@@ -296,6 +299,7 @@ impl H2Upstreams {
             writable: false,
             streams: Vec::new(),
             waiting: Vec::new(),
+            uploads: 0,
             deadline: ctx.now + group.cfg.timeouts.connect,
         });
         Some(key)
@@ -420,6 +424,7 @@ impl H2Upstreams {
                 &mut self.scratch,
             ) {
                 Some(Ok(id)) => {
+                    c.uploads += usize::from(streaming);
                     x.stream = id;
                     x.sent_at = ctx.now;
                     x.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
@@ -460,14 +465,19 @@ impl H2Upstreams {
             ..
         } = self;
         let c = &mut conns[key];
+        if c.uploads == 0 {
+            return false;
+        }
         let timeouts = c.group.cfg.timeouts;
         let mut moved = false;
         let mut refused = false;
+        let mut uploads = 0;
         for &(stream, xkey) in &c.streams {
             let Some(x) = exchanges.get_mut(xkey) else {
                 continue;
             };
             let Some(up) = &x.upload else { continue };
+            uploads += 1;
             let mut pipe = up.borrow_mut();
             if let Some(status) = pipe.failed() {
                 // The upstream got part of a request: its stream is reset, the others on the
@@ -534,6 +544,7 @@ impl H2Upstreams {
             }
             moved |= progress;
         }
+        c.uploads = uploads;
         if refused {
             c.streams.retain(|&(_, xkey)| {
                 exchanges
