@@ -566,6 +566,44 @@ fn a_client_leaving_or_a_broken_body_resets_only_its_stream() {
     }
 }
 
+/// An HTTP/2 upstream that answers before the body ended (413 at the head, then RST_STREAM
+/// NO_ERROR): the answer reaches the HTTP/1.1 client while it is still sending, with
+/// `Connection: close` (the rest of its body is not read), and the upstream connection serves on.
+#[test]
+fn an_early_answer_from_an_http2_upstream_is_relayed() {
+    let upstream = Upstream::h2_recorder();
+    let proxy = serve(&[
+        "--proxy",
+        &format!("/=h2c://127.0.0.1:{}", upstream.addr().port()),
+    ]);
+    let mut s = TcpStream::connect(proxy.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"PUT /early HTTP/1.1\r\nHost: t\r\nContent-Length: 10000000\r\n\r\n")
+        .unwrap();
+    s.write_all(&pattern(0, 100_000)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(r#"{"early": true}"#) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    drop(s);
+    let (status, body) = exchange(
+        proxy.addr,
+        "PUT /digest HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+        |_| Ok(()),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(recorder_stats(proxy.addr)["connections"], 1);
+}
+
 /// `tests/upstreams/grpc_client.py` through the proxy: `args` after the proxy's address; its
 /// JSON output.
 fn grpc_client(proxy: SocketAddr, args: &[&str]) -> serde_json::Value {

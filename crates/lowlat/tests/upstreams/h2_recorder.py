@@ -16,6 +16,8 @@ Routes (by path prefix):
   `trailers` (an object, empty when none came).
 - `/sink`: reads nothing (no window is given back) and never answers: the proxy must hold the
   client back, and reset the stream when the client leaves.
+- `/early`: answers 413 as soon as the request's head arrives, then resets the stream with
+  NO_ERROR (RFC 9113 §8.1: the rest of the body is not wanted).
 - `/stats`: JSON of what the server saw: `connections` accepted, `resets` (the error codes of
   the RST_STREAM frames received, in order), `streams` opened.
 """
@@ -87,6 +89,10 @@ def serve(sock):
                     streams[event.stream_id] = Stream(fields)
                     with LOCK:
                         STATS["streams"] += 1
+                    if fields.get(":path", "").startswith("/early"):
+                        answer(conn, event.stream_id, 413, b'{"early": true}')
+                        conn.reset_stream(event.stream_id, 0)
+                        streams.pop(event.stream_id, None)
                     if fields.get(":path", "").startswith("/stats"):
                         with LOCK:
                             body = json.dumps(STATS).encode()
