@@ -905,7 +905,7 @@ impl H2Upstreams {
                         Some(mut job)
                             if (job.idempotent || retry)
                                 && (!job.retried || (refused && !job.stale_retried))
-                                && !job.upload.as_ref().is_some_and(|u| u.borrow().sent() > 0) =>
+                                && job.upload.as_ref().is_none_or(|u| u.borrow().sent() == 0) =>
                         {
                             if refused && !job.stale_retried {
                                 job.stale_retried = true;
