@@ -409,7 +409,8 @@ fn curl_h2_upload(url: &str, len: u64) -> Output {
 /// 256 MiB with a Content-Length and 64 MiB chunked from HTTP/1.1 clients, and 256 MiB from
 /// curl over HTTP/2, reach an HTTP/2 upstream whole (its SHA-256 of what arrived) while the
 /// proxy's peak memory stays within 8 MiB of what it was before. First, an upstream reading
-/// nothing (never giving back its window) holds the client back, not the proxy's memory.
+/// nothing (never giving back its window) holds the client back, not the proxy's memory — an
+/// HTTP/1.1 client and an HTTP/2 one, whose leaving resets its upstream stream.
 #[test]
 fn uploads_stream_to_an_http2_upstream_in_bounded_memory() {
     const N: u64 = 256 << 20;
@@ -440,6 +441,41 @@ fn uploads_stream_to_an_http2_upstream_in_bounded_memory() {
     assert!(!writer.is_finished(), "the client was not held back");
     let _ = s.shutdown(Shutdown::Both);
     let _ = writer.join();
+
+    // The same for an HTTP/2 client (its stream's window is what holds it); when it goes, its
+    // upstream stream is reset.
+    let mut curl = Command::new("curl")
+        .args(["-sS", "--http2-prior-knowledge", "-T", "-"])
+        .arg(format!("http://{}/sink", proxy.addr))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = curl.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let block = pattern(0, 251 * 4096);
+        while stdin.write_all(&block).is_ok() {}
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let held_kib = proxy.status_kib("VmHWM:");
+    assert!(
+        held_kib.saturating_sub(warm_kib) < 8 * 1024,
+        "the proxy grew by {} KiB while its upstream read nothing from an HTTP/2 client",
+        held_kib.saturating_sub(warm_kib)
+    );
+    let _ = curl.kill();
+    let _ = curl.wait();
+    let _ = feeder.join();
+    let start = Instant::now();
+    while recorder_stats(proxy.addr)["resets"] != serde_json::json!([8]) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}",
+            recorder_stats(proxy.addr)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     for (framing, len) in [("length", N), ("chunked", CHUNKED)] {
         let started = Instant::now();

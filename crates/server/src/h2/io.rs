@@ -42,7 +42,7 @@ impl H2Conn {
                     }
                     // Streams in flight are still answered; then the connection closes.
                     self.eof = true;
-                    self.abandon_unfinishable();
+                    self.abandon_unfinishable(ctx);
                     Some(false)
                 }
                 Ok(r) => {
@@ -202,9 +202,16 @@ impl H2Conn {
     }
 
     /// The client closed its side: it will send no more DATA, so a request body still under way
-    /// can never complete, nor a header block split over CONTINUATION frames. Their streams go.
-    fn abandon_unfinishable(&mut self) {
-        self.streams.retain(|s| s.state != State::Open);
+    /// can never complete, nor a header block split over CONTINUATION frames. Their streams go,
+    /// and the upstream requests their bodies were streaming to are abandoned.
+    fn abandon_unfinishable(&mut self, ctx: &mut WorkerCtx<'_>) {
+        self.streams.retain(|s| {
+            let open = s.state == State::Open;
+            if let Some(up) = s.relay.and_then(|r| r.upstream).filter(|_| open) {
+                ctx.proxy_cancels.push(up);
+            }
+            !open
+        });
         self.pending = None;
     }
 
