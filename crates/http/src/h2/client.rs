@@ -245,7 +245,7 @@ impl ClientConn {
         body: &[u8],
         trailers: &[(&[u8], &[u8])],
     ) -> Result<u32, OpenError> {
-        self.open_stream(head, body, trailers, false)
+        self.open_with(head, body, trailers, false)
     }
 
     /// Opens a stream whose body is still arriving: `head` goes out without END_STREAM, and
@@ -257,10 +257,17 @@ impl ClientConn {
         &mut self,
         head: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
     ) -> Result<u32, OpenError> {
-        self.open_stream(head, b"", &[], true)
+        self.open_with(head, b"", &[], true)
     }
 
-    fn open_stream<'f>(
+    /// [`ClientConn::open`] (`streaming` false) and [`ClientConn::open_streaming`] (`streaming`
+    /// true, `body` and `trailers` empty) in one: a caller that does both makes one copy of the
+    /// field encoding, not two (a proxy's every request goes through it).
+    ///
+    /// # Errors
+    /// [`OpenError`]: the connection is full or closing.
+    #[inline]
+    pub fn open_with<'f>(
         &mut self,
         head: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
         body: &[u8],
@@ -367,6 +374,7 @@ impl ClientConn {
     /// The server ended stream `i` (its response is complete): it leaves. A request body not
     /// all sent stops there, and the stream is reset (CANCEL) so that the server's side closes
     /// too (RFC 9113 §8.1: a response may come before the whole request).
+    #[inline]
     fn server_ended(&mut self, i: usize) {
         let s = self.streams.swap_remove(i);
         if !s.sent_end {

@@ -384,7 +384,10 @@ impl H2Upstreams {
                 },
                 Phase::Open => {
                     self.open_waiting(key, ctx);
-                    self.pump_uploads(key, ctx);
+                    // Checked here, not in the call: a bodiless request pays one comparison.
+                    if self.conns[key].uploads > 0 {
+                        self.pump_uploads(key, ctx);
+                    }
                     if !self.write(key, ctx) {
                         return;
                     }
@@ -392,7 +395,7 @@ impl H2Upstreams {
                         return;
                     }
                     // What was read may have opened a window for a body waiting to go.
-                    let moved = self.pump_uploads(key, ctx);
+                    let moved = self.conns[key].uploads > 0 && self.pump_uploads(key, ctx);
                     let c = &self.conns[key];
                     if !c.readable && !moved && (c.session.out.len() == c.wpos || !c.writable) {
                         return;
@@ -1157,9 +1160,6 @@ fn open_stream(
         .into_iter()
         .chain(ranges.iter().map(|(n, v)| (&scratch[n.clone()], *v)))
         .chain(te);
-    if streaming {
-        // The body follows from the upload (`H2Upstreams::pump_uploads`).
-        return Some(session.open_streaming(fields));
-    }
-    Some(session.open(fields, body, &[]))
+    // With `streaming`, the body follows from the upload (`H2Upstreams::pump_uploads`).
+    Some(session.open_with(fields, body, &[], streaming))
 }
