@@ -1,6 +1,7 @@
 //! A request's header block, decoded with HPACK ([`super::hpack`]) and checked as RFC 9113 §8.2–§8.3 asks: field
 //! names in lower case, pseudo-header fields first, once each, only the request ones, none of
-//! HTTP/1.1's connection-specific fields, no control characters, and the decoded list within its
+//! HTTP/1.1's connection-specific fields, no control characters, `:protocol` only on an extended
+//! CONNECT (RFC 8441 §4), and the decoded list within its
 //! limit — counted while decoding, so a small block that expands to megabytes (an "HPACK bomb")
 //! is refused without ever being stored.
 //!
@@ -32,6 +33,8 @@ pub struct RequestHead {
     scheme: Option<Range<usize>>,
     authority: Option<Range<usize>>,
     path: Option<Range<usize>>,
+    /// `:protocol` (RFC 8441 §4): an extended CONNECT.
+    protocol: Option<Range<usize>>,
     /// The declared body length (`content-length`).
     pub content_length: Option<u64>,
 }
@@ -66,6 +69,7 @@ impl RequestHead {
         self.scheme = None;
         self.authority = None;
         self.path = None;
+        self.protocol = None;
         self.content_length = None;
         let mut size = 0usize;
         let mut problem: Option<HeadError> = None;
@@ -93,7 +97,14 @@ impl RequestHead {
             return Ok(());
         }
         let is_connect = self.method() == Some("CONNECT");
-        let complete = if is_connect {
+        let complete = if self.protocol.is_some() {
+            // RFC 8441 §4: only on CONNECT, which then carries all of `:scheme`, `:path` and
+            // `:authority` like any request.
+            is_connect
+                && self.authority.is_some()
+                && self.scheme.is_some()
+                && self.path.as_ref().is_some_and(|p| !p.is_empty())
+        } else if is_connect {
             self.authority.is_some() && self.scheme.is_none() && self.path.is_none()
         } else {
             self.method.is_some()
@@ -130,6 +141,7 @@ impl RequestHead {
                 b"scheme" => &mut self.scheme,
                 b"authority" => &mut self.authority,
                 b"path" => &mut self.path,
+                b"protocol" => &mut self.protocol,
                 _ => return Err(HeadError::Malformed),
             };
             if slot.is_some() {
@@ -200,6 +212,12 @@ impl RequestHead {
     #[must_use]
     pub fn scheme(&self) -> Option<&str> {
         self.text(self.scheme.as_ref())
+    }
+
+    /// `:protocol` of an extended CONNECT (RFC 8441), e.g. `websocket`.
+    #[must_use]
+    pub fn protocol(&self) -> Option<&str> {
+        self.text(self.protocol.as_ref())
     }
 
     /// How many regular fields there are.
@@ -337,6 +355,38 @@ mod tests {
         let mut ok = BASE.to_vec();
         ok.push(("te", "trailers"));
         assert!(decode(&ok, 16 << 10).is_ok());
+    }
+
+    #[test]
+    fn extended_connect() {
+        let ws = [
+            (":method", "CONNECT"),
+            (":protocol", "websocket"),
+            (":scheme", "https"),
+            (":path", "/chat"),
+            (":authority", "example.com"),
+            ("sec-websocket-version", "13"),
+        ];
+        let h = decode(&ws, 16 << 10).unwrap();
+        assert_eq!(h.method(), Some("CONNECT"));
+        assert_eq!(h.protocol(), Some("websocket"));
+        assert_eq!(h.path(), Some("/chat"));
+        // `:protocol` on another method, or an extended CONNECT missing `:path`, `:scheme` or
+        // `:authority` (RFC 8441 §4), is malformed.
+        let mut get = ws;
+        get[0] = (":method", "GET");
+        assert_eq!(decode(&get, 16 << 10).err(), Some(HeadError::Malformed));
+        for missing in [":scheme", ":path", ":authority"] {
+            let f: Vec<_> = ws.iter().copied().filter(|(n, _)| *n != missing).collect();
+            assert_eq!(
+                decode(&f, 16 << 10).err(),
+                Some(HeadError::Malformed),
+                "{missing}"
+            );
+        }
+        // A plain CONNECT still has only `:authority`, and no `:protocol` is reported.
+        let plain = decode(&[(":method", "CONNECT"), (":authority", "a:443")], 16 << 10).unwrap();
+        assert_eq!(plain.protocol(), None);
     }
 
     #[test]
