@@ -1,8 +1,7 @@
-//! HTTP/3's error codes (RFC 9114 §8.1, RFC 9204 §6, RFC 9297 §2.1.1) and [`Error`], every way
-//! a peer can break the protocol, each mapped in one `match` to the code to send and to whether
-//! it ends the connection (CONNECTION_CLOSE) or only the stream (RESET_STREAM/STOP_SENDING).
-
-use super::qpack::QpackError;
+//! HTTP/3's error codes (RFC 9114 §8.1, RFC 9204 §6, RFC 9297 §2.1.1), [`Error`], every way a
+//! peer can break the protocol, and [`QpackError`], QPACK's part of it: each mapped in one
+//! `match` to the code to send and to whether it ends the connection (CONNECTION_CLOSE) or only
+//! the stream (RESET_STREAM/STOP_SENDING).
 
 /// An HTTP/3 application error code, as sent in CONNECTION_CLOSE, RESET_STREAM or STOP_SENDING.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -114,6 +113,42 @@ impl Error {
             Self::Qpack(q) => q.is_connection_error(),
             _ => true,
         }
+    }
+}
+
+/// Why QPACK failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QpackError {
+    /// A field section that cannot be decoded: QPACK_DECOMPRESSION_FAILED, a connection error.
+    #[error("decompression failed: {0}")]
+    Decompression(&'static str),
+    /// A bad encoder-stream instruction: QPACK_ENCODER_STREAM_ERROR.
+    #[error("encoder stream: {0}")]
+    EncoderStream(&'static str),
+    /// A bad decoder-stream instruction: QPACK_DECODER_STREAM_ERROR.
+    #[error("decoder stream: {0}")]
+    DecoderStream(&'static str),
+    /// The decoded section (or one string in it) is larger than this side accepts: a stream
+    /// error (RFC 9204 §7.4); a server answers 431 if it can.
+    #[error("field section too large")]
+    SectionTooLarge,
+}
+
+impl QpackError {
+    /// The code that answers this error.
+    #[must_use]
+    pub const fn code(&self) -> ErrorCode {
+        match self {
+            Self::Decompression(_) | Self::SectionTooLarge => ErrorCode::QpackDecompressionFailed,
+            Self::EncoderStream(_) => ErrorCode::QpackEncoderStreamError,
+            Self::DecoderStream(_) => ErrorCode::QpackDecoderStreamError,
+        }
+    }
+
+    /// Whether the connection must close: all but [`QpackError::SectionTooLarge`].
+    #[must_use]
+    pub const fn is_connection_error(&self) -> bool {
+        !matches!(self, Self::SectionTooLarge)
     }
 }
 

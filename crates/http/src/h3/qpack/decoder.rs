@@ -18,14 +18,26 @@
 
 use std::collections::VecDeque;
 
+use super::super::error::QpackError;
 use super::table::STATIC;
 use super::wire::{
     DecoderInstruction, EncoderInstruction, FieldLine, Reader, SectionPrefix, Short, Str,
 };
-use super::{Field, QpackError};
 
 /// Per RFC 9204 §3.2.1, an entry's size is its name, its value and 32.
 const ENTRY_OVERHEAD: usize = 32;
+
+/// One decoded field line. `never_indexed` is the N bit: an intermediary re-encoding the
+/// field must keep it a literal (RFC 9204 §7.1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field<'a> {
+    pub name: &'a [u8],
+    pub value: &'a [u8],
+    pub never_indexed: bool,
+}
+
+/// A dynamic table entry: name and value.
+type Entry = (Box<[u8]>, Box<[u8]>);
 
 /// The outcome of decoding a field section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +57,7 @@ pub struct Decoder {
     /// The capacity the encoder set (at most `max_capacity`).
     capacity: usize,
     /// Oldest first; the newest has absolute index `inserted - 1`.
-    entries: VecDeque<(Box<[u8]>, Box<[u8]>)>,
+    entries: VecDeque<Entry>,
     size: usize,
     /// The Insert Count: every insertion and duplication so far.
     inserted: u64,
@@ -248,7 +260,7 @@ impl Decoder {
     }
 
     /// The entry at a relative index of the encoder stream (0: the newest).
-    fn relative(&self, index: u64) -> Result<&(Box<[u8]>, Box<[u8]>), QpackError> {
+    fn relative(&self, index: u64) -> Result<&Entry, QpackError> {
         let err = QpackError::EncoderStream("reference to an entry not in the table");
         let back = usize::try_from(index).map_err(|_| err)?;
         let i = self.entries.len().checked_sub(back + 1).ok_or(err)?;
@@ -384,7 +396,7 @@ impl Decoder {
             ..
         } = self;
         // An entry by absolute index: below the Required Insert Count and still in the table.
-        let dynamic = |abs: Option<u64>| -> Result<&(Box<[u8]>, Box<[u8]>), QpackError> {
+        let dynamic = |abs: Option<u64>| -> Result<&Entry, QpackError> {
             abs.filter(|&a| a < ric && a >= dropped)
                 .and_then(|a| entries.get(usize::try_from(a - dropped).ok()?))
                 .ok_or(QpackError::Decompression(

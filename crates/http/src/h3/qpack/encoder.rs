@@ -9,9 +9,9 @@
 //! with no dynamic references, any Section Acknowledgment or Insert Count Increment is a
 //! QPACK_DECODER_STREAM_ERROR (§4.4.1, §4.4.3).
 
+use super::super::error::QpackError;
 use super::table::{self, Match};
 use super::wire::{put_int, put_str, DecoderInstruction, FieldLine, Reader, SectionPrefix, Short};
-use super::QpackError;
 
 /// A QPACK encoder: one per connection.
 #[derive(Debug, Clone)]

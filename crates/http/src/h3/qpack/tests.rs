@@ -12,8 +12,9 @@ fn hex(s: &str) -> Vec<u8> {
 }
 
 type Fields = Vec<(String, String, bool)>;
+type Outcome = Result<(Decoded, Fields), QpackError>;
 
-fn decode(d: &mut Decoder, stream: u64, section: &[u8]) -> Result<(Decoded, Fields), QpackError> {
+fn decode(d: &mut Decoder, stream: u64, section: &[u8]) -> Outcome {
     let mut got = Vec::new();
     let r = d.decode_section(stream, section, |f| {
         got.push((
@@ -311,7 +312,7 @@ fn section_errors() {
     let mut d = appendix_b_decoder();
     d.feed_encoder_stream(&hex(B2_ENCODER)).unwrap();
     let e = |s: &'static str| Err(QpackError::Decompression(s));
-    let cases: &[(&[u8], Result<(Decoded, Fields), QpackError>)] = &[
+    let cases: &[(&[u8], Outcome)] = &[
         (&[], e("bad section prefix")),
         (&[0x00], e("bad section prefix")),
         // Encoded insert count above 2 * MaxEntries (12), and one that decodes to 0.
