@@ -36,6 +36,18 @@ pub struct Field<'a> {
     pub never_indexed: bool,
 }
 
+/// A stream whose section was blocked.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    stream: u64,
+    /// The section's Required Insert Count as decoded when it first came, and as sent: the
+    /// decoding depends on the Insert Count then (§4.5.1.1), so a retry reuses it.
+    encoded: u64,
+    ric: u64,
+    /// The table has reached `ric`: listed by `take_unblocked`, no longer counted as blocked.
+    woken: bool,
+}
+
 /// A dynamic table entry: name and value.
 type Entry = (Box<[u8]>, Box<[u8]>);
 
@@ -64,8 +76,8 @@ pub struct Decoder {
     /// Insertions the encoder knows we have (§2.1.4).
     known_received: u64,
     max_blocked: usize,
-    /// Blocked streams and the Required Insert Count each waits for.
-    blocked: Vec<(u64, u64)>,
+    /// Streams whose section waits, until it is decoded again or cancelled.
+    blocked: Vec<Waiting>,
     unblocked: Vec<u64>,
     max_section: usize,
     /// A partial encoder instruction, and how long it is known to be at least.
@@ -122,10 +134,11 @@ impl Decoder {
     /// How many streams are blocked.
     #[must_use]
     pub fn blocked_streams(&self) -> usize {
-        self.blocked.len()
+        self.blocked.iter().filter(|w| !w.woken).count()
     }
 
-    /// Streams that were blocked and can now be decoded, in the order they unblocked.
+    /// Streams that were blocked and can now be decoded, in the order they unblocked. Decode
+    /// each one's section again (or cancel the stream): until then it is remembered.
     pub fn take_unblocked(&mut self) -> std::vec::Drain<'_, u64> {
         self.unblocked.drain(..)
     }
@@ -152,7 +165,7 @@ impl Decoder {
     /// (§2.2.2.2): it is no longer blocked, and the encoder is told (unless the table can hold
     /// nothing, when it cannot have referenced anything).
     pub fn cancel_stream(&mut self, stream_id: u64) {
-        self.blocked.retain(|&(s, _)| s != stream_id);
+        self.blocked.retain(|w| w.stream != stream_id);
         self.unblocked.retain(|&s| s != stream_id);
         if self.max_capacity > 0 {
             DecoderInstruction::StreamCancel(stream_id).write(&mut self.pending);
@@ -291,16 +304,12 @@ impl Decoder {
 
     /// Streams whose Required Insert Count is now reached move to the unblocked list.
     fn wake(&mut self) {
-        let inserted = self.inserted;
-        let unblocked = &mut self.unblocked;
-        self.blocked.retain(|&(s, ric)| {
-            if ric <= inserted {
-                unblocked.push(s);
-                false
-            } else {
-                true
+        for w in &mut self.blocked {
+            if !w.woken && w.ric <= self.inserted {
+                w.woken = true;
+                self.unblocked.push(w.stream);
             }
-        });
+        }
     }
 
     /// The Required Insert Count of a section (§4.5.1.1).
@@ -349,7 +358,12 @@ impl Decoder {
         let mut r = Reader::new(section);
         let prefix = SectionPrefix::parse(&mut r)
             .map_err(|_| QpackError::Decompression("bad section prefix"))?;
-        let ric = self.required_insert_count(prefix.encoded_insert_count)?;
+        let encoded = prefix.encoded_insert_count;
+        let waiting = self.blocked.iter().position(|w| w.stream == stream_id);
+        let ric = match waiting.map(|i| self.blocked[i]) {
+            Some(w) if w.encoded == encoded => w.ric,
+            _ => self.required_insert_count(encoded)?,
+        };
         let base = if prefix.sign {
             // Base = RIC - Delta Base - 1 must not be negative (§4.5.1.2).
             ric.checked_sub(prefix.delta_base)
@@ -360,17 +374,24 @@ impl Decoder {
                 .ok_or(QpackError::Decompression("Base too large"))?
         };
         if ric > self.inserted {
-            if !self.blocked.iter().any(|&(s, _)| s == stream_id) {
-                if self.blocked.len() >= self.max_blocked {
+            if waiting.is_none() {
+                if self.blocked_streams() >= self.max_blocked {
                     return Err(QpackError::Decompression(
                         "more blocked streams than allowed",
                     ));
                 }
-                self.blocked.push((stream_id, ric));
+                self.blocked.push(Waiting {
+                    stream: stream_id,
+                    encoded,
+                    ric,
+                    woken: false,
+                });
             }
             return Ok(Decoded::Blocked);
         }
-        self.blocked.retain(|&(s, _)| s != stream_id);
+        if let Some(i) = waiting {
+            self.blocked.swap_remove(i);
+        }
         let result = self.lines(&mut r, section.len(), ric, base, &mut field);
         if ric > 0 && matches!(result, Ok(()) | Err(QpackError::SectionTooLarge)) {
             DecoderInstruction::SectionAck(stream_id).write(&mut self.pending);

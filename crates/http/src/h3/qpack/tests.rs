@@ -559,3 +559,33 @@ fn cancellation_without_a_table_is_silent() {
     assert!(d.has_decoder_stream_output());
     assert_eq!(flush(&mut d), hex("44"));
 }
+
+/// A blocked section's Required Insert Count is decoded once, against the Insert Count when it
+/// came: decoded again after the count wrapped past 2 * MaxEntries, it would mean another
+/// number (found by the fuzzer).
+#[test]
+fn a_retried_section_keeps_its_required_insert_count() {
+    // 384 bytes: MaxEntries 12, so counts are sent modulo 24.
+    let mut d = Decoder::new(384, 1, 4096);
+    // Required Insert Count 1 (encoded 2), Base 1, one static field.
+    let section = [0x02, 0x00, 0xc1];
+    assert_eq!(decode(&mut d, 4, &section).unwrap().0, Decoded::Blocked);
+    let mut enc = Vec::new();
+    EncoderInstruction::SetCapacity(384).write(&mut enc);
+    for _ in 0..13 {
+        EncoderInstruction::InsertLiteralName {
+            name: Str::plain(b""),
+            value: Str::plain(b""),
+        }
+        .write(&mut enc);
+    }
+    d.feed_encoder_stream(&enc).unwrap();
+    assert_eq!(d.take_unblocked().collect::<Vec<_>>(), vec![4]);
+    assert_eq!(d.blocked_streams(), 0);
+    assert_eq!(
+        decode(&mut d, 4, &section).unwrap(),
+        (Decoded::Done, vec![f(":path", "/")])
+    );
+    // Fresh, the same bytes now mean 25: not yet inserted.
+    assert_eq!(decode(&mut d, 8, &section).unwrap().0, Decoded::Blocked);
+}
