@@ -589,3 +589,64 @@ fn a_retried_section_keeps_its_required_insert_count() {
     // Fresh, the same bytes now mean 25: not yet inserted.
     assert_eq!(decode(&mut d, 8, &section).unwrap().0, Decoded::Blocked);
 }
+
+proptest::proptest! {
+    /// Any fields the encoder is given, in a HEADERS frame split at any point, decode to the
+    /// same fields, N bits included, with or without Huffman coding.
+    #[test]
+    fn any_fields_round_trip(
+        fields in proptest::collection::vec(
+            (
+                proptest::sample::select(vec![
+                    ":path", ":status", "content-type", "cookie", "x-custom", "",
+                ]),
+                proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+                proptest::bool::ANY,
+            ),
+            0..12,
+        ),
+        huffman in proptest::bool::ANY,
+        cut in 0usize..2000,
+    ) {
+        let enc = Encoder::new(huffman);
+        let mut frame = Vec::new();
+        crate::h3::frame::put_headers_with(&mut frame, |o| {
+            enc.begin_section(o);
+            for (n, v, never) in &fields {
+                enc.field(n.as_bytes(), v, *never, o);
+            }
+        });
+        let cut = cut % (frame.len() + 1);
+        let mut dec = crate::h3::frame::FrameDecoder::new(1 << 20);
+        let first = dec.decode(&frame[..cut]).unwrap();
+        let section = match first.frame {
+            Some(crate::h3::frame::Frame::Headers(s)) => s.to_vec(),
+            None => match dec.decode(&frame[cut..]).unwrap().frame {
+                Some(crate::h3::frame::Frame::Headers(s)) => s.to_vec(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        let mut got = Vec::new();
+        let r = Decoder::new(0, 0, 1 << 20)
+            .decode_section(0, &section, |f| got.push((f.name.to_vec(), f.value.to_vec(), f.never_indexed)))
+            .unwrap();
+        proptest::prop_assert_eq!(r, Decoded::Done);
+        let want: Vec<_> = fields.iter().map(|(n, v, never)| (n.as_bytes().to_vec(), v.clone(), *never)).collect();
+        proptest::prop_assert_eq!(got, want);
+    }
+
+    /// Random bytes as a section, and as an encoder stream in two pieces: never a panic.
+    #[test]
+    fn random_bytes_never_panic(
+        section in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+        stream in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+        cut in 0usize..200,
+    ) {
+        let mut d = Decoder::new(256, 2, 4096);
+        let cut = cut.min(stream.len());
+        let _ = d.feed_encoder_stream(&stream[..cut]).and_then(|()| d.feed_encoder_stream(&stream[cut..]));
+        let _ = d.decode_section(0, &section, |_| {});
+        let _ = Encoder::default().feed_decoder_stream(&section);
+    }
+}
