@@ -23,6 +23,8 @@
 //! - `conn`: the HTTP/1.1 protocol layer: one connection's read → answer every request → one
 //!   write cycle, bodies, closing — over whichever transport it was accepted on.
 //! - [`h2`]: the HTTP/2 protocol layer: frames, streams, flow control, defences, its settings.
+//! - [`quic`]: QUIC under HTTP/3 (`--h3-listen`): per-worker UDP sockets and endpoints,
+//!   connections kept on their worker, streams handed up as byte streams.
 //! - `proto`: a connection in the protocol it speaks; the switch from HTTP/1.1 to HTTP/2.
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
@@ -58,6 +60,7 @@ pub mod metrics;
 mod pool;
 mod proto;
 pub mod proxy;
+pub mod quic;
 pub mod returns;
 pub mod router;
 mod server;
