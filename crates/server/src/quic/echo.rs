@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use super::streams::{is_bidi, QuicProtocol, Read, StreamIo};
+use super::streams::{is_bidi, QuicProtocol, Read, StreamError, StreamIo};
 use crate::ctx::WorkerCtx;
 
 /// ALPN of the echo protocol.
@@ -40,7 +40,10 @@ impl Echo {
                             return false; // wait for stream_writable
                         }
                     }
-                    Err(_) => return true,
+                    Err(e) => {
+                        tracing::debug!("echo: write {stream}: {e:?}");
+                        return true;
+                    }
                 }
             }
             if s.fin {
@@ -49,9 +52,13 @@ impl Echo {
             }
             match io.read(stream, &mut s.pending, PENDING) {
                 Ok(Read::Data(_)) => {}
-                Ok(Read::Fin) => s.fin = true,
+                Ok(Read::Fin(_)) => s.fin = true,
                 Ok(Read::Blocked) => return false,
-                Err(_) => {
+                // Already read to its end (a late readable event): nothing to do.
+                Err(StreamError::Closed) => return true,
+                // The client gave up on its request: so do we.
+                Err(e) => {
+                    tracing::debug!("echo: read {stream}: {e:?}");
                     io.reset(stream, 0);
                     return true;
                 }
@@ -92,6 +99,7 @@ impl QuicProtocol for Echo {
         code: u64,
         _ctx: &mut WorkerCtx<'_>,
     ) {
+        tracing::debug!("echo: stopped {stream}: {code}");
         io.reset(stream, code);
         io.stop_sending(stream, code);
         self.streams.remove(&stream);

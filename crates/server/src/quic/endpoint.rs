@@ -442,6 +442,7 @@ fn handle_app_event(
     ctx: &mut WorkerCtx<'_>,
     handshakes: &mut usize,
 ) {
+    tracing::trace!("quic: {event:?}");
     match event {
         Event::HandshakeDataReady | Event::DatagramReceived | Event::DatagramsUnblocked => {}
         Event::Connected => {

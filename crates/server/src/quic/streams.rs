@@ -27,8 +27,9 @@ use crate::ctx::WorkerCtx;
 pub(crate) enum Read {
     /// This many bytes were appended to the buffer.
     Data(usize),
-    /// The stream's end: every byte was read.
-    Fin,
+    /// This many bytes (perhaps 0) were appended, and they were the last: the stream ended
+    /// (a later read says [`StreamError::Closed`]).
+    Fin(usize),
     /// Nothing more for now: `stream_readable` comes when there is.
     Blocked,
 }
@@ -101,8 +102,7 @@ impl StreamIo<'_> {
                     buf.extend_from_slice(&chunk.bytes);
                     got += chunk.bytes.len();
                 }
-                Ok(None) if got == 0 => break Ok(Read::Fin),
-                Ok(None) => break Ok(Read::Data(got)),
+                Ok(None) => break Ok(Read::Fin(got)),
                 Err(quinn_proto::ReadError::Blocked) if got == 0 => break Ok(Read::Blocked),
                 Err(quinn_proto::ReadError::Blocked) => break Ok(Read::Data(got)),
                 Err(quinn_proto::ReadError::Reset(c)) => break Err(StreamError::Reset(c.into())),
