@@ -350,6 +350,9 @@ impl Worker {
                 if (conns.is_empty() && quic_open == 0)
                     || grace_deadline.is_some_and(|d| now >= d)
                 {
+                    if let Some(q) = &quic {
+                        q.report();
+                    }
                     return Ok(());
                 }
                 continue;

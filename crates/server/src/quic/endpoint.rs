@@ -138,6 +138,20 @@ impl QuicWorker {
         self.conns.len()
     }
 
+    /// Says, at exit, what this worker's endpoint did.
+    pub(crate) fn report(&self) {
+        let c = &self.counts;
+        tracing::info!(
+            worker = self.worker,
+            "quic: {} connections accepted, {} clients sent a Retry, {} refused; {} datagrams in, {} sends",
+            c.accepted,
+            c.retries,
+            c.refused,
+            c.datagrams_in,
+            c.sends
+        );
+    }
+
     /// When the earliest timer is due (perhaps a stale one: waking early is harmless).
     pub(crate) fn next_timer(&self) -> Option<Instant> {
         self.timers.peek().map(|Reverse((t, _))| *t)

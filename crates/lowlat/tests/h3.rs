@@ -1,0 +1,254 @@
+//! `lowlat serve --h3-listen` as a real process, driven by a real QUIC client (aioquic, from the
+//! test environment `scripts/test-deps.sh` makes; `tests/quic/client.py` has one scenario per
+//! subcommand): handshakes and streams over the transport alone (its echo protocol), many
+//! connections over several workers, clients whose address changes mid-connection (steering),
+//! Retry forced and automatic, the idle timeout, the connection limit, and the settings' checks.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use lowlat_testkit::pki::{CertFiles, KeyKind, Pki};
+
+mod support;
+use support::{Served, BIN};
+
+/// The test environment's Python, checked to have aioquic.
+fn python() -> PathBuf {
+    let python = support::upstream::venv().join("bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import aioquic"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "no aioquic in the Python environment at {}: run scripts/test-deps.sh",
+        python.display()
+    );
+    python
+}
+
+fn client_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/quic/client.py")
+}
+
+/// Runs one client scenario against `served`'s QUIC address; returns its JSON answer.
+fn client(served: &Served, scenario: &[&str]) -> serde_json::Value {
+    let addr = support::address(&served.log(), "h3://");
+    let out = Command::new(python())
+        .arg(client_script())
+        .arg(scenario[0])
+        .arg(addr.ip().to_string())
+        .arg(addr.port().to_string())
+        .args(&scenario[1..])
+        .output()
+        .expect("run the QUIC client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| {
+        panic!(
+            "client {scenario:?}: {e}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(value.get("error").is_none(), "client {scenario:?}: {value}");
+    value
+}
+
+/// A `lowlat serve` with TLS and QUIC (and the echo protocol offered), plus `args`.
+fn serve(cert: &CertFiles, args: &[&str]) -> Served {
+    let mut cmd = Command::new(BIN);
+    cmd.env("LOWLAT_QUIC_ECHO", "1")
+        .args(["serve", "--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0"])
+        .arg("--cert")
+        .arg(&cert.cert)
+        .arg("--key")
+        .arg(&cert.key)
+        .args(["--h3-listen", "127.0.0.1:0"]);
+    if !args.contains(&"--workers") {
+        cmd.args(["--workers", "1"]);
+    }
+    cmd.args(args);
+    Served::spawn(cmd)
+}
+
+fn cert() -> (Pki, CertFiles) {
+    let pki = Pki::new();
+    let cert = pki.leaf("quic", &["localhost"], KeyKind::EcdsaP256);
+    (pki, cert)
+}
+
+/// Stops `served` gracefully and returns its whole log (the workers' QUIC counts are last).
+fn stop(mut served: Served) -> String {
+    served.signal("TERM");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if served.child.try_wait().unwrap().is_some() {
+            std::thread::sleep(Duration::from_millis(100)); // the log thread's last lines
+            return served.log();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no exit within 10 s of SIGTERM:\n{}", served.log());
+}
+
+/// The sum over the workers of one count in their exit lines ("N clients sent a Retry").
+fn count(log: &str, what: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("quic: ") && l.contains(what))
+        .filter_map(|l| {
+            let before = &l[..l.find(what)?];
+            before.split_whitespace().last()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// A handshake, then four streams of 1 MB each on one connection, echoed back byte for byte:
+/// flow control and back-pressure both ways (the windows are 1 MB per stream).
+#[test]
+fn streams_echo_over_one_connection() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &[]);
+    let got = client(&served, &["echo", "1000000", "4"]);
+    assert_eq!(got["ok"], 4, "{got}");
+    assert_eq!(got["bytes"], 4_000_000, "{got}");
+}
+
+/// Many connections at once over two workers all complete, and both workers took some.
+#[test]
+fn many_connections_over_two_workers_all_complete() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--workers", "2"]);
+    let got = client(&served, &["many", "60"]);
+    assert_eq!(got["ok"], 60, "{got}");
+    let log = stop(served);
+    let per_worker: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("connections accepted"))
+        .map(|l| count(l, " connections accepted"))
+        .collect();
+    assert_eq!(per_worker.len(), 2, "{log}");
+    assert_eq!(per_worker.iter().sum::<u64>(), 60, "{log}");
+    assert!(per_worker.iter().all(|&n| n > 0), "one worker took all: {log}");
+}
+
+/// Clients whose source port changes after the handshake (a NAT rebinding, through a relay)
+/// keep their connections over four workers: their packets carry connection IDs that name the
+/// worker, and the steering program delivers them there. Without steering the kernel's hash of
+/// the new address sends about three in four to a worker that does not know the connection.
+#[test]
+fn rebound_clients_keep_their_connection_on_its_worker() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--workers", "4"]);
+    assert!(
+        served.log().contains("steering by connection ID on"),
+        "{}",
+        served.log()
+    );
+    let got = client(&served, &["rebind", "12"]);
+    assert_eq!(got["ok"], 12, "{got}");
+}
+
+/// `--h3-retry`: a new client is asked to prove its address first, then served; without it,
+/// no Retry.
+#[test]
+fn retry_when_forced_and_not_otherwise() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-retry"]);
+    let got = client(&served, &["retry"]);
+    assert_eq!((got["retried"].as_bool(), got["ok"].as_bool()), (Some(true), Some(true)), "{got}");
+    let log = stop(served);
+    assert_eq!(count(&log, " clients sent a Retry"), 1, "{log}");
+
+    let served = serve(&cert, &[]);
+    let got = client(&served, &["retry"]);
+    assert_eq!((got["retried"].as_bool(), got["ok"].as_bool()), (Some(false), Some(true)), "{got}");
+}
+
+/// Above `--h3-retry-above` handshakes in progress, new clients get a Retry (and still
+/// complete); the first did not.
+#[test]
+fn retry_is_automatic_above_the_handshakes_in_progress() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-retry-above", "2"]);
+    let got = client(&served, &["many", "30"]);
+    assert_eq!(got["ok"], 30, "{got}");
+    let log = stop(served);
+    let retries = count(&log, " clients sent a Retry");
+    assert!((1..30).contains(&retries), "{retries} retries: {log}");
+}
+
+/// A connection with no packet for `--h3-idle-timeout` is closed: the client learns the
+/// server's shorter timeout from the handshake, and the server drops the connection itself.
+#[test]
+fn idle_timeout_closes_the_connection() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-idle-timeout", "1s", "--log-level", "debug"]);
+    let got = client(&served, &["idle", "1"]);
+    let after = got["closed_after"].as_f64().unwrap_or(f64::NAN);
+    assert!((0.8..4.0).contains(&after), "{got}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !served.log().contains("lost: timed out") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(served.log().contains("lost: timed out"), "{}", served.log());
+}
+
+/// Past `--h3-max-conns` a new client is refused (CONNECTION_REFUSED), not queued.
+#[test]
+fn connections_past_the_limit_are_refused() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-max-conns", "2", "--h3-idle-timeout", "5s"]);
+    let got = client(&served, &["many", "12"]);
+    let ok = got["ok"].as_u64().unwrap_or(0);
+    assert!((2..12).contains(&ok), "{got}");
+    let log = stop(served);
+    assert!(count(&log, " refused") >= 1, "{log}");
+}
+
+/// `--check-config` answers a bad `--h3-*` setting with one line, and passes a good one.
+#[test]
+fn check_config_checks_the_h3_settings() {
+    let (_pki, cert) = cert();
+    let check = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["serve", "--check-config"])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let tls: Vec<&str> = vec![
+        "--tls-listen",
+        "127.0.0.1:8443",
+        "--cert",
+        cert.cert.to_str().unwrap(),
+        "--key",
+        cert.key.to_str().unwrap(),
+    ];
+    let with = |more: &[&str]| -> Vec<String> {
+        tls.iter().chain(more).map(|s| (*s).to_owned()).collect()
+    };
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        check(&args)
+    };
+    let (code, err) = run(with(&["--h3-listen", "127.0.0.1"]));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = check(&["--h3-listen", "127.0.0.1:8443"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--h3-listen needs TLS"), "{err}");
+    let (code, err) = run(with(&[
+        "--h3-listen",
+        "127.0.0.1:8443",
+        "--h3-stream-window",
+        "4m",
+        "--h3-conn-window",
+        "1m",
+    ]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--h3-stream-window"), "{err}");
+    let (code, err) = run(with(&["--h3-listen", "127.0.0.1:8443", "--h3-max-udp-payload", "1000"]));
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("1200"), "{err}");
+}
