@@ -11,6 +11,8 @@
 //! - [`response`]: encoding a response head into an output buffer; status reason phrases.
 //! - [`body`]: body framing — [`body::ChunkedDecoder`] for `Transfer-Encoding: chunked`.
 //! - [`h2`]: HTTP/2 frames, request header blocks (HPACK) and the response header block.
+//! - [`head`]: the request head HTTP/2 and HTTP/3 decode into, and the checks they share.
+//! - [`h3`]: HTTP/3 frames, QPACK, and field sections to and from heads; QUIC is the caller's.
 //! - [`client`]: the other side — parsing response heads, for the load generator.
 //! - [`ws`]: WebSocket frame heads (RFC 6455 §5), the client's side, for the load generator.
 //! - [`date`]: the `Date` header value, formatted at most once per second.
@@ -24,6 +26,8 @@ pub mod client;
 pub mod date;
 pub mod error;
 pub mod h2;
+pub mod h3;
+pub mod head;
 pub mod limits;
 pub mod request;
 pub mod response;

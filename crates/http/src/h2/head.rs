@@ -1,54 +1,18 @@
-//! A request's header block, decoded with HPACK ([`super::hpack`]) and checked as RFC 9113 §8.2–§8.3 asks: field
-//! names in lower case, pseudo-header fields first, once each, only the request ones, none of
-//! HTTP/1.1's connection-specific fields, no control characters, and the decoded list within its
-//! limit — counted while decoding, so a small block that expands to megabytes (an "HPACK bomb")
-//! is refused without ever being stored.
-//!
-//! The decoded fields are kept in one reused buffer per connection ([`RequestHead`]), so a
-//! request allocates nothing here once the buffers are warm.
-
-use std::ops::Range;
+//! A request's header block decoded with HPACK ([`super::hpack`]) into a [`RequestHead`],
+//! checked by the rules HTTP/2 and HTTP/3 share ([`crate::head`]): a block that breaks them is
+//! [`HeadError::Malformed`] (the stream is reset), one larger than allowed
+//! [`HeadError::TooLarge`] (431), one that cannot be decoded [`HeadError::Compression`] (the
+//! connection ends).
 
 use super::hpack::Decoder;
-
-/// Why a header block was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeadError {
-    /// The block could not be decoded: the HPACK state is lost, so the connection ends
-    /// (COMPRESSION_ERROR).
-    Compression,
-    /// The request is malformed: the stream is reset (PROTOCOL_ERROR).
-    Malformed,
-    /// The decoded list is larger than allowed: answered 431.
-    TooLarge,
-}
-
-/// A decoded request head: pseudo-header fields and regular fields, as ranges of `buf`.
-#[derive(Debug, Default)]
-pub struct RequestHead {
-    buf: Vec<u8>,
-    fields: Vec<(Range<usize>, Range<usize>)>,
-    method: Option<Range<usize>>,
-    scheme: Option<Range<usize>>,
-    authority: Option<Range<usize>>,
-    path: Option<Range<usize>>,
-    /// The declared body length (`content-length`).
-    pub content_length: Option<u64>,
-}
-
-/// Connection-specific fields HTTP/2 forbids (RFC 9113 §8.2.2).
-const CONNECTION_SPECIFIC: [&[u8]; 5] = [
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"transfer-encoding",
-    b"upgrade",
-];
+use crate::head::{HeadCheck, Rules};
+pub use crate::head::{HeadError, RequestHead};
 
 impl RequestHead {
     /// Decodes `block` (a complete header block: HEADERS and its CONTINUATIONs) into this head.
     /// With `trailers`, the block is a trailer section: pseudo-header fields are refused and
-    /// nothing is kept.
+    /// nothing is kept. `:protocol` is refused: this side does not announce extended CONNECT
+    /// over HTTP/2.
     ///
     /// # Errors
     /// See [`HeadError`]. The decoder's table is kept in step even when the request is refused
@@ -60,170 +24,23 @@ impl RequestHead {
         max_list_size: usize,
         trailers: bool,
     ) -> Result<(), HeadError> {
-        self.buf.clear();
-        self.fields.clear();
-        self.method = None;
-        self.scheme = None;
-        self.authority = None;
-        self.path = None;
-        self.content_length = None;
-        let mut size = 0usize;
-        let mut problem: Option<HeadError> = None;
-        let mut regular_seen = false;
-        let result = decoder.decode(block, |name, value| {
-            size = size.saturating_add(name.len() + value.len() + 32);
-            if problem.is_some() {
-                return;
-            }
-            if size > max_list_size {
-                problem = Some(HeadError::TooLarge);
-                return;
-            }
-            if let Err(e) = self.field(name, value, trailers, &mut regular_seen) {
-                problem = Some(e);
-            }
-        });
-        if result.is_err() {
+        let mut check = HeadCheck::new(
+            self,
+            Rules {
+                max_list_size,
+                trailers,
+                extended_connect: false,
+                require_authority: false,
+            },
+        );
+        if decoder
+            .decode(block, |name, value| check.field(name, value))
+            .is_err()
+        {
             return Err(HeadError::Compression);
         }
-        if let Some(p) = problem {
-            return Err(p);
-        }
-        if trailers {
-            return Ok(());
-        }
-        let is_connect = self.method() == Some("CONNECT");
-        let complete = if is_connect {
-            self.authority.is_some() && self.scheme.is_none() && self.path.is_none()
-        } else {
-            self.method.is_some()
-                && self.scheme.is_some()
-                && self.path.as_ref().is_some_and(|p| !p.is_empty())
-        };
-        if complete {
-            Ok(())
-        } else {
-            Err(HeadError::Malformed)
-        }
+        check.finish()
     }
-
-    fn field(
-        &mut self,
-        name: &[u8],
-        value: &[u8],
-        trailers: bool,
-        regular_seen: &mut bool,
-    ) -> Result<(), HeadError> {
-        if value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n')
-            || value.first().is_some_and(|&b| b == b' ' || b == b'\t')
-            || value.last().is_some_and(|&b| b == b' ' || b == b'\t')
-        {
-            return Err(HeadError::Malformed);
-        }
-        if let Some(pseudo) = name.strip_prefix(b":") {
-            if trailers || *regular_seen {
-                return Err(HeadError::Malformed);
-            }
-            let range = self.push(value);
-            let slot = match pseudo {
-                b"method" => &mut self.method,
-                b"scheme" => &mut self.scheme,
-                b"authority" => &mut self.authority,
-                b"path" => &mut self.path,
-                _ => return Err(HeadError::Malformed),
-            };
-            if slot.is_some() {
-                return Err(HeadError::Malformed);
-            }
-            *slot = Some(range);
-            if pseudo == b"path" && value.iter().any(|&b| !(0x21..0x7f).contains(&b)) {
-                return Err(HeadError::Malformed);
-            }
-            return Ok(());
-        }
-        *regular_seen = true;
-        if name.is_empty() || !name.iter().all(|&b| is_lower_token(b)) {
-            return Err(HeadError::Malformed);
-        }
-        if CONNECTION_SPECIFIC.contains(&name) || (name == b"te" && value != b"trailers") {
-            return Err(HeadError::Malformed);
-        }
-        if trailers {
-            return Ok(());
-        }
-        if name == b"content-length" {
-            let n = std::str::from_utf8(value)
-                .ok()
-                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or(HeadError::Malformed)?;
-            if self.content_length.is_some_and(|c| c != n) {
-                return Err(HeadError::Malformed);
-            }
-            self.content_length = Some(n);
-        }
-        let n = self.push(name);
-        let v = self.push(value);
-        self.fields.push((n, v));
-        Ok(())
-    }
-
-    fn push(&mut self, bytes: &[u8]) -> Range<usize> {
-        let start = self.buf.len();
-        self.buf.extend_from_slice(bytes);
-        start..self.buf.len()
-    }
-
-    fn text(&self, r: Option<&Range<usize>>) -> Option<&str> {
-        r.and_then(|r| std::str::from_utf8(&self.buf[r.clone()]).ok())
-    }
-
-    /// `:method`.
-    #[must_use]
-    pub fn method(&self) -> Option<&str> {
-        self.text(self.method.as_ref())
-    }
-
-    /// `:path` (checked to be visible ASCII).
-    #[must_use]
-    pub fn path(&self) -> Option<&str> {
-        self.text(self.path.as_ref())
-    }
-
-    /// `:authority`.
-    #[must_use]
-    pub fn authority(&self) -> Option<&[u8]> {
-        self.authority.as_ref().map(|r| &self.buf[r.clone()])
-    }
-
-    /// `:scheme`.
-    #[must_use]
-    pub fn scheme(&self) -> Option<&str> {
-        self.text(self.scheme.as_ref())
-    }
-
-    /// How many regular fields there are.
-    #[must_use]
-    pub fn field_count(&self) -> usize {
-        self.fields.len()
-    }
-
-    /// The regular fields, in order, names in lower case.
-    pub fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.fields.iter().map(|(n, v)| {
-            (
-                std::str::from_utf8(&self.buf[n.clone()]).unwrap_or(""),
-                &self.buf[v.clone()],
-            )
-        })
-    }
-}
-
-/// `tchar` of RFC 9110 §5.6.2, without upper-case letters.
-fn is_lower_token(b: u8) -> bool {
-    matches!(b,
-        b'a'..=b'z' | b'0'..=b'9' | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-'
-        | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
 }
 
 #[cfg(test)]
@@ -334,6 +151,11 @@ mod tests {
                 "{c:?}"
             );
         }
+        // Extended CONNECT is not announced over HTTP/2.
+        let mut connect = BASE.to_vec();
+        connect[0] = (":method", "CONNECT");
+        connect.push((":protocol", "websocket"));
+        assert_eq!(decode(&connect, 16 << 10).err(), Some(HeadError::Malformed));
         let mut ok = BASE.to_vec();
         ok.push(("te", "trailers"));
         assert!(decode(&ok, 16 << 10).is_ok());
@@ -371,6 +193,6 @@ mod tests {
             head.decode(&mut Decoder::default(), &block, 64 << 10, false),
             Err(HeadError::TooLarge)
         );
-        assert!(head.buf.len() < 70 << 10, "{}", head.buf.len());
+        assert!(head.held() < 70 << 10, "{}", head.held());
     }
 }

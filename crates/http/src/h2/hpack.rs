@@ -405,6 +405,34 @@ fn string<'a>(
     Ok(buf)
 }
 
+/// The length of `input` Huffman-coded (RFC 7541 Appendix B), in bytes.
+pub(crate) fn huffman_len(input: &[u8]) -> usize {
+    let bits: usize = input
+        .iter()
+        .map(|&b| usize::from(HUFFMAN[usize::from(b)].1))
+        .sum();
+    bits.div_ceil(8)
+}
+
+/// Appends `input` Huffman-coded, padded with the EOS code's leading ones (RFC 7541 §5.2).
+pub(crate) fn huffman_encode(input: &[u8], out: &mut Vec<u8>) {
+    // Codes are at most 30 bits: with fewer than 8 bits pending, 38 fit in the 64-bit window.
+    let (mut acc, mut bits) = (0u64, 0u32);
+    for &b in input {
+        let (code, len) = HUFFMAN[usize::from(b)];
+        acc = (acc << len) | u64::from(code);
+        bits += u32::from(len);
+        while bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+        acc &= (1u64 << bits) - 1;
+    }
+    if bits > 0 {
+        out.push(((acc << (8 - bits)) as u8) | (0xff >> bits));
+    }
+}
+
 /// One step of the Huffman decoder: from a state (a node of the code tree), four bits lead to
 /// `next`, maybe emitting `symbol`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -661,26 +689,19 @@ mod tests {
 
     #[test]
     fn huffman_round_trips_every_byte() {
+        // RFC 7541 C.4.1: "www.example.com".
+        let mut enc = Vec::new();
+        huffman_encode(b"www.example.com", &mut enc);
+        assert_eq!(enc, hex("f1e3 c2e5 f23a 6ba0 ab90 f4ff"));
         // Encode with the table, decode with the state machine.
         for len in [1usize, 7, 64] {
             for start in 0..=255u8 {
                 let input: Vec<u8> = (0..len)
                     .map(|i| start.wrapping_add((i as u8).wrapping_mul(37)))
                     .collect();
-                let (mut acc, mut bits, mut enc) = (0u64, 0u32, Vec::new());
-                for &c in &input {
-                    let (code, l) = HUFFMAN[usize::from(c)];
-                    acc = (acc << l) | u64::from(code);
-                    bits += u32::from(l);
-                    while bits >= 8 {
-                        enc.push((acc >> (bits - 8)) as u8);
-                        bits -= 8;
-                    }
-                    acc &= (1u64 << bits) - 1;
-                }
-                if bits > 0 {
-                    enc.push(((acc << (8 - bits)) as u8) | (0xff >> bits));
-                }
+                let mut enc = Vec::new();
+                huffman_encode(&input, &mut enc);
+                assert_eq!(enc.len(), huffman_len(&input));
                 let mut out = Vec::new();
                 huffman_decode(&enc, &mut out).unwrap();
                 assert_eq!(out, input);
