@@ -74,7 +74,7 @@ impl Worker {
                 QUIC,
                 self.poll.registry(),
                 shared,
-                crate::quic::protocol_for,
+                crate::h3::protocol_for,
             )?),
             None => None,
         };

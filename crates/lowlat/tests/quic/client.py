@@ -13,6 +13,7 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
 """
 
 import asyncio
+import hashlib
 import json
 import os
 import ssl
@@ -22,6 +23,8 @@ import time
 from aioquic.asyncio import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.events import ConnectionTerminated
 
 LIMIT = 20  # seconds, for any one scenario
@@ -164,10 +167,67 @@ async def rebind(host, port, n):
     return {"connections": n, "ok": sum(1 for r in results if r is True), "errors": errors[:3]}
 
 
+class H3Client(QuicConnectionProtocol):
+    """A minimal HTTP/3 client on aioquic's H3Connection."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.h3 = H3Connection(self._quic)
+        self.pending = {}
+
+    def quic_event_received(self, event):
+        for e in self.h3.handle_event(event):
+            if isinstance(e, (HeadersReceived, DataReceived)) and e.stream_id in self.pending:
+                fut, r = self.pending[e.stream_id]
+                if isinstance(e, HeadersReceived):
+                    r["headers"].extend(e.headers)
+                else:
+                    r["body"] += e.data
+                if e.stream_ended and not fut.done():
+                    fut.set_result(r)
+        if isinstance(event, ConnectionTerminated):
+            for fut, _ in self.pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError(event.reason_phrase or str(event.error_code)))
+
+    async def request(self, method, authority, path):
+        sid = self._quic.get_next_available_stream_id()
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[sid] = (fut, {"headers": [], "body": b""})
+        self.h3.send_headers(
+            sid,
+            [(b":method", method.encode()), (b":scheme", b"https"),
+             (b":authority", authority.encode()), (b":path", path.encode()),
+             (b"user-agent", b"aioquic")],
+            end_stream=True,
+        )
+        self.transmit()
+        r = await fut
+        headers = {}
+        for k, v in r["headers"]:
+            headers.setdefault(k.decode(), v.decode())
+        return {
+            "status": int(headers.pop(":status", "0")),
+            "headers": headers,
+            "length": len(r["body"]),
+            "sha256": hashlib.sha256(r["body"]).hexdigest(),
+            "text": r["body"][:200].decode("utf-8", "replace"),
+        }
+
+
+async def get(host, port, method, *paths):
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
+        answers = await asyncio.gather(*(client.request(method, f"localhost:{port}", str(p)) for p in paths))
+        return {"responses": answers}
+
+
 def main():
     cmd, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
-    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind}[cmd]
+    if cmd == "get":
+        rest = sys.argv[4:]
+    else:
+        rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
+    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get}[cmd]
     try:
         result = asyncio.run(asyncio.wait_for(scenario(host, port, *rest), LIMIT))
     except Exception as e:  # the test prints this and fails

@@ -482,7 +482,14 @@ fn handle_app_event(
             }
         }
         Event::ConnectionLost { reason } => {
-            tracing::debug!("quic: connection from {} lost: {reason}", c.conn.remote_address());
+            let stats = c.conn.stats();
+            tracing::debug!(
+                "quic: connection from {} lost: {reason} ({} datagrams sent, {} lost, {} congestion events)",
+                c.conn.remote_address(),
+                stats.udp_tx.datagrams,
+                stats.path.lost_packets,
+                stats.path.congestion_events
+            );
             if let Some(mut p) = c.proto.take() {
                 p.closed(ctx);
             }

@@ -36,12 +36,9 @@ use quinn_proto::{IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt};
 use rustls::crypto::SecureRandom;
 
 pub(crate) use endpoint::QuicWorker;
-pub(crate) use streams::{QuicProtocol, Read, StreamError, StreamIo};
+pub(crate) use streams::{is_bidi, QuicProtocol, Read, StreamError, StreamIo};
 
 use config::QuicConfig;
-
-/// ALPN of HTTP/3 (RFC 9114 §3.1).
-pub const ALPN_H3: &[u8] = b"h3";
 
 /// Streams the client may open one way (HTTP/3 needs three: its control stream and QPACK's
 /// encoder and decoder streams; a few more for extensions it may try).
@@ -84,15 +81,15 @@ pub enum QuicError {
 /// asks for it (`LOWLAT_QUIC_ECHO=1`, the transport's tests).
 #[must_use]
 pub fn alpn() -> Vec<&'static [u8]> {
-    let mut alpn = vec![ALPN_H3];
+    let mut alpn = vec![crate::h3::ALPN];
     if std::env::var_os("LOWLAT_QUIC_ECHO").is_some_and(|v| v == "1") {
         alpn.push(echo::ALPN);
     }
     alpn
 }
 
-/// The protocol for a negotiated ALPN.
-pub(crate) fn protocol_for(alpn: &[u8]) -> Option<Box<dyn QuicProtocol>> {
+/// The transport's own test protocol for a negotiated ALPN (HTTP/3 is `crate::h3`'s).
+pub(crate) fn test_protocol(alpn: &[u8]) -> Option<Box<dyn QuicProtocol>> {
     match alpn {
         echo::ALPN => Some(Box::new(echo::Echo::default())),
         _ => None,

@@ -119,31 +119,23 @@ impl StreamIo<'_> {
     /// # Errors
     /// The client stopped the stream, or it is not open for writing.
     pub(crate) fn write(&mut self, stream: u64, data: &[u8]) -> Result<usize, StreamError> {
-        match self.conn.send_stream(id(stream)).write(data) {
-            Ok(n) => Ok(n),
-            Err(quinn_proto::WriteError::Blocked) => Ok(0),
-            Err(quinn_proto::WriteError::Stopped(c)) => Err(StreamError::Stopped(c.into())),
-            Err(quinn_proto::WriteError::ClosedStream) => Err(StreamError::Closed),
+        let mut stream = self.conn.send_stream(id(stream));
+        let mut written = 0;
+        // quinn-proto promises a `Writable` event only after a write that took nothing
+        // (`Blocked`): after a short one, the rest is offered again so that one is seen.
+        while written < data.len() {
+            match stream.write(&data[written..]) {
+                Ok(0) | Err(quinn_proto::WriteError::Blocked) => break,
+                Ok(n) => written += n,
+                Err(quinn_proto::WriteError::Stopped(c)) => {
+                    return Err(StreamError::Stopped(c.into()))
+                }
+                Err(quinn_proto::WriteError::ClosedStream) => return Err(StreamError::Closed),
+            }
         }
+        Ok(written)
     }
 
-    /// [`StreamIo::write`] without a copy: whole `Bytes` are taken (those taken are removed
-    /// from the front of `data`, a partly taken one is advanced).
-    ///
-    /// # Errors
-    /// As [`StreamIo::write`].
-    pub(crate) fn write_bytes(
-        &mut self,
-        stream: u64,
-        data: &mut [Bytes],
-    ) -> Result<usize, StreamError> {
-        match self.conn.send_stream(id(stream)).write_chunks(data) {
-            Ok(w) => Ok(w.bytes),
-            Err(quinn_proto::WriteError::Blocked) => Ok(0),
-            Err(quinn_proto::WriteError::Stopped(c)) => Err(StreamError::Stopped(c.into())),
-            Err(quinn_proto::WriteError::ClosedStream) => Err(StreamError::Closed),
-        }
-    }
 
     /// Ends `stream`'s sending side after what was written (FIN).
     pub(crate) fn finish(&mut self, stream: u64) {
