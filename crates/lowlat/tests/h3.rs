@@ -60,7 +60,13 @@ fn client(served: &Served, scenario: &[&str]) -> serde_json::Value {
 fn serve(cert: &CertFiles, args: &[&str]) -> Served {
     let mut cmd = Command::new(BIN);
     cmd.env("LOWLAT_QUIC_ECHO", "1")
-        .args(["serve", "--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--cert")
         .arg(&cert.cert)
         .arg("--key")
@@ -118,7 +124,15 @@ fn http3_gets_files_and_builtins() {
     let served = serve(&cert, &["--root", root.path().to_str().unwrap()]);
     let got = client(
         &served,
-        &["get", "GET", "/big.bin", "/index.html", "/plaintext", "/json", "/missing"],
+        &[
+            "get",
+            "GET",
+            "/big.bin",
+            "/index.html",
+            "/plaintext",
+            "/json",
+            "/missing",
+        ],
     );
     let r = &got["responses"];
     let sha = |bytes: &[u8]| {
@@ -136,12 +150,18 @@ fn http3_gets_files_and_builtins() {
     assert!(r[0]["headers"]["etag"].is_string(), "{got}");
     assert_eq!(r[1]["status"], 200, "{got}");
     assert_eq!(r[1]["text"], "<p>hello over h3</p>\n", "{got}");
-    assert_eq!(r[1]["headers"]["content-type"], "text/html; charset=utf-8", "{got}");
-    assert_eq!((r[2]["status"].as_u64(), r[2]["text"].as_str()), (Some(200), Some("Hello, World!")), "{got}");
+    assert_eq!(
+        r[1]["headers"]["content-type"], "text/html; charset=utf-8",
+        "{got}"
+    );
+    assert_eq!(
+        (r[2]["status"].as_u64(), r[2]["text"].as_str()),
+        (Some(200), Some("Hello, World!")),
+        "{got}"
+    );
     assert_eq!(r[3]["status"], 200, "{got}");
     assert_eq!(r[3]["text"], "{\"message\":\"Hello, World!\"}", "{got}");
     assert_eq!(r[4]["status"], 404, "{got}");
-
 }
 
 /// SHA-256 through the TLS stack's provider (no hashing crate of its own for one test).
@@ -151,7 +171,12 @@ fn sha256(bytes: &[u8]) -> Vec<u8> {
         .cipher_suites
         .iter()
         .find_map(|s| match s {
-            rustls::SupportedCipherSuite::Tls13(t) if t.common.hash_provider.algorithm() == rustls::crypto::hash::HashAlgorithm::SHA256 => Some(t.common.hash_provider),
+            rustls::SupportedCipherSuite::Tls13(t)
+                if t.common.hash_provider.algorithm()
+                    == rustls::crypto::hash::HashAlgorithm::SHA256 =>
+            {
+                Some(t.common.hash_provider)
+            }
             _ => None,
         })
         .unwrap();
@@ -184,7 +209,10 @@ fn many_connections_over_two_workers_all_complete() {
         .collect();
     assert_eq!(per_worker.len(), 2, "{log}");
     assert_eq!(per_worker.iter().sum::<u64>(), 60, "{log}");
-    assert!(per_worker.iter().all(|&n| n > 0), "one worker took all: {log}");
+    assert!(
+        per_worker.iter().all(|&n| n > 0),
+        "one worker took all: {log}"
+    );
 }
 
 /// Clients whose source port changes after the handshake (a NAT rebinding, through a relay)
@@ -211,13 +239,21 @@ fn retry_when_forced_and_not_otherwise() {
     let (_pki, cert) = cert();
     let served = serve(&cert, &["--h3-retry"]);
     let got = client(&served, &["retry"]);
-    assert_eq!((got["retried"].as_bool(), got["ok"].as_bool()), (Some(true), Some(true)), "{got}");
+    assert_eq!(
+        (got["retried"].as_bool(), got["ok"].as_bool()),
+        (Some(true), Some(true)),
+        "{got}"
+    );
     let log = stop(served);
     assert_eq!(count(&log, " clients sent a Retry"), 1, "{log}");
 
     let served = serve(&cert, &[]);
     let got = client(&served, &["retry"]);
-    assert_eq!((got["retried"].as_bool(), got["ok"].as_bool()), (Some(false), Some(true)), "{got}");
+    assert_eq!(
+        (got["retried"].as_bool(), got["ok"].as_bool()),
+        (Some(false), Some(true)),
+        "{got}"
+    );
 }
 
 /// Above `--h3-retry-above` handshakes in progress, new clients get a Retry (and still
@@ -271,7 +307,10 @@ fn check_config_checks_the_h3_settings() {
             .args(args)
             .output()
             .unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let tls: Vec<&str> = vec![
         "--tls-listen",
@@ -303,7 +342,12 @@ fn check_config_checks_the_h3_settings() {
     ]));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--h3-stream-window"), "{err}");
-    let (code, err) = run(with(&["--h3-listen", "127.0.0.1:8443", "--h3-max-udp-payload", "1000"]));
+    let (code, err) = run(with(&[
+        "--h3-listen",
+        "127.0.0.1:8443",
+        "--h3-max-udp-payload",
+        "1000",
+    ]));
     assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("1200"), "{err}");
 }

@@ -83,7 +83,7 @@ impl Server {
                     q.listen.set_port(addrs[plain_count].port());
                 }
                 let rustls = tls
-                    .quic_config(&crate::quic::alpn())
+                    .quic_config(&crate::h3::alpn())
                     .map_err(|e| ServerError::Config(format!("--h3-listen: {e}")))?;
                 Some(crate::quic::bind(&q, cfg.workers, rustls)?)
             }

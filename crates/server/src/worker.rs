@@ -347,8 +347,7 @@ impl Worker {
 
             if shutting_down {
                 let quic_open = quic.as_ref().map_or(0, QuicWorker::len);
-                if (conns.is_empty() && quic_open == 0)
-                    || grace_deadline.is_some_and(|d| now >= d)
+                if (conns.is_empty() && quic_open == 0) || grace_deadline.is_some_and(|d| now >= d)
                 {
                     if let Some(q) = &quic {
                         q.report();

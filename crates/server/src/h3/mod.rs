@@ -41,6 +41,15 @@ const FILE_CHUNK: u64 = 64 * 1024;
 /// Bytes a client's control or QPACK stream may hold undecoded (a frame header, a SETTINGS).
 const MAX_UNI_BUFFER: usize = 16 * 1024;
 
+/// The ALPN protocols offered over QUIC: HTTP/3, and the transport's test protocol when the
+/// environment asks for it.
+#[must_use]
+pub fn alpn() -> Vec<&'static [u8]> {
+    let mut alpn = vec![ALPN];
+    alpn.extend(crate::quic::test_alpn());
+    alpn
+}
+
 /// The protocol for an ALPN the QUIC handshake agreed on: HTTP/3, else the transport's test
 /// protocol.
 pub(crate) fn protocol_for(alpn: &[u8]) -> Option<Box<dyn QuicProtocol>> {
@@ -212,23 +221,20 @@ impl H3Conn {
 
     /// A request stream has bytes, its end, or a reset.
     fn read_request(&mut self, io: &mut StreamIo<'_>, id: u64, ctx: &mut WorkerCtx<'_>) {
-        if !self.requests.contains_key(&id) {
-            self.requests.insert(
-                id,
-                ReqStream {
-                    frames: FrameDecoder::new(u64::from(ctx.cfg.h2.max_header_list)),
-                    order: RequestStream::new(Role::Server),
-                    head: None,
-                    body: Vec::new(),
-                    too_large: false,
-                    answered: false,
-                    out: Vec::new(),
-                    out_at: 0,
-                    file: None,
-                    started: ctx.now,
-                },
-            );
-        }
+        let max_section = u64::from(ctx.cfg.h2.max_header_list);
+        let now = ctx.now;
+        self.requests.entry(id).or_insert_with(|| ReqStream {
+            frames: FrameDecoder::new(max_section),
+            order: RequestStream::new(Role::Server),
+            head: None,
+            body: Vec::new(),
+            too_large: false,
+            answered: false,
+            out: Vec::new(),
+            out_at: 0,
+            file: None,
+            started: now,
+        });
         loop {
             self.read_buf.clear();
             let fin = match io.read(id, &mut self.read_buf, READ_CHUNK) {
@@ -407,14 +413,21 @@ impl H3Conn {
     }
 
     /// Answers with a status page (a refusal) and drops what else the request sends.
-    fn answer_status(&mut self, io: &mut StreamIo<'_>, id: u64, status: u16, ctx: &mut WorkerCtx<'_>) {
+    fn answer_status(
+        &mut self,
+        io: &mut StreamIo<'_>,
+        id: u64,
+        status: u16,
+        ctx: &mut WorkerCtx<'_>,
+    ) {
         let Some(s) = self.requests.get_mut(&id) else {
             return;
         };
         s.file = None;
         self.res_buf.clear();
         write_status_page(&mut self.res_buf, status);
-        ctx.counters.response(0, status, 0, ctx.now.saturating_duration_since(s.started));
+        ctx.counters
+            .response(0, status, 0, ctx.now.saturating_duration_since(s.started));
         self.send_response(io, id);
         // RFC 9114 §4.1.2: a complete response, then STOP_SENDING with H3_NO_ERROR.
         io.stop_sending(id, ErrorCode::NoError.value());
@@ -505,7 +518,10 @@ impl QuicProtocol for H3Conn {
     fn connected(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
         // Our control stream: its type, then SETTINGS (RFC 9114 §6.2.1).
         let Some(id) = io.open_uni() else {
-            return self.fail(io, &Error::StreamCreation("no unidirectional stream allowed"));
+            return self.fail(
+                io,
+                &Error::StreamCreation("no unidirectional stream allowed"),
+            );
         };
         let mut out = Vec::with_capacity(32);
         StreamType::Control.write(&mut out);
@@ -530,7 +546,11 @@ impl QuicProtocol for H3Conn {
     }
 
     fn stream_writable(&mut self, io: &mut StreamIo<'_>, stream: u64, _ctx: &mut WorkerCtx<'_>) {
-        if self.control_out.as_ref().is_some_and(|(id, _)| *id == stream) {
+        if self
+            .control_out
+            .as_ref()
+            .is_some_and(|(id, _)| *id == stream)
+        {
             return self.flush_control(io);
         }
         self.pump(io, stream);
@@ -543,7 +563,11 @@ impl QuicProtocol for H3Conn {
         _code: u64,
         _ctx: &mut WorkerCtx<'_>,
     ) {
-        if self.control_out.as_ref().is_some_and(|(id, _)| *id == stream) {
+        if self
+            .control_out
+            .as_ref()
+            .is_some_and(|(id, _)| *id == stream)
+        {
             return self.fail(io, &Error::ClosedCriticalStream);
         }
         // The client no longer wants the response.
@@ -559,7 +583,11 @@ const EMPTY_HEADER: Header<'static> = Header {
 
 /// The request's regular fields as handlers see them, with `:authority` as `host` when the
 /// client sent no `host`. `None`: more than `max`.
-fn request_fields<'a>(head: &'a RequestHead, slots: &mut [Header<'a>], max: usize) -> Option<usize> {
+fn request_fields<'a>(
+    head: &'a RequestHead,
+    slots: &mut [Header<'a>],
+    max: usize,
+) -> Option<usize> {
     let mut n = 0;
     let mut has_host = false;
     for (name, value) in head.fields() {

@@ -34,9 +34,9 @@ use quinn_proto::{
     ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, StreamEvent, Transmit,
 };
 
+use super::setup::QuicShared;
 use super::streams::{QuicProtocol, StreamIo};
 use super::udp::{self, Offload, MAX_GSO_SEGMENTS, RECV_BUFFER};
-use super::QuicShared;
 use crate::ctx::WorkerCtx;
 
 /// Datagrams read per readable event before the other connections get their turn (a flood of
@@ -251,7 +251,10 @@ impl QuicWorker {
             }
             return;
         }
-        match self.endpoint.accept(incoming, now, &mut self.send_buf, None) {
+        match self
+            .endpoint
+            .accept(incoming, now, &mut self.send_buf, None)
+        {
             Ok((ch, conn)) => {
                 self.counts.accepted += 1;
                 self.handshakes += 1;
@@ -384,7 +387,11 @@ impl QuicWorker {
 
     /// Sends what the connection has to send, as GSO batches where the kernel has them.
     fn transmit(&mut self, key: usize, now: Instant) {
-        let max = if self.offload.gso { MAX_GSO_SEGMENTS } else { 1 };
+        let max = if self.offload.gso {
+            MAX_GSO_SEGMENTS
+        } else {
+            1
+        };
         loop {
             if self.held.is_some() {
                 self.waiting.push(key);
@@ -412,17 +419,27 @@ impl QuicWorker {
         match udp::send(fd, t.destination, data, segment) {
             Ok(true) => {}
             Ok(false) => self.held = Some((t.destination, segment, data.to_vec())),
-            Err(e) if segment.is_some() && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) => {
+            Err(e)
+                if segment.is_some()
+                    && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) =>
+            {
                 // A device that cannot segment (EIO) or a kernel that refuses this batch: one
                 // datagram per call from now on, and this batch sent that way.
-                tracing::warn!(worker = self.worker, "quic: GSO send failed ({e}); sending datagrams one by one from now on");
+                tracing::warn!(
+                    worker = self.worker,
+                    "quic: GSO send failed ({e}); sending datagrams one by one from now on"
+                );
                 self.offload.gso = false;
                 for chunk in data.chunks(segment.unwrap_or(data.len()).max(1)) {
                     let _ = udp::send(fd, t.destination, chunk, None);
                 }
             }
             // A probe larger than the path (EMSGSIZE), an unreachable peer: as a lost packet.
-            Err(e) => tracing::debug!(worker = self.worker, "quic: sendmsg to {}: {e}", t.destination),
+            Err(e) => tracing::debug!(
+                worker = self.worker,
+                "quic: sendmsg to {}: {e}",
+                t.destination
+            ),
         }
     }
 
@@ -441,7 +458,7 @@ impl QuicWorker {
         let mut waiting = std::mem::take(&mut self.waiting);
         waiting.sort_unstable();
         waiting.dedup();
-        self.touched.extend(waiting.drain(..));
+        self.touched.append(&mut waiting);
         self.waiting = waiting;
         self.drive_touched(now, ctx);
     }
@@ -468,7 +485,10 @@ fn handle_app_event(
                 .conn
                 .crypto_session()
                 .handshake_data()
-                .and_then(|d| d.downcast::<quinn_proto::crypto::rustls::HandshakeData>().ok())
+                .and_then(|d| {
+                    d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                        .ok()
+                })
                 .and_then(|d| d.protocol);
             c.proto = alpn.as_deref().and_then(protocols);
             let mut io = StreamIo {

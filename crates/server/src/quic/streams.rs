@@ -136,7 +136,6 @@ impl StreamIo<'_> {
         Ok(written)
     }
 
-
     /// Ends `stream`'s sending side after what was written (FIN).
     pub(crate) fn finish(&mut self, stream: u64) {
         let _ = self.conn.send_stream(id(stream)).finish();

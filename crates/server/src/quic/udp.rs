@@ -77,9 +77,19 @@ fn bind(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
     // fails with EMSGSIZE, which the sender counts as a lost probe.
     let fd = socket.as_raw_fd();
     if addr.is_ipv6() {
-        let _ = set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE);
+        let _ = set_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IP_PMTUDISC_PROBE,
+        );
     } else {
-        let _ = set_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE);
+        let _ = set_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_PROBE,
+        );
     }
     socket.bind(&addr.into())?;
     Ok(socket.into())

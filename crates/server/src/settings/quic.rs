@@ -108,15 +108,27 @@ impl QuicArgs {
 /// A message for clap naming what is wrong.
 pub fn parse_h3_listen(text: &str) -> Result<H3Listen, String> {
     let t = text.trim();
-    let bare = t.strip_prefix('[').and_then(|r| r.strip_suffix(']')).unwrap_or(t);
+    let bare = t
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .unwrap_or(t);
     if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok(H3Listen {
             addr: SocketAddr::new(ip, 0),
             port_given: false,
         });
     }
-    let addrs = super::parse_listen(t)?;
-    let addr = addrs.0.first().copied().ok_or_else(|| format!("{text:?}: no address"))?;
+    let addr = match t.strip_prefix(':') {
+        // `:443`: every IPv4 address, as --listen takes it.
+        Some(port) => port
+            .parse::<u16>()
+            .map(|p| SocketAddr::from(([0, 0, 0, 0], p)))
+            .map_err(|_| format!("{text:?}: {port:?} is not a port (0 to 65535)"))?,
+        None => std::net::ToSocketAddrs::to_socket_addrs(t)
+            .map_err(|e| format!("{text:?} is not an address (ADDR:PORT, or ADDR alone): {e}"))?
+            .next()
+            .ok_or_else(|| format!("{text:?} resolves to no address"))?,
+    };
     Ok(H3Listen {
         addr,
         port_given: true,
@@ -168,11 +180,17 @@ mod tests {
     #[test]
     fn listen_with_and_without_port() {
         let l = parse_h3_listen("127.0.0.1:4433").unwrap();
-        assert_eq!((l.addr.to_string().as_str(), l.port_given), ("127.0.0.1:4433", true));
+        assert_eq!(
+            (l.addr.to_string().as_str(), l.port_given),
+            ("127.0.0.1:4433", true)
+        );
         let l = parse_h3_listen("127.0.0.1").unwrap();
         assert!(!l.port_given);
         let l = parse_h3_listen("[::1]").unwrap();
-        assert_eq!((l.addr.ip().to_string().as_str(), l.port_given), ("::1", false));
+        assert_eq!(
+            (l.addr.ip().to_string().as_str(), l.port_given),
+            ("::1", false)
+        );
         assert!(parse_h3_listen("not an address").is_err());
         assert!(parse_h3_listen("127.0.0.1:99999").is_err());
     }
