@@ -47,8 +47,6 @@ pub struct QuicConfig {
     /// Batched UDP (GSO on send, GRO on receive) where the kernel has it; off: one datagram per
     /// system call (for measuring the difference, or for a kernel that misbehaves with them).
     pub batching: bool,
-    /// Steer packets to the worker owning their connection (a BPF program on the socket group).
-    pub steering: bool,
 }
 
 impl QuicConfig {
@@ -67,7 +65,6 @@ impl QuicConfig {
             retry_always: false,
             retry_above: DEFAULT_RETRY_ABOVE,
             batching: true,
-            steering: true,
         }
     }
 }

@@ -66,19 +66,18 @@ pub(crate) fn bind(
             addr: cfg.listen,
             source,
         })?;
-    let steered = cfg.steering
-        && match steer::attach(&sockets[0], workers) {
-            Ok(()) => true,
-            Err(e) => {
-                if workers > 1 {
-                    tracing::warn!(
+    let steered = match steer::attach(&sockets[0], workers) {
+        Ok(()) => true,
+        Err(e) => {
+            if workers > 1 {
+                tracing::warn!(
                         "quic: cannot steer packets to their connection's worker ({e}): the kernel's \
                          address hash chooses, and a client whose address changes loses its connection"
                     );
-                }
-                false
             }
-        };
+            false
+        }
+    };
     tracing::info!(
         "quic: GSO {}, GRO {}, steering by connection ID {}",
         if offload.gso { "on" } else { "off" },
