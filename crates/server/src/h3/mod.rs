@@ -99,6 +99,14 @@ pub(crate) struct H3Conn {
     res_buf: Vec<u8>,
     res_fields: Vec<(Range<usize>, Range<usize>)>,
     closed: bool,
+    /// Shutting down: GOAWAY sent with this stream id; requests from it on are refused, and
+    /// the connection closes once those before it are answered.
+    goaway: Option<u64>,
+    /// Responses written whole and finished whose last bytes the client has not acknowledged:
+    /// a shutdown waits for them (closing the connection would drop what is unsent).
+    unacked: std::collections::HashSet<u64>,
+    /// The highest request stream seen, for GOAWAY.
+    last_request: Option<u64>,
 }
 
 impl Default for H3Conn {
@@ -115,6 +123,9 @@ impl Default for H3Conn {
             res_buf: Vec::new(),
             res_fields: Vec::new(),
             closed: false,
+            goaway: None,
+            unacked: std::collections::HashSet::new(),
+            last_request: None,
         }
     }
 }
@@ -124,6 +135,18 @@ impl H3Conn {
         tracing::debug!("h3: {} from {}: {e}", e.code().value(), io.peer());
         self.closed = true;
         io.close(e.code().value(), b"");
+    }
+
+    /// Shutting down with every request answered: the connection closes.
+    fn close_if_done(&mut self, io: &mut StreamIo<'_>) {
+        if self.goaway.is_some()
+            && self.requests.is_empty()
+            && self.unacked.is_empty()
+            && !self.closed
+        {
+            self.closed = true;
+            io.close(ErrorCode::NoError.value(), b"");
+        }
     }
 
     fn flush_control(&mut self, io: &mut StreamIo<'_>) {
@@ -221,6 +244,13 @@ impl H3Conn {
 
     /// A request stream has bytes, its end, or a reset.
     fn read_request(&mut self, io: &mut StreamIo<'_>, id: u64, ctx: &mut WorkerCtx<'_>) {
+        if self.goaway.is_some_and(|g| id >= g) {
+            // After GOAWAY: not processed, the client may retry it elsewhere (RFC 9114 §5.2).
+            io.stop_sending(id, ErrorCode::RequestRejected.value());
+            io.reset(id, ErrorCode::RequestRejected.value());
+            return;
+        }
+        self.last_request = self.last_request.max(Some(id));
         let max_section = u64::from(ctx.cfg.h2.max_header_list);
         let now = ctx.now;
         self.requests.entry(id).or_insert_with(|| ReqStream {
@@ -490,6 +520,7 @@ impl H3Conn {
             let Some(f) = s.file.as_mut() else {
                 io.finish(id);
                 self.requests.remove(&id);
+                self.unacked.insert(id);
                 return;
             };
             let n = f.len.min(FILE_CHUNK) as usize;
@@ -543,6 +574,7 @@ impl QuicProtocol for H3Conn {
         } else {
             self.read_uni(io, stream);
         }
+        self.close_if_done(io);
     }
 
     fn stream_writable(&mut self, io: &mut StreamIo<'_>, stream: u64, _ctx: &mut WorkerCtx<'_>) {
@@ -554,6 +586,26 @@ impl QuicProtocol for H3Conn {
             return self.flush_control(io);
         }
         self.pump(io, stream);
+        self.close_if_done(io);
+    }
+
+    fn stream_acked(&mut self, io: &mut StreamIo<'_>, stream: u64, _ctx: &mut WorkerCtx<'_>) {
+        self.unacked.remove(&stream);
+        self.close_if_done(io);
+    }
+
+    fn shut_down(&mut self, io: &mut StreamIo<'_>, _ctx: &mut WorkerCtx<'_>) {
+        if self.closed || self.goaway.is_some() {
+            return;
+        }
+        // The first request stream not to be processed: the one after the last seen.
+        let next = self.last_request.map_or(0, |id| id + 4);
+        self.goaway = Some(next);
+        if let Some((_, pending)) = &mut self.control_out {
+            frame::put_goaway(pending, next);
+        }
+        self.flush_control(io);
+        self.close_if_done(io);
     }
 
     fn stream_stopped(
@@ -573,6 +625,8 @@ impl QuicProtocol for H3Conn {
         // The client no longer wants the response.
         io.reset(stream, ErrorCode::RequestCancelled.value());
         self.requests.remove(&stream);
+        self.unacked.remove(&stream);
+        self.close_if_done(io);
     }
 }
 

@@ -306,19 +306,30 @@ impl QuicWorker {
         }
     }
 
-    /// Shutdown: every connection is closed (H3_NO_ERROR) and no new one is accepted; the
-    /// worker waits until they have drained (or its grace period ends).
+    /// Shutdown: no new connection is accepted, each protocol is told to finish what it has
+    /// under way and close (HTTP/3: GOAWAY, then H3_NO_ERROR once its requests are answered; a
+    /// handshake not done is closed at once); the worker waits until they have drained (or its
+    /// grace period ends).
     pub(crate) fn shut_down(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) {
         if self.closing {
             return;
         }
         self.closing = true;
         for (&key, c) in &mut self.conns {
-            c.conn.close(
-                now,
-                quinn_proto::VarInt::from_u64(CLOSE_NO_ERROR).unwrap_or_default(),
-                bytes::Bytes::new(),
-            );
+            match c.proto.as_mut() {
+                Some(proto) => proto.shut_down(
+                    &mut StreamIo {
+                        conn: &mut c.conn,
+                        now,
+                    },
+                    ctx,
+                ),
+                None => c.conn.close(
+                    now,
+                    quinn_proto::VarInt::from_u64(CLOSE_NO_ERROR).unwrap_or_default(),
+                    bytes::Bytes::new(),
+                ),
+            }
             self.touched.push(key);
         }
         self.drive_touched(now, ctx);
@@ -533,7 +544,8 @@ fn handle_app_event(
                 StreamEvent::Stopped { id, error_code } => {
                     proto.stream_stopped(&mut io, u64::from(id), error_code.into_inner(), ctx);
                 }
-                StreamEvent::Finished { .. } | StreamEvent::Available { .. } => {}
+                StreamEvent::Finished { id } => proto.stream_acked(&mut io, u64::from(id), ctx),
+                StreamEvent::Available { .. } => {}
             }
         }
     }

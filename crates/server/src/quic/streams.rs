@@ -61,6 +61,13 @@ pub(crate) trait QuicProtocol {
         code: u64,
         ctx: &mut WorkerCtx<'_>,
     );
+    /// Everything written on `stream` up to its finish reached the client (acknowledged).
+    fn stream_acked(&mut self, _io: &mut StreamIo<'_>, _stream: u64, _ctx: &mut WorkerCtx<'_>) {}
+    /// The server is shutting down: finish what is under way, take nothing new, then close
+    /// (by default at once).
+    fn shut_down(&mut self, io: &mut StreamIo<'_>, _ctx: &mut WorkerCtx<'_>) {
+        io.close(0x100, b"");
+    }
     /// The connection is gone (closed by either side, timed out); its streams with it.
     fn closed(&mut self, _ctx: &mut WorkerCtx<'_>) {}
 }
