@@ -429,7 +429,12 @@ impl QuicWorker {
         self.counts.sends += 1;
         match udp::send(fd, t.destination, data, segment) {
             Ok(true) => {}
-            Ok(false) => self.held = Some((t.destination, segment, data.to_vec())),
+            // One batch is held; another meeting a full buffer meanwhile (a stateless answer)
+            // is dropped, as the network may drop any datagram.
+            Ok(false) if self.held.is_none() => {
+                self.held = Some((t.destination, segment, data.to_vec()));
+            }
+            Ok(false) => {}
             Err(e)
                 if segment.is_some()
                     && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) =>
