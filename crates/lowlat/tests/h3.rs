@@ -372,11 +372,18 @@ fn shutdown_lets_a_response_in_flight_finish() {
             "/big.bin",
         ])
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Under way: the handshake and the request take well under a second here, the 3 MB
-    // several (aioquic reads slowly); checked below.
-    std::thread::sleep(Duration::from_millis(700));
+    // Under way: the response's head has arrived (the client says so on stderr), its 3 MB of
+    // body take seconds more (checked below).
+    let mut stderr = std::io::BufReader::new(download.stderr.take().unwrap());
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0
+        && line.trim() != "headers"
+    {
+        line.clear();
+    }
     assert!(
         download.try_wait().unwrap().is_none(),
         "the download ended before the signal"

@@ -181,6 +181,8 @@ class H3Client(QuicConnectionProtocol):
                 fut, r = self.pending[e.stream_id]
                 if isinstance(e, HeadersReceived):
                     r["headers"].extend(e.headers)
+                    # For a test that acts while the body is still coming.
+                    print("headers", file=sys.stderr, flush=True)
                 else:
                     r["body"] += e.data
                 if e.stream_ended and not fut.done():
