@@ -192,7 +192,7 @@ class H3Client(QuicConnectionProtocol):
                 if not fut.done():
                     fut.set_exception(ConnectionError(event.reason_phrase or str(event.error_code)))
 
-    async def request(self, method, authority, path):
+    async def request(self, method, authority, path, body=None):
         sid = self._quic.get_next_available_stream_id()
         fut = asyncio.get_running_loop().create_future()
         self.pending[sid] = (fut, {"headers": [], "body": b""})
@@ -201,8 +201,10 @@ class H3Client(QuicConnectionProtocol):
             [(b":method", method.encode()), (b":scheme", b"https"),
              (b":authority", authority.encode()), (b":path", path.encode()),
              (b"user-agent", b"aioquic")],
-            end_stream=True,
+            end_stream=body is None,
         )
+        if body is not None:
+            self.h3.send_data(sid, body, end_stream=True)
         self.transmit()
         r = await fut
         headers = {}
@@ -223,13 +225,21 @@ async def get(host, port, method, *paths):
         return {"responses": answers}
 
 
+async def post(host, port, path, *sizes):
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
+        answers = []
+        for size in sizes:
+            answers.append(await client.request("POST", f"localhost:{port}", path, b"x" * int(size)))
+        return {"responses": answers}
+
+
 def main():
     cmd, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if cmd == "get":
+    if cmd in ("get", "post"):
         rest = sys.argv[4:]
     else:
         rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
-    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get}[cmd]
+    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post}[cmd]
     try:
         result = asyncio.run(asyncio.wait_for(scenario(host, port, *rest), LIMIT))
     except Exception as e:  # the test prints this and fails
