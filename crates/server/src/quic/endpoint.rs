@@ -58,6 +58,9 @@ struct Conn {
     timer: Option<Instant>,
 }
 
+/// A batch the socket had no room for: destination, source address, GSO segment size, bytes.
+type Held = (SocketAddr, Option<std::net::IpAddr>, Option<usize>, Vec<u8>);
+
 /// Counts kept for `--metrics` and the tests' logs.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct QuicCounts {
@@ -81,7 +84,7 @@ pub(crate) struct QuicWorker {
     recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
     /// A transmit the socket had no room for, sent first when it is writable again.
-    held: Option<(SocketAddr, Option<usize>, Vec<u8>)>,
+    held: Option<Held>,
     /// Connections that had more to send while `held` waited.
     waiting: Vec<usize>,
     touched: Vec<usize>,
@@ -194,7 +197,7 @@ impl QuicWorker {
                 start = end;
                 budget = budget.saturating_sub(1);
                 self.counts.datagrams_in += 1;
-                self.datagram(now, got.from, data);
+                self.datagram(now, got.from, got.local, data);
             }
             if budget == 0 {
                 more = true;
@@ -204,11 +207,17 @@ impl QuicWorker {
         more
     }
 
-    fn datagram(&mut self, now: Instant, from: SocketAddr, data: BytesMut) {
+    fn datagram(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        local: Option<std::net::IpAddr>,
+        data: BytesMut,
+    ) {
         self.send_buf.clear();
         match self
             .endpoint
-            .handle(now, from, None, None, data, &mut self.send_buf)
+            .handle(now, from, local, None, data, &mut self.send_buf)
         {
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                 if let Some(c) = self.conns.get_mut(&ch.0) {
@@ -427,12 +436,12 @@ impl QuicWorker {
         let fd = self.sock.as_raw_fd();
         let segment = t.segment_size.filter(|_| self.offload.gso);
         self.counts.sends += 1;
-        match udp::send(fd, t.destination, data, segment) {
+        match udp::send(fd, t.destination, t.src_ip, data, segment) {
             Ok(true) => {}
             // One batch is held; another meeting a full buffer meanwhile (a stateless answer)
             // is dropped, as the network may drop any datagram.
             Ok(false) if self.held.is_none() => {
-                self.held = Some((t.destination, segment, data.to_vec()));
+                self.held = Some((t.destination, t.src_ip, segment, data.to_vec()));
             }
             Ok(false) => {}
             Err(e)
@@ -447,7 +456,7 @@ impl QuicWorker {
                 );
                 self.offload.gso = false;
                 for chunk in data.chunks(segment.unwrap_or(data.len()).max(1)) {
-                    let _ = udp::send(fd, t.destination, chunk, None);
+                    let _ = udp::send(fd, t.destination, t.src_ip, chunk, None);
                 }
             }
             // A probe larger than the path (EMSGSIZE), an unreachable peer: as a lost packet.
@@ -460,13 +469,13 @@ impl QuicWorker {
     }
 
     fn flush_held(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) {
-        let Some((to, segment, data)) = self.held.take() else {
+        let Some((to, from, segment, data)) = self.held.take() else {
             return;
         };
-        match udp::send(self.sock.as_raw_fd(), to, &data, segment) {
+        match udp::send(self.sock.as_raw_fd(), to, from, &data, segment) {
             Ok(true) => {}
             Ok(false) => {
-                self.held = Some((to, segment, data));
+                self.held = Some((to, from, segment, data));
                 return;
             }
             Err(e) => tracing::debug!(worker = self.worker, "quic: sendmsg to {to}: {e}"),

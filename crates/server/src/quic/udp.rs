@@ -13,7 +13,7 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -91,6 +91,14 @@ fn bind(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
             libc::IP_PMTUDISC_PROBE,
         );
     }
+    // The address each datagram came to, so that the answer leaves from it: a socket bound to
+    // 0.0.0.0 on a host with several addresses would otherwise answer from whichever the route
+    // picks, and the client (its socket connected to the address it chose) would drop it.
+    if addr.is_ipv6() {
+        set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+    } else {
+        set_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+    }
     socket.bind(&addr.into())?;
     Ok(socket.into())
 }
@@ -133,8 +141,15 @@ fn get_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc:
     }
 }
 
-/// Space for one control message carrying a `c_int` (GRO's segment size) or a `u16` (GSO's).
-const CMSG_SPACE: usize = 64;
+/// Space for the control messages of one datagram: GRO's segment size (a `c_int`) or GSO's (a
+/// `u16`), and the local address (`in_pktinfo`, 12 bytes, or `in6_pktinfo`, 20): 24 + 40 bytes
+/// with their headers on 64-bit Linux.
+const CMSG_SPACE: usize = 128;
+
+/// A control-message buffer aligned as `cmsghdr` requires (the CMSG macros write its fields in
+/// place).
+#[repr(C, align(8))]
+struct Control([u8; CMSG_SPACE]);
 
 /// A received datagram, or a GRO batch of datagrams of `segment` bytes each (the last may be
 /// shorter).
@@ -142,13 +157,15 @@ pub(crate) struct Received {
     pub(crate) len: usize,
     pub(crate) from: SocketAddr,
     pub(crate) segment: usize,
+    /// The address it was sent to (ours), where the kernel said.
+    pub(crate) local: Option<IpAddr>,
 }
 
 /// Reads one datagram (or GRO batch) into `buf`. `Ok(None)`: nothing more to read.
 pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
     // SAFETY: all-zero is a valid `sockaddr_storage` and a valid (empty) `msghdr`.
     let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
-    let mut control = [0u8; CMSG_SPACE];
+    let mut control = Control([0u8; CMSG_SPACE]);
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -159,7 +176,7 @@ pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
     msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     msg.msg_iov = &raw mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_control = control.0.as_mut_ptr().cast();
     msg.msg_controllen = CMSG_SPACE as _;
     // SAFETY: every pointer in `msg` points at a live buffer of the length given beside it, and
     // they outlive the call.
@@ -178,28 +195,50 @@ pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "not an IP peer"));
     };
     let mut segment = len;
+    let mut local = None;
     // SAFETY: `msg` is the header the kernel just filled; the CMSG macros walk its control
-    // buffer within `msg_controllen`.
+    // buffer within `msg_controllen`, and each message's data is read as the type its level
+    // and type say it holds.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
         while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
-                let size = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-                if size > 0 {
-                    segment = size as usize;
+            let data = libc::CMSG_DATA(cmsg);
+            match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
+                (libc::SOL_UDP, libc::UDP_GRO) => {
+                    let size = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                    if size > 0 {
+                        segment = size as usize;
+                    }
                 }
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                    let info = std::ptr::read_unaligned(data.cast::<libc::in_pktinfo>());
+                    let octets = info.ipi_addr.s_addr.to_ne_bytes();
+                    local = Some(IpAddr::from(octets));
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                    let info = std::ptr::read_unaligned(data.cast::<libc::in6_pktinfo>());
+                    local = Some(IpAddr::from(info.ipi6_addr.s6_addr));
+                }
+                _ => {}
             }
             cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
         }
     }
-    Ok(Some(Received { len, from, segment }))
+    Ok(Some(Received {
+        len,
+        from,
+        segment,
+        local,
+    }))
 }
 
-/// Sends `data` to `to`: one datagram, or with `segment` (GSO) datagrams of that size cut by the
-/// kernel. `Ok(false)`: the socket buffer is full (try again when writable).
+/// Sends `data` to `to` from the local address `from` (where given): one datagram, or with
+/// `segment` (GSO) datagrams of that size cut by the kernel. `Ok(false)`: the socket buffer is
+/// full (try again when writable).
 pub(crate) fn send(
     fd: RawFd,
     to: SocketAddr,
+    from: Option<IpAddr>,
     data: &[u8],
     segment: Option<usize>,
 ) -> io::Result<bool> {
@@ -208,25 +247,74 @@ pub(crate) fn send(
         iov_base: data.as_ptr().cast_mut().cast(),
         iov_len: data.len(),
     };
-    let mut control = [0u8; CMSG_SPACE];
+    let mut control = Control([0u8; CMSG_SPACE]);
     // SAFETY: all-zero is a valid (empty) `msghdr`.
     let mut msg: libc::msghdr = unsafe { zeroed() };
     msg.msg_name = addr.as_ptr().cast_mut().cast();
     msg.msg_namelen = addr.len();
     msg.msg_iov = &raw mut iov;
     msg.msg_iovlen = 1;
-    if let Some(size) = segment.filter(|&s| s < data.len()) {
-        let size = u16::try_from(size).unwrap_or(u16::MAX);
-        // SAFETY: CMSG_SPACE of a u16 is 24 bytes on 64-bit Linux, within `control`; the header
-        // written is the first in the buffer, its data within the same space.
-        unsafe {
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as _;
-            let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
-            (*cmsg).cmsg_level = libc::SOL_UDP;
-            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), size);
+    let segment = segment.filter(|&s| s < data.len());
+    // The source address only where it can be given: an IPv4 one on an IPv4 socket, and so on.
+    let from = from.filter(|ip| ip.is_ipv4() == to.is_ipv4());
+    // SAFETY: CMSG_SPACE of a u16 (24 bytes) plus that of an `in6_pktinfo` (40) fit in
+    // `control`, which is aligned for `cmsghdr`; `msg_controllen` is set to the total before the
+    // headers are walked, so CMSG_FIRSTHDR/CMSG_NXTHDR stay within it, and each message's data
+    // is written as the type its level and type say it holds.
+    unsafe {
+        let mut space = 0;
+        if segment.is_some() {
+            space += libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+        }
+        match from {
+            Some(IpAddr::V4(_)) => {
+                space += libc::CMSG_SPACE(size_of::<libc::in_pktinfo>() as u32) as usize;
+            }
+            Some(IpAddr::V6(_)) => {
+                space += libc::CMSG_SPACE(size_of::<libc::in6_pktinfo>() as u32) as usize;
+            }
+            None => {}
+        }
+        if space > 0 {
+            msg.msg_control = control.0.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+            if let Some(size) = segment {
+                let size = u16::try_from(size).unwrap_or(u16::MAX);
+                (*cmsg).cmsg_level = libc::SOL_UDP;
+                (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), size);
+                cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
+            }
+            match from {
+                Some(IpAddr::V4(ip)) => {
+                    (*cmsg).cmsg_level = libc::IPPROTO_IP;
+                    (*cmsg).cmsg_type = libc::IP_PKTINFO;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::in_pktinfo>() as u32) as _;
+                    let info = libc::in_pktinfo {
+                        ipi_ifindex: 0,
+                        ipi_spec_dst: libc::in_addr {
+                            s_addr: u32::from_ne_bytes(ip.octets()),
+                        },
+                        ipi_addr: libc::in_addr { s_addr: 0 },
+                    };
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast(), info);
+                }
+                Some(IpAddr::V6(ip)) => {
+                    (*cmsg).cmsg_level = libc::IPPROTO_IPV6;
+                    (*cmsg).cmsg_type = libc::IPV6_PKTINFO;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as _;
+                    let info = libc::in6_pktinfo {
+                        ipi6_addr: libc::in6_addr {
+                            s6_addr: ip.octets(),
+                        },
+                        ipi6_ifindex: 0,
+                    };
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast(), info);
+                }
+                None => {}
+            }
         }
     }
     loop {
@@ -249,6 +337,39 @@ pub(crate) fn send(
 mod tests {
     use super::*;
 
+    /// On a socket bound to every address, a datagram sent to 127.0.0.2 says so, and the answer
+    /// given that source leaves from it: a client whose socket is connected to 127.0.0.2 gets
+    /// it (an answer from 127.0.0.1, the route's choice, it would drop).
+    #[test]
+    fn answers_leave_from_the_address_asked() {
+        let (socks, addr, _) = bind_all("0.0.0.0:0".parse().unwrap(), 1, false).unwrap();
+        let server = &socks[0];
+        let to: SocketAddr = SocketAddr::from(([127, 0, 0, 2], addr.port()));
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.connect(to).unwrap();
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        client.send(b"ping").unwrap();
+        let mut buf = vec![0; RECV_BUFFER];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let got = loop {
+            if let Some(r) = recv(server.as_raw_fd(), &mut buf).unwrap() {
+                break r;
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing received");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        assert_eq!(&buf[..got.len], b"ping");
+        assert_eq!(got.local, Some(to.ip()));
+        assert!(send(server.as_raw_fd(), got.from, got.local, b"pong", None).unwrap());
+        let mut answer = [0u8; 16];
+        let n = client
+            .recv(&mut answer)
+            .expect("the answer, from 127.0.0.2");
+        assert_eq!(&answer[..n], b"pong");
+    }
+
     /// Three datagrams sent as one GSO batch arrive as three (GRO off) or one batch whose
     /// segment size is the datagram size (GRO on); either way the bytes and sizes match.
     #[test]
@@ -259,10 +380,10 @@ mod tests {
         let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
         let segment = if offload.gso { Some(1200) } else { None };
         if offload.gso {
-            assert!(send(tx.as_raw_fd(), addr, &data, segment).unwrap());
+            assert!(send(tx.as_raw_fd(), addr, None, &data, segment).unwrap());
         } else {
             for chunk in data.chunks(1200) {
-                assert!(send(tx.as_raw_fd(), addr, chunk, None).unwrap());
+                assert!(send(tx.as_raw_fd(), addr, None, chunk, None).unwrap());
             }
         }
         let mut got = Vec::new();
