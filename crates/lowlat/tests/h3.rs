@@ -249,13 +249,42 @@ fn rebound_clients_keep_their_connection_on_its_worker() {
     assert_eq!(got["ok"], 12, "{got}");
 }
 
-/// `--h3-retry`: a new client is asked to prove its address first, then served; without it,
-/// no Retry.
+/// One series of `/metrics` (`--metrics` is on `served`), once the worker has published it.
+fn metric(served: &Served, series: &str) -> u64 {
+    let log = served.log();
+    let addr = log
+        .lines()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {log}"))
+        .to_owned();
+    // Published at the worker's sweep, at most a second behind.
+    std::thread::sleep(Duration::from_millis(1300));
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(
+        &mut conn,
+        format!("GET /metrics HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
+}
+
+/// `--h3-retry`: a new client is asked to prove its address first, then served (and counted
+/// on /metrics); without it, no Retry.
 #[test]
 fn retry_when_forced_and_not_otherwise() {
     let (_pki, cert) = cert();
-    let served = serve(&cert, &["--h3-retry"]);
+    let served = serve(&cert, &["--h3-retry", "--metrics", "127.0.0.1:0"]);
     let got = client(&served, &["retry"]);
+    assert_eq!(metric(&served, "lowlat_quic_retries_total "), 1);
+    assert_eq!(
+        metric(&served, "lowlat_quic_connections_accepted_total "),
+        1
+    );
     assert_eq!(
         (got["retried"].as_bool(), got["ok"].as_bool()),
         (Some(true), Some(true)),

@@ -341,6 +341,10 @@ impl Worker {
                     counters.cache_misses = misses;
                     counters.cache_bytes = bytes as u64;
                     counters.compress = crate::compress::stats();
+                    if let Some(q) = &quic {
+                        let c = q.counts;
+                        counters.quic = [c.accepted, c.retries, c.refused, q.len() as u64];
+                    }
                     registry.publish(self.index, &counters);
                 }
             }
