@@ -92,7 +92,7 @@ fi
 venv="${LOWLAT_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/lowlat-test-venv}"
 requirements="$(dirname "$0")/upstreams/requirements.txt"
 if ! cmp -s "$requirements" "$venv/requirements.txt" \
-    || ! "$venv/bin/python" -c 'import gunicorn, uvicorn, websockets, grpc, grpc_tools, aioquic' 2>/dev/null; then
+    || ! "$venv/bin/python" -c 'import gunicorn, uvicorn, websockets, grpc, grpc_tools, h2, wsproto, aioquic' 2>/dev/null; then
     python3 -m venv --clear "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$requirements"
     cp "$requirements" "$venv/requirements.txt"

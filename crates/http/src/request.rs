@@ -138,6 +138,9 @@ pub struct Request<'h, 'b> {
     pub expect_continue: bool,
     /// Length of the head in bytes, including the final blank line.
     pub head_len: usize,
+    /// The protocol an HTTP/2 extended CONNECT asks for (RFC 8441's `:protocol`, `websocket`);
+    /// never set for HTTP/1.1, whose upgrades are header fields.
+    pub protocol: Option<&'b str>,
 }
 
 impl<'b> Request<'_, 'b> {
@@ -218,6 +221,7 @@ pub fn parse_request<'h, 'b>(
         keep_alive: fields.keep_alive,
         expect_continue: fields.expect_continue && version == Version::Http11,
         head_len,
+        protocol: None,
     }))
 }
 

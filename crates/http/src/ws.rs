@@ -1,7 +1,9 @@
 //! WebSocket framing (RFC 6455 §5), the client's side: frame heads parsed from the server's
 //! bytes and written for the client's, with the client's mask. No I/O, no allocation; the
 //! handshake's HTTP/1.1 part is the rest of this crate's (a `101` through
-//! [`crate::client::parse_upgrade_response`]).
+//! [`crate::client::parse_upgrade_response`]), but its key and accept values are here — made by
+//! the load generator's `--ws` and by the proxy when it turns an HTTP/2 client's extended
+//! CONNECT (RFC 8441) into an HTTP/1.1 handshake, and checked by both.
 //!
 //! Why not a WebSocket crate: `tungstenite` owns its stream and hands back each message as an
 //! allocated `Message`; the load generator drives its sockets from its own epoll loop and only
@@ -11,6 +13,11 @@
 //! Refused (RFC 6455 §5.2, §5.5): reserved bits without a negotiated extension, an unknown
 //! opcode, a control frame that is fragmented or longer than 125 bytes, a 64-bit length with its
 //! top bit set, and — for a client reading a server — a masked frame.
+
+use std::hash::{BuildHasher, Hasher};
+
+use base64::Engine as _;
+use sha1::{Digest, Sha1};
 
 use crate::Status;
 
@@ -48,6 +55,33 @@ pub enum FrameError {
     /// A masked frame from a server (§5.1: the client must fail the connection).
     #[error("masked WebSocket frame from the server")]
     Masked,
+}
+
+/// RFC 6455 §1.3: appended to the key before hashing it into `Sec-WebSocket-Accept`.
+const ACCEPT_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// A fresh `Sec-WebSocket-Key` (16 random bytes, base64) and the `Sec-WebSocket-Accept` that
+/// answers it.
+pub fn handshake_key() -> (String, String) {
+    // `RandomState` is seeded from the system's randomness once per thread and stepped per
+    // instance: unpredictable enough for a nonce whose job is to prove the server read it.
+    let mut bytes = [0u8; 16];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(i);
+        chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
+    }
+    let key = base64::engine::general_purpose::STANDARD.encode(bytes);
+    let accept = accept_for(&key);
+    (key, accept)
+}
+
+/// The `Sec-WebSocket-Accept` value for `key` (RFC 6455 §4.2.2).
+pub fn accept_for(key: &str) -> String {
+    let mut sha = Sha1::new();
+    sha.update(key.as_bytes());
+    sha.update(ACCEPT_GUID);
+    base64::engine::general_purpose::STANDARD.encode(sha.finalize())
 }
 
 /// A frame head as read.
@@ -145,6 +179,24 @@ pub fn write_client_frame(out: &mut Vec<u8>, opcode: u8, payload: &[u8], mask: [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RFC 6455 §1.3's example key and accept value.
+    #[test]
+    fn accept_value() {
+        assert_eq!(
+            accept_for("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        let (key, accept) = handshake_key();
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(&key)
+                .unwrap()
+                .len(),
+            16
+        );
+        assert_eq!(accept, accept_for(&key));
+    }
 
     macro_rules! heads {
         ($($name:ident: $bytes:expr => $want:expr;)*) => {$(

@@ -606,7 +606,7 @@ impl<'a> Worker<'a> {
         let conn = &mut self.conns[idx];
         if let Some(ws) = &self.plan.ws {
             // The handshake first; messages once the 101 is in (`consume_ws`).
-            let (key, accept) = crate::ws::handshake_key();
+            let (key, accept) = lowlat_http::ws::handshake_key();
             let mut handshake = ws.handshakes[conn.spec.group].clone();
             handshake.extend_from_slice(b"Sec-WebSocket-Key: ");
             handshake.extend_from_slice(key.as_bytes());

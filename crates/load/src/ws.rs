@@ -8,41 +8,10 @@
 //! was sent. A server's ping is answered with a pong; its Close ends the connection. Framing is
 //! the codec's ([`lowlat_http::ws`]).
 
-use std::hash::{BuildHasher, Hasher};
-
-use base64::Engine as _;
 use lowlat_http::client::{parse_upgrade_response, ResponseHeaderSlots};
 use lowlat_http::limits::{MAX_HEADERS, MAX_HEAD_BYTES};
 use lowlat_http::ws::{opcode, parse_server_frame_head, write_client_frame, FrameHead};
 use lowlat_http::Status;
-use sha1::{Digest, Sha1};
-
-/// RFC 6455 §1.3: appended to the key before hashing it into `Sec-WebSocket-Accept`.
-const ACCEPT_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-
-/// A fresh `Sec-WebSocket-Key` (16 random bytes, base64) and the `Sec-WebSocket-Accept` that
-/// answers it.
-pub(crate) fn handshake_key() -> (String, String) {
-    // `RandomState` is seeded from the system's randomness once per thread and stepped per
-    // instance: unpredictable enough for a nonce whose job is to prove the server read it.
-    let mut bytes = [0u8; 16];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_usize(i);
-        chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
-    }
-    let key = base64::engine::general_purpose::STANDARD.encode(bytes);
-    let accept = accept_for(&key);
-    (key, accept)
-}
-
-/// The `Sec-WebSocket-Accept` value for `key` (RFC 6455 §4.2.2).
-pub(crate) fn accept_for(key: &str) -> String {
-    let mut sha = Sha1::new();
-    sha.update(key.as_bytes());
-    sha.update(ACCEPT_GUID);
-    base64::engine::general_purpose::STANDARD.encode(sha.finalize())
-}
 
 /// Why a session failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,24 +229,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// RFC 6455 §1.3's example key and accept value.
-    #[test]
-    fn accept_value() {
-        assert_eq!(
-            accept_for("dGhlIHNhbXBsZSBub25jZQ=="),
-            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-        );
-        let (key, accept) = handshake_key();
-        assert_eq!(
-            base64::engine::general_purpose::STANDARD
-                .decode(&key)
-                .unwrap()
-                .len(),
-            16
-        );
-        assert_eq!(accept, accept_for(&key));
-    }
+    use lowlat_http::ws::accept_for;
 
     fn server_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
         let mut f = vec![0x80 | opcode];

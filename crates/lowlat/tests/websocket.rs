@@ -9,6 +9,12 @@
 //! `--proxy-tunnel-idle-timeout`, a busy one is not; a `101` answering a request that offered no
 //! upgrade is 502 and none of its bytes reach the client; hundreds of tunnels at once; and each
 //! tunnel's one access-log line.
+//!
+//! WebSocket over HTTP/2 (RFC 8441) with `h2` and `wsproto` in front (`ws_h2_client.py`): the
+//! extended CONNECT answered 200 and tunnelled to the same echo server's HTTP/1.1 handshake, in
+//! clear and over TLS, two tunnels and a request multiplexed on one connection, flow control
+//! crossed both ways (1 MiB messages); the handshake the upstream sees; a stream reset or a
+//! dropped connection ending the upstream side; what must not open a tunnel refused.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -29,22 +35,32 @@ use support::Served as Proxy;
 
 /// Runs a `ws_client.py` scenario and returns the JSON object it printed.
 fn client(scenario: &str, url: &str, extra: &[&str]) -> serde_json::Value {
+    run_client("ws_client.py", scenario, url, extra)
+}
+
+/// Runs a `ws_h2_client.py` scenario (WebSocket over HTTP/2, RFC 8441) and returns the JSON
+/// object it printed.
+fn h2_client(scenario: &str, url: &str, extra: &[&str]) -> serde_json::Value {
+    run_client("ws_h2_client.py", scenario, url, extra)
+}
+
+fn run_client(script: &str, scenario: &str, url: &str, extra: &[&str]) -> serde_json::Value {
     let out = Command::new(python())
-        .arg(upstreams_dir().join("ws_client.py"))
+        .arg(upstreams_dir().join(script))
         .args([scenario, url])
         .args(extra)
         .stdin(Stdio::null())
         .output()
-        .expect("run ws_client.py");
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "ws_client.py {scenario} {url}: {}\n{stdout}\n{}",
+        "{script} {scenario} {url}: {}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("ws_client.py printed {stdout:?}: {e}"))
+        .unwrap_or_else(|e| panic!("{script} printed {stdout:?}: {e}"))
 }
 
 /// TCP sockets in `state` (hex, as /proc/net/tcp writes it: 01 established, 08 close-wait)
@@ -621,4 +637,185 @@ fn a_client_half_close_reaches_the_server() {
     drop(s);
     assert_released(upstream.addr().port(), "after a half-close");
     assert_released(proxy.addr.port(), "after a half-close");
+}
+
+/// WebSocket over HTTP/2 (RFC 8441) in clear (`--h2c`): SETTINGS_ENABLE_CONNECT_PROTOCOL, the
+/// extended CONNECT answered `200` (without the HTTP/1.1 handshake's own fields), messages both
+/// ways past every window, two tunnels and a GET on one connection, the closes, the upstream's
+/// handshake (a GET with a fresh key it accepted), and the tunnel's access-log line.
+#[test]
+fn websockets_cross_http2_streams() {
+    let upstream = Upstream::websocket_echo();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let proxy = Proxy::start([
+        "--h2c".to_owned(),
+        "--proxy".to_owned(),
+        format!("/ws/={}/", upstream.url()),
+        "--access-log".to_owned(),
+        log.display().to_string(),
+    ]);
+    let base = format!("ws://{}/ws", proxy.addr);
+
+    let r = h2_client("echo", &format!("{base}/h2chat"), &[]);
+    assert_eq!(r["connect_protocol"], 1, "{r}");
+    assert_eq!(r["status"], 200, "{r}");
+    for (name, _) in r["response_headers"].as_object().unwrap() {
+        assert!(
+            !["sec-websocket-accept", "upgrade", "connection"].contains(&name.as_str()),
+            "{name} in an HTTP/2 response: {r}"
+        );
+    }
+    for ok in ["text_ok", "binary_ok", "small_ok", "second_ok"] {
+        assert_eq!(r[ok], true, "{ok}: {r}");
+    }
+    // A plain request beside the tunnels reached the upstream as one (which wants an upgrade).
+    assert_eq!(r["get_status"], 426, "{r}");
+    assert_eq!(r["close_code"], 1000, "{r}");
+    assert_eq!(r["ended"], true, "{r}");
+    wait_for("the echo server's log", "closed /h2chat code 1000", || {
+        upstream.log()
+    });
+    assert_released(upstream.addr().port(), "proxy → upstream");
+
+    let text = wait_for(
+        "the access log",
+        "CONNECT /ws/h2chat HTTP/2.0\" 200",
+        || read_log(&log),
+    );
+    let line = text
+        .lines()
+        .find(|l| l.contains("CONNECT /ws/h2chat") && l.contains("1000"))
+        .unwrap_or_else(|| {
+            text.lines()
+                .find(|l| l.contains("CONNECT /ws/h2chat"))
+                .unwrap()
+        });
+    assert!(
+        line.contains(&format!("\"{}\" 101 ", upstream.addr())),
+        "{line}"
+    );
+
+    // What the upstream saw: the HTTP/1.1 handshake, with a key of the proxy's making.
+    let r = h2_client("headers", &format!("{base}/headers"), &[]);
+    assert_eq!(r["status"], 200, "{r}");
+    let seen: Vec<(String, String)> = r["upstream"]["headers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no handshake echoed: {r}"))
+        .iter()
+        .map(|p| {
+            (
+                p[0].as_str().unwrap().to_ascii_lowercase(),
+                p[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let field = |n: &str| seen.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+    assert_eq!(field("upgrade"), Some("websocket"), "{seen:?}");
+    assert_eq!(field("connection"), Some("upgrade"), "{seen:?}");
+    assert_eq!(field("sec-websocket-version"), Some("13"), "{seen:?}");
+    assert_eq!(
+        field("sec-websocket-key").map(str::len),
+        Some(24),
+        "{seen:?}"
+    );
+}
+
+/// The same over TLS (ALPN h2): a `wss://` tunnel on an HTTP/2 connection.
+#[test]
+fn websockets_cross_http2_over_tls() {
+    let pki = Pki::new();
+    let leaf = pki.leaf("proxy", &["localhost"], KeyKind::EcdsaP256);
+    let upstream = Upstream::websocket_echo();
+    let proxy = Proxy::start([
+        "--tls-listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--cert".to_owned(),
+        leaf.cert.display().to_string(),
+        "--key".to_owned(),
+        leaf.key.display().to_string(),
+        "--proxy".to_owned(),
+        format!("/={}", upstream.url()),
+    ]);
+    let tls = proxy.tls_addr.expect("a TLS listener");
+    let ca = pki.ca_path();
+    let url = format!("wss://localhost:{}/secure-h2", tls.port());
+    let r = h2_client("echo", &url, &["--cafile", ca.to_str().unwrap()]);
+    assert_eq!(r["status"], 200, "{r}");
+    for ok in ["text_ok", "binary_ok", "small_ok", "second_ok"] {
+        assert_eq!(r[ok], true, "{ok}: {r}");
+    }
+    assert_eq!(r["close_code"], 1000, "{r}");
+    wait_for(
+        "the echo server's log",
+        "closed /secure-h2 code 1000",
+        || upstream.log(),
+    );
+    assert_released(upstream.addr().port(), "TLS HTTP/2 tunnels");
+}
+
+/// A tunnel stream reset by the client ends its upstream connection (the connection and its
+/// other streams go on), and so does a client that drops the whole connection; each tunnel is
+/// logged once.
+#[test]
+fn a_reset_or_dropped_http2_tunnel_ends_upstream() {
+    let upstream = Upstream::websocket_echo();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let proxy = Proxy::start([
+        "--h2c".to_owned(),
+        "--proxy".to_owned(),
+        format!("/ws/={}/", upstream.url()),
+        "--access-log".to_owned(),
+        log.display().to_string(),
+    ]);
+    let base = format!("ws://{}/ws", proxy.addr);
+    let r = h2_client("reset", &format!("{base}/reset-me"), &[]);
+    assert_eq!(r["echo_ok"], true, "{r}");
+    assert_eq!(r["get_status"], 426, "the connection goes on: {r}");
+    wait_for(
+        "the echo server's log",
+        "closed /reset-me code 1006",
+        || upstream.log(),
+    );
+    let r = h2_client("drop", &format!("{base}/drop-me"), &[]);
+    assert_eq!(r["echo_ok"], true, "{r}");
+    wait_for("the echo server's log", "closed /drop-me code 1006", || {
+        upstream.log()
+    });
+    assert_released(upstream.addr().port(), "reset and dropped tunnels");
+    assert_released(proxy.addr.port(), "reset and dropped tunnels");
+    let text = wait_for("the access log", "CONNECT /ws/reset-me", || read_log(&log));
+    assert_eq!(text.matches("CONNECT /ws/reset-me").count(), 1, "{text}");
+}
+
+/// What must not open a tunnel does not: an extended CONNECT for another protocol (501), to a
+/// route that does not proxy (405 from the built-in route, 404 where nothing is), or through a
+/// group of HTTP/2 upstreams (501: the tunnel is to HTTP/1.1 WebSockets); each ends its stream.
+#[test]
+fn extended_connects_that_cannot_tunnel_are_refused() {
+    let upstream = Upstream::websocket_echo();
+    let proxy = Proxy::start([
+        "--h2c".to_owned(),
+        "--proxy".to_owned(),
+        format!("/ws/={}/", upstream.url()),
+        "--proxy".to_owned(),
+        "/h2/=h2c://127.0.0.1:9/".to_owned(),
+    ]);
+    let base = format!("ws://{}", proxy.addr);
+    let cases = [
+        ("/ws/x", "connect-udp", 501),
+        ("/plaintext", "websocket", 405),
+        ("/nothing-here", "websocket", 404),
+        ("/h2/x", "websocket", 501),
+    ];
+    for (path, protocol, status) in cases {
+        let r = h2_client(
+            "refused",
+            &format!("{base}{path}"),
+            &["--protocol", protocol],
+        );
+        assert_eq!(r["status"], status, "{path} {protocol}: {r}");
+    }
+    assert!(!upstream.log().contains("closed /x"), "{}", upstream.log());
 }

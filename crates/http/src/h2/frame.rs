@@ -47,6 +47,8 @@ pub mod setting {
     pub const INITIAL_WINDOW_SIZE: u16 = 4;
     pub const MAX_FRAME_SIZE: u16 = 5;
     pub const MAX_HEADER_LIST_SIZE: u16 = 6;
+    /// RFC 8441 §3: the peer accepts extended CONNECT (`:protocol`), WebSocket over HTTP/2.
+    pub const ENABLE_CONNECT_PROTOCOL: u16 = 8;
 }
 
 /// Error codes (RFC 9113 §7).
@@ -146,6 +148,8 @@ pub struct Settings {
     pub initial_window_size: u32,
     pub max_frame_size: u32,
     pub max_header_list_size: Option<u32>,
+    /// RFC 8441: extended CONNECT may be sent to this peer.
+    pub enable_connect_protocol: bool,
 }
 
 impl Default for Settings {
@@ -157,6 +161,7 @@ impl Default for Settings {
             initial_window_size: DEFAULT_WINDOW,
             max_frame_size: DEFAULT_MAX_FRAME,
             max_header_list_size: None,
+            enable_connect_protocol: false,
         }
     }
 }
@@ -166,7 +171,7 @@ impl Settings {
     ///
     /// # Errors
     /// `FrameSize` for a payload that is not a list of 6-byte entries, `Protocol` for a bad
-    /// ENABLE_PUSH or MAX_FRAME_SIZE, `FlowControl` for an INITIAL_WINDOW_SIZE above 2^31 - 1.
+    /// ENABLE_PUSH, MAX_FRAME_SIZE or ENABLE_CONNECT_PROTOCOL, `FlowControl` for an INITIAL_WINDOW_SIZE above 2^31 - 1.
     pub fn apply(&mut self, payload: &[u8]) -> Result<(), ErrorCode> {
         if !payload.len().is_multiple_of(6) {
             return Err(ErrorCode::FrameSize);
@@ -194,6 +199,12 @@ impl Settings {
                     self.max_frame_size = v;
                 }
                 setting::MAX_HEADER_LIST_SIZE => self.max_header_list_size = Some(v),
+                // RFC 8441 §3: 0 or 1, and once 1 never back to 0.
+                setting::ENABLE_CONNECT_PROTOCOL => match v {
+                    0 if self.enable_connect_protocol => return Err(ErrorCode::Protocol),
+                    0 | 1 => self.enable_connect_protocol = v == 1,
+                    _ => return Err(ErrorCode::Protocol),
+                },
                 _ => {}
             }
         }
@@ -330,6 +341,21 @@ mod tests {
             Err(ErrorCode::Protocol)
         );
         assert_eq!(s.apply(&[0; 5]), Err(ErrorCode::FrameSize));
+        // RFC 8441 §3: 0 or 1, and a 1 cannot be taken back.
+        assert!(!s.enable_connect_protocol);
+        assert_eq!(
+            s.apply(&entry(setting::ENABLE_CONNECT_PROTOCOL, 2)),
+            Err(ErrorCode::Protocol)
+        );
+        s.apply(&entry(setting::ENABLE_CONNECT_PROTOCOL, 1))
+            .unwrap();
+        assert!(s.enable_connect_protocol);
+        s.apply(&entry(setting::ENABLE_CONNECT_PROTOCOL, 1))
+            .unwrap();
+        assert_eq!(
+            s.apply(&entry(setting::ENABLE_CONNECT_PROTOCOL, 0)),
+            Err(ErrorCode::Protocol)
+        );
     }
 
     #[test]

@@ -11,8 +11,8 @@ pub use crate::head::{HeadError, RequestHead};
 impl RequestHead {
     /// Decodes `block` (a complete header block: HEADERS and its CONTINUATIONs) into this head.
     /// With `trailers`, the block is a trailer section: pseudo-header fields are refused and
-    /// nothing is kept. `:protocol` is refused: this side does not announce extended CONNECT
-    /// over HTTP/2.
+    /// nothing is kept. `:protocol` is accepted on CONNECT: the server announces extended
+    /// CONNECT (RFC 8441), for WebSocket over HTTP/2.
     ///
     /// # Errors
     /// See [`HeadError`]. The decoder's table is kept in step even when the request is refused
@@ -29,7 +29,7 @@ impl RequestHead {
             Rules {
                 max_list_size,
                 trailers,
-                extended_connect: false,
+                extended_connect: true,
                 require_authority: false,
             },
         );
@@ -151,14 +151,41 @@ mod tests {
                 "{c:?}"
             );
         }
-        // Extended CONNECT is not announced over HTTP/2.
-        let mut connect = BASE.to_vec();
-        connect[0] = (":method", "CONNECT");
-        connect.push((":protocol", "websocket"));
-        assert_eq!(decode(&connect, 16 << 10).err(), Some(HeadError::Malformed));
         let mut ok = BASE.to_vec();
         ok.push(("te", "trailers"));
         assert!(decode(&ok, 16 << 10).is_ok());
+    }
+
+    #[test]
+    fn extended_connect() {
+        let ws = [
+            (":method", "CONNECT"),
+            (":protocol", "websocket"),
+            (":scheme", "https"),
+            (":path", "/chat"),
+            (":authority", "example.com"),
+            ("sec-websocket-version", "13"),
+        ];
+        let h = decode(&ws, 16 << 10).unwrap();
+        assert_eq!(h.method(), Some("CONNECT"));
+        assert_eq!(h.protocol(), Some("websocket"));
+        assert_eq!(h.path(), Some("/chat"));
+        // `:protocol` on another method, or an extended CONNECT missing `:path`, `:scheme` or
+        // `:authority` (RFC 8441 §4), is malformed.
+        let mut get = ws;
+        get[0] = (":method", "GET");
+        assert_eq!(decode(&get, 16 << 10).err(), Some(HeadError::Malformed));
+        for missing in [":scheme", ":path", ":authority"] {
+            let f: Vec<_> = ws.iter().copied().filter(|(n, _)| *n != missing).collect();
+            assert_eq!(
+                decode(&f, 16 << 10).err(),
+                Some(HeadError::Malformed),
+                "{missing}"
+            );
+        }
+        // A plain CONNECT still has only `:authority`, and no `:protocol` is reported.
+        let plain = decode(&[(":method", "CONNECT"), (":authority", "a:443")], 16 << 10).unwrap();
+        assert_eq!(plain.protocol(), None);
     }
 
     #[test]

@@ -146,6 +146,9 @@ impl H2Conn {
                 (frame::setting::MAX_FRAME_SIZE, cfg.max_frame_size),
                 (frame::setting::MAX_HEADER_LIST_SIZE, cfg.max_header_list),
                 (frame::setting::HEADER_TABLE_SIZE, cfg.header_table_size),
+                // WebSocket over HTTP/2 (RFC 8441): an extended CONNECT is answered by the
+                // proxy's WebSocket tunnel, and by anything else as CONNECT is (405, 501).
+                (frame::setting::ENABLE_CONNECT_PROTOCOL, 1),
             ],
         );
         frame::write_window_update(&mut wbuf, 0, CONNECTION_WINDOW - frame::DEFAULT_WINDOW);
@@ -353,9 +356,9 @@ impl H2Conn {
     }
 }
 
-/// Adds `id` to a bounded list of recent stream ids.
 /// Stream `s`, whose response is complete, leaves: remembered as closed — or, when its client is
-/// still sending a body that no one reads now (an upstream answered first), reset with NO_ERROR
+/// still sending a body that no one reads now (an upstream answered first, or a tunnel ended
+/// before the client's side did), reset with NO_ERROR
 /// so that it stops (RFC 9113 §8.1), what it already sent then being ignored.
 pub(super) fn forget(
     s: &super::stream::Stream,
@@ -363,7 +366,7 @@ pub(super) fn forget(
     closed_ids: &mut VecDeque<u32>,
     reset_ids: &mut VecDeque<u32>,
 ) {
-    if s.upload.is_some() {
+    if s.upload.is_some() || s.tunnel.as_ref().is_some_and(|t| !t.client_eof) {
         lowlat_http::h2::frame::write_rst_stream(
             wbuf,
             s.id,
@@ -375,6 +378,7 @@ pub(super) fn forget(
     }
 }
 
+/// Adds `id` to a bounded list of recent stream ids.
 pub(super) fn remember(list: &mut VecDeque<u32>, id: u32) {
     if list.len() == CLOSED_MEMORY {
         list.pop_front();

@@ -16,7 +16,7 @@ impl H2Conn {
             && self
                 .streams
                 .iter()
-                .any(|s| s.state == State::HalfClosedRemote && s.send_window > 0 && s.pending() > 0)
+                .any(|s| s.state != State::Done && s.send_window > 0 && s.pending() > 0)
     }
 
     /// Writes DATA frames for streams with pending bodies: one frame per stream per round,
@@ -38,7 +38,9 @@ impl H2Conn {
             for k in 0..count {
                 let i = (self.rr + k) % count;
                 let s = &mut self.streams[i];
-                if s.state != State::HalfClosedRemote || s.send_window <= 0 {
+                // An open stream has output only when an upstream answers while the request
+                // body still arrives, or when it is a tunnel.
+                if s.state == State::Done || s.send_window <= 0 {
                     continue;
                 }
                 let pending = s.pending();
@@ -54,12 +56,11 @@ impl H2Conn {
                     continue;
                 }
                 progress = true;
+                let more_to_come = s.more_to_come();
                 let mem_left = s.out.len() - s.out_pos;
                 let sent = if mem_left > 0 {
                     let n = n.min(mem_left);
-                    let last = n as u64 == pending
-                        && !s.relay.is_some_and(|r| r.open)
-                        && s.trailers.is_none();
+                    let last = n as u64 == pending && !more_to_come && s.trailers.is_none();
                     frame::write_data_header(&mut self.wbuf, s.id, n, last);
                     self.wbuf
                         .extend_from_slice(&s.out[s.out_pos..s.out_pos + n]);
@@ -90,9 +91,7 @@ impl H2Conn {
                     self.wbuf.truncate(at + HEADER_LEN + got);
                     f.offset += got as u64;
                     f.len -= got as u64;
-                    let last = got as u64 == pending
-                        && !s.relay.is_some_and(|r| r.open)
-                        && s.trailers.is_none();
+                    let last = got as u64 == pending && !more_to_come && s.trailers.is_none();
                     self.wbuf[at..at + HEADER_LEN].copy_from_slice(&frame::header_bytes(
                         got,
                         kind::DATA,
@@ -109,7 +108,12 @@ impl H2Conn {
                 s.send_window -= sent as i64;
                 self.send_window -= sent as i64;
                 budget = budget.saturating_sub(sent);
-                if s.pending() == 0 && !s.relay.is_some_and(|r| r.open) {
+                if s.pending() == 0
+                    && !s.more_to_come()
+                    && !s.tunnel.as_ref().is_some_and(|t| t.open)
+                {
+                    // (A tunnel's END_STREAM went on its last frame; the stream stays until the
+                    // tunnel ends, as the client may still be sending.)
                     s.state = State::Done;
                     done = true;
                     if let Some(trailers) = s.trailers.take() {

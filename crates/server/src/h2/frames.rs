@@ -152,6 +152,9 @@ impl H2Conn {
         if s.upload.is_some() {
             return self.upload_data(ctx, i, payload_range, end_stream);
         }
+        if s.tunnel.is_some() {
+            return self.tunnel_data(i, payload_range, end_stream);
+        }
         if s.body.len() as u64 + payload_range.len() as u64 > max_body {
             let head = s.head.take();
             return self.refuse(ctx, h.stream, ParseError::BodyTooLarge, head.as_deref());
@@ -324,7 +327,7 @@ impl H2Conn {
             if self.streams[i].state != State::Open {
                 return self.stream_error(id, ErrorCode::StreamClosed);
             }
-            if !end_stream || result.is_err() {
+            if !end_stream || result.is_err() || self.streams[i].tunnel.is_some() {
                 return self.stream_error(id, ErrorCode::Protocol);
             }
             return self.request_complete(ctx, i);
@@ -366,6 +369,9 @@ impl H2Conn {
             return self.stream_error(id, ErrorCode::RefusedStream);
         }
         self.last_progress = ctx.now;
+        if self.head.protocol().is_some() {
+            return self.extended_connect(ctx, id, end_stream);
+        }
         if end_stream {
             if self.head.content_length.is_some_and(|n| n > 0) {
                 return self.stream_error(id, ErrorCode::Protocol);
@@ -420,6 +426,54 @@ impl H2Conn {
             ctx.now,
         ));
         self.last_progress = ctx.now;
+    }
+
+    /// An extended CONNECT (RFC 8441 §4, a WebSocket over HTTP/2): the stream stays open both
+    /// ways, its DATA frames kept for the tunnel the proxy opens once its upstream switches
+    /// protocols — or dropped, with the stream, when the request is answered otherwise.
+    fn extended_connect(&mut self, ctx: &mut WorkerCtx<'_>, id: u32, end_stream: bool) {
+        if end_stream || self.head.content_length.is_some() {
+            // A tunnel's request has no body and no end (RFC 9113 §8.5).
+            return self.stream_error(id, ErrorCode::Protocol);
+        }
+        let i = self.streams.len();
+        let mut s = Stream::sending(
+            id,
+            i64::from(self.peer_settings.initial_window_size),
+            ctx.now,
+        );
+        s.state = State::Open;
+        s.recv_window = i64::from(ctx.cfg.h2.initial_window);
+        s.tunnel = Some(Box::default());
+        self.streams.push(s);
+        let head = std::mem::take(&mut self.head);
+        self.respond(ctx, id, &head, &[], ctx.now, Some(i), None);
+        self.head = head;
+    }
+
+    /// DATA on a tunnel stream: the client's bytes, kept until the upstream side takes them
+    /// (`super::relay`). No window is given back here: the stream's receive window bounds
+    /// what waits.
+    fn tunnel_data(&mut self, i: usize, payload: std::ops::Range<usize>, end_stream: bool) {
+        let s = &mut self.streams[i];
+        let Some(t) = s.tunnel.as_deref_mut() else {
+            return;
+        };
+        if t.client_eof {
+            let id = s.id;
+            return self.stream_error(id, ErrorCode::StreamClosed);
+        }
+        if t.taken == t.inbound.len() {
+            t.inbound.clear();
+            t.taken = 0;
+        }
+        t.inbound.extend_from_slice(&self.rbuf[payload]);
+        if end_stream {
+            t.client_eof = true;
+        }
+        if let Some(token) = s.relay.and_then(|r| r.upstream) {
+            self.upload_wakes.push((token, s.id));
+        }
     }
 
     /// Whether the request whose head was just decoded goes to a handler that takes its body
@@ -504,6 +558,7 @@ impl H2Conn {
             if let Some(up) = s.relay.and_then(|r| r.upstream) {
                 ctx.proxy_cancels.push(up);
             }
+            super::relay::log_tunnel(ctx, self.peer, &s);
         }
         // The client closed it: anything more it sends on it is its error (STREAM_CLOSED).
         remember(&mut self.closed_ids, h.stream);

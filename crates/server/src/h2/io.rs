@@ -42,7 +42,7 @@ impl H2Conn {
                     }
                     // Streams in flight are still answered; then the connection closes.
                     self.eof = true;
-                    self.abandon_unfinishable();
+                    self.abandon_unfinishable(ctx);
                     Some(false)
                 }
                 Ok(r) => {
@@ -203,8 +203,19 @@ impl H2Conn {
 
     /// The client closed its side: it will send no more DATA, so a request body still under way
     /// can never complete, nor a header block split over CONTINUATION frames. Their streams go.
-    fn abandon_unfinishable(&mut self) {
-        self.streams.retain(|s| s.state != State::Open);
+    fn abandon_unfinishable(&mut self, ctx: &mut WorkerCtx<'_>) {
+        // A stream still receiving (a body streaming to an upstream, a tunnel) cannot finish:
+        // its upstream exchange is cancelled with it — left running, it would later deliver to
+        // whatever connection and stream reuse its token and id.
+        self.streams.retain(|s| {
+            if s.state != State::Open {
+                return true;
+            }
+            if let Some(up) = s.relay.and_then(|r| r.upstream) {
+                ctx.proxy_cancels.push(up);
+            }
+            false
+        });
         self.pending = None;
     }
 

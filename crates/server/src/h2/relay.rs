@@ -3,14 +3,19 @@
 //! the stream's output and go out in DATA frames as the windows allow (`super::flow`), and the
 //! end is an END_STREAM flag — or, when the upstream sent trailer fields, a trailing HEADERS
 //! frame (RFC 9113 §8.1) once the body is out; a failed upstream resets just this stream.
+//!
+//! A stream opened by an extended CONNECT (RFC 8441) is the client's side of a WebSocket tunnel
+//! instead: the upstream's `101` becomes `200`, its bytes go out in DATA frames and the
+//! client's come from theirs, the stream's receive window given back only as the upstream takes
+//! them; a half-close is END_STREAM, a broken or idle tunnel a RST_STREAM(CANCEL).
 
 use lowlat_http::client::Header;
 use lowlat_http::h2::frame::{self, ErrorCode};
 use mio::Token;
 
-use super::conn::{forget, H2Conn};
+use super::conn::{forget, remember, H2Conn};
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::Downstream;
+use crate::proxy::downstream::{Downstream, TunnelRead};
 use crate::proxy::job::RelayBody;
 
 /// Stream `id` of `conn`, receiving a relayed response.
@@ -40,6 +45,43 @@ impl H2Conn {
         self.streams.iter().position(|s| s.id == id)
     }
 
+    /// Copies the relayed fields that `pass` into `res_buf`/`res_fields`, names lower-cased.
+    fn collect_fields(&mut self, fields: &[Header<'_>], pass: &dyn Fn(&str) -> bool) {
+        self.res_buf.clear();
+        self.res_fields.clear();
+        for f in fields.iter().filter(|f| pass(f.name)) {
+            let at = self.res_buf.len();
+            self.res_buf.extend_from_slice(f.name.as_bytes());
+            self.res_buf[at..].make_ascii_lowercase();
+            let name = at..self.res_buf.len();
+            self.res_buf.extend_from_slice(f.value);
+            self.res_fields
+                .push((name.clone(), name.end..self.res_buf.len()));
+        }
+    }
+
+    /// Writes a response head from `res_fields` (HPACK-encoded now, in sending order).
+    fn write_head(&mut self, id: u32, status: u16, end: bool) {
+        let mut block = std::mem::take(&mut self.block);
+        block.clear();
+        let res_buf = &self.res_buf;
+        self.encoder.encode_response(
+            status,
+            self.res_fields
+                .iter()
+                .map(|(n, v)| (&res_buf[n.clone()], &res_buf[v.clone()])),
+            &mut block,
+        );
+        frame::write_headers(
+            &mut self.wbuf,
+            id,
+            &block,
+            end,
+            self.peer_settings.max_frame_size as usize,
+        );
+        self.block = block;
+    }
+
     /// Ends stream `id` with a HEADERS frame of trailer fields. Encoded now, as it is written:
     /// HPACK's table is the connection's, so blocks must be encoded in the order they are sent.
     pub(super) fn write_trailers(&mut self, id: u32, fields: &[(Vec<u8>, Vec<u8>)]) {
@@ -60,10 +102,41 @@ impl H2Conn {
     }
 }
 
+/// A tunnel stream's one line and count, when it ends however it ends (closed, broken, reset
+/// by the client): the client saw `200`, the upstream said `101`.
+pub(super) fn log_tunnel(
+    ctx: &mut WorkerCtx<'_>,
+    peer: std::net::SocketAddr,
+    s: &super::stream::Stream,
+) {
+    let (Some(t), Some(r)) = (s.tunnel.as_deref(), s.relay) else {
+        return;
+    };
+    if !t.open {
+        return;
+    }
+    let took = ctx.now.saturating_duration_since(s.started);
+    ctx.counters.response(0, r.status, r.body_bytes, took);
+    if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &s.held) {
+        log.record(&held.entry(
+            peer,
+            r.status,
+            r.body_bytes,
+            took,
+            ctx.worker,
+            Some(crate::access_log::UpstreamFields {
+                addr: &t.upstream,
+                status: 101,
+                time: t.upstream_time,
+            }),
+        ));
+    }
+}
+
 impl Downstream for StreamRelay<'_> {
     fn relay_head(
         &mut self,
-        _ctx: &mut WorkerCtx<'_>,
+        ctx: &mut WorkerCtx<'_>,
         status: u16,
         _reason: &str,
         fields: &[Header<'_>],
@@ -74,17 +147,14 @@ impl Downstream for StreamRelay<'_> {
         let Some(i) = c.stream_index(self.id) else {
             return;
         };
-        let head_only = c.streams[i].relay.is_some_and(|r| r.head_only);
-        c.res_buf.clear();
-        c.res_fields.clear();
-        for f in fields.iter().filter(|f| pass(f.name)) {
-            let at = c.res_buf.len();
-            c.res_buf.extend_from_slice(f.name.as_bytes());
-            c.res_buf[at..].make_ascii_lowercase();
-            let name = at..c.res_buf.len();
-            c.res_buf.extend_from_slice(f.value);
-            c.res_fields.push((name.clone(), name.end..c.res_buf.len()));
+        if c.streams[i].tunnel.is_some() && status / 100 == 2 {
+            // An extended CONNECT answered 2xx would read as "tunnel established" (RFC 8441
+            // §5): an upstream that did not switch to a WebSocket did not establish one.
+            tracing::debug!("upstream answered a WebSocket handshake {status}, not 101");
+            return self.relay_error(ctx, 502);
         }
+        let head_only = c.streams[i].relay.is_some_and(|r| r.head_only);
+        c.collect_fields(fields, pass);
         let announced = match body {
             RelayBody::Length(n) => Some(n),
             RelayBody::None { length } if head_only => length,
@@ -99,24 +169,7 @@ impl Downstream for StreamRelay<'_> {
             c.res_fields.push((name.clone(), name.end..c.res_buf.len()));
         }
         let end = head_only || matches!(body, RelayBody::None { .. });
-        let mut block = std::mem::take(&mut c.block);
-        block.clear();
-        let res_buf = &c.res_buf;
-        c.encoder.encode_response(
-            status,
-            c.res_fields
-                .iter()
-                .map(|(n, v)| (&res_buf[n.clone()], &res_buf[v.clone()])),
-            &mut block,
-        );
-        frame::write_headers(
-            &mut c.wbuf,
-            self.id,
-            &block,
-            end,
-            c.peer_settings.max_frame_size as usize,
-        );
-        c.block = block;
+        c.write_head(self.id, status, end);
         if let Some(r) = &mut c.streams[i].relay {
             r.status = status;
             if end {
@@ -254,5 +307,113 @@ impl Downstream for StreamRelay<'_> {
     fn upload_drained(&mut self, ctx: &mut WorkerCtx<'_>) {
         self.conn.upload_room(ctx, self.id);
         self.conn.drive(ctx);
+    }
+
+    fn tunnel_open(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        _reason: &str,
+        fields: &[Header<'_>],
+        pass: &dyn Fn(&str) -> bool,
+        upstream: &str,
+    ) -> bool {
+        let c = &mut *self.conn;
+        let Some(i) = c.stream_index(self.id) else {
+            return false;
+        };
+        let s = &mut c.streams[i];
+        let (Some(t), Some(r)) = (s.tunnel.as_deref_mut(), s.relay.as_mut()) else {
+            // Not an extended CONNECT: an HTTP/2 stream has no other way to switch protocols.
+            return false;
+        };
+        t.open = true;
+        t.upstream = upstream.to_owned();
+        t.upstream_time = ctx.now.saturating_duration_since(s.started);
+        r.status = 200;
+        // RFC 8441 §5: `200`, without the HTTP/1.1 handshake's accept value (the proxy checked
+        // it); `pass` already dropped `Upgrade` and `Connection`.
+        c.collect_fields(fields, &|name| {
+            pass(name) && !name.eq_ignore_ascii_case("sec-websocket-accept")
+        });
+        c.write_head(self.id, 200, false);
+        true
+    }
+
+    fn tunnel_read(&mut self, ctx: &mut WorkerCtx<'_>, buf: &mut [u8]) -> TunnelRead {
+        let initial = i64::from(ctx.cfg.h2.initial_window);
+        let c = &mut *self.conn;
+        let Some(i) = c.stream_index(self.id) else {
+            return TunnelRead::Failed;
+        };
+        let s = &mut c.streams[i];
+        let Some(t) = s.tunnel.as_deref_mut() else {
+            return TunnelRead::Failed;
+        };
+        let left = t.inbound.len() - t.taken;
+        if left == 0 {
+            return if t.client_eof {
+                TunnelRead::Eof
+            } else {
+                TunnelRead::Blocked
+            };
+        }
+        let n = left.min(buf.len());
+        buf[..n].copy_from_slice(&t.inbound[t.taken..t.taken + n]);
+        t.taken += n;
+        if t.taken == t.inbound.len() {
+            t.inbound.clear();
+            t.taken = 0;
+            // All taken: the client may send a window's worth more (flow control is the
+            // tunnel's back-pressure towards the client).
+            if !t.client_eof && s.recv_window < initial / 2 {
+                let inc = initial - s.recv_window;
+                s.recv_window += inc;
+                frame::write_window_update(&mut c.wbuf, self.id, inc as u32);
+                c.drive(ctx);
+            }
+        }
+        TunnelRead::Data(n)
+    }
+
+    fn tunnel_write(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
+        self.relay_body(ctx, data);
+    }
+
+    fn tunnel_shutdown(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let c = &mut *self.conn;
+        let Some(i) = c.stream_index(self.id) else {
+            return;
+        };
+        let s = &mut c.streams[i];
+        let Some(t) = s.tunnel.as_deref_mut() else {
+            return;
+        };
+        t.shut = true;
+        // Everything before it is written (the tunnel waits for that): END_STREAM now.
+        if s.pending() == 0 {
+            frame::write_data_header(&mut c.wbuf, self.id, 0, true);
+        }
+        c.drive(ctx);
+    }
+
+    fn tunnel_end(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let c = &mut *self.conn;
+        let Some(i) = c.stream_index(self.id) else {
+            return;
+        };
+        let s = c.streams.swap_remove(i);
+        let Some(t) = s.tunnel.as_deref() else {
+            return;
+        };
+        log_tunnel(ctx, c.peer, &s);
+        if t.shut && t.client_eof && s.pending() == 0 {
+            // Closed both ways, all written: the stream is over.
+            remember(&mut c.closed_ids, self.id);
+        } else {
+            // Broken, or idle too long: the client's side is cut.
+            frame::write_rst_stream(&mut c.wbuf, self.id, ErrorCode::Cancel);
+            remember(&mut c.reset_ids, self.id);
+        }
+        c.drive(ctx);
     }
 }

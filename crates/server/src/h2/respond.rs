@@ -92,7 +92,11 @@ impl H2Conn {
             keep_alive: true,
             expect_continue: false,
             head_len: 0,
+            protocol: head.protocol(),
         };
+        // An extended CONNECT (RFC 8441) opened a tunnel stream; only the proxy's WebSocket
+        // tunnel can take it up.
+        let tunnel = entry.is_some_and(|i| self.streams[i].tunnel.is_some());
         self.res_buf.clear();
         let mut res = Response::new(
             &mut self.res_buf,
@@ -144,6 +148,8 @@ impl H2Conn {
             if upload.is_some() {
                 // Still receiving: DATA frames feed the upload.
                 s.upload = upload;
+            } else if tunnel {
+                // Still receiving: DATA frames are the client's side of the tunnel.
             } else {
                 s.state = State::HalfClosedRemote;
             }
@@ -160,10 +166,17 @@ impl H2Conn {
             });
             return;
         }
-        if !done.sent {
-            self.status_page(ctx, 500);
+        // A 2xx to an extended CONNECT would mean "tunnel established" (RFC 8441 §5): only the
+        // proxy's tunnel may say it, anything else that would is answered 501.
+        let sent = done.sent && !(tunnel && done.status / 100 == 2);
+        let status = match (sent, done.sent) {
+            (true, _) => done.status,
+            (false, true) => 501,
+            (false, false) => 500,
+        };
+        if !sent {
+            self.status_page(ctx, status);
         }
-        let status = if done.sent { done.status } else { 500 };
         let end = if ctx.timed {
             std::time::Instant::now()
         } else {
@@ -191,8 +204,8 @@ impl H2Conn {
                 fields: crate::access_log::Fields::Head(req.headers),
             });
         }
-        let file = if done.sent { done.file } else { None };
-        if streamed.is_some() {
+        let file = if sent { done.file } else { None };
+        if streamed.is_some() || tunnel {
             // Answered without forwarding (refused): the client may still be sending its body,
             // which no one will read — it is told to stop (RFC 9113 §8.1: a complete response,
             // then RST_STREAM with NO_ERROR).

@@ -50,6 +50,28 @@ pub(crate) struct Stream {
     /// Trailer fields (names in lower case) relayed from the upstream: sent as a last HEADERS
     /// frame, which ends the stream, once the body is out.
     pub(crate) trailers: Option<Box<TrailerFields>>,
+    /// An extended CONNECT (RFC 8441): the stream carries a WebSocket's bytes both ways.
+    pub(crate) tunnel: Option<Box<StreamTunnel>>,
+}
+
+/// A stream opened by an extended CONNECT for a WebSocket (RFC 8441 §5), tunnelled to an
+/// upstream's HTTP/1.1 WebSocket by the proxy (`crate::proxy::tunnel`). Its DATA frames are
+/// the WebSocket's bytes in each direction; END_STREAM is a half-close.
+#[derive(Debug, Default)]
+pub(crate) struct StreamTunnel {
+    /// The client's bytes not yet taken by the upstream side (`inbound[taken..]`). Bounded by
+    /// the stream's receive window, which is given back only as they are taken.
+    pub(crate) inbound: Vec<u8>,
+    pub(crate) taken: usize,
+    /// The client ended its side (END_STREAM).
+    pub(crate) client_eof: bool,
+    /// The upstream's side is over: END_STREAM goes (or went) on the last DATA frame.
+    pub(crate) shut: bool,
+    /// The upstream switched protocols and the client was answered `200`.
+    pub(crate) open: bool,
+    /// The upstream server's label, and how long its `101` took (the access log's fields).
+    pub(crate) upstream: String,
+    pub(crate) upstream_time: std::time::Duration,
 }
 
 /// A stream's request body on its way to an upstream while it arrives (`proxy::upload`).
@@ -112,12 +134,19 @@ impl Stream {
             held: None,
             upload: None,
             trailers: None,
+            tunnel: None,
         }
     }
 
     /// Bytes of response body still to send.
     pub(crate) fn pending(&self) -> u64 {
         (self.out.len() - self.out_pos) as u64 + self.file.as_ref().map_or(0, |f| f.len)
+    }
+
+    /// More of the response is still to come from an upstream: the last DATA frame written so
+    /// far does not end the stream.
+    pub(crate) fn more_to_come(&self) -> bool {
+        self.relay.is_some_and(|r| r.open) && !self.tunnel.as_ref().is_some_and(|t| t.shut)
     }
 }
 

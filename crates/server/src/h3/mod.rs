@@ -412,6 +412,8 @@ impl H3Conn {
             keep_alive: true,
             expect_continue: false,
             head_len: 0,
+            // Extended CONNECT is not announced over HTTP/3, so no request carries `:protocol`.
+            protocol: None,
         };
         self.res_buf.clear();
         let mut res = Response::new(

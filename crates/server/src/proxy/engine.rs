@@ -591,10 +591,11 @@ impl Upstreams {
         down: &mut dyn Downstream,
     ) {
         let key = token.0 - TOKEN_BASE;
+        // (A tunnel's HTTP/2 client sent bytes: they are pumped too.)
         if self
             .conns
             .get(key)
-            .is_some_and(|c| c.phase == Phase::Sending)
+            .is_some_and(|c| matches!(c.phase, Phase::Sending | Phase::Tunnel))
         {
             self.drive(key, ctx, down);
         }
@@ -745,7 +746,9 @@ impl Upstreams {
                     };
                     let pass = |name: &str| response_field_passes(name, connection());
                     let label = &c.group.cfg.servers[c.server].label;
+                    let accepted = c.job.as_ref().and_then(|j| j.ws_accept.as_deref());
                     if !super::upgrade::switched_to_websocket(fields)
+                        || accepted.is_some_and(|a| !super::upgrade::accept_matches(fields, a))
                         || !down.tunnel_open(ctx, p.reason, fields, &pass, label)
                     {
                         tracing::debug!(server = %label, "upstream 101 refused: not to websocket, or the client cannot tunnel");

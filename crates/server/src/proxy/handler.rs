@@ -110,8 +110,20 @@ impl Handler for ProxyHandler {
             &id,
         );
         let upgrade = super::upgrade::is_websocket_upgrade(req.head);
-        if upgrade {
-            super::upgrade::add_upgrade_fields(&mut request);
+        let mut ws_accept = None;
+        if req.head.protocol.is_some() {
+            // An extended CONNECT (RFC 8441): only a WebSocket, and only to an HTTP/1.1
+            // upstream, which gets the HTTP/1.1 handshake with a key of the proxy's.
+            if !upgrade || self.group.cfg.servers.iter().any(|s| s.h2) {
+                self.group.give_buffer(request);
+                res.send_status(501);
+                return;
+            }
+            let (key, accept) = lowlat_http::ws::handshake_key();
+            super::upgrade::add_upgrade_fields(&mut request, Some(&key));
+            ws_accept = Some(accept.into_boxed_str());
+        } else if upgrade {
+            super::upgrade::add_upgrade_fields(&mut request, None);
         }
         let hash = match &self.group.cfg.balance {
             Balance::Hash(HashKey::Client) => match client.peer.ip() {
@@ -142,6 +154,7 @@ impl Handler for ProxyHandler {
             // The connection that reads the body attaches it.
             upload: None,
             upgrade,
+            ws_accept,
         });
     }
 }

@@ -92,7 +92,13 @@ pub fn write_request(
     trusted: &[Cidr],
     request_id: &[u8],
 ) {
-    out.extend_from_slice(req.method_token.as_bytes());
+    // An HTTP/2 extended CONNECT (RFC 8441) reaches an HTTP/1.1 upstream as the WebSocket
+    // handshake's GET (`super::upgrade` adds the rest).
+    let method = match req.protocol {
+        Some(_) => "GET",
+        None => req.method_token,
+    };
+    out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     // Always origin form (RFC 9112 §3.2.1), from the path the rule matched: an absolute-form
     // target's authority becomes the Host below (§3.2.2: the received Host is then ignored).

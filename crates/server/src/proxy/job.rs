@@ -28,6 +28,9 @@ pub(crate) struct ProxyJob {
     pub(crate) upload: Option<UploadRef>,
     /// A WebSocket opening handshake: a `101` answer turns the exchange into a tunnel.
     pub(crate) upgrade: bool,
+    /// The `Sec-WebSocket-Accept` the `101` must carry, when the proxy made the handshake's
+    /// key itself (an HTTP/2 client's extended CONNECT has none to pass on, RFC 8441 §5).
+    pub(crate) ws_accept: Option<Box<str>>,
 }
 
 /// How the response body reaches the client.
