@@ -445,3 +445,58 @@ fn shutdown_lets_a_response_in_flight_finish() {
         "{got}\n{log}"
     );
 }
+
+/// HTTP/3 is advertised on the TCP side (`Alt-Svc: h3=":PORT"`, the port QUIC bound), except
+/// where a site's own `--add-header` sets `Alt-Svc`; and HTTP/3 requests have their access-log
+/// lines (`HTTP/3.0`).
+#[test]
+fn http3_is_advertised_and_logged() {
+    let (_pki, cert) = cert();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let served = serve(&cert, &["--access-log", log.to_str().unwrap()]);
+    let h3 = support::address(&served.log(), "h3://");
+    let tls = served.tls_addr.expect("a TLS listener");
+    let curl = |args: &[&str]| {
+        let out = Command::new("curl")
+            .args(["-sk", "-D", "-", "-o", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).to_ascii_lowercase()
+    };
+    let head = curl(&[
+        &format!("https://localhost:{}/plaintext", tls.port()),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", tls.port()),
+    ]);
+    let want = format!("alt-svc: h3=\":{}\"; ma=86400", h3.port());
+    assert!(head.contains(&want), "{want} in {head}");
+    let head = curl(&[
+        "--http2",
+        &format!("https://localhost:{}/plaintext", tls.port()),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", tls.port()),
+    ]);
+    assert!(head.contains(&want), "over HTTP/2: {want} in {head}");
+
+    let got = client(&served, &["get", "GET", "/plaintext"]);
+    assert_eq!(got["responses"][0]["status"], 200, "{got}");
+    let text = stop(served);
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        lines.contains("\"GET /plaintext HTTP/3.0\" 200 13"),
+        "{lines}\n{text}"
+    );
+
+    // A site's own Alt-Svc wins (and is not doubled).
+    let served = serve(&cert, &["--add-header", "Alt-Svc: clear"]);
+    let tls = served.tls_addr.expect("a TLS listener");
+    let head = curl(&[
+        &format!("https://localhost:{}/plaintext", tls.port()),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", tls.port()),
+    ]);
+    assert_eq!(head.matches("alt-svc:").count(), 1, "{head}");
+    assert!(head.contains("alt-svc: clear"), "{head}");
+}

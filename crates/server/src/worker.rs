@@ -67,6 +67,16 @@ impl Worker {
                 .registry()
                 .register(&mut l.sock, Token(i), Interest::READABLE)?;
         }
+        // HTTP/3 is advertised on every response (RFC 7838), unless a site's own `add_header`
+        // says otherwise: `Alt-Svc: h3=":PORT"` with the port QUIC actually bound.
+        let alt_svc = self
+            .quic
+            .as_ref()
+            .and_then(|(sock, _)| sock.local_addr().ok())
+            .map(|a| format!("Alt-Svc: h3=\":{}\"; ma=86400", a.port()));
+        if let Some(line) = &alt_svc {
+            router.add_default_header(line);
+        }
         let mut quic = match self.quic.take() {
             Some((sock, shared)) => Some(QuicWorker::new(
                 self.index,
@@ -141,6 +151,9 @@ impl Worker {
                 generation = latest;
                 router =
                     (self.services.current())(&crate::service::WorkerInfo { index: self.index });
+                if let Some(line) = &alt_svc {
+                    router.add_default_header(line);
+                }
             }
             let now = Instant::now();
             let timeout = if deferred.is_empty() && !quic_more {

@@ -13,7 +13,7 @@
 //! decoder stream is needed (RFC 9204 §4.2); our encoder is static-only as well.
 //!
 //! What it does not do (answered, never left hanging): forwarding to an upstream (`--proxy`
-//! routes answer 502 over HTTP/3), server push, extended CONNECT, the access log's lines.
+//! routes answer 502 over HTTP/3), server push, extended CONNECT.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -402,7 +402,7 @@ impl H3Conn {
             target,
             path,
             query,
-            version: Version::Http2,
+            version: Version::Http3,
             headers: fields,
             framing: if body.is_empty() {
                 lowlat_http::body::BodyFraming::None
@@ -422,7 +422,7 @@ impl H3Conn {
             ctx.date.get(),
             req.is_head(),
             true,
-            Version::Http2,
+            Version::Http3,
         );
         // No upstream can relay over HTTP/3 yet: a forwarding route answers 502 (`forward`
         // without a slot).
@@ -439,6 +439,26 @@ impl H3Conn {
         }
         let took = ctx.now.saturating_duration_since(s.started);
         ctx.counters.response(site, status, done.body_bytes, took);
+        if let Some(log) = ctx.access_log.as_deref_mut() {
+            log.record(&crate::access_log::Entry {
+                remote: io.peer(),
+                method: method_token,
+                target,
+                version: Version::Http3,
+                status,
+                bytes: done.body_bytes,
+                duration: took,
+                user_agent: req.header("user-agent"),
+                referer: req.header("referer"),
+                worker: ctx.worker,
+                upstream: None,
+                received: None,
+                site: Some(site),
+                tls: true,
+                head_bytes: done.head_bytes,
+                fields: crate::access_log::Fields::Head(req.headers),
+            });
+        }
         s.file = file;
         self.requests.insert(id, s);
         self.send_response(io, id);
