@@ -3,7 +3,9 @@
 //! subcommand): HTTP/3 requests (files, /plaintext, /json, HEAD, 404) through aioquic's HTTP/3
 //! client; handshakes and streams over the transport alone (its echo protocol), many
 //! connections over several workers, clients whose address changes mid-connection (steering),
-//! Retry forced and automatic, the idle timeout, the connection limit, and the settings' checks.
+//! Retry forced and automatic, the idle timeout, the connection limit, and the settings' checks;
+//! HTTP/3 written by hand (malformed frames, streams and field sections) answered with the RFC's
+//! errors; `Alt-Svc` and the access log.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -499,4 +501,68 @@ fn http3_is_advertised_and_logged() {
     ]);
     assert_eq!(head.matches("alt-svc:").count(), 1, "{head}");
     assert!(head.contains("alt-svc: clear"), "{head}");
+}
+
+/// HTTP/3 written by hand (aioquic's QUIC, frames and QPACK by the test): every malformed shape
+/// is answered with its RFC 9114 / RFC 9204 error, at the connection or the stream as the RFC
+/// says, and a well-formed request written the same way is answered.
+#[test]
+fn malformed_http3_gets_the_right_errors() {
+    const SETTINGS: &str = "uni:000400"; // a control stream with an empty SETTINGS frame
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &[]);
+    let closes = [
+        // DATA before HEADERS on a request stream.
+        (
+            vec![SETTINGS, "bidi:000161:fin"],
+            0x105,
+            "H3_FRAME_UNEXPECTED",
+        ),
+        // A control stream whose first frame is not SETTINGS.
+        (vec!["uni:00070100"], 0x10a, "H3_MISSING_SETTINGS"),
+        // Two control streams.
+        (vec![SETTINGS, SETTINGS], 0x103, "H3_STREAM_CREATION_ERROR"),
+        // A push stream from a client.
+        (vec!["uni:01"], 0x103, "H3_STREAM_CREATION_ERROR"),
+        // The control stream closed.
+        (
+            "uni:000400:fin".split(' ').collect(),
+            0x104,
+            "H3_CLOSED_CRITICAL_STREAM",
+        ),
+        // HTTP/2's frame types: PRIORITY on the control stream, WINDOW_UPDATE on a request.
+        (vec!["uni:0004000201ff"], 0x105, "H3_FRAME_UNEXPECTED"),
+        (
+            vec![SETTINGS, "bidi:0800:fin"],
+            0x105,
+            "H3_FRAME_UNEXPECTED",
+        ),
+        // A field section QPACK cannot decode.
+        (
+            vec![SETTINGS, "bidi:0103ffffff:fin"],
+            0x200,
+            "QPACK_DECOMPRESSION_FAILED",
+        ),
+    ];
+    for (streams, code, name) in closes {
+        let mut args = vec!["raw"];
+        args.extend(&streams);
+        let r = client(&served, &args);
+        assert_eq!(r["close_code"], code, "{name} for {streams:?}: {r}");
+    }
+    // Malformed requests reset their stream (H3_MESSAGE_ERROR), the connection lives.
+    let base = "headers::method=GET,:scheme=https,:authority=localhost";
+    for extra in [
+        "",
+        ",:path=/plaintext,Upper=x",
+        ",:path=/plaintext,connection=close",
+    ] {
+        let spec = format!("{base}{extra}");
+        let r = client(&served, &["raw", SETTINGS, &spec]);
+        assert_eq!(r["close_code"], serde_json::Value::Null, "{spec}: {r}");
+        assert_eq!(r["resets"]["0"], 0x10e, "{spec}: {r}");
+    }
+    let spec = format!("{base},:path=/plaintext");
+    let r = client(&served, &["raw", SETTINGS, &spec]);
+    assert_eq!(r["answered"][0], 0, "{spec}: {r}");
 }

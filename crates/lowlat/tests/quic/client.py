@@ -10,6 +10,12 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
   idle HOST PORT SECONDS        one connection left idle: when was it closed, and how?
   rebind HOST PORT N            N connections through a relay whose source port changes after
                                 the handshake (a NAT rebinding): do they all still echo?
+  raw HOST PORT STREAM...       HTTP/3 bytes written by hand (ALPN h3): each STREAM is
+                                KIND:HEX[:fin] (KIND bidi or uni) or `headers:NAME=VALUE,...`
+                                (a bidi stream with one HEADERS frame, QPACK-encoded by pylsqpack
+                                with no dynamic table, then FIN); what the server did in 3 s:
+                                {"close_code", "close_reason", "resets": {id: code},
+                                 "stopped": {id: code}, "answered": [ids that got bytes]}
 """
 
 import asyncio
@@ -233,13 +239,80 @@ async def post(host, port, path, *sizes):
         return {"responses": answers}
 
 
+class RawH3(QuicConnectionProtocol):
+    """Records what the server does to a connection spoken to by hand."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.closed = None
+        self.resets = {}
+        self.stopped = {}
+        self.answered = set()
+
+    def quic_event_received(self, event):
+        from aioquic.quic import events
+
+        if isinstance(event, events.ConnectionTerminated) and self.closed is None:
+            self.closed = event
+        elif isinstance(event, events.StreamReset):
+            self.resets[event.stream_id] = event.error_code
+        elif isinstance(event, events.StreamDataReceived) and event.data and event.stream_id % 4 == 0:
+            self.answered.add(event.stream_id)
+        elif type(event).__name__ == "StopSendingReceived":
+            self.stopped[event.stream_id] = event.error_code
+        super().quic_event_received(event)
+
+
+async def raw(host, port, *streams):
+    import pylsqpack
+
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=RawH3) as client:
+        q = client._quic
+        for spec in streams:
+            kind, _, rest = spec.partition(":")
+            if kind == "headers":
+                sid = q.get_next_available_stream_id()
+                enc = pylsqpack.Encoder()
+                fields = [tuple(x.encode() for x in kv.split("=", 1)) for kv in rest.split(",") if kv]
+                _, section = enc.encode(sid, fields)
+                frame = bytes([0x01]) + encode_varint(len(section)) + section
+                q.send_stream_data(sid, frame, end_stream=True)
+                continue
+            data, _, flags = rest.partition(":")
+            sid = q.get_next_available_stream_id(is_unidirectional=(kind == "uni"))
+            q.send_stream_data(sid, bytes.fromhex(data), end_stream=(flags == "fin"))
+        client.transmit()
+        bidi = sum(1 for spec in streams if spec.startswith(("bidi", "headers")))
+        deadline = time.monotonic() + 3
+        while client.closed is None and time.monotonic() < deadline:
+            # Every request stream answered or reset: nothing more to wait for.
+            if bidi and len(set(client.resets) | client.answered) >= bidi:
+                break
+            await asyncio.sleep(0.05)
+        return {
+            "close_code": client.closed.error_code if client.closed else None,
+            "close_reason": client.closed.reason_phrase if client.closed else None,
+            "resets": {str(k): v for k, v in client.resets.items()},
+            "stopped": {str(k): v for k, v in client.stopped.items()},
+            "answered": sorted(client.answered),
+        }
+
+
+def encode_varint(n):
+    for bits, prefix in ((6, 0x00), (14, 0x40), (30, 0x80)):
+        if n < (1 << bits):
+            size = (bits + 2) // 8
+            return (n | (prefix << (8 * (size - 1)))).to_bytes(size, "big")
+    return (n | (0xC0 << 56)).to_bytes(8, "big")
+
+
 def main():
     cmd, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if cmd in ("get", "post"):
+    if cmd in ("get", "post", "raw"):
         rest = sys.argv[4:]
     else:
         rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
-    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post}[cmd]
+    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw}[cmd]
     try:
         result = asyncio.run(asyncio.wait_for(scenario(host, port, *rest), LIMIT))
     except Exception as e:  # the test prints this and fails
