@@ -10,6 +10,9 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
   idle HOST PORT SECONDS        one connection left idle: when was it closed, and how?
   rebind HOST PORT N            N connections through a relay whose source port changes after
                                 the handshake (a NAT rebinding): do they all still echo?
+  lossy HOST PORT PERCENT PATH  an HTTP/3 GET of PATH through a relay that drops PERCENT % of
+                                the datagrams each way (seeded: the same drops every run)
+                                → {"status", "length", "sha256", "dropped", "relayed"}
   raw HOST PORT STREAM...       HTTP/3 bytes written by hand (ALPN h3): each STREAM is
                                 KIND:HEX[:fin] (KIND bidi or uni) or `headers:NAME=VALUE,...`
                                 (a bidi stream with one HEADERS frame, QPACK-encoded by pylsqpack
@@ -167,6 +170,60 @@ async def rebound_conn(host, port, i):
             relay.upstream.close()
 
 
+class LossyRelay(Relay):
+    """A relay that drops a share of the datagrams each way: loss without `tc netem`."""
+
+    def __init__(self, server, percent):
+        super().__init__(server)
+        import random
+
+        self.rng = random.Random(7)
+        self.percent = percent
+        self.dropped = 0
+        self.relayed = 0
+
+    def lose(self):
+        if self.rng.random() * 100 < self.percent:
+            self.dropped += 1
+            return True
+        self.relayed += 1
+        return False
+
+    def datagram_received(self, data, addr):
+        self.client_addr = addr
+        if self.upstream is not None and not self.lose():
+            self.upstream.sendto(data, self.server)
+
+    async def rebind(self):
+        loop = asyncio.get_running_loop()
+        relay = self
+
+        class Back(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                if relay.client_addr is not None and not relay.lose():
+                    relay.transport.sendto(data, relay.client_addr)
+
+        self.upstream, _ = await loop.create_datagram_endpoint(Back, local_addr=("127.0.0.1", 0))
+
+
+async def lossy(host, port, percent, path):
+    loop = asyncio.get_running_loop()
+    transport, relay = await loop.create_datagram_endpoint(
+        lambda: LossyRelay((host, port), float(percent)), local_addr=("127.0.0.1", 0)
+    )
+    await relay.rebind()
+    relay_port = transport.get_extra_info("sockname")[1]
+    try:
+        async with connect("127.0.0.1", relay_port, configuration=config(alpn=H3_ALPN[0]),
+                           create_protocol=H3Client) as client:
+            r = await client.request("GET", f"localhost:{port}", path)
+        r.update(dropped=relay.dropped, relayed=relay.relayed)
+        return r
+    finally:
+        transport.close()
+        relay.upstream.close()
+
+
 async def rebind(host, port, n):
     results = await asyncio.gather(*(rebound_conn(host, port, i) for i in range(n)), return_exceptions=True)
     errors = [repr(r) for r in results if isinstance(r, BaseException)]
@@ -308,11 +365,11 @@ def encode_varint(n):
 
 def main():
     cmd, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if cmd in ("get", "post", "raw"):
+    if cmd in ("get", "post", "raw", "lossy"):
         rest = sys.argv[4:]
     else:
         rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
-    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw}[cmd]
+    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy}[cmd]
     try:
         result = asyncio.run(asyncio.wait_for(scenario(host, port, *rest), LIMIT))
     except Exception as e:  # the test prints this and fails
