@@ -1,7 +1,7 @@
 //! `lowlat serve --h3-listen` as a real process, driven by a real QUIC client (aioquic, from the
 //! test environment `scripts/test-deps.sh` makes; `tests/quic/client.py` has one scenario per
-//! subcommand): HTTP/3 requests (files, /plaintext, /json, HEAD, 404) through aioquic's HTTP/3
-//! client; handshakes and streams over the transport alone (its echo protocol), many
+//! subcommand): HTTP/3 requests (files, /plaintext, /json, 404) through aioquic's HTTP/3
+//! client, and HEAD written by hand; handshakes and streams over the transport alone (its echo protocol), many
 //! connections over several workers, clients whose address changes mid-connection (steering),
 //! Retry forced and automatic, the idle timeout, the connection limit, and the settings' checks;
 //! HTTP/3 written by hand (malformed frames, streams and field sections) answered with the RFC's
@@ -566,6 +566,42 @@ fn malformed_http3_gets_the_right_errors() {
     let spec = format!("{base},:path=/plaintext");
     let r = client(&served, &["raw", SETTINGS, &spec]);
     assert_eq!(r["answered"][0], 0, "{spec}: {r}");
+    assert_eq!(
+        frame_types(&r["received"]["0"]),
+        [0x01, 0x00],
+        "HEADERS, DATA: {r}"
+    );
+    // HEAD: the response's HEADERS and the stream's end, no DATA.
+    let spec = "headers::method=HEAD,:scheme=https,:authority=localhost,:path=/plaintext";
+    let r = client(&served, &["raw", SETTINGS, spec]);
+    assert_eq!(r["answered"][0], 0, "{spec}: {r}");
+    assert_eq!(frame_types(&r["received"]["0"]), [0x01], "HEAD: {r}");
+}
+
+/// The frame types in a stream's bytes (hex, as the client reports them).
+fn frame_types(hex: &serde_json::Value) -> Vec<u64> {
+    let hex = hex.as_str().unwrap_or_default();
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let varint = |at: &mut usize| -> u64 {
+        let first = bytes[*at];
+        let len = 1usize << (first >> 6);
+        let mut v = u64::from(first & 0x3f);
+        for b in &bytes[*at + 1..*at + len] {
+            v = (v << 8) | u64::from(*b);
+        }
+        *at += len;
+        v
+    };
+    let mut at = 0;
+    let mut types = Vec::new();
+    while at < bytes.len() {
+        types.push(varint(&mut at));
+        let len = varint(&mut at);
+        at += usize::try_from(len).unwrap();
+    }
+    types
 }
 
 /// Loss: a 3 MB HTTP/3 download through a relay that drops 10% of the datagrams each way (the

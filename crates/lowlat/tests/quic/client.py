@@ -18,7 +18,8 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
                                 (a bidi stream with one HEADERS frame, QPACK-encoded by pylsqpack
                                 with no dynamic table, then FIN); what the server did in 3 s:
                                 {"close_code", "close_reason", "resets": {id: code},
-                                 "stopped": {id: code}, "answered": [ids that got bytes]}
+                                 "stopped": {id: code}, "answered": [request streams ended by
+                                 the server], "received": {id: hex of what came on it}}
 """
 
 import asyncio
@@ -305,6 +306,7 @@ class RawH3(QuicConnectionProtocol):
         self.resets = {}
         self.stopped = {}
         self.answered = set()
+        self.received = {}
 
     def quic_event_received(self, event):
         from aioquic.quic import events
@@ -313,8 +315,10 @@ class RawH3(QuicConnectionProtocol):
             self.closed = event
         elif isinstance(event, events.StreamReset):
             self.resets[event.stream_id] = event.error_code
-        elif isinstance(event, events.StreamDataReceived) and event.data and event.stream_id % 4 == 0:
-            self.answered.add(event.stream_id)
+        elif isinstance(event, events.StreamDataReceived) and event.stream_id % 4 == 0:
+            self.received.setdefault(event.stream_id, bytearray()).extend(event.data)
+            if event.end_stream:
+                self.answered.add(event.stream_id)
         elif type(event).__name__ == "StopSendingReceived":
             self.stopped[event.stream_id] = event.error_code
         super().quic_event_received(event)
@@ -352,6 +356,7 @@ async def raw(host, port, *streams):
             "resets": {str(k): v for k, v in client.resets.items()},
             "stopped": {str(k): v for k, v in client.stopped.items()},
             "answered": sorted(client.answered),
+            "received": {str(k): bytes(v).hex() for k, v in client.received.items()},
         }
 
 
