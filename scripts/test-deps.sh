@@ -84,6 +84,7 @@ if ! command -v pebble >/dev/null 2>&1 || ! command -v pebble-challtestsrv >/dev
     fi
 fi
 # The proxy's upstreams (gunicorn, uvicorn, websockets, grpcio: crates/lowlat/tests/upstreams/)
+# and the HTTP/3 server of `lowlat load --h3`'s tests (aioquic: crates/load/tests/h3/)
 # in a virtual environment with the versions of scripts/upstreams/requirements.txt. It is made
 # anew whenever that file changes (a copy of it in the environment says what it holds) or the
 # environment no longer works (its Python was removed, say). The tests find it at the same path:
@@ -91,7 +92,7 @@ fi
 venv="${LOWLAT_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/lowlat-test-venv}"
 requirements="$(dirname "$0")/upstreams/requirements.txt"
 if ! cmp -s "$requirements" "$venv/requirements.txt" \
-    || ! "$venv/bin/python" -c 'import gunicorn, uvicorn, websockets, grpc, grpc_tools, h2, wsproto' 2>/dev/null; then
+    || ! "$venv/bin/python" -c 'import gunicorn, uvicorn, websockets, grpc, grpc_tools, h2, wsproto, aioquic' 2>/dev/null; then
     python3 -m venv --clear "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$requirements"
     cp "$requirements" "$venv/requirements.txt"

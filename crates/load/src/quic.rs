@@ -937,18 +937,21 @@ fn record(stats: &mut ThreadStats, e: Event, measuring: bool, measure_start: Ins
 
 /// A failed handshake in words, with what to do next where it is clear.
 fn describe(e: &ConnectionError) -> String {
+    let text = e.to_string();
+    // TLS alert 120 (no_application_protocol), QUIC's crypto error 0x178; some servers send
+    // handshake_failure (40) and say why in the reason.
+    if text.contains("0x178") || text.contains("ALPN") || text.contains("NoApplicationProtocol") {
+        return format!("the server does not offer HTTP/3 (ALPN h3): {text}");
+    }
     match e {
         ConnectionError::TimedOut => "no answer (is a QUIC server listening there?)".into(),
-        other => {
-            let text = other.to_string();
-            // TLS alert 120 (no_application_protocol) is QUIC's crypto error 0x178.
-            if text.contains("0x178") || text.contains("no_application_protocol") || text.contains("NoApplicationProtocol") {
-                format!("the server does not offer HTTP/3 (ALPN h3): {text}")
-            } else if text.contains("certificate") || text.contains("Certificate") {
-                format!("{text} (give --cacert FILE, or --insecure)")
-            } else {
-                text
-            }
+        ConnectionError::ConnectionClosed(_) | ConnectionError::ApplicationClosed(_) => {
+            format!("the server refused the connection ({text})")
         }
+        ConnectionError::Reset => "the server reset the connection (stateless reset)".into(),
+        _ if text.contains("certificate") || text.contains("Certificate") => {
+            format!("{text} (give --cacert FILE, or --insecure)")
+        }
+        _ => text,
     }
 }
