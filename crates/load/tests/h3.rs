@@ -295,3 +295,86 @@ fn h3_needs_https() {
     let code = cli(&["-m", "4", "-n", "1", "http://127.0.0.1:9/"]);
     assert_eq!(code, ExitCode::from(2));
 }
+
+/// Caddy (Debian's package) serving HTTP/3 on an https site, as it does by default; killed
+/// when dropped.
+struct Caddy {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Caddy {
+    fn start(pki: &Pki) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = pki.leaf("caddy", &["localhost"], KeyKind::EcdsaP256);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = dir.path().join("Caddyfile");
+        std::fs::write(
+            &config,
+            format!(
+                "{{\n\tadmin off\n\tauto_https off\n\tservers {{\n\t\tprotocols h1 h2 h3\n\t}}\n}}\n\
+                 https://localhost:{port} {{\n\tbind 127.0.0.1\n\ttls {} {}\n\
+                 \trespond /plaintext \"Hello, World!\" 200\n\
+                 \trespond /missing \"no\" 404\n}}\n",
+                leaf.cert.display(),
+                leaf.key.display()
+            ),
+        )
+        .unwrap();
+        let bin = ["/usr/bin/caddy", "/usr/local/bin/caddy"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).is_file())
+            .expect("caddy is not installed: run scripts/test-deps.sh");
+        let child = Command::new(bin)
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(&config)
+            // Its storage and autosaved configuration stay in the test's directory.
+            .env("HOME", dir.path())
+            .env("XDG_DATA_HOME", dir.path())
+            .env("XDG_CONFIG_HOME", dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("caddy");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(10), "caddy did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Caddy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn exact_counts_against_caddy() {
+    let pki = Pki::new();
+    let caddy = Caddy::start(&pki);
+    let url = format!("https://localhost:{}/plaintext", caddy.port);
+    for streams in [1, 16] {
+        let r = run(&h3(&url, 5000, 4, streams, trusting(&pki)));
+        assert_eq!(r.responses, 5000, "-m {streams}");
+        assert_eq!(r.status.success, 5000);
+        assert_eq!(r.errors.total(), 0, "{:?} {:?}", r.errors, r.tls_error);
+        assert_eq!(r.h3.expect("an HTTP/3 summary").handshakes, 4);
+    }
+    let url = format!("https://localhost:{}/missing", caddy.port);
+    let r = run(&h3(&url, 100, 1, 10, trusting(&pki)));
+    assert_eq!(r.status_codes.get(404), 100);
+}
