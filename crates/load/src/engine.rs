@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::LoadError;
 use crate::plan::Plan;
+use crate::quic::QuicWorker;
 use crate::report::{RateSummary, Report, ThreadStats};
 use crate::sys;
-use crate::quic::QuicWorker;
 use crate::worker::{LiveCounters, Worker};
 
 /// How often the progress callback runs and the stop flag is looked at.

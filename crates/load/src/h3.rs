@@ -71,7 +71,10 @@ impl From<Error> for H3Error {
             Error::RequestIncomplete => "response incomplete",
             Error::Qpack(_) => "QPACK decoding failed",
         };
-        Self { code: e.code(), why }
+        Self {
+            code: e.code(),
+            why,
+        }
     }
 }
 
@@ -104,6 +107,8 @@ enum Uni {
     /// The peer's QPACK decoder: acknowledgments of our sections, which never use the dynamic
     /// table, so there is nothing to do with them.
     Discard,
+    /// A stream of an unknown or reserved type (grease): read and dropped; it may end.
+    Ignored,
 }
 
 /// One connection's HTTP/3 state.
@@ -242,7 +247,9 @@ impl Session {
             StreamEvent::Opened { dir: Dir::Bi } => {
                 // Never allowed (max_concurrent_bidi_streams 0); refuse if it happens anyway.
                 while let Some(id) = conn.streams().accept(Dir::Bi) {
-                    let _ = conn.recv_stream(id).stop(ErrorCode::StreamCreationError.into_var());
+                    let _ = conn
+                        .recv_stream(id)
+                        .stop(ErrorCode::StreamCreationError.into_var());
                 }
             }
             StreamEvent::Readable { id } => {
@@ -259,12 +266,11 @@ impl Session {
                     }
                 }
             }
-            StreamEvent::Stopped { id, .. } => {
-                // The server will not read the rest of a request: its response (an early one,
-                // or a reset) still comes on the receive side.
-                let _ = id;
-            }
-            StreamEvent::Finished { .. } | StreamEvent::Available { .. } => {}
+            // Stopped: the server will not read the rest of a request; its response (an early
+            // one, or a reset) still comes on the receive side, where it is counted.
+            StreamEvent::Stopped { .. }
+            | StreamEvent::Finished { .. }
+            | StreamEvent::Available { .. } => {}
         }
         self.flush_decoder(conn);
         Ok(())
@@ -432,11 +438,8 @@ impl Session {
         result?;
         if fin {
             // A critical stream must stay open for the connection's life (RFC 9114 §6.2.1).
-            match self.unis.remove(&key) {
-                Some(Uni::Control(_) | Uni::Encoder | Uni::Discard) => {
-                    return Err(Error::ClosedCriticalStream.into());
-                }
-                _ => {}
+            if let Some(Uni::Control(_) | Uni::Encoder | Uni::Discard) = self.unis.remove(&key) {
+                return Err(Error::ClosedCriticalStream.into());
             }
         }
         self.retry_unblocked(on)?;
@@ -449,11 +452,12 @@ impl Session {
         };
         let mut data = data;
         if let Uni::Typing(seen) = uni {
-            seen.extend_from_slice(&data[..data.len().min(MAX_TYPE_LEN)]);
+            // The type is one varint (at most 8 bytes), maybe split across chunks.
+            let before = seen.len();
+            seen.extend_from_slice(&data[..data.len().min(MAX_TYPE_LEN - before)]);
             let Status::Complete((t, n)) = StreamType::decode(seen) else {
                 return Ok(());
             };
-            let before = seen.len() - data.len().min(MAX_TYPE_LEN);
             data = &data[n - before..];
             *uni = if self.peer_unis.open(t)? {
                 match t {
@@ -462,12 +466,11 @@ impl Session {
                     _ => Uni::Discard,
                 }
             } else {
-                // An unknown or reserved type (grease): read and dropped.
-                Uni::Discard
+                Uni::Ignored
             };
         }
         match uni {
-            Uni::Typing(_) | Uni::Discard => {}
+            Uni::Typing(_) | Uni::Discard | Uni::Ignored => {}
             Uni::Encoder => self
                 .decoder
                 .feed_encoder_stream(data)

@@ -140,8 +140,8 @@ pub use config::{LoadConfig, ScriptOptions, Target, TlsOptions, WsOptions};
 pub use engine::{Progress, PROGRESS_EVERY};
 pub use error::LoadError;
 pub use report::{
-    ErrorCounts, H3Summary, LatencyInterval, LatencySummary, RateSummary, Report, StatusCodes, StatusCounts,
-    TlsSummary,
+    ErrorCounts, H3Summary, LatencyInterval, LatencySummary, RateSummary, Report, StatusCodes,
+    StatusCounts, TlsSummary,
 };
 
 /// Runs the load described by `cfg` until its duration or request count is reached, or until

@@ -371,7 +371,9 @@ impl<'a> QuicWorker<'a> {
         });
         let socket = match socket {
             Ok(s) => s,
-            Err(e) => return self.handshake_failed(idx, &format!("cannot open a socket: {e}"), now),
+            Err(e) => {
+                return self.handshake_failed(idx, &format!("cannot open a socket: {e}"), now)
+            }
         };
         let (handle, mut quic) =
             match self
@@ -500,7 +502,11 @@ impl<'a> QuicWorker<'a> {
                         stats.bytes_read += bytes;
                     }
                     if let Err(e) = result {
-                        quic.close(now, h3::close_code(e.code), e.why.as_bytes().to_vec().into());
+                        quic.close(
+                            now,
+                            h3::close_code(e.code),
+                            e.why.as_bytes().to_vec().into(),
+                        );
                         ended = Some(Lost::Protocol(e.why));
                     }
                 }
@@ -554,12 +560,13 @@ impl<'a> QuicWorker<'a> {
         self.summary.handshakes += 1;
         let conn = &mut self.conns[idx];
         let group = &self.groups[conn.spec.group];
-        conn.state = State::Open;
-        conn.waiting_since = now;
         let alpn_ok = quic
             .crypto_session()
             .handshake_data()
-            .and_then(|d| d.downcast::<quinn_proto::crypto::rustls::HandshakeData>().ok())
+            .and_then(|d| {
+                d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                    .ok()
+            })
             .is_some_and(|d| d.protocol.as_deref() == Some(b"h3"));
         if !alpn_ok {
             quic.close(
@@ -571,6 +578,8 @@ impl<'a> QuicWorker<'a> {
                 "the server does not offer HTTP/3 (ALPN h3)".into(),
             ));
         }
+        conn.state = State::Open;
+        conn.waiting_since = now;
         if conn.early && quic.accepted_0rtt() {
             self.summary.zero_rtt_accepted += 1;
             return None;
@@ -823,16 +832,25 @@ impl<'a> QuicWorker<'a> {
                 self.groups[self.conns[idx].spec.group].authority
             ));
         }
-        let counts = match &mut self.budget {
-            Some(0) => false,
-            Some(b) => {
-                *b -= u64::from(self.measuring);
-                true
+        let in_flight = self.conns[idx].in_flight() as u64;
+        if in_flight > 0 {
+            // 0-RTT requests went with the handshake: they were taken from the budget, and fail
+            // with it.
+            if self.measuring {
+                self.stats.errors.tls += in_flight;
             }
-            None => true,
-        };
-        if self.measuring && counts {
-            self.stats.errors.tls += 1;
+        } else {
+            let counts = match &mut self.budget {
+                Some(0) => false,
+                Some(b) => {
+                    *b -= u64::from(self.measuring);
+                    true
+                }
+                None => true,
+            };
+            if self.measuring && counts {
+                self.stats.errors.tls += 1;
+            }
         }
         self.close(idx, now, false);
         let conn = &mut self.conns[idx];
@@ -899,7 +917,13 @@ enum Lost {
 }
 
 /// A response or a failed request: counted, with its latency from the scheduled send.
-fn record(stats: &mut ThreadStats, e: Event, measuring: bool, measure_start: Instant, now: Instant) {
+fn record(
+    stats: &mut ThreadStats,
+    e: Event,
+    measuring: bool,
+    measure_start: Instant,
+    now: Instant,
+) {
     let (sent, actual, status) = match e {
         Event::Response {
             sent,

@@ -157,7 +157,13 @@ fn exact_counts_statuses_and_bytes() {
     let server = Aioquic::start(&pki, &[]);
     let mut expected = 0;
     for streams in [1, 10] {
-        let r = run(&h3(&server.url("/plaintext"), 1000, 2, streams, trusting(&pki)));
+        let r = run(&h3(
+            &server.url("/plaintext"),
+            1000,
+            2,
+            streams,
+            trusting(&pki),
+        ));
         assert_eq!(r.responses, 1000, "-m {streams}");
         assert_eq!(r.requests, 1000);
         assert_eq!(r.status.success, 1000);
@@ -233,7 +239,10 @@ fn goaway_moves_requests_to_a_new_connection_that_resumes_with_0rtt() {
     // Every connection after the first resumes and sends its first requests as 0-RTT.
     assert!(h.zero_rtt_accepted >= 9, "{h:?}");
     let stats = server.stop();
-    assert!(stats["early_data_accepted"].as_u64().unwrap() >= 9, "{stats}");
+    assert!(
+        stats["early_data_accepted"].as_u64().unwrap() >= 9,
+        "{stats}"
+    );
     // Requests refused by GOAWAY were sent again, never counted twice.
     assert!(stats["requests"].as_u64().unwrap() >= 500, "{stats}");
 }
@@ -344,7 +353,10 @@ impl Caddy {
             .expect("caddy");
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(10), "caddy did not start");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "caddy did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Self {
