@@ -248,9 +248,11 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
         .rate
         .map(|r| Duration::from_secs_f64(cfg.connections as f64 / r));
     let h3 = if cfg.h3 {
+        // 0-RTT requests can be replayed by an attacker (RFC 9114 §10.9): only safe methods.
+        let early_data = matches!(cfg.method.as_str(), "GET" | "HEAD");
         Some(H3Plan {
-            client: tls::h3_client_config(&cfg.tls)?,
-            early_data: matches!(cfg.method.as_str(), "GET" | "HEAD"),
+            client: tls::h3_client_config(&cfg.tls, early_data)?,
+            early_data,
         })
     } else {
         None

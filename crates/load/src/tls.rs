@@ -41,17 +41,20 @@ pub fn client_config(opts: &TlsOptions, h2: bool) -> Result<Arc<ClientConfig>, L
 }
 
 /// Builds the QUIC client configuration of an `--h3` run: rustls as for TLS (same provider,
-/// same trust), TLS 1.3 only, ALPN `h3`, a session cache and early data whatever
-/// `--tls-resume` says (a reconnection resumes and may send 0-RTT; the first handshake of each
-/// connection is a full one).
+/// same trust), TLS 1.3 only, ALPN `h3`, a session cache whatever `--tls-resume` says (a
+/// reconnection resumes; the first handshake of each connection is a full one), and with
+/// `early_data` (safe methods only) 0-RTT offered on resumption.
 ///
 /// # Errors
 /// [`LoadError::Tls`] as [`client_config`].
-pub fn h3_client_config(opts: &TlsOptions) -> Result<quinn_proto::ClientConfig, LoadError> {
+pub fn h3_client_config(
+    opts: &TlsOptions,
+    early_data: bool,
+) -> Result<quinn_proto::ClientConfig, LoadError> {
     let mut cfg = rustls_config(opts, false, true)?;
     cfg.alpn_protocols = vec![b"h3".to_vec()];
     cfg.resumption = Resumption::in_memory_sessions(SESSION_CACHE);
-    cfg.enable_early_data = true;
+    cfg.enable_early_data = early_data;
     let quic = quinn_proto::crypto::rustls::QuicClientConfig::try_from(cfg)
         .map_err(|e| LoadError::Tls(format!("no QUIC with this TLS configuration: {e}")))?;
     let mut client = quinn_proto::ClientConfig::new(Arc::new(quic));

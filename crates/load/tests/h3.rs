@@ -248,6 +248,30 @@ fn goaway_moves_requests_to_a_new_connection_that_resumes_with_0rtt() {
 }
 
 #[test]
+fn post_bodies_are_sent_and_never_as_0rtt() {
+    let pki = Pki::new();
+    let server = Aioquic::start(&pki, &["--goaway-after", "20"]);
+    let cfg = LoadConfig {
+        method: "POST".into(),
+        body: Some(b"0123456789".to_vec()),
+        ..h3(&server.url("/plaintext"), 100, 1, 4, trusting(&pki))
+    };
+    let r = run(&cfg);
+    assert_eq!(r.responses, 100, "{:?}", r.errors);
+    let h = r.h3.expect("an HTTP/3 summary");
+    assert!(h.handshakes >= 5, "{h:?}");
+    // POST is not safe to replay: reconnections resume, but wait for the handshake.
+    assert_eq!(h.zero_rtt_accepted + h.zero_rtt_rejected, 0, "{h:?}");
+    let stats = server.stop();
+    assert_eq!(stats["early_data_accepted"], 0, "{stats}");
+    assert_eq!(
+        stats["body_bytes"],
+        stats["requests"].as_u64().unwrap() * 10,
+        "{stats}"
+    );
+}
+
+#[test]
 fn a_refused_handshake_is_one_clear_error() {
     let pki = Pki::new();
     let server = Aioquic::start(&pki, &["--refuse"]);

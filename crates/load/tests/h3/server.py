@@ -16,7 +16,7 @@ client may resume and send 0-RTT.
 
 On SIGTERM it writes to --stats a JSON object: requests (by path kind), the largest number of
 requests open at once on one connection and overall, connections, handshakes completed,
-0-RTT requests, then exits. It prints "ready" when listening.
+0-RTT requests, request body bytes, then exits. It prints "ready" when listening.
 """
 
 import argparse
@@ -43,6 +43,7 @@ STATS = {
     "early_data_accepted": 0,
     "goaways": 0,
     "resets": 0,
+    "body_bytes": 0,
 }
 OPEN = {"now": 0}
 ARGS = None
@@ -90,6 +91,8 @@ class Protocol(QuicConnectionProtocol):
         for ev in self.h3.handle_event(event):
             if isinstance(ev, HeadersReceived):
                 self.request(ev)
+            elif isinstance(ev, DataReceived):
+                STATS["body_bytes"] += len(ev.data)
 
     def request(self, ev):
         STATS["requests"] += 1
