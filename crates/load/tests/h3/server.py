@@ -16,7 +16,8 @@ client may resume and send 0-RTT.
 
 On SIGTERM it writes to --stats a JSON object: requests (by path kind), the largest number of
 requests open at once on one connection and overall, connections, handshakes completed,
-0-RTT requests, request body bytes, then exits. It prints "ready" when listening.
+0-RTT requests, request body bytes, bytes on the QPACK encoder stream and received on the
+decoder stream, then exits. It prints "ready" when listening.
 """
 
 import argparse
@@ -44,9 +45,32 @@ STATS = {
     "goaways": 0,
     "resets": 0,
     "body_bytes": 0,
+    "decoder_stream_bytes": 0,
+    "encoder_stream_bytes": 0,
 }
 OPEN = {"now": 0}
 ARGS = None
+
+
+class CountingEncoder:
+    """pylsqpack's encoder, counting what the client's QPACK decoder stream sends it
+    (acknowledgments and Insert Count Increments) and what it writes to its own encoder stream
+    (dynamic table insertions)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def feed_decoder(self, data):
+        STATS["decoder_stream_bytes"] += len(data)
+        return self.inner.feed_decoder(data)
+
+    def encode(self, stream_id, headers):
+        encoder, frame = self.inner.encode(stream_id, headers)
+        STATS["encoder_stream_bytes"] += len(encoder)
+        return encoder, frame
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 class TicketStore:
@@ -80,6 +104,7 @@ class Protocol(QuicConnectionProtocol):
                 self.transmit()
                 return
             self.h3 = H3Connection(self._quic)
+            self.h3._encoder = CountingEncoder(self.h3._encoder)
         elif isinstance(event, HandshakeCompleted):
             STATS["handshakes"] += 1
             if event.early_data_accepted:
