@@ -66,9 +66,14 @@ def timed(cmd):
     return out, ru.ru_utime + ru.ru_stime, time.monotonic() - t0
 
 
-def lowlat(args, url, ca):
+def lowlat_h2(args, url, ca):
+    """The same server and requests over HTTP/2 (TLS, TCP), for scale."""
+    return lowlat(args, url, ca, "--h2")
+
+
+def lowlat(args, url, ca, proto="--h3"):
     out, cpu, wall = timed(
-        [args.lowlat, "load", "--h3", "--json", "-t", "1", "--pin", "1",
+        [args.lowlat, "load", proto, "--json", "-t", "1", "--pin", "1",
          "-c", str(args.c), "-m", str(args.m), "-n", str(args.n),
          "--cacert", ca, url])
     r = json.loads(out)
@@ -90,7 +95,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lowlat", default="target/release/lowlat")
-    ap.add_argument("--oha", default="oha")
+    ap.add_argument("--oha", default="oha", help="oha built with --features http3, or none")
+    ap.add_argument("--h2", action="store_true",
+                    help="also lowlat load --h2 against the same server, for scale")
     ap.add_argument("-n", type=int, default=100000)
     ap.add_argument("-c", type=int, default=16)
     ap.add_argument("-m", type=int, default=10)
@@ -102,10 +109,15 @@ def main():
     server = start_caddy(d, args.port)
     url = f"https://localhost:{args.port}/plaintext"
     ca = os.path.join(d, "ca.crt")
-    rows = {"lowlat": [], "oha": []}
+    loaders = [("lowlat", lowlat)]
+    if args.oha != "none":
+        loaders.append(("oha", oha))
+    if args.h2:
+        loaders.append(("lowlat-h2", lowlat_h2))
+    rows = {name: [] for name, _ in loaders}
     try:
         for rnd in range(args.rounds):
-            for name, fn in (("lowlat", lowlat), ("oha", oha)):
+            for name, fn in loaders:
                 n, cpu, rps = fn(args, url, ca)
                 us = cpu / n * 1e6
                 rows[name].append((us, rps))
@@ -115,13 +127,16 @@ def main():
         server.terminate()
         server.wait()
     print(f"\n-c {args.c} -m {args.m} -n {args.n}, {args.rounds} rounds (medians)")
-    print(f"{'loader':8} {'us CPU/resp':>12} {'req/s':>10}")
+    print(f"{'loader':10} {'us CPU/resp':>12} {'req/s':>10}")
     for name, r in rows.items():
-        print(f"{name:8} {statistics.median(u for u, _ in r):12.2f} "
+        print(f"{name:10} {statistics.median(u for u, _ in r):12.2f} "
               f"{statistics.median(x for _, x in r):10.0f}")
-    ratios = [o[0] / l[0] for l, o in zip(rows["lowlat"], rows["oha"])]
-    print(f"oha / lowlat CPU per response: median {statistics.median(ratios):.2f} "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    for name in rows:
+        if name == "lowlat":
+            continue
+        ratios = [o[0] / l[0] for l, o in zip(rows["lowlat"], rows[name])]
+        print(f"{name} / lowlat CPU per response: median {statistics.median(ratios):.2f} "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
 
 
 if __name__ == "__main__":

@@ -190,8 +190,14 @@ fn exact_counts_statuses_and_bytes() {
     assert_eq!(stats["requests"], expected, "{stats}");
     // The server's encoder used the dynamic table the client announced, and the client's
     // decoder stream acknowledged what it decoded.
-    assert!(stats["encoder_stream_bytes"].as_u64().unwrap() > 0, "{stats}");
-    assert!(stats["decoder_stream_bytes"].as_u64().unwrap() > 0, "{stats}");
+    assert!(
+        stats["encoder_stream_bytes"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    assert!(
+        stats["decoder_stream_bytes"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
 }
 
 #[test]
