@@ -156,14 +156,26 @@ fn exact_counts_statuses_and_bytes() {
     let pki = Pki::new();
     let server = Aioquic::start(&pki, &[]);
     let mut expected = 0;
+    let schema: serde_json::Value = serde_json::from_str(lowlat_load::json::SCHEMA).unwrap();
     for streams in [1, 10] {
-        let r = run(&h3(
-            &server.url("/plaintext"),
-            1000,
-            2,
-            streams,
-            trusting(&pki),
-        ));
+        let cfg = h3(&server.url("/plaintext"), 1000, 2, streams, trusting(&pki));
+        let r = run(&cfg);
+        // The JSON report: valid against its schema, with the HTTP/3 fields.
+        let v = lowlat_load::json::to_json(&r, &cfg);
+        assert!(jsonschema::is_valid(&schema, &v), "{v:#}");
+        assert_eq!(v["config"]["h3_streams"], streams);
+        assert_eq!(v["h3"]["handshakes"], 2);
+        assert_eq!(v["h3"]["packets_lost"], r.h3.as_ref().unwrap().packets_lost);
+        let text = lowlat_load::text::render(&r, false);
+        assert!(
+            text.contains("HTTP/3: 2 handshakes, 0-RTT 0 accepted"),
+            "{text}"
+        );
+        let banner = lowlat_load::text::banner(&cfg);
+        assert!(
+            banner.contains(&format!("HTTP/3, {streams} stream")),
+            "{banner}"
+        );
         assert_eq!(r.responses, 1000, "-m {streams}");
         assert_eq!(r.requests, 1000);
         assert_eq!(r.status.success, 1000);
