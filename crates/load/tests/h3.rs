@@ -436,3 +436,89 @@ fn exact_counts_against_caddy() {
     let r = run(&h3(&url, 100, 1, 10, trusting(&pki)));
     assert_eq!(r.status_codes.get(404), 100);
 }
+
+/// A UDP relay on 127.0.0.1 in front of `server` for one client, dropping every `nth`
+/// datagram the client sends; stops when dropped.
+struct LossyRelay {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl LossyRelay {
+    fn start(server: u16, nth: u64) -> Self {
+        use std::net::UdpSocket;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
+        back.connect(("127.0.0.1", server)).unwrap();
+        for s in [&front, &back] {
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        }
+        let port = front.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let client = Arc::new(Mutex::new(None));
+        let (front2, back2) = (front.try_clone().unwrap(), back.try_clone().unwrap());
+        let (stop1, stop2, client1, client2) =
+            (stop.clone(), stop.clone(), client.clone(), client);
+        let up = std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let mut n = 0u64;
+            while !stop1.load(Ordering::Relaxed) {
+                if let Ok((len, from)) = front.recv_from(&mut buf) {
+                    *client1.lock().unwrap() = Some(from);
+                    n += 1;
+                    if n % nth != 0 {
+                        let _ = back.send(&buf[..len]);
+                    }
+                }
+            }
+        });
+        let down = std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !stop2.load(Ordering::Relaxed) {
+                if let Ok(len) = back2.recv(&mut buf) {
+                    if let Some(to) = *client2.lock().unwrap() {
+                        let _ = front2.send_to(&buf[..len], to);
+                    }
+                }
+            }
+        });
+        Self {
+            port,
+            stop,
+            threads: vec![up, down],
+        }
+    }
+}
+
+impl Drop for LossyRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn lost_packets_are_counted_and_every_request_still_answered() {
+    let pki = Pki::new();
+    let server = Aioquic::start(&pki, &[]);
+    // Every 10th datagram from the client is dropped on its way.
+    let relay = LossyRelay::start(server.port, 10);
+    let url = format!("https://localhost:{}/plaintext", relay.port);
+    let r = run(&h3(&url, 2000, 1, 8, trusting(&pki)));
+    assert_eq!(r.responses, 2000, "{:?} {:?}", r.errors, r.tls_error);
+    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
+    let h = r.h3.expect("an HTTP/3 summary");
+    // The client sent at least a few hundred datagrams; a tenth of them never arrived, and
+    // quinn-proto declared (most of) them lost and sent their frames again.
+    assert!(h.packets_sent > 200, "{h:?}");
+    assert!(h.packets_lost > h.packets_sent / 40, "{h:?}");
+    assert!(h.packets_lost <= h.packets_sent / 5, "{h:?}");
+    drop(relay);
+    let stats = server.stop();
+    assert_eq!(stats["requests"], 2000, "{stats}");
+}
