@@ -460,8 +460,7 @@ impl LossyRelay {
         let stop = Arc::new(AtomicBool::new(false));
         let client = Arc::new(Mutex::new(None));
         let (front2, back2) = (front.try_clone().unwrap(), back.try_clone().unwrap());
-        let (stop1, stop2, client1, client2) =
-            (stop.clone(), stop.clone(), client.clone(), client);
+        let (stop1, stop2, client1, client2) = (stop.clone(), stop.clone(), client.clone(), client);
         let up = std::thread::spawn(move || {
             let mut buf = [0u8; 2048];
             let mut n = 0u64;
@@ -469,7 +468,7 @@ impl LossyRelay {
                 if let Ok((len, from)) = front.recv_from(&mut buf) {
                     *client1.lock().unwrap() = Some(from);
                     n += 1;
-                    if n % nth != 0 {
+                    if !n.is_multiple_of(nth) {
                         let _ = back.send(&buf[..len]);
                     }
                 }
