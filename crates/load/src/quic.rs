@@ -143,6 +143,8 @@ pub(crate) struct QuicWorker<'a> {
     sweep_every: Duration,
     next_sweep: Instant,
     cpu_at_start: (Duration, Duration),
+    /// The earliest of the connections' quinn-proto timeouts, or earlier (never later).
+    quic_min: Option<Instant>,
     /// Connections with something to do this turn (datagrams in, a timer due).
     dirty: Vec<usize>,
     is_dirty: Vec<bool>,
@@ -218,6 +220,7 @@ impl<'a> QuicWorker<'a> {
             sweep_every,
             next_sweep: start + sweep_every,
             cpu_at_start: (Duration::ZERO, Duration::ZERO),
+            quic_min: None,
             dirty: Vec::with_capacity(n),
             is_dirty: vec![false; n],
         })
@@ -328,10 +331,8 @@ impl<'a> QuicWorker<'a> {
             until = until.min(self.measure_start);
         }
         let mut next: Option<Instant> = self.timers.peek().map(|Reverse((t, _, _))| *t);
-        for c in &self.conns {
-            if let Some(t) = c.quic_timer {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
+        if let Some(t) = self.quic_min {
+            next = Some(next.map_or(t, |n| n.min(t)));
         }
         if let Some(t) = next {
             // epoll's timeout is in whole milliseconds: the timerfd wakes the loop on time.
@@ -747,19 +748,34 @@ impl<'a> QuicWorker<'a> {
             let _ = socket.send(&self.send_buf[..t.size]);
         }
         conn.quic_timer = quic.poll_timeout();
+        if let Some(t) = conn.quic_timer {
+            self.quic_min = Some(self.quic_min.map_or(t, |m| m.min(t)));
+        }
     }
 
     /// Fires due timers: quinn-proto's, rate-mode sends, reconnects after a back-off.
     fn run_timers(&mut self, now: Instant) {
-        for idx in 0..self.conns.len() {
-            let conn = &mut self.conns[idx];
-            if conn.quic_timer.is_some_and(|t| t <= now) {
-                conn.quic_timer = None;
-                if let Some(q) = conn.quic.as_mut() {
-                    q.handle_timeout(now);
+        // The connections are looked through only when the earliest quinn timer is due (or
+        // seems to be: `quic_min` may be early after a timer moved later), not every turn: at
+        // 1000 connections two scans a turn were 7 % of the loader's CPU.
+        if self.quic_min.is_some_and(|m| m <= now) {
+            let mut min: Option<Instant> = None;
+            for idx in 0..self.conns.len() {
+                let conn = &mut self.conns[idx];
+                match conn.quic_timer {
+                    Some(t) if t <= now => {
+                        conn.quic_timer = None;
+                        if let Some(q) = conn.quic.as_mut() {
+                            q.handle_timeout(now);
+                        }
+                        // Its next timeout comes back through `transmit`.
+                        self.mark(idx);
+                    }
+                    Some(t) => min = Some(min.map_or(t, |m| m.min(t))),
+                    None => {}
                 }
-                self.mark(idx);
             }
+            self.quic_min = min;
         }
         while let Some(&Reverse((t, idx, generation))) = self.timers.peek() {
             if t > now {
