@@ -165,6 +165,22 @@ impl Session {
         }
     }
 
+    /// Accepts (and reads) the server's unidirectional streams already opened: for a session
+    /// started after quinn-proto announced them.
+    ///
+    /// # Errors
+    /// [`H3Error`] when the connection must close.
+    pub fn accept_streams(&mut self, conn: &mut Connection) -> Result<(), H3Error> {
+        let mut bytes = 0;
+        self.on_stream_event(
+            conn,
+            StreamEvent::Opened { dir: Dir::Uni },
+            &[],
+            &mut |_| {},
+            &mut bytes,
+        )
+    }
+
     /// Requests in flight.
     pub fn in_flight(&self) -> usize {
         self.exchanges.len()

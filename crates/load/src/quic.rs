@@ -620,7 +620,17 @@ impl<'a> QuicWorker<'a> {
             }
             conn.early = false;
         }
-        *h3 = Some(Box::new(Session::new(quic, group.requests.head)));
+        let mut session = Box::new(Session::new(quic, group.requests.head));
+        // Streams the server opened before this (announced while there was no session).
+        if let Err(e) = session.accept_streams(quic) {
+            quic.close(
+                now,
+                h3::close_code(e.code),
+                e.why.as_bytes().to_vec().into(),
+            );
+            return Some(Lost::Protocol(e.why));
+        }
+        *h3 = Some(session);
         None
     }
 
@@ -907,11 +917,13 @@ impl<'a> QuicWorker<'a> {
                     h3::close_code(lowlat_http::h3::ErrorCode::NoError),
                     Vec::new().into(),
                 );
-                if let Some(socket) = &conn.socket {
-                    self.send_buf.clear();
-                    if let Some(t) = quic.poll_transmit(now, 1, &mut self.send_buf) {
-                        let _ = socket.send(&self.send_buf[..t.size]);
-                    }
+            }
+            // The CONNECTION_CLOSE of a connection closed here (politely, or for a protocol
+            // error), in one best-effort datagram; nothing for one the peer ended.
+            if let Some(socket) = &conn.socket {
+                self.send_buf.clear();
+                if let Some(t) = quic.poll_transmit(now, 1, &mut self.send_buf) {
+                    let _ = socket.send(&self.send_buf[..t.size]);
                 }
             }
             let path = quic.stats().path;
