@@ -128,6 +128,8 @@ pub(crate) struct QuicWorker<'a> {
     endpoint: Endpoint,
     conns: Vec<QConn>,
     recv_buf: Box<[u8]>,
+    /// Where received datagrams are copied to be handed over (see `receive`).
+    rx: BytesMut,
     send_buf: Vec<u8>,
     stats: ThreadStats,
     summary: H3Summary,
@@ -206,6 +208,7 @@ impl<'a> QuicWorker<'a> {
             timers: BinaryHeap::with_capacity(n + 1),
             conns,
             recv_buf: vec![0; RECV_BUF].into_boxed_slice(),
+            rx: BytesMut::with_capacity(RECV_BUF),
             send_buf: Vec::with_capacity(RECV_BUF),
             stats,
             summary: H3Summary::default(),
@@ -445,7 +448,14 @@ impl<'a> QuicWorker<'a> {
                     continue; // Longer than announced (max_udp_payload_size): dropped.
                 }
                 let at = i * RECV_SLOT;
-                let data = BytesMut::from(&self.recv_buf[at..at + n]);
+                // quinn-proto takes each datagram as its own `BytesMut` and may keep parts of
+                // it (stream data not read yet): they are cut from one 64 KiB block, so that
+                // a datagram costs a copy but not an allocation.
+                if self.rx.capacity() < RECV_SLOT {
+                    self.rx.reserve(RECV_BUF);
+                }
+                self.rx.extend_from_slice(&self.recv_buf[at..at + n]);
+                let data = self.rx.split();
                 self.send_buf.clear();
                 match self
                     .endpoint
