@@ -19,7 +19,9 @@ newline, and 1m.bin, 1 MiB). Scenarios: plaintext, plaintext-pipe, json, static,
 big (1 MiB file, MB/s); over TLS: tls-plaintext, tls-static,
 tls-handshake (a new connection, so a full handshake, per request), tls-big; over HTTP/2 (TLS,
 ALPN h2, loaded by h2load with --streams streams per connection): h2-plaintext, h2-static, and
-h1-static (HTTP/1.1 over TLS by h2load --h1, the same client). For TLS, --lowlat may use
+h1-static (HTTP/1.1 over TLS by h2load --h1, the same client); over HTTP/3 (QUIC on the TLS port,
+loaded by `lowlat load --h3` -- --loader, by default the binary --lowlat starts -- with --streams
+streams per connection): h3-static, lowlat (`--h3-listen`) beside caddy. For TLS, --lowlat may use
 {tls_port}, {cert} and {key} (a self-signed ECDSA P-256 pair made in the run directory). As a reverse
 proxy: proxy, proxy-tls (GET /up/plaintext forwarded to an upstream `ceiling` on {upstream}, pinned to
 CPU 1 beside wrk; keep-alive upstream connections). Peers: nginx, lighttpd, h2o, caddy, haproxy
@@ -70,9 +72,13 @@ SCENARIOS = {
     "tls-big": ("/1m.bin", 1, [16], ["lowlat", "nginx", "h2o"]),
     # HTTP/2 over TLS (ALPN h2), loaded by h2load with --streams streams per connection
     "h2-plaintext": ("/plaintext", 1, [16, 256], ["lowlat", "nginx"]),
-    "h2-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
+    "h2-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o", "caddy"]),
     # HTTP/1.1 over TLS loaded by h2load --h1: the same client as h2-*, for 1-stream comparisons
     "h1-static": ("/100.html", 1, [16, 256], ["lowlat", "nginx", "h2o"]),
+    # HTTP/3 (QUIC on the TLS port's UDP twin), loaded by `lowlat load --h3` with --streams streams per
+    # connection (the loader speaks HTTP/3; h2load from Debian's packages does not); h2-static beside
+    # it gives each server's HTTP/2-over-TLS cost for the same file
+    "h3-static": ("/100.html", 1, [16, 100], ["lowlat", "caddy"]),
     # as a reverse proxy: /up/plaintext forwarded to an upstream (a second `ceiling`, pinned to CPU 1
     # beside wrk), over keep-alive upstream connections; the figure is the proxy's own core per request
     "proxy": ("/up/plaintext", 1, [16, 256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
@@ -368,6 +374,32 @@ def h2load_argv(url, conns, streams, seconds, h1=False):
             "-H", "Accept: text/plain,text/html;q=0.9,*/*;q=0.7"] + (["--h1"] if h1 else []) + [url]
 
 
+def lowlat_load_argv(loader, url, conns, streams, seconds):
+    """`lowlat load --h3`: one thread, `conns` QUIC connections of `streams` streams each."""
+    return ["taskset", "-c", "1", loader, "load", "--h3", "--insecure", "-t", "1", "-c", str(conns),
+            "-m", str(streams), "-d", f"{seconds}s", "--json",
+            "-H", "Accept: text/plain,text/html;q=0.9,*/*;q=0.7", url]
+
+
+def parse_lowlat_load(out):
+    r = {"rps": None, "p50_ms": None, "p90_ms": None, "p99_ms": None, "mb_s": None,
+         "socket_errors": 0, "non_2xx": 0}
+    try:
+        j = json.loads(out)
+    except ValueError:
+        return r
+    r["rps"] = j.get("requests_per_sec")
+    r["mb_s"] = (j.get("bytes_per_sec") or 0) / 1e6
+    lat = j.get("latency_us") or {}
+    for pct in ("50", "90", "99"):
+        v = lat.get(f"p{pct}")
+        r[f"p{pct}_ms"] = v / 1000.0 if isinstance(v, (int, float)) else None
+    r["socket_errors"] = (j.get("errors") or {}).get("total", 0)
+    st = j.get("status") or {}
+    r["non_2xx"] = sum(st.get(k, 0) for k in ("1xx", "3xx", "4xx", "5xx"))
+    return r
+
+
 def parse_h2load(out):
     r = {"p50_ms": None, "p90_ms": None, "p99_ms": None}
     m = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s, ([\d.]+)(B|KB|MB|GB)/s", out)
@@ -404,7 +436,8 @@ def measure(srv, argv, seconds):
     now = srv.pids()
     srv_ticks = sum((ticks(p) or (0, 0))[0] - s0.get(p, 0) for p in now)
     foreign, top = foreign_ticks(a0, a1, set(now) | mine | UPSTREAM_PIDS)
-    rec = parse_h2load(out) if "h2load" in argv else parse_wrk(out)
+    rec = (parse_lowlat_load(out) if "--h3" in argv else parse_h2load(out) if "h2load" in argv
+           else parse_wrk(out))
     rec.update({
         "server_cpu_pct": round(100.0 * srv_ticks / CLK / wall, 1),
         "server_rss_kb": sum(vm_hwm_kb(p) for p in srv.rss_pids()),
@@ -425,7 +458,10 @@ def main():
     ap.add_argument("--scenarios", default="plaintext,plaintext-pipe,static,static-pipe",
                     help=f"comma list out of {','.join(SCENARIOS)}")
     ap.add_argument("--targets", default="", help="comma list; default: every target a scenario names")
-    ap.add_argument("--streams", default="100", help="h2-* scenarios: streams per connection, e.g. '1 10 100'")
+    ap.add_argument("--streams", default="",
+                    help="h2-*/h3-* scenarios: streams per connection, e.g. '1 10 100' (default 100 for h2, 10 for h3)")
+    ap.add_argument("--loader", default="",
+                    help="the lowlat binary whose `load --h3` drives h3-* scenarios (default: the one --lowlat starts)")
     ap.add_argument("--conns", default="", help="connection levels, e.g. '16 256 1024' (default per scenario)")
     ap.add_argument("--duration", type=int, default=10, help="seconds per run (default 10)")
     ap.add_argument("--reps", type=int, default=3, help="runs per level; the median is reported (default 3)")
@@ -445,6 +481,11 @@ def main():
             ap.error(f"unknown target {t!r}; known: {', '.join(PORTS)}")
     if not shutil.which("wrk"):
         sys.exit("wrk not found: run setup.sh first")
+    if any(s.startswith("h3-") for s in scenarios) and not args.loader:
+        first = (args.lowlat or "").split()[:1]
+        if not first:
+            ap.error("h3-* scenarios need --loader (a lowlat binary) or --lowlat")
+        args.loader = first[0]
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
@@ -499,19 +540,25 @@ def run_all(args, scenarios, only, www, raw):
                 tls, close = s.startswith(("tls-", "h2-", "h1-")) or s.endswith("-tls"), s == "tls-handshake"
                 url = (f"https://127.0.0.1:{srv.port + TLS_PORT_OFFSET}{path}" if tls
                        else f"http://127.0.0.1:{srv.port}{path}")
-                h2, h1 = s.startswith("h2-"), s.startswith("h1-")
-                if h2 or h1:
+                h2, h1, h3 = s.startswith("h2-"), s.startswith("h1-"), s.startswith("h3-")
+                if h3:
+                    url = f"https://127.0.0.1:{srv.port + TLS_PORT_OFFSET}{path}"
+                    subprocess.run(lowlat_load_argv(args.loader, url, 16, 10, 2), capture_output=True,
+                                   timeout=60)  # warm-up
+                elif h2 or h1:
                     subprocess.run(h2load_argv(url, 16, 10, 2), capture_output=True, timeout=60)  # warm-up
                 else:
                     subprocess.run(wrk_argv(url, 64, 1, 2, close, SCENARIO_HEADERS.get(s, ())),
                                    capture_output=True, timeout=60)  # warm-up
                 runs = [(c, m) for c in ([int(c) for c in args.conns.split()] if args.conns else levels)
-                        for m in ([int(m) for m in args.streams.split()] if h2 else [depth])]
+                        for m in ([int(m) for m in (args.streams or ("10" if h3 else "100")).split()]
+                                  if h2 or h3 else [depth])]
                 for conns, depth in runs:
-                    label = f"{s}-m{depth}" if h2 else s
+                    label = f"{s}-m{depth}" if h2 or h3 else s
                     for rep in range(args.reps):
                         for attempt in range(4):
-                            argv = (h2load_argv(url, conns, depth, args.duration, h1) if h2 or h1
+                            argv = (lowlat_load_argv(args.loader, url, conns, depth, args.duration) if h3
+                                    else h2load_argv(url, conns, depth, args.duration, h1) if h2 or h1
                                     else wrk_argv(url, conns, depth, args.duration, close,
                                                   SCENARIO_HEADERS.get(s, ())))
                             rec = measure(srv, argv, args.duration)

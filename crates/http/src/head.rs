@@ -52,7 +52,8 @@ const CONNECTION_SPECIFIC: [&[u8]; 5] = [
 pub(crate) struct Rules {
     /// The largest decoded list (name + value + 32 per field).
     pub max_list_size: usize,
-    /// A trailer section: pseudo-header fields are refused and nothing is kept.
+    /// A trailer section: pseudo-header fields are refused; the fields are kept (a proxy
+    /// passes them on).
     pub trailers: bool,
     /// `:protocol` is accepted (this side announced SETTINGS_ENABLE_CONNECT_PROTOCOL).
     pub extended_connect: bool,
@@ -140,6 +141,9 @@ impl<'h> HeadCheck<'h> {
             return Err(HeadError::Malformed);
         }
         if self.rules.trailers {
+            // Kept for a proxy that passes them on (`RequestHead::fields`).
+            let (n, v) = (head.push(name), head.push(value));
+            head.fields.push((n, v));
             return Ok(());
         }
         if name == b"content-length" {

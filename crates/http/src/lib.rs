@@ -45,11 +45,12 @@ pub enum Status<T> {
     Partial,
 }
 
-/// The HTTP version of a message. HTTP/0.9 and 3 never get this far (505 or 400); HTTP/2
-/// requests come from the [`h2`] codec, not from the HTTP/1.1 parser.
+/// The HTTP version of a message. HTTP/0.9 never gets this far (505 or 400); HTTP/2 and
+/// HTTP/3 requests come from the [`h2`] and [`h3`] codecs, not from the HTTP/1.1 parser.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
     Http10,
     Http11,
     Http2,
+    Http3,
 }

@@ -294,7 +294,7 @@ fn scan_fields(headers: &[Header<'_>], version: Version) -> Result<Fields, Parse
         }
     };
     let keep_alive = match version {
-        Version::Http11 | Version::Http2 => !close,
+        Version::Http11 | Version::Http2 | Version::Http3 => !close,
         Version::Http10 => keep_alive_token && !close,
     };
     Ok(Fields {

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
-use support::upstream::{pattern, App, BadKind, Bind, GunicornWorker, Upstream};
+use support::upstream::{
+    pattern, pattern_sha256, send_pattern, App, BadKind, Bind, GunicornWorker, Upstream,
+};
 use support::BIN;
 
 /// Generous: a test that waits this long has failed anyway.
@@ -692,49 +694,6 @@ fn uploads_arrive_whole_with_their_digest() {
         ]);
         assert_eq!(r.status, 413, "{upstream}, chunked: {}", r.head);
     }
-}
-
-/// SHA-256 in hex of the first `len` bytes of [`pattern`] from offset 0, by Python's hashlib
-/// (fast where a debug-built digest of a gibibyte would not be).
-fn pattern_sha256(len: u64) -> String {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import hashlib, sys\n\
-             n = int(sys.argv[1]); block = bytes(i % 251 for i in range(251 * 4096))\n\
-             h = hashlib.sha256()\n\
-             for _ in range(n // len(block)): h.update(block)\n\
-             h.update(block[: n % len(block)]); print(h.hexdigest())",
-            &len.to_string(),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-/// Writes `len` bytes of [`pattern`] to `s`, as chunks of `chunk` bytes when `chunk` is not 0.
-fn send_pattern(s: &mut TcpStream, len: u64, chunk: usize) -> std::io::Result<()> {
-    let block = pattern(0, 251 * 4096);
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(block.len() as u64) as usize;
-        if chunk == 0 {
-            s.write_all(&block[..n])?;
-        } else {
-            for piece in block[..n].chunks(chunk) {
-                let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
-                framed.extend_from_slice(piece);
-                framed.extend_from_slice(b"\r\n");
-                s.write_all(&framed)?;
-            }
-        }
-        left -= n as u64;
-    }
-    if chunk != 0 {
-        s.write_all(b"0\r\n\r\n")?;
-    }
-    Ok(())
 }
 
 /// An upstream written here that reads and keeps every byte and answers nothing: what a

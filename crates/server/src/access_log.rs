@@ -376,6 +376,7 @@ impl WorkerLog {
             Version::Http11 => b" HTTP/1.1\" ",
             Version::Http10 => b" HTTP/1.0\" ",
             Version::Http2 => b" HTTP/2.0\" ",
+            Version::Http3 => b" HTTP/3.0\" ",
         });
         b.extend_from_slice(ip.format(e.status).as_bytes());
         b.push(b' ');
@@ -429,6 +430,7 @@ impl WorkerLog {
             Version::Http11 => b"HTTP/1.1",
             Version::Http10 => b"HTTP/1.0",
             Version::Http2 => b"HTTP/2.0",
+            Version::Http3 => b"HTTP/3.0",
         };
         for seg in &format.segments {
             let v = match seg {
@@ -552,6 +554,7 @@ impl WorkerLog {
                 Version::Http11 => "HTTP/1.1",
                 Version::Http10 => "HTTP/1.0",
                 Version::Http2 => "HTTP/2.0",
+                Version::Http3 => "HTTP/3.0",
             },
             status: e.status,
             bytes: e.bytes,

@@ -190,6 +190,7 @@ fn serve_with(
         .iter()
         .map(|a| format!("http://{a}"))
         .chain(running.tls_addrs().iter().map(|a| format!("https://{a}")))
+        .chain(running.h3_addr().map(|a| format!("h3://{a}")))
         .collect();
     tracing::info!(
         "listening on {} ({workers} worker{})",

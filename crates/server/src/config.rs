@@ -63,6 +63,9 @@ pub struct ServerConfig {
     pub grace: Duration,
     /// HTTP/2: whether it is offered, and its limits.
     pub h2: crate::h2::config::H2Config,
+    /// HTTP/3 over QUIC: its UDP address and limits; `None`: off (the default). Needs
+    /// [`ServerConfig::tls`] for its certificates.
+    pub quic: Option<crate::quic::config::QuicConfig>,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +89,7 @@ impl Default for ServerConfig {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             grace: DEFAULT_GRACE,
             h2: crate::h2::config::H2Config::default(),
+            quic: None,
         }
     }
 }

@@ -619,7 +619,10 @@ impl Conn {
                     let left = match framing {
                         StreamedBody::Length(n) => UploadLeft::Length(n),
                         StreamedBody::Chunked => {
-                            UploadLeft::Chunked(ChunkedDecoder::new(job.group.cfg.max_body))
+                            // Its trailers go on with it (`proxy::upload`).
+                            UploadLeft::Chunked(
+                                ChunkedDecoder::new(job.group.cfg.max_body).keep_trailers(),
+                            )
                         }
                     };
                     job.upload = Some(std::rc::Rc::clone(&pipe));
@@ -770,7 +773,13 @@ impl Conn {
             },
         };
         if done {
-            pipe.end();
+            match &mut up.left {
+                UploadLeft::Chunked(decoder) => {
+                    let raw = decoder.take_trailers();
+                    pipe.end_with_trailers(lowlat_http::body::trailer_fields(&raw));
+                }
+                UploadLeft::Length(_) => pipe.end(),
+            }
         }
         drop(pipe);
         self.upload_fed |= used > 0 || done;

@@ -121,8 +121,8 @@ impl<'a> Response<'a> {
     ) -> Self {
         let connection = match (keep_alive, version) {
             (false, _) => ConnectionHeader::Close,
-            // HTTP/2 has no Connection field; its connection layer keeps the head as is.
-            (true, Version::Http11 | Version::Http2) => ConnectionHeader::None,
+            // HTTP/2 and HTTP/3 have no Connection field; their layers keep the head as is.
+            (true, Version::Http11 | Version::Http2 | Version::Http3) => ConnectionHeader::None,
             (true, Version::Http10) => ConnectionHeader::KeepAlive,
         };
         Self {

@@ -23,6 +23,9 @@
 //! - `conn`: the HTTP/1.1 protocol layer: one connection's read → answer every request → one
 //!   write cycle, bodies, closing — over whichever transport it was accepted on.
 //! - [`h2`]: the HTTP/2 protocol layer: frames, streams, flow control, defences, its settings.
+//! - [`h3`]: the HTTP/3 protocol layer: requests on QUIC streams, answered by the router.
+//! - [`quic`]: QUIC under HTTP/3 (`--h3-listen`): per-worker UDP sockets and endpoints,
+//!   connections kept on their worker, streams handed up as byte streams.
 //! - `proto`: a connection in the protocol it speaks; the switch from HTTP/1.1 to HTTP/2.
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
@@ -51,6 +54,7 @@ mod conn;
 mod ctx;
 pub mod files;
 pub mod h2;
+pub mod h3;
 pub mod handler;
 mod listener;
 pub mod log_format;
@@ -58,6 +62,7 @@ pub mod metrics;
 mod pool;
 mod proto;
 pub mod proxy;
+pub mod quic;
 pub mod returns;
 pub mod router;
 mod server;

@@ -61,6 +61,9 @@ pub(crate) struct Counters {
     pub(crate) cache_bytes: u64,
     /// Compression on the fly, read at publication.
     pub(crate) compress: crate::compress::Stats,
+    /// QUIC (`--h3-listen`), read at publication: connections accepted, clients sent a Retry,
+    /// clients refused (the connection limit), connections open.
+    pub(crate) quic: [u64; 4],
 }
 
 impl Counters {
@@ -112,12 +115,13 @@ impl Counters {
             .chain(self.compress.responses)
             .chain(self.compress.saved_bytes)
             .chain([self.compress.cache_bytes])
+            .chain(self.quic)
     }
 }
 
 /// Words in one published copy of [`Counters`].
 const WORDS: usize =
-    5 * MAX_SITES + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3 + 3 + 3 + 3 + 1;
+    5 * MAX_SITES + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3 + 3 + 3 + 3 + 1 + 4;
 
 /// Sites counted apart in `lowlat_responses_total`; any beyond share the last label, `other`.
 pub(crate) const MAX_SITES: usize = 32;
@@ -205,6 +209,9 @@ impl Registry {
         let compressed = take(3);
         let saved = take(3);
         let [compress_cache_bytes] = take(1)[..] else {
+            return String::new();
+        };
+        let [quic_accepted, quic_retries, quic_refused, quic_open] = take(4)[..] else {
             return String::new();
         };
         let mut s = String::new();
@@ -370,6 +377,34 @@ impl Registry {
             "Bytes the caches of files compressed on the fly hold.",
         );
         let _ = writeln!(s, "lowlat_compress_cache_bytes {compress_cache_bytes}");
+        family(
+            &mut s,
+            "lowlat_quic_connections_accepted_total",
+            "counter",
+            "QUIC connections accepted (--h3-listen).",
+        );
+        let _ = writeln!(s, "lowlat_quic_connections_accepted_total {quic_accepted}");
+        family(
+            &mut s,
+            "lowlat_quic_retries_total",
+            "counter",
+            "New QUIC clients asked to prove their address with a Retry.",
+        );
+        let _ = writeln!(s, "lowlat_quic_retries_total {quic_retries}");
+        family(
+            &mut s,
+            "lowlat_quic_refused_total",
+            "counter",
+            "New QUIC clients refused at the connection limit (--h3-max-conns) or at shutdown.",
+        );
+        let _ = writeln!(s, "lowlat_quic_refused_total {quic_refused}");
+        family(
+            &mut s,
+            "lowlat_quic_connections_open",
+            "gauge",
+            "QUIC connections open (handshaking, established or closing).",
+        );
+        let _ = writeln!(s, "lowlat_quic_connections_open {quic_open}");
         if let Ok(groups) = self.upstreams.lock() {
             crate::proxy::health::render(&groups, &mut s);
         }

@@ -305,6 +305,25 @@ impl Router {
         }
     }
 
+    /// Adds the header line `line` (`Name: value`) to every response of this router and of its
+    /// sites, except those whose own lines (`add_header`) already set that field: a default the
+    /// server adds, as `Alt-Svc` for HTTP/3, which a site's configuration may override.
+    pub fn add_default_header(&mut self, line: &str) {
+        let name = line.split(':').next().unwrap_or(line).trim().as_bytes();
+        let set_here = self.extra_headers.split(|&b| b == b'\n').any(|l| {
+            l.split(|&b| b == b':')
+                .next()
+                .is_some_and(|n| n.trim_ascii().eq_ignore_ascii_case(name))
+        });
+        if !set_here {
+            self.extra_headers.extend_from_slice(line.as_bytes());
+            self.extra_headers.extend_from_slice(b"\r\n");
+        }
+        for (_, site) in &mut self.sites {
+            site.add_default_header(line);
+        }
+    }
+
     /// Asks `handler` first about every request of this router; what it leaves unanswered is
     /// routed as usual (a site's HTTP→HTTPS redirect answers clear-text requests only).
     pub fn first(&mut self, handler: impl Handler + 'static) {

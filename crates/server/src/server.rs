@@ -24,6 +24,8 @@ pub enum ServerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("--h3-listen: {0}")]
+    Quic(#[from] crate::quic::QuicError),
     #[error("cannot start worker: {0}")]
     Worker(std::io::Error),
     #[error("a worker failed: {0}")]
@@ -42,6 +44,8 @@ pub struct Server {
     /// The first `plain_count` addresses are in clear, the rest TLS.
     plain_count: usize,
     service: Service,
+    /// The QUIC sockets (one per worker), when `--h3-listen` is given.
+    quic: Option<crate::quic::Bound>,
 }
 
 impl Server {
@@ -66,12 +70,31 @@ impl Server {
         let (listeners, addrs) = listener::bind_all(&all, cfg.workers, cfg.backlog)
             .map_err(|(addr, source)| ServerError::Bind { addr, source })?;
         let plain_count = cfg.listen.len();
+        let quic = match (&cfg.quic, &cfg.tls) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(ServerError::Config(
+                    "--h3-listen needs a certificate (--tls-listen with --cert and --key)".into(),
+                ))
+            }
+            (Some(q), Some(tls)) => {
+                let mut q = q.clone();
+                if q.port_from_tls {
+                    q.listen.set_port(addrs[plain_count].port());
+                }
+                let rustls = tls
+                    .quic_config(&crate::h3::alpn())
+                    .map_err(|e| ServerError::Config(format!("--h3-listen: {e}")))?;
+                Some(crate::quic::bind(&q, cfg.workers, rustls)?)
+            }
+        };
         Ok(Self {
             cfg: Arc::new(cfg),
             listeners,
             addrs,
             plain_count,
             service,
+            quic,
         })
     }
 
@@ -87,6 +110,12 @@ impl Server {
         &self.addrs[self.plain_count..]
     }
 
+    /// The UDP address HTTP/3 is served on (port 0 resolved), when it is.
+    #[must_use]
+    pub fn h3_addr(&self) -> Option<SocketAddr> {
+        self.quic.as_ref().map(|q| q.addr)
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
@@ -97,6 +126,16 @@ impl Server {
         let cpus = allowed_cpus();
         let mut wakers = Vec::new();
         let mut threads = Vec::new();
+        let h3_addr = self.h3_addr();
+        let (mut quic_sockets, quic_shared) = match self.quic {
+            Some(q) => {
+                let crate::quic::Bound {
+                    sockets, shared, ..
+                } = q;
+                (sockets.into_iter().map(Some).collect(), Some(shared))
+            }
+            None => (Vec::new(), None),
+        };
         for (index, listeners) in self.listeners.into_iter().enumerate() {
             let poll = mio::Poll::new().map_err(ServerError::Worker)?;
             let waker = Arc::new(
@@ -117,6 +156,10 @@ impl Server {
                     .collect(),
                 shutdown: Arc::clone(&shutdown),
                 services: Arc::clone(&slot),
+                quic: quic_sockets
+                    .get_mut(index)
+                    .and_then(Option::take)
+                    .zip(quic_shared.clone()),
             };
             let service = Arc::clone(&self.service);
             let pin = self
@@ -137,6 +180,7 @@ impl Server {
             threads.push(thread);
         }
         Ok(Running {
+            h3_addr,
             addrs: self.addrs,
             plain_count: self.plain_count,
             reload: ReloadHandle {
@@ -194,6 +238,7 @@ impl ShutdownHandle {
 
 /// A started server.
 pub struct Running {
+    h3_addr: Option<SocketAddr>,
     addrs: Vec<SocketAddr>,
     plain_count: usize,
     reload: ReloadHandle,
@@ -212,6 +257,12 @@ impl Running {
     #[must_use]
     pub fn tls_addrs(&self) -> &[SocketAddr] {
         &self.addrs[self.plain_count..]
+    }
+
+    /// The UDP address HTTP/3 is served on, when it is.
+    #[must_use]
+    pub fn h3_addr(&self) -> Option<SocketAddr> {
+        self.h3_addr
     }
 
     /// A handle that starts a graceful shutdown.

@@ -23,6 +23,7 @@ use crate::ctx::WorkerCtx;
 use crate::pool::BufferPool;
 use crate::proto::Connection;
 use crate::proxy::engine::{is_upstream, Readiness, Upstreams, RELAY_LOW_WATER};
+use crate::quic::QuicWorker;
 use crate::router::Router;
 use crate::transport::Transport;
 
@@ -30,6 +31,8 @@ use crate::transport::Transport;
 pub(crate) const WAKER: Token = Token(usize::MAX - 1);
 /// Tokens below this are listeners (one per listen address); connections start here.
 const FIRST_CONN: usize = 1024;
+/// Token of the worker's QUIC socket (below the connections, above any listener).
+const QUIC: Token = Token(FIRST_CONN - 1);
 /// How long accepting pauses after `EMFILE`/`ENFILE`/`ENOBUFS` before it is tried again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from epoll per wait.
@@ -50,6 +53,8 @@ pub(crate) struct Worker {
     pub(crate) shutdown: Arc<AtomicBool>,
     /// The service to build the router from, replaced on reload.
     pub(crate) services: Arc<crate::service::ServiceSlot>,
+    /// This worker's QUIC socket and what its endpoint is built from (`--h3-listen`).
+    pub(crate) quic: Option<(std::net::UdpSocket, Arc<crate::quic::QuicShared>)>,
 }
 
 impl Worker {
@@ -62,6 +67,29 @@ impl Worker {
                 .registry()
                 .register(&mut l.sock, Token(i), Interest::READABLE)?;
         }
+        // HTTP/3 is advertised on every response (RFC 7838), unless a site's own `add_header`
+        // says otherwise: `Alt-Svc: h3=":PORT"` with the port QUIC actually bound.
+        let alt_svc = self
+            .quic
+            .as_ref()
+            .and_then(|(sock, _)| sock.local_addr().ok())
+            .map(|a| format!("Alt-Svc: h3=\":{}\"; ma=86400", a.port()));
+        if let Some(line) = &alt_svc {
+            router.add_default_header(line);
+        }
+        let mut quic = match self.quic.take() {
+            Some((sock, shared)) => Some(QuicWorker::new(
+                self.index,
+                sock,
+                QUIC,
+                self.poll.registry(),
+                shared,
+                crate::h3::protocol_for,
+            )?),
+            None => None,
+        };
+        // Datagrams were left unread (the per-turn budget ran out): poll without waiting.
+        let mut quic_more = false;
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         let mut conns: Slab<Connection> = Slab::new();
         let mut pool = BufferPool::default();
@@ -123,10 +151,17 @@ impl Worker {
                 generation = latest;
                 router =
                     (self.services.current())(&crate::service::WorkerInfo { index: self.index });
+                if let Some(line) = &alt_svc {
+                    router.add_default_header(line);
+                }
             }
             let now = Instant::now();
-            let timeout = if deferred.is_empty() {
-                next_sweep.saturating_duration_since(now)
+            let timeout = if deferred.is_empty() && !quic_more {
+                let wake = quic
+                    .as_ref()
+                    .and_then(QuicWorker::next_timer)
+                    .map_or(next_sweep, |t| t.min(next_sweep));
+                wake.saturating_duration_since(now)
             } else {
                 Duration::ZERO
             };
@@ -147,11 +182,27 @@ impl Worker {
                 }
                 self.listeners.clear();
                 next_sweep = now; // close idle connections right away
+                if let Some(q) = &mut quic {
+                    let mut ctx = worker_ctx!(QUIC, now, shutting_down);
+                    q.shut_down(now, &mut ctx);
+                }
             }
 
             for event in &events {
                 let token = event.token();
                 if token == WAKER {
+                    continue;
+                }
+                if token == QUIC {
+                    if let Some(q) = &mut quic {
+                        let mut ctx = worker_ctx!(QUIC, now, shutting_down);
+                        quic_more = q.on_event(
+                            event.is_readable() || event.is_error(),
+                            event.is_writable(),
+                            now,
+                            &mut ctx,
+                        );
+                    }
                     continue;
                 }
                 if token.0 < FIRST_CONN {
@@ -227,6 +278,15 @@ impl Worker {
                 deliver_touched(&mut conns, &mut upstreams, &mut ctx, &mut relays);
             }
 
+            // QUIC: datagrams left over from a busy turn, then the timers due.
+            if let Some(q) = &mut quic {
+                let mut ctx = worker_ctx!(QUIC, now, shutting_down);
+                if quic_more {
+                    quic_more = q.receive(now, &mut ctx);
+                }
+                q.on_timers(now, &mut ctx);
+            }
+
             // File sends that yielded their turn continue now.
             std::mem::swap(&mut deferred, &mut deferred_now);
             for token in deferred_now.drain(..) {
@@ -294,12 +354,21 @@ impl Worker {
                     counters.cache_misses = misses;
                     counters.cache_bytes = bytes as u64;
                     counters.compress = crate::compress::stats();
+                    if let Some(q) = &quic {
+                        let c = q.counts;
+                        counters.quic = [c.accepted, c.retries, c.refused, q.len() as u64];
+                    }
                     registry.publish(self.index, &counters);
                 }
             }
 
             if shutting_down {
-                if conns.is_empty() || grace_deadline.is_some_and(|d| now >= d) {
+                let quic_open = quic.as_ref().map_or(0, QuicWorker::len);
+                if (conns.is_empty() && quic_open == 0) || grace_deadline.is_some_and(|d| now >= d)
+                {
+                    if let Some(q) = &quic {
+                        q.report();
+                    }
                     return Ok(());
                 }
                 continue;

@@ -7,6 +7,9 @@
 //! and RST_STREAM — is kept here.
 //!
 //! Flow control: request bodies go out as the server's windows allow ([`ClientConn::pump`]);
+//! a body that is still arriving streams through [`ClientConn::open_streaming`], the caller
+//! passing what [`ClientConn::send_room`] allows to [`ClientConn::send_data`] and ending it with
+//! [`ClientConn::finish`];
 //! response data is counted against the windows this side announced and given back only when
 //! the caller says it has passed it on ([`ClientConn::release`]), so a slow reader downstream
 //! slows the server instead of filling memory.
@@ -120,6 +123,8 @@ struct Stream {
     trailers: Option<Vec<(Vec<u8>, Vec<u8>)>>,
     /// END_STREAM sent.
     sent_end: bool,
+    /// The body comes from the caller as it arrives ([`ClientConn::send_data`]), not `body`.
+    streaming: bool,
     /// A final head arrived.
     head_seen: bool,
 }
@@ -240,10 +245,39 @@ impl ClientConn {
         body: &[u8],
         trailers: &[(&[u8], &[u8])],
     ) -> Result<u32, OpenError> {
+        self.open_with(head, body, trailers, false)
+    }
+
+    /// Opens a stream whose body is still arriving: `head` goes out without END_STREAM, and
+    /// the body follows through [`ClientConn::send_data`] and [`ClientConn::finish`].
+    ///
+    /// # Errors
+    /// [`OpenError`]: the connection is full or closing.
+    pub fn open_streaming<'f>(
+        &mut self,
+        head: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+    ) -> Result<u32, OpenError> {
+        self.open_with(head, b"", &[], true)
+    }
+
+    /// [`ClientConn::open`] (`streaming` false) and [`ClientConn::open_streaming`] (`streaming`
+    /// true, `body` and `trailers` empty) in one: a caller that does both makes one copy of the
+    /// field encoding, not two (a proxy's every request goes through it).
+    ///
+    /// # Errors
+    /// [`OpenError`]: the connection is full or closing.
+    #[inline]
+    pub fn open_with<'f>(
+        &mut self,
+        head: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+        body: &[u8],
+        trailers: &[(&[u8], &[u8])],
+        streaming: bool,
+    ) -> Result<u32, OpenError> {
         self.can_open()?;
         let id = self.next_id;
         self.next_id += 2;
-        let end = body.is_empty() && trailers.is_empty();
+        let end = body.is_empty() && trailers.is_empty() && !streaming;
         self.block.clear();
         self.enc.encode_fields(head, &mut self.block);
         frame::write_headers(
@@ -267,10 +301,85 @@ impl ClientConn {
                     .collect()
             }),
             sent_end: end,
+            streaming,
             head_seen: false,
         });
         self.pump();
         Ok(id)
+    }
+
+    /// How many body bytes stream `id` may send now: the smaller of its window and the
+    /// connection's; 0 once it ended (or the server ended it: its response is complete).
+    #[must_use]
+    pub fn send_room(&self, id: u32) -> usize {
+        match self.index(id) {
+            Some(i) if self.streams[i].streaming && !self.streams[i].sent_end => {
+                let room = self.streams[i].send_window.min(self.send_window);
+                usize::try_from(room.max(0)).unwrap_or(usize::MAX)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether stream `id` (opened with [`ClientConn::open_streaming`]) still takes body.
+    #[must_use]
+    pub fn sending(&self, id: u32) -> bool {
+        self.index(id)
+            .is_some_and(|i| self.streams[i].streaming && !self.streams[i].sent_end)
+    }
+
+    /// Queues body bytes of stream `id` as DATA frames, as far as [`ClientConn::send_room`]
+    /// allows. Returns how many were taken.
+    pub fn send_data(&mut self, id: u32, data: &[u8]) -> usize {
+        let room = self.send_room(id).min(data.len());
+        let max_frame = self.peer.max_frame_size as usize;
+        for piece in data[..room].chunks(max_frame) {
+            frame::write_data_header(&mut self.out, id, piece.len(), false);
+            self.out.extend_from_slice(piece);
+        }
+        if room > 0 {
+            if let Some(i) = self.index(id) {
+                self.streams[i].send_window -= room as i64;
+            }
+            self.send_window -= room as i64;
+        }
+        room
+    }
+
+    /// Ends stream `id`'s body: END_STREAM on an empty DATA frame, or on a HEADERS frame of
+    /// `trailers` (names in lower case) when there are any. Returns false when the stream no
+    /// longer takes body (it ended, or was reset).
+    pub fn finish<'f>(
+        &mut self,
+        id: u32,
+        trailers: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+    ) -> bool {
+        if !self.sending(id) {
+            return false;
+        }
+        let max_frame = self.peer.max_frame_size as usize;
+        self.block.clear();
+        self.enc.encode_fields(trailers, &mut self.block);
+        if self.block.is_empty() {
+            frame::write_data_header(&mut self.out, id, 0, true);
+        } else {
+            frame::write_headers(&mut self.out, id, &self.block, true, max_frame);
+        }
+        if let Some(i) = self.index(id) {
+            self.streams[i].sent_end = true;
+        }
+        true
+    }
+
+    /// The server ended stream `i` (its response is complete): it leaves. A request body not
+    /// all sent stops there, and the stream is reset (CANCEL) so that the server's side closes
+    /// too (RFC 9113 §8.1: a response may come before the whole request).
+    #[inline]
+    fn server_ended(&mut self, i: usize) {
+        let s = self.streams.swap_remove(i);
+        if !s.sent_end {
+            frame::write_rst_stream(&mut self.out, s.id, ErrorCode::Cancel);
+        }
     }
 
     /// Cancels stream `id` (RST_STREAM CANCEL): its client went away.
@@ -307,7 +416,7 @@ impl ClientConn {
         let max_frame = self.peer.max_frame_size as usize;
         for i in 0..self.streams.len() {
             let s = &mut self.streams[i];
-            if s.sent_end {
+            if s.sent_end || s.streaming {
                 continue;
             }
             while s.body_pos < s.body.len() {
@@ -543,7 +652,7 @@ impl ClientConn {
         }
         let end = h.has(flag::END_STREAM);
         if end {
-            self.streams.swap_remove(i);
+            self.server_ended(i);
         }
         if padding > 0 {
             self.release(h.stream, padding);
@@ -622,7 +731,7 @@ impl ClientConn {
                 self.stream_error(stream, ErrorCode::Protocol, on);
                 return Ok(());
             }
-            self.streams.swap_remove(i);
+            self.server_ended(i);
             let fields = Fields {
                 buf: &self.decoded,
                 ranges: &self.ranges,
@@ -649,7 +758,7 @@ impl ClientConn {
         }
         self.streams[i].head_seen = true;
         if end_stream {
-            self.streams.swap_remove(i);
+            self.server_ended(i);
         }
         let fields = Fields {
             buf: &self.decoded,
@@ -855,6 +964,92 @@ mod tests {
         feed(&mut c, &grant, 100).unwrap();
         // The rest of the body, then the trailers ending the stream.
         assert_eq!(data_frames(&c.out), vec![(15, false), (u32::MAX, true)]);
+    }
+
+    #[test]
+    fn a_streaming_body_goes_as_the_windows_allow_and_ends_with_trailers() {
+        let mut c = ClientConn::new();
+        feed(
+            &mut c,
+            &server_frames(|o, _| {
+                frame::write_settings(
+                    o,
+                    &[
+                        (setting::MAX_CONCURRENT_STREAMS, 10),
+                        (setting::INITIAL_WINDOW_SIZE, 10),
+                    ],
+                );
+            }),
+            100,
+        )
+        .unwrap();
+        c.out.clear();
+        let id = c.open_streaming([(&b":method"[..], &b"POST"[..])]).unwrap();
+        let h = FrameHeader::parse(&c.out).unwrap();
+        assert_eq!(h.kind, kind::HEADERS);
+        assert!(!h.has(flag::END_STREAM), "the body follows");
+        c.out.clear();
+        assert_eq!(c.send_room(id), 10);
+        assert_eq!(c.send_data(id, &[b'x'; 25]), 10);
+        assert_eq!(c.send_room(id), 0);
+        assert_eq!(c.send_data(id, b"more"), 0);
+        let h = FrameHeader::parse(&c.out).unwrap();
+        assert_eq!(
+            (h.kind, h.len, h.has(flag::END_STREAM)),
+            (kind::DATA, 10, false)
+        );
+        c.out.clear();
+        feed(
+            &mut c,
+            &server_frames(|o, _| frame::write_window_update(o, id, 100)),
+            100,
+        )
+        .unwrap();
+        assert!(
+            c.out.is_empty(),
+            "nothing is sent for a streaming body but what is given"
+        );
+        assert_eq!(c.send_data(id, &[b'y'; 15]), 15);
+        assert!(c.finish(id, [(&b"x-sum"[..], &b"1"[..])]));
+        assert!(!c.sending(id));
+        assert!(!c.finish(id, []), "ended once");
+        let mut kinds = Vec::new();
+        let mut at = 0;
+        while let Some(h) = FrameHeader::parse(&c.out[at..]) {
+            kinds.push((h.kind, h.has(flag::END_STREAM)));
+            at += HEADER_LEN + h.len as usize;
+        }
+        assert_eq!(kinds, vec![(kind::DATA, false), (kind::HEADERS, true)]);
+        // Without trailers the end is an empty DATA frame.
+        let id = c.open_streaming([(&b":method"[..], &b"POST"[..])]).unwrap();
+        c.out.clear();
+        assert!(c.finish(id, []));
+        let h = FrameHeader::parse(&c.out).unwrap();
+        assert_eq!(
+            (h.kind, h.len, h.has(flag::END_STREAM)),
+            (kind::DATA, 0, true)
+        );
+    }
+
+    #[test]
+    fn a_complete_response_before_the_body_ends_resets_the_stream() {
+        let mut c = ClientConn::new();
+        feed(&mut c, &server_frames(|o, _| settings(o, 10)), 100).unwrap();
+        let id = c.open_streaming([(&b":method"[..], &b"POST"[..])]).unwrap();
+        assert_eq!(c.send_data(id, b"part"), 4);
+        c.out.clear();
+        let input = server_frames(|out, enc| {
+            let mut block = Vec::new();
+            enc.encode_response(413, [], &mut block);
+            frame::write_headers(out, id, &block, true, 16_384);
+        });
+        let seen = feed(&mut c, &input, 100).unwrap();
+        assert!(matches!(seen[..], [Seen::Head(_, 413, _, true)]));
+        assert!(!c.sending(id));
+        assert_eq!(c.send_room(id), 0);
+        let h = FrameHeader::parse(&c.out).unwrap();
+        assert_eq!((h.kind, h.stream), (kind::RST_STREAM, id));
+        assert_eq!(c.in_flight(), 0);
     }
 
     #[test]

@@ -10,8 +10,8 @@ pub use crate::head::{HeadError, RequestHead};
 
 impl RequestHead {
     /// Decodes `block` (a complete header block: HEADERS and its CONTINUATIONs) into this head.
-    /// With `trailers`, the block is a trailer section: pseudo-header fields are refused and
-    /// nothing is kept. `:protocol` is accepted on CONNECT: the server announces extended
+    /// With `trailers`, the block is a trailer section: pseudo-header fields are refused, and
+    /// the fields are kept for a proxy that passes them on ([`RequestHead::fields`]). `:protocol` is accepted on CONNECT: the server announces extended
     /// CONNECT (RFC 8441), for WebSocket over HTTP/2.
     ///
     /// # Errors

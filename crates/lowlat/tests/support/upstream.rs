@@ -13,7 +13,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -81,6 +81,9 @@ pub enum App {
     WebSocketEcho,
     /// `grpc_server.py`: grpcio serving `lowlat.test.Echo` (`echo.proto`) in clear (h2c).
     Grpc,
+    /// `h2_recorder.py`: an HTTP/2 server (h2c) recording request fields, bodies, trailers and
+    /// resets.
+    H2Recorder,
     /// `bad_upstream.py`: a raw-socket server sending one shape of bad (or unusual) response.
     Bad(BadKind),
 }
@@ -243,6 +246,49 @@ pub fn pattern(offset: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// SHA-256 in hex of the first `len` bytes of [`pattern`] from offset 0, by Python's hashlib
+/// (fast where a debug-built digest of a gibibyte would not be).
+pub fn pattern_sha256(len: u64) -> String {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import hashlib, sys\n\
+             n = int(sys.argv[1]); block = bytes(i % 251 for i in range(251 * 4096))\n\
+             h = hashlib.sha256()\n\
+             for _ in range(n // len(block)): h.update(block)\n\
+             h.update(block[: n % len(block)]); print(h.hexdigest())",
+            &len.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Writes `len` bytes of [`pattern`] to `s`, as chunks of `chunk` bytes when `chunk` is not 0.
+pub fn send_pattern(s: &mut impl Write, len: u64, chunk: usize) -> std::io::Result<()> {
+    let block = pattern(0, 251 * 4096);
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        if chunk == 0 {
+            s.write_all(&block[..n])?;
+        } else {
+            for piece in block[..n].chunks(chunk) {
+                let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
+                framed.extend_from_slice(piece);
+                framed.extend_from_slice(b"\r\n");
+                s.write_all(&framed)?;
+            }
+        }
+        left -= n as u64;
+    }
+    if chunk != 0 {
+        s.write_all(b"0\r\n\r\n")?;
+    }
+    Ok(())
+}
+
 /// A running upstream process.
 pub struct Upstream {
     child: Child,
@@ -280,6 +326,11 @@ impl Upstream {
         Upstream::start(App::Grpc, Bind::Ephemeral, &[])
     }
 
+    /// The HTTP/2 recorder on 127.0.0.1, a free port (h2c).
+    pub fn h2_recorder() -> Upstream {
+        Upstream::start(App::H2Recorder, Bind::Ephemeral, &[])
+    }
+
     /// The misbehaving upstream, sending `kind`, on 127.0.0.1, a free port.
     pub fn bad(kind: BadKind) -> Upstream {
         Upstream::start(App::Bad(kind), Bind::Ephemeral, &[])
@@ -304,6 +355,7 @@ impl Upstream {
             App::Uvicorn => "asgi_app.py",
             App::WebSocketEcho => "ws_echo.py",
             App::Grpc => "grpc_server.py",
+            App::H2Recorder => "h2_recorder.py",
             App::Bad(kind) => {
                 args.push(kind.name().into());
                 "bad_upstream.py"
@@ -454,6 +506,7 @@ impl fmt::Display for Upstream {
             App::Uvicorn => f.write_str("uvicorn"),
             App::WebSocketEcho => f.write_str("the WebSocket echo server"),
             App::Grpc => f.write_str("the gRPC server"),
+            App::H2Recorder => f.write_str("the HTTP/2 recorder"),
             App::Bad(kind) => write!(f, "the bad upstream ({})", kind.name()),
         }
     }

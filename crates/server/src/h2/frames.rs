@@ -216,6 +216,25 @@ impl H2Conn {
         }
     }
 
+    /// Trailers ended stream `i`'s streaming body: they go to the upload (those that may pass),
+    /// which ends.
+    fn upload_trailers(&mut self, i: usize) {
+        let s = &mut self.streams[i];
+        let Some(up) = s.upload.take() else {
+            return;
+        };
+        s.state = State::HalfClosedRemote;
+        let mut pipe = up.pipe.borrow_mut();
+        if up.declared.is_some_and(|n| n != up.received) {
+            pipe.fail(400);
+        }
+        pipe.end_with_trailers(self.head.fields().map(|(n, v)| (n.as_bytes(), v)));
+        drop(pipe);
+        if let Some(token) = s.relay.and_then(|r| r.upstream) {
+            self.upload_wakes.push((token, s.id));
+        }
+    }
+
     /// The upstream side took enough of stream `id`'s upload: the client may send more.
     pub(crate) fn upload_room(&mut self, ctx: &WorkerCtx<'_>, id: u32) {
         let initial = i64::from(ctx.cfg.h2.initial_window);
@@ -329,6 +348,10 @@ impl H2Conn {
             }
             if !end_stream || result.is_err() || self.streams[i].tunnel.is_some() {
                 return self.stream_error(id, ErrorCode::Protocol);
+            }
+            if self.streams[i].upload.is_some() {
+                // Trailers end a body streaming to an upstream, and go on with it.
+                return self.upload_trailers(i);
             }
             return self.request_complete(ctx, i);
         }

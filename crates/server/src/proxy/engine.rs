@@ -34,7 +34,7 @@ use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
 use super::trailers::trailer_passes;
 use super::tunnel::{self, Pumped};
-use super::upload::UPLOAD_LOW_WATER;
+use super::upload::{UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
 use super::upstream::{BodyLeft, Phase, Sock, Tunnel, UpConn};
 use crate::ctx::WorkerCtx;
 
@@ -43,11 +43,6 @@ pub(crate) use super::upstream::TOKEN_BASE;
 const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
-
-/// A streaming request body waiting for its client is bounded by the client connection's body
-/// timeout (which abandons the exchange); this only keeps the upstream's deadline from firing
-/// first.
-const UPLOAD_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// What writing a streaming body achieved.
 enum Sent {
@@ -159,6 +154,9 @@ impl Upstreams {
         down: &mut dyn Downstream,
     ) {
         let group = std::rc::Rc::clone(&job.group);
+        if let Some(up) = &job.upload {
+            up.borrow_mut().for_http2(group.cfg.servers[server].h2);
+        }
         if group.cfg.servers[server].h2 {
             if let Err(job) = self.h2.assign(server, job, client, ctx, down) {
                 self.retry_or_answer(server, job, false, Failure::Connect, client, ctx, down);
@@ -590,6 +588,9 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        if h2up::owns(token) {
+            return self.h2.wake(token, ctx);
+        }
         let key = token.0 - TOKEN_BASE;
         // (A tunnel's HTTP/2 client sent bytes: they are pumped too.)
         if self

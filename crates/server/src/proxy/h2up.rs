@@ -12,6 +12,18 @@
 //! Back-pressure is HTTP/2's own: data a client has not taken is not given back to the
 //! server's window, so at most a stream window per exchange is held here.
 //!
+//! A request body still arriving from the client (`super::upload`) streams: HEADERS go out
+//! without END_STREAM, then DATA as the client's bytes come and the server's windows (its
+//! connection's and the stream's) allow — a WINDOW_UPDATE read is followed by another pump —
+//! and END_STREAM (on the client's trailers, if it sent any) once the body is in. What the
+//! upload holds is taken only while the connection's unwritten output is below
+//! [`UPLOAD_OUT_LIMIT`]; what it no longer holds lets the client send more
+//! (`Downstream::upload_drained`). The response is relayed as it comes, body still going: a
+//! gRPC bidirectional call works both ways at once. A response that ends first ends the upload
+//! (the stream is reset with CANCEL); a body the client's side refused (a malformed chunk, over
+//! the limit) resets the stream and answers the client 400 or 413; a client that leaves resets
+//! its stream only, never the connection the other streams share.
+//!
 //! Failures: a stream the server refused (RST_STREAM REFUSED_STREAM, or above a GOAWAY's last
 //! stream) was not processed, and an idempotent request goes once more elsewhere; any other
 //! failure before the head is a 502 (504 after the first-byte timeout); after it, the client's
@@ -37,6 +49,7 @@ use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
 use super::trailers::trailer_passes;
+use super::upload::{UploadRef, UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
 use super::upstream::Sock;
 use crate::ctx::WorkerCtx;
 
@@ -49,6 +62,10 @@ pub(crate) const EXCHANGE_OFFSET: usize = 1 << 41;
 const ASSUMED_STREAMS: usize = 100;
 /// Stop delivering (and so stop giving window back) while a client has this much unwritten.
 const HIGH_WATER: usize = 256 * 1024;
+/// Request bodies are taken from their uploads only while a connection has less than this
+/// unwritten: the socket's pace bounds what sits here, as the upload's high water bounds what
+/// waits before (64 KiB: four full DATA frames, enough to keep a socket busy between events).
+const UPLOAD_OUT_LIMIT: usize = 64 * 1024;
 /// Failure kinds, in the order of [`super::stats::FAILURE_KINDS`].
 const CONNECT: usize = 0;
 const CLOSED: usize = 1;
@@ -81,6 +98,9 @@ struct Conn {
     streams: Vec<(u32, usize)>,
     /// Exchanges waiting for the connection (or a free stream).
     waiting: Vec<usize>,
+    /// Streams that may still have a request body to send (counted again on each pass while
+    /// not 0): a connection without any skips the pass, so bodiless requests pay nothing.
+    uploads: usize,
     /// Connect deadline, then idle deadline while no stream is open.
     deadline: Instant,
 }
@@ -95,6 +115,9 @@ enum Outcome {
     /// Failed: a status page if nothing was relayed, else a cut response. `retry`: the server
     /// did not process it.
     Failed { kind: usize, retry: bool },
+    /// The client's side refused its own body midway (a malformed chunk, over the limit):
+    /// this status if nothing was relayed, else a cut response. Not the server's failure.
+    Refused(u16),
 }
 
 /// A response head read, not yet delivered.
@@ -118,6 +141,12 @@ struct Exchange {
     client: (Token, u32),
     /// Kept until the head arrives (a refused stream sends it again).
     job: Option<ProxyJob>,
+    /// The request body still arriving from the client, sent as it comes; `None` once it is
+    /// all sent (or for a body sent whole).
+    upload: Option<UploadRef>,
+    /// The upload went below its low water since the last delivery: the client's side, which
+    /// may have stopped for room, is told on the next one.
+    upload_resume: bool,
     head_request: bool,
     /// A head to deliver.
     head: Option<Box<PendingHead>>,
@@ -189,6 +218,7 @@ impl H2Upstreams {
         down: &mut dyn Downstream,
     ) -> Result<(), ProxyJob> {
         let group = Rc::clone(&job.group);
+        let upload = job.upload.clone();
         let room = self.conns.iter().find_map(|(k, c)| {
             let same = Rc::ptr_eq(&c.group, &group) && c.server == server;
             let used = c.streams.len() + c.waiting.len();
@@ -210,6 +240,8 @@ impl H2Upstreams {
             client,
             head_request: job.head_request,
             job: Some(job),
+            upload,
+            upload_resume: false,
             head: None,
             head_relayed: false,
             status: 0,
@@ -267,6 +299,7 @@ impl H2Upstreams {
             writable: false,
             streams: Vec::new(),
             waiting: Vec::new(),
+            uploads: 0,
             deadline: ctx.now + group.cfg.timeouts.connect,
         });
         Some(key)
@@ -351,14 +384,20 @@ impl H2Upstreams {
                 },
                 Phase::Open => {
                     self.open_waiting(key, ctx);
+                    // Checked here, not in the call: a bodiless request pays one comparison.
+                    if self.conns[key].uploads > 0 {
+                        self.pump_uploads(key, ctx);
+                    }
                     if !self.write(key, ctx) {
                         return;
                     }
                     if !self.read(key, ctx) {
                         return;
                     }
+                    // What was read may have opened a window for a body waiting to go.
+                    let moved = self.conns[key].uploads > 0 && self.pump_uploads(key, ctx);
                     let c = &self.conns[key];
-                    if !c.readable && (c.session.out.len() == c.wpos || !c.writable) {
+                    if !c.readable && !moved && (c.session.out.len() == c.wpos || !c.writable) {
                         return;
                     }
                 }
@@ -379,8 +418,16 @@ impl H2Upstreams {
             };
             let Some(job) = &x.job else { continue };
             let tls = c.group.cfg.servers[c.server].tls.is_some();
-            match open_stream(&mut c.session, &job.request, tls, &mut self.scratch) {
+            let streaming = x.upload.is_some();
+            match open_stream(
+                &mut c.session,
+                &job.request,
+                tls,
+                streaming,
+                &mut self.scratch,
+            ) {
                 Some(Ok(id)) => {
+                    c.uploads += usize::from(streaming);
                     x.stream = id;
                     x.sent_at = ctx.now;
                     x.deadline = ctx.now + c.group.cfg.timeouts.first_byte;
@@ -406,6 +453,119 @@ impl H2Upstreams {
                     };
                     self.touched.push(xkey);
                 }
+            }
+        }
+    }
+
+    /// Moves streaming request bodies from their uploads into DATA frames, as far as the
+    /// server's windows and [`UPLOAD_OUT_LIMIT`] allow; ends those whose client body is all in.
+    /// Returns whether anything was queued.
+    fn pump_uploads(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) -> bool {
+        let Self {
+            conns,
+            exchanges,
+            touched,
+            ..
+        } = self;
+        let c = &mut conns[key];
+        if c.uploads == 0 {
+            return false;
+        }
+        let timeouts = c.group.cfg.timeouts;
+        let mut moved = false;
+        let mut refused = false;
+        let mut uploads = 0;
+        for &(stream, xkey) in &c.streams {
+            let Some(x) = exchanges.get_mut(xkey) else {
+                continue;
+            };
+            let Some(up) = &x.upload else { continue };
+            uploads += 1;
+            let mut pipe = up.borrow_mut();
+            if let Some(status) = pipe.failed() {
+                // The upstream got part of a request: its stream is reset, the others on the
+                // connection go on.
+                tracing::debug!(
+                    status,
+                    stream,
+                    "request body refused while streaming: upstream stream reset"
+                );
+                c.session.cancel(stream);
+                drop(pipe);
+                x.upload = None;
+                x.outcome = Outcome::Refused(status);
+                touched.push(xkey);
+                refused = true;
+                moved = true;
+                continue;
+            }
+            if !c.session.sending(stream) {
+                // The response ended first (the codec reset the stream): nothing more goes.
+                continue;
+            }
+            let mut progress = false;
+            while c.session.out.len() - c.wpos < UPLOAD_OUT_LIMIT {
+                let pending = pipe.pending();
+                if pending.is_empty() {
+                    break;
+                }
+                let before = pending.len();
+                let n = c
+                    .session
+                    .send_data(stream, &pending[..before.min(UPLOAD_OUT_LIMIT)]);
+                if n == 0 {
+                    break;
+                }
+                pipe.taken(n);
+                progress = true;
+                if before >= UPLOAD_LOW_WATER && pipe.drained() {
+                    // The client's side may have stopped for room: it reads again.
+                    x.upload_resume = true;
+                    touched.push(xkey);
+                }
+            }
+            let head_seen = x.head.is_some() || x.head_relayed;
+            if pipe.done() {
+                let trailers = pipe.trailers().iter().map(|(n, v)| (&n[..], &v[..]));
+                c.session.finish(stream, trailers);
+                drop(pipe);
+                x.upload = None;
+                progress = true;
+                if !head_seen {
+                    x.deadline = ctx.now + timeouts.first_byte;
+                }
+            } else if !head_seen {
+                x.deadline = if progress {
+                    ctx.now + timeouts.write
+                } else if pipe.pending().is_empty() {
+                    // The client's pace: its connection's body timeout bounds the wait.
+                    ctx.now + UPLOAD_WAIT_LIMIT
+                } else {
+                    // The server's window: it must take the body within the write timeout.
+                    x.deadline.min(ctx.now + timeouts.write)
+                };
+            }
+            moved |= progress;
+        }
+        c.uploads = uploads;
+        if refused {
+            c.streams.retain(|&(_, xkey)| {
+                exchanges
+                    .get(xkey)
+                    .is_some_and(|x| !matches!(x.outcome, Outcome::Refused(_)))
+            });
+        }
+        moved
+    }
+
+    /// The client passed more of its body to exchange `token`'s upload: the connection sends it.
+    pub(crate) fn wake(&mut self, token: Token, ctx: &mut WorkerCtx<'_>) {
+        let Some(key) = token.0.checked_sub(base() + EXCHANGE_OFFSET) else {
+            return;
+        };
+        if let Some(conn) = self.exchanges.get(key).map(|x| x.conn) {
+            if self.conns.get(conn).is_some_and(|c| c.phase == Phase::Open) {
+                self.drive(conn, ctx);
             }
         }
     }
@@ -619,6 +779,9 @@ impl H2Upstreams {
             return Delivered::Nothing;
         };
         let (group, server) = (Rc::clone(&x.group), x.server);
+        if std::mem::take(&mut x.upload_resume) && x.upload.is_some() {
+            down.upload_drained(ctx);
+        }
         if let Some(head) = x.head.take() {
             let PendingHead {
                 status,
@@ -686,6 +849,20 @@ impl H2Upstreams {
         }
         let delivered = match x.outcome {
             Outcome::Pending => Delivered::Nothing,
+            Outcome::Refused(status) => {
+                let relayed = x.head_relayed;
+                if let Some(job) = x.job.take() {
+                    job.group.give_buffer(job.request);
+                }
+                self.remove_exchange(key);
+                self.gauges(&group, server, ctx.worker);
+                if relayed {
+                    down.relay_abort(ctx);
+                } else {
+                    down.relay_error(ctx, status);
+                }
+                Delivered::Nothing
+            }
             Outcome::Ended if !x.body.is_empty() => Delivered::Nothing,
             Outcome::Ended => {
                 if let Some(trailers) = x.trailers.take() {
@@ -730,7 +907,8 @@ impl H2Upstreams {
                         // refuses what it will not do), but is sent elsewhere if it can be.
                         Some(mut job)
                             if (job.idempotent || retry)
-                                && (!job.retried || (refused && !job.stale_retried)) =>
+                                && (!job.retried || (refused && !job.stale_retried))
+                                && job.upload.as_ref().is_none_or(|u| u.borrow().sent() == 0) =>
                         {
                             if refused && !job.stale_retried {
                                 job.stale_retried = true;
@@ -931,11 +1109,13 @@ fn connection_specific(name: &str) -> bool {
 }
 
 /// Opens a stream for `request` (the HTTP/1.1 bytes the proxy handler wrote: head, then a body
-/// of its `Content-Length`). `None` when it does not parse (it always should).
+/// of its `Content-Length`; with `streaming`, the head only, its body to follow). `None` when
+/// it does not parse (it always should).
 fn open_stream(
     session: &mut ClientConn,
     request: &[u8],
     tls: bool,
+    streaming: bool,
     scratch: &mut Vec<u8>,
 ) -> Option<Result<u32, OpenError>> {
     let mut slots = header_slots();
@@ -980,5 +1160,6 @@ fn open_stream(
         .into_iter()
         .chain(ranges.iter().map(|(n, v)| (&scratch[n.clone()], *v)))
         .chain(te);
-    Some(session.open(fields, body, &[]))
+    // With `streaming`, the body follows from the upload (`H2Upstreams::pump_uploads`).
+    Some(session.open_with(fields, body, &[], streaming))
 }

@@ -24,8 +24,6 @@ pub(crate) struct ProxyHandler {
     /// `Host` for requests that have none: the group's name, or its first server's address
     /// for a group a rule made from URLs.
     default_host: String,
-    /// A server of the group speaks HTTP/2.
-    any_h2: bool,
     /// This worker's request-id prefix (random per start): ids are unique across workers and
     /// restarts without a clock read or a lock per request.
     id_seed: u64,
@@ -52,7 +50,6 @@ pub(crate) fn mount(
         _ => group.cfg.name.clone(),
     };
     let handler = ProxyHandler {
-        any_h2: group.cfg.servers.iter().any(|s| s.h2),
         default_host,
         group,
         prefix: route.prefix.clone(),
@@ -65,8 +62,8 @@ pub(crate) fn mount(
 
 impl Handler for ProxyHandler {
     fn takes_streamed_body(&self) -> bool {
-        // HTTP/2 upstreams take bodies whole for now (`h2up` frames `request` only).
-        !self.any_h2
+        // Both upstream protocols take a body as it arrives (`engine`, `h2up`).
+        true
     }
 
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {

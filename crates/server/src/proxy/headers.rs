@@ -169,7 +169,9 @@ pub fn write_request(
             has_id = true;
         }
         // HTTP/2 may split Cookie into several fields; HTTP/1.1 wants one (RFC 9113 §8.2.3).
-        if req.version == Version::Http2 && name.eq_ignore_ascii_case("cookie") {
+        if matches!(req.version, Version::Http2 | Version::Http3)
+            && name.eq_ignore_ascii_case("cookie")
+        {
             cookies += 1;
             continue;
         }

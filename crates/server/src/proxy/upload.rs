@@ -7,6 +7,15 @@
 //! [`UPLOAD_HIGH_WATER`] bytes wait here, and is driven again once the upstream side has taken
 //! them below [`UPLOAD_LOW_WATER`]; so an upload of any size holds at most a few hundred KiB.
 //!
+//! Framing is the upstream's: an HTTP/1.1 upstream gets a body of unknown length re-framed as
+//! chunks (trailers in the last one), an HTTP/2 upstream the bare bytes (DATA frames are its
+//! framing; trailers a last HEADERS frame, [`Upload::trailers`]). The client's side puts bytes in
+//! before the server is chosen, so the upstream side says which it is
+//! ([`Upload::for_http2`]) and what waits is re-framed then (nothing has been sent yet).
+//!
+//! Trailer fields the client sent after its body pass by the rule responses' do
+//! (`super::trailers`): framing, hop-by-hop, routing and authentication fields stay behind.
+//!
 //! Invariant: bytes leave in the order they came, each once; `sent` counts them, and a request
 //! with any sent cannot be retried (the body is gone).
 
@@ -15,21 +24,35 @@ use std::io::Write;
 use std::rc::Rc;
 
 use super::headers::StreamedBody;
+use super::trailers::trailer_passes;
 
 /// A body longer than this that is not all here when its head arrives streams to an upstream as
 /// it comes, when the request is forwarded (smaller ones are read whole first: the request can
 /// then be retried on another server, and goes out in one write).
 pub(crate) const STREAM_MIN_BODY: u64 = 64 * 1024;
 
+/// A streaming request body waiting for its client is bounded by the client connection's body
+/// timeout (which abandons the exchange); this only keeps the upstream's deadline from firing
+/// first.
+pub(crate) const UPLOAD_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// The client's side stops reading while this much waits for the upstream.
 pub(crate) const UPLOAD_HIGH_WATER: usize = 256 * 1024;
 /// ...and reads again once the upstream side has taken it below this.
 pub(crate) const UPLOAD_LOW_WATER: usize = 64 * 1024;
 
+/// Trailer fields as (name, value).
+pub(crate) type TrailerList = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// A body streaming from a client to an upstream.
 #[derive(Debug)]
 pub(crate) struct Upload {
-    framing: StreamedBody,
+    /// The client did not say the body's length (an HTTP/1.1 upstream then gets chunks).
+    unknown_length: bool,
+    /// `buf` holds chunks (an HTTP/1.1 upstream and a body of unknown length), not bare bytes.
+    chunked: bool,
+    /// The client's trailer fields that pass (`super::trailers`), once its body ended.
+    trailers: TrailerList,
     /// Framed bytes for the upstream; those before `pos` are sent.
     buf: Vec<u8>,
     pos: usize,
@@ -51,7 +74,9 @@ pub(crate) type UploadRef = Rc<RefCell<Upload>>;
 impl Upload {
     pub(crate) fn new(framing: StreamedBody) -> UploadRef {
         Rc::new(RefCell::new(Self {
-            framing,
+            unknown_length: framing == StreamedBody::Chunked,
+            chunked: framing == StreamedBody::Chunked,
+            trailers: Vec::new(),
             buf: Vec::new(),
             pos: 0,
             complete: false,
@@ -66,7 +91,7 @@ impl Upload {
         if data.is_empty() || self.closed {
             return;
         }
-        if self.framing == StreamedBody::Chunked {
+        if self.chunked {
             // Into the buffer directly: no string per chunk.
             let _ = write!(self.buf, "{:x}\r\n", data.len());
             self.buf.extend_from_slice(data);
@@ -78,10 +103,72 @@ impl Upload {
 
     /// The client's body ended.
     pub(crate) fn end(&mut self) {
-        if self.framing == StreamedBody::Chunked && !self.closed {
-            self.buf.extend_from_slice(b"0\r\n\r\n");
+        self.end_with_trailers(std::iter::empty());
+    }
+
+    /// The client's body ended with trailer fields; those that may pass are kept.
+    pub(crate) fn end_with_trailers<'t>(
+        &mut self,
+        fields: impl IntoIterator<Item = (&'t [u8], &'t [u8])>,
+    ) {
+        if self.complete {
+            return;
+        }
+        self.trailers = fields
+            .into_iter()
+            .filter(|(n, _)| trailer_passes(n))
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.to_vec()))
+            .collect();
+        if self.chunked && !self.closed {
+            self.last_chunk();
         }
         self.complete = true;
+    }
+
+    /// The last chunk and the trailer section (RFC 9112 §7.1.2).
+    fn last_chunk(&mut self) {
+        self.buf.extend_from_slice(b"0\r\n");
+        for (n, v) in &self.trailers {
+            self.buf.extend_from_slice(n);
+            self.buf.extend_from_slice(b": ");
+            self.buf.extend_from_slice(v);
+            self.buf.extend_from_slice(b"\r\n");
+        }
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    /// The upstream is chosen: an HTTP/2 one takes bare bytes, an HTTP/1.1 one chunks when the
+    /// length is unknown. What waits is re-framed (nothing was sent yet).
+    pub(crate) fn for_http2(&mut self, http2: bool) {
+        let chunked = self.unknown_length && !http2;
+        if chunked == self.chunked || self.sent > 0 || self.closed {
+            return;
+        }
+        let framed = std::mem::take(&mut self.buf);
+        let waiting = &framed[self.pos..];
+        self.pos = 0;
+        if chunked {
+            if !waiting.is_empty() {
+                let _ = write!(self.buf, "{:x}\r\n", waiting.len());
+                self.buf.extend_from_slice(waiting);
+                self.buf.extend_from_slice(b"\r\n");
+            }
+            if self.complete {
+                self.last_chunk();
+            }
+        } else {
+            // This side's own chunks: well-formed, the trailers kept apart already.
+            let mut decoder = lowlat_http::body::ChunkedDecoder::new(u64::MAX);
+            let buf = &mut self.buf;
+            let _ = decoder.decode(waiting, |d| buf.extend_from_slice(d));
+        }
+        self.chunked = chunked;
+    }
+
+    /// The client's trailer fields (that pass), once the body is complete: for an upstream that
+    /// frames them itself (HTTP/2).
+    pub(crate) fn trailers(&self) -> &[(Vec<u8>, Vec<u8>)] {
+        &self.trailers
     }
 
     /// The client's body was refused midway: answer `status` if nothing was answered yet.
@@ -165,6 +252,42 @@ mod tests {
         let n = u.pending().len();
         u.taken(n);
         assert!(u.done());
+    }
+
+    #[test]
+    fn trailers_end_the_chunks_and_stay_behind_when_they_must() {
+        let up = Upload::new(StreamedBody::Chunked);
+        let mut u = up.borrow_mut();
+        u.put(b"ab");
+        u.end_with_trailers([
+            (&b"X-Checksum"[..], &b"9"[..]),
+            (b"content-length", b"2"),
+            (b"Connection", b"close"),
+        ]);
+        assert_eq!(u.pending(), b"2\r\nab\r\n0\r\nx-checksum: 9\r\n\r\n");
+        assert_eq!(u.trailers(), &[(b"x-checksum".to_vec(), b"9".to_vec())]);
+    }
+
+    #[test]
+    fn chunks_become_bare_bytes_for_http2_and_back() {
+        let up = Upload::new(StreamedBody::Chunked);
+        let mut u = up.borrow_mut();
+        u.put(b"hello ");
+        u.put(b"world");
+        u.for_http2(true);
+        assert_eq!(u.pending(), b"hello world");
+        u.put(b"!");
+        u.end_with_trailers([(&b"t"[..], &b"1"[..])]);
+        assert_eq!(u.pending(), b"hello world!", "no chunk framing for HTTP/2");
+        // Refused there before a byte went: an HTTP/1.1 server gets it as one chunk.
+        u.for_http2(false);
+        assert_eq!(u.pending(), b"c\r\nhello world!\r\n0\r\nt: 1\r\n\r\n");
+        // A length is bare bytes whatever the upstream.
+        let up = Upload::new(StreamedBody::Length(3));
+        let mut u = up.borrow_mut();
+        u.put(b"abc");
+        u.for_http2(true);
+        assert_eq!(u.pending(), b"abc");
     }
 
     #[test]

@@ -170,6 +170,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub h2: crate::h2::config::H2Args,
     #[command(flatten)]
+    pub quic: super::quic::QuicArgs,
+    #[command(flatten)]
     pub files: crate::files::FilesArgs,
     #[command(flatten)]
     pub app: crate::app::AppArgs,
@@ -209,6 +211,17 @@ impl ServeArgs {
                 "--tls-listen needs a certificate (--cert FILE --key FILE, or --acme)".into(),
             );
         }
+        if self.quic.h3_listen.is_some() && self.tls_listen.is_empty() {
+            return Err(
+                "--h3-listen needs TLS: a --tls-listen with its certificate (--cert FILE --key FILE, or --acme); QUIC uses the same certificates"
+                    .into(),
+            );
+        }
+        let tls_ports: Vec<u16> = ListenAddr::flatten(&self.tls_listen)
+            .iter()
+            .map(SocketAddr::port)
+            .collect();
+        let quic = self.quic.to_config(&tls_ports)?;
         let access_log = match &self.access_log {
             None => None,
             Some(path) => Some(Arc::new(
@@ -231,6 +244,7 @@ impl ServeArgs {
             write_timeout: self.write_timeout,
             grace: self.grace,
             h2: self.h2.to_config(),
+            quic,
             ..ServerConfig::default()
         };
         if let Some(workers) = self.workers {

@@ -6,6 +6,7 @@
 //! - [`args`]: the flags, one parser each, and the server configuration they describe.
 //! - [`file`]: `--config FILE`, every flag as a TOML key, checked by its flag's parser.
 //! - [`proxy`]: `--proxy` rules, `--proxy-*` and `[[upstream]]` groups, checked.
+//! - [`quic`]: the `--h3-*` flags (HTTP/3 over QUIC), checked.
 //! - [`sites`]: the service: a router per worker, a site per `[[site]]`.
 //! - `check`: `--check-config`, every problem with its line.
 
@@ -13,6 +14,7 @@ pub mod args;
 mod check;
 pub mod file;
 pub mod proxy;
+pub mod quic;
 pub mod sites;
 
 pub use args::{parse_listen, ListenAddr, ServeArgs, SiteArgs};

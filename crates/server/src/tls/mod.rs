@@ -81,6 +81,7 @@ pub struct TlsContext {
     config: Arc<rustls::ServerConfig>,
     resolver: Arc<SniResolver>,
     provider: Arc<CryptoProvider>,
+    backend: CryptoBackend,
     pairs: Vec<CertPaths>,
 }
 
@@ -132,6 +133,7 @@ impl TlsContext {
             config: Arc::new(config),
             resolver,
             provider,
+            backend,
             pairs: pairs.to_vec(),
         })
     }
@@ -175,6 +177,26 @@ impl TlsContext {
         let store = Self::load(&self.pairs, &self.provider, self.managed().is_some())?;
         self.resolver.replace(store);
         Ok(self.resolver.current())
+    }
+
+    /// The rustls configuration for QUIC (`--h3-listen`): the same certificates (chosen by SNI,
+    /// re-read on reload) and cryptography provider, TLS 1.3 only (RFC 9001 §4.2), ALPN `alpn`,
+    /// no 0-RTT (replayable requests), its own ticket key.
+    ///
+    /// # Errors
+    /// When the provider offers no TLS 1.3 or no ticket key can be made.
+    pub fn quic_config(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&self.provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_no_client_auth()
+            .with_cert_resolver(
+                Arc::clone(&self.resolver) as Arc<dyn rustls::server::ResolvesServerCert>
+            );
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        config.ticketer = self.backend.ticketer()?;
+        config.send_tls13_tickets = 1;
+        config.max_early_data_size = 0;
+        Ok(Arc::new(config))
     }
 
     /// A server-side TLS state machine for a connection just accepted.

@@ -1,0 +1,568 @@
+//! `lowlat serve --h3-listen` as a real process, driven by a real QUIC client (aioquic, from the
+//! test environment `scripts/test-deps.sh` makes; `tests/quic/client.py` has one scenario per
+//! subcommand): HTTP/3 requests (files, /plaintext, /json, HEAD, 404) through aioquic's HTTP/3
+//! client; handshakes and streams over the transport alone (its echo protocol), many
+//! connections over several workers, clients whose address changes mid-connection (steering),
+//! Retry forced and automatic, the idle timeout, the connection limit, and the settings' checks;
+//! HTTP/3 written by hand (malformed frames, streams and field sections) answered with the RFC's
+//! errors; `Alt-Svc` and the access log.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use lowlat_testkit::pki::{CertFiles, KeyKind, Pki};
+
+mod support;
+use support::{Served, BIN};
+
+/// The test environment's Python, checked to have aioquic.
+fn python() -> PathBuf {
+    let python = support::upstream::venv().join("bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import aioquic"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "no aioquic in the Python environment at {}: run scripts/test-deps.sh",
+        python.display()
+    );
+    python
+}
+
+fn client_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/quic/client.py")
+}
+
+/// Runs one client scenario against `served`'s QUIC address; returns its JSON answer.
+fn client(served: &Served, scenario: &[&str]) -> serde_json::Value {
+    let addr = support::address(&served.log(), "h3://");
+    let out = Command::new(python())
+        .arg(client_script())
+        .arg(scenario[0])
+        .arg(addr.ip().to_string())
+        .arg(addr.port().to_string())
+        .args(&scenario[1..])
+        .output()
+        .expect("run the QUIC client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| {
+        panic!(
+            "client {scenario:?}: {e}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(value.get("error").is_none(), "client {scenario:?}: {value}");
+    value
+}
+
+/// A `lowlat serve` with TLS and QUIC (and the echo protocol offered), plus `args`.
+fn serve(cert: &CertFiles, args: &[&str]) -> Served {
+    let mut cmd = Command::new(BIN);
+    cmd.env("LOWLAT_QUIC_ECHO", "1")
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--cert")
+        .arg(&cert.cert)
+        .arg("--key")
+        .arg(&cert.key)
+        .args(["--h3-listen", "127.0.0.1:0"]);
+    if !args.contains(&"--workers") {
+        cmd.args(["--workers", "1"]);
+    }
+    cmd.args(args);
+    Served::spawn(cmd)
+}
+
+fn cert() -> (Pki, CertFiles) {
+    let pki = Pki::new();
+    let cert = pki.leaf("quic", &["localhost"], KeyKind::EcdsaP256);
+    (pki, cert)
+}
+
+/// Stops `served` gracefully and returns its whole log (the workers' QUIC counts are last).
+fn stop(mut served: Served) -> String {
+    served.signal("TERM");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if served.child.try_wait().unwrap().is_some() {
+            std::thread::sleep(Duration::from_millis(100)); // the log thread's last lines
+            return served.log();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no exit within 10 s of SIGTERM:\n{}", served.log());
+}
+
+/// The sum over the workers of one count in their exit lines ("N clients sent a Retry").
+fn count(log: &str, what: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("quic: ") && l.contains(what))
+        .filter_map(|l| {
+            let before = &l[..l.find(what)?];
+            before.split_whitespace().last()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Requests over HTTP/3, all at once on one connection: a file of 1 MB (byte for byte, its
+/// validators), a small one, the built-in /plaintext and /json, a missing file (404). (HEAD is
+/// not among them: aioquic's client checks a HEAD response's empty body against its
+/// `content-length`.)
+#[test]
+fn http3_gets_files_and_builtins() {
+    let (_pki, cert) = cert();
+    let root = tempfile::tempdir().unwrap();
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    std::fs::write(root.path().join("big.bin"), &big).unwrap();
+    std::fs::write(root.path().join("index.html"), "<p>hello over h3</p>\n").unwrap();
+    let served = serve(&cert, &["--root", root.path().to_str().unwrap()]);
+    let got = client(
+        &served,
+        &[
+            "get",
+            "GET",
+            "/big.bin",
+            "/index.html",
+            "/plaintext",
+            "/json",
+            "/missing",
+        ],
+    );
+    let r = &got["responses"];
+    let sha = |bytes: &[u8]| {
+        use std::fmt::Write;
+        let digest = sha256(bytes);
+        digest.iter().fold(String::new(), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    };
+    assert_eq!(r[0]["status"], 200, "{got}");
+    assert_eq!(r[0]["length"], 1_000_000, "{got}");
+    assert_eq!(r[0]["sha256"].as_str(), Some(sha(&big).as_str()), "{got}");
+    assert_eq!(r[0]["headers"]["content-length"], "1000000", "{got}");
+    assert!(r[0]["headers"]["etag"].is_string(), "{got}");
+    assert_eq!(r[1]["status"], 200, "{got}");
+    assert_eq!(r[1]["text"], "<p>hello over h3</p>\n", "{got}");
+    assert_eq!(
+        r[1]["headers"]["content-type"], "text/html; charset=utf-8",
+        "{got}"
+    );
+    assert_eq!(
+        (r[2]["status"].as_u64(), r[2]["text"].as_str()),
+        (Some(200), Some("Hello, World!")),
+        "{got}"
+    );
+    assert_eq!(r[3]["status"], 200, "{got}");
+    assert_eq!(r[3]["text"], "{\"message\":\"Hello, World!\"}", "{got}");
+    assert_eq!(r[4]["status"], 404, "{got}");
+}
+
+/// Request bodies over HTTP/3: one within `--max-body` reaches the router (405: the built-in
+/// /plaintext takes GET only), one past it is answered 413 and its stream stopped, and the
+/// connection goes on serving.
+#[test]
+fn http3_request_bodies_are_bounded() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--max-body", "1k"]);
+    let got = client(&served, &["post", "/plaintext", "500", "5000", "10"]);
+    let status: Vec<u64> = got["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(status, [405, 413, 405], "{got}");
+}
+
+/// SHA-256 through the TLS stack's provider (no hashing crate of its own for one test).
+fn sha256(bytes: &[u8]) -> Vec<u8> {
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let suite = provider
+        .cipher_suites
+        .iter()
+        .find_map(|s| match s {
+            rustls::SupportedCipherSuite::Tls13(t)
+                if t.common.hash_provider.algorithm()
+                    == rustls::crypto::hash::HashAlgorithm::SHA256 =>
+            {
+                Some(t.common.hash_provider)
+            }
+            _ => None,
+        })
+        .unwrap();
+    suite.hash(bytes).as_ref().to_vec()
+}
+
+/// A handshake, then four streams of 1 MB each on one connection, echoed back byte for byte:
+/// flow control and back-pressure both ways (the windows are 1 MB per stream).
+#[test]
+fn streams_echo_over_one_connection() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &[]);
+    let got = client(&served, &["echo", "1000000", "4"]);
+    assert_eq!(got["ok"], 4, "{got}");
+    assert_eq!(got["bytes"], 4_000_000, "{got}");
+}
+
+/// Many connections at once over two workers all complete, and both workers took some.
+#[test]
+fn many_connections_over_two_workers_all_complete() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--workers", "2"]);
+    let got = client(&served, &["many", "60"]);
+    assert_eq!(got["ok"], 60, "{got}");
+    let log = stop(served);
+    let per_worker: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("connections accepted"))
+        .map(|l| count(l, " connections accepted"))
+        .collect();
+    assert_eq!(per_worker.len(), 2, "{log}");
+    assert_eq!(per_worker.iter().sum::<u64>(), 60, "{log}");
+    assert!(
+        per_worker.iter().all(|&n| n > 0),
+        "one worker took all: {log}"
+    );
+}
+
+/// Clients whose source port changes after the handshake (a NAT rebinding, through a relay)
+/// keep their connections over four workers: their packets carry connection IDs that name the
+/// worker, and the steering program delivers them there. Without steering the kernel's hash of
+/// the new address sends about three in four to a worker that does not know the connection.
+#[test]
+fn rebound_clients_keep_their_connection_on_its_worker() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--workers", "4"]);
+    assert!(
+        served.log().contains("steering by connection ID on"),
+        "{}",
+        served.log()
+    );
+    let got = client(&served, &["rebind", "12"]);
+    assert_eq!(got["ok"], 12, "{got}");
+}
+
+/// One series of `/metrics` (`--metrics` is on `served`), once the worker has published it.
+fn metric(served: &Served, series: &str) -> u64 {
+    let log = served.log();
+    let addr = log
+        .lines()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {log}"))
+        .to_owned();
+    // Published at the worker's sweep, at most a second behind.
+    std::thread::sleep(Duration::from_millis(1300));
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(
+        &mut conn,
+        format!("GET /metrics HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
+}
+
+/// `--h3-retry`: a new client is asked to prove its address first, then served (and counted
+/// on /metrics); without it, no Retry.
+#[test]
+fn retry_when_forced_and_not_otherwise() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-retry", "--metrics", "127.0.0.1:0"]);
+    let got = client(&served, &["retry"]);
+    assert_eq!(metric(&served, "lowlat_quic_retries_total "), 1);
+    assert_eq!(
+        metric(&served, "lowlat_quic_connections_accepted_total "),
+        1
+    );
+    assert_eq!(
+        (got["retried"].as_bool(), got["ok"].as_bool()),
+        (Some(true), Some(true)),
+        "{got}"
+    );
+    let log = stop(served);
+    assert_eq!(count(&log, " clients sent a Retry"), 1, "{log}");
+
+    let served = serve(&cert, &[]);
+    let got = client(&served, &["retry"]);
+    assert_eq!(
+        (got["retried"].as_bool(), got["ok"].as_bool()),
+        (Some(false), Some(true)),
+        "{got}"
+    );
+}
+
+/// Above `--h3-retry-above` handshakes in progress, new clients get a Retry (and still
+/// complete); the first did not.
+#[test]
+fn retry_is_automatic_above_the_handshakes_in_progress() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-retry-above", "2"]);
+    let got = client(&served, &["many", "30"]);
+    assert_eq!(got["ok"], 30, "{got}");
+    let log = stop(served);
+    let retries = count(&log, " clients sent a Retry");
+    assert!((1..30).contains(&retries), "{retries} retries: {log}");
+}
+
+/// A connection with no packet for `--h3-idle-timeout` is closed: the client learns the
+/// server's shorter timeout from the handshake, and the server drops the connection itself.
+#[test]
+fn idle_timeout_closes_the_connection() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-idle-timeout", "1s", "--log-level", "debug"]);
+    let got = client(&served, &["idle", "1"]);
+    let after = got["closed_after"].as_f64().unwrap_or(f64::NAN);
+    assert!((0.8..4.0).contains(&after), "{got}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !served.log().contains("lost: timed out") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(served.log().contains("lost: timed out"), "{}", served.log());
+}
+
+/// Past `--h3-max-conns` a new client is refused (CONNECTION_REFUSED), not queued.
+#[test]
+fn connections_past_the_limit_are_refused() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-max-conns", "2", "--h3-idle-timeout", "5s"]);
+    let got = client(&served, &["many", "12"]);
+    let ok = got["ok"].as_u64().unwrap_or(0);
+    assert!((2..12).contains(&ok), "{got}");
+    let log = stop(served);
+    assert!(count(&log, " refused") >= 1, "{log}");
+}
+
+/// `--check-config` answers a bad `--h3-*` setting with one line, and passes a good one.
+#[test]
+fn check_config_checks_the_h3_settings() {
+    let (_pki, cert) = cert();
+    let check = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["serve", "--check-config"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let tls: Vec<&str> = vec![
+        "--tls-listen",
+        "127.0.0.1:8443",
+        "--cert",
+        cert.cert.to_str().unwrap(),
+        "--key",
+        cert.key.to_str().unwrap(),
+    ];
+    let with = |more: &[&str]| -> Vec<String> {
+        tls.iter().chain(more).map(|s| (*s).to_owned()).collect()
+    };
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        check(&args)
+    };
+    let (code, err) = run(with(&["--h3-listen", "127.0.0.1"]));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = check(&["--h3-listen", "127.0.0.1:8443"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--h3-listen needs TLS"), "{err}");
+    let (code, err) = run(with(&[
+        "--h3-listen",
+        "127.0.0.1:8443",
+        "--h3-stream-window",
+        "4m",
+        "--h3-conn-window",
+        "1m",
+    ]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--h3-stream-window"), "{err}");
+    let (code, err) = run(with(&[
+        "--h3-listen",
+        "127.0.0.1:8443",
+        "--h3-max-udp-payload",
+        "1000",
+    ]));
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("1200"), "{err}");
+}
+
+/// SIGTERM while a response is in flight: HTTP/3's GOAWAY, the response completes (the
+/// connection closes only once the client acknowledged its last bytes), then the server exits.
+#[test]
+fn shutdown_lets_a_response_in_flight_finish() {
+    let (_pki, cert) = cert();
+    let root = tempfile::tempdir().unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(root.path().join("big.bin"), &big).unwrap();
+    let served = serve(&cert, &["--root", root.path().to_str().unwrap()]);
+    let addr = support::address(&served.log(), "h3://");
+    let mut download = Command::new(python())
+        .arg(client_script())
+        .args([
+            "get",
+            &addr.ip().to_string(),
+            &addr.port().to_string(),
+            "GET",
+            "/big.bin",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Under way: the response's head has arrived (the client says so on stderr), its 3 MB of
+    // body take seconds more (checked below).
+    let mut stderr = std::io::BufReader::new(download.stderr.take().unwrap());
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0
+        && line.trim() != "headers"
+    {
+        line.clear();
+    }
+    assert!(
+        download.try_wait().unwrap().is_none(),
+        "the download ended before the signal"
+    );
+    let log = stop(served);
+    let out = download.wait_with_output().unwrap();
+    let got: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {log}"));
+    let r = &got["responses"][0];
+    assert_eq!(
+        (r["status"].as_u64(), r["length"].as_u64()),
+        (Some(200), Some(3_000_000)),
+        "{got}\n{log}"
+    );
+}
+
+/// HTTP/3 is advertised on the TCP side (`Alt-Svc: h3=":PORT"`, the port QUIC bound), except
+/// where a site's own `--add-header` sets `Alt-Svc`; and HTTP/3 requests have their access-log
+/// lines (`HTTP/3.0`).
+#[test]
+fn http3_is_advertised_and_logged() {
+    let (_pki, cert) = cert();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let served = serve(&cert, &["--access-log", log.to_str().unwrap()]);
+    let h3 = support::address(&served.log(), "h3://");
+    let tls = served.tls_addr.expect("a TLS listener");
+    let curl = |args: &[&str]| {
+        let out = Command::new("curl")
+            .args(["-sk", "-D", "-", "-o", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).to_ascii_lowercase()
+    };
+    let head = curl(&[
+        &format!("https://localhost:{}/plaintext", tls.port()),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", tls.port()),
+    ]);
+    let want = format!("alt-svc: h3=\":{}\"; ma=86400", h3.port());
+    assert!(head.contains(&want), "{want} in {head}");
+    let head = curl(&[
+        "--http2",
+        &format!("https://localhost:{}/plaintext", tls.port()),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", tls.port()),
+    ]);
+    assert!(head.contains(&want), "over HTTP/2: {want} in {head}");
+
+    let got = client(&served, &["get", "GET", "/plaintext"]);
+    assert_eq!(got["responses"][0]["status"], 200, "{got}");
+    let text = stop(served);
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        lines.contains("\"GET /plaintext HTTP/3.0\" 200 13"),
+        "{lines}\n{text}"
+    );
+
+    // A site's own Alt-Svc wins (and is not doubled).
+    let served = serve(&cert, &["--add-header", "Alt-Svc: clear"]);
+    let tls = served.tls_addr.expect("a TLS listener");
+    let head = curl(&[
+        &format!("https://localhost:{}/plaintext", tls.port()),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", tls.port()),
+    ]);
+    assert_eq!(head.matches("alt-svc:").count(), 1, "{head}");
+    assert!(head.contains("alt-svc: clear"), "{head}");
+}
+
+/// HTTP/3 written by hand (aioquic's QUIC, frames and QPACK by the test): every malformed shape
+/// is answered with its RFC 9114 / RFC 9204 error, at the connection or the stream as the RFC
+/// says, and a well-formed request written the same way is answered.
+#[test]
+fn malformed_http3_gets_the_right_errors() {
+    const SETTINGS: &str = "uni:000400"; // a control stream with an empty SETTINGS frame
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &[]);
+    let closes = [
+        // DATA before HEADERS on a request stream.
+        (
+            vec![SETTINGS, "bidi:000161:fin"],
+            0x105,
+            "H3_FRAME_UNEXPECTED",
+        ),
+        // A control stream whose first frame is not SETTINGS.
+        (vec!["uni:00070100"], 0x10a, "H3_MISSING_SETTINGS"),
+        // Two control streams.
+        (vec![SETTINGS, SETTINGS], 0x103, "H3_STREAM_CREATION_ERROR"),
+        // A push stream from a client.
+        (vec!["uni:01"], 0x103, "H3_STREAM_CREATION_ERROR"),
+        // The control stream closed.
+        (
+            "uni:000400:fin".split(' ').collect(),
+            0x104,
+            "H3_CLOSED_CRITICAL_STREAM",
+        ),
+        // HTTP/2's frame types: PRIORITY on the control stream, WINDOW_UPDATE on a request.
+        (vec!["uni:0004000201ff"], 0x105, "H3_FRAME_UNEXPECTED"),
+        (
+            vec![SETTINGS, "bidi:0800:fin"],
+            0x105,
+            "H3_FRAME_UNEXPECTED",
+        ),
+        // A field section QPACK cannot decode.
+        (
+            vec![SETTINGS, "bidi:0103ffffff:fin"],
+            0x200,
+            "QPACK_DECOMPRESSION_FAILED",
+        ),
+    ];
+    for (streams, code, name) in closes {
+        let mut args = vec!["raw"];
+        args.extend(&streams);
+        let r = client(&served, &args);
+        assert_eq!(r["close_code"], code, "{name} for {streams:?}: {r}");
+    }
+    // Malformed requests reset their stream (H3_MESSAGE_ERROR), the connection lives.
+    let base = "headers::method=GET,:scheme=https,:authority=localhost";
+    for extra in [
+        "",
+        ",:path=/plaintext,Upper=x",
+        ",:path=/plaintext,connection=close",
+    ] {
+        let spec = format!("{base}{extra}");
+        let r = client(&served, &["raw", SETTINGS, &spec]);
+        assert_eq!(r["close_code"], serde_json::Value::Null, "{spec}: {r}");
+        assert_eq!(r["resets"]["0"], 0x10e, "{spec}: {r}");
+    }
+    let spec = format!("{base},:path=/plaintext");
+    let r = client(&served, &["raw", SETTINGS, &spec]);
+    assert_eq!(r["answered"][0], 0, "{spec}: {r}");
+}

@@ -1,0 +1,566 @@
+//! One worker's QUIC endpoint: its UDP socket, a quinn-proto `Endpoint` (sans-I/O), the
+//! connections it owns, their timers, and the protocol above each — all driven from the
+//! worker's own loop (`crate::worker`), with no runtime and no thread hop.
+//!
+//! The loop calls in three ways: the socket is readable (datagrams in: each goes to its
+//! connection or starts one), the socket is writable again (what a full send buffer held back
+//! goes out), and the earliest timer is due (loss detection, acknowledgements, idle timeout).
+//! After each, every connection touched is *driven*: its events go to the endpoint and to its
+//! protocol, then it transmits (GSO batches where the kernel has them), then its next timer is
+//! filed.
+//!
+//! Address validation: a new client whose address is not proven is answered with a Retry
+//! (stateless: a token in the Retry, no memory kept) when `--h3-retry` says so or when more
+//! than `--h3-retry-above` handshakes are in progress on this worker — the flood of spoofed
+//! Initials case. Past `--h3-max-conns` connections a new client is refused.
+//!
+//! Timers: quinn-proto says when each connection next needs `handle_timeout`. They sit in a
+//! binary heap of (time, connection); an entry whose time is no longer its connection's is
+//! skipped when popped (rather than searched for and removed when the time changes), and the
+//! heap is rebuilt when stale entries outnumber live ones four to one.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use mio::net::UdpSocket;
+use mio::{Interest, Registry, Token};
+use quinn_proto::{
+    ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, StreamEvent, Transmit,
+};
+
+use super::setup::QuicShared;
+use super::streams::{QuicProtocol, StreamIo};
+use super::udp::{self, Offload, MAX_GSO_SEGMENTS, RECV_BUFFER};
+use crate::ctx::WorkerCtx;
+
+/// Datagrams read per readable event before the other connections get their turn (a flood of
+/// Initials must not starve the TCP side of the worker).
+const RECV_BUDGET: usize = 256;
+/// The application error code a connection is closed with at shutdown: HTTP/3's H3_NO_ERROR.
+const CLOSE_NO_ERROR: u64 = 0x100;
+
+/// What chooses a protocol for a connection whose handshake agreed on an ALPN.
+pub(crate) type ProtocolFactory = fn(alpn: &[u8]) -> Option<Box<dyn QuicProtocol>>;
+
+/// One connection this worker owns.
+struct Conn {
+    conn: quinn_proto::Connection,
+    /// Chosen when the handshake completes.
+    proto: Option<Box<dyn QuicProtocol>>,
+    handshaking: bool,
+    /// The timer filed in the heap (others there for it are stale).
+    timer: Option<Instant>,
+}
+
+/// A batch the socket had no room for: destination, source address, GSO segment size, bytes.
+type Held = (SocketAddr, Option<std::net::IpAddr>, Option<usize>, Vec<u8>);
+
+/// Counts kept for `--metrics` and the tests' logs.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct QuicCounts {
+    pub(crate) accepted: u64,
+    pub(crate) retries: u64,
+    pub(crate) refused: u64,
+    pub(crate) datagrams_in: u64,
+    pub(crate) sends: u64,
+}
+
+/// One worker's QUIC side.
+pub(crate) struct QuicWorker {
+    worker: usize,
+    sock: UdpSocket,
+    endpoint: Endpoint,
+    shared: Arc<QuicShared>,
+    offload: Offload,
+    conns: HashMap<usize, Conn>,
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    handshakes: usize,
+    recv_buf: Vec<u8>,
+    send_buf: Vec<u8>,
+    /// A transmit the socket had no room for, sent first when it is writable again.
+    held: Option<Held>,
+    /// Connections that had more to send while `held` waited.
+    waiting: Vec<usize>,
+    touched: Vec<usize>,
+    protocols: ProtocolFactory,
+    closing: bool,
+    pub(crate) counts: QuicCounts,
+}
+
+impl QuicWorker {
+    /// Worker `worker`'s endpoint on `sock`, registered under `token`.
+    pub(crate) fn new(
+        worker: usize,
+        sock: std::net::UdpSocket,
+        token: Token,
+        registry: &Registry,
+        shared: Arc<QuicShared>,
+        protocols: ProtocolFactory,
+    ) -> io::Result<Self> {
+        let mut sock = UdpSocket::from_std(sock);
+        // Writable too: edge-triggered, it fires only when a full send buffer drains.
+        registry.register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)?;
+        let mut config: EndpointConfig = shared.endpoint.clone();
+        let random = shared.random;
+        let id = u8::try_from(worker % super::steer::MAX_WORKERS).unwrap_or(0);
+        config.cid_generator(move || Box::new(super::cid::WorkerCids::new(id, random)));
+        let endpoint = Endpoint::new(
+            Arc::new(config),
+            Some(Arc::clone(&shared.server)),
+            true,
+            None,
+        );
+        Ok(Self {
+            worker,
+            sock,
+            endpoint,
+            offload: shared.offload,
+            shared,
+            conns: HashMap::new(),
+            timers: BinaryHeap::new(),
+            handshakes: 0,
+            recv_buf: vec![0; RECV_BUFFER],
+            send_buf: Vec::with_capacity(RECV_BUFFER),
+            held: None,
+            waiting: Vec::new(),
+            touched: Vec::new(),
+            protocols,
+            closing: false,
+            counts: QuicCounts::default(),
+        })
+    }
+
+    /// Connections open (handshaking, established or closing).
+    pub(crate) fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Says, at exit, what this worker's endpoint did.
+    pub(crate) fn report(&self) {
+        let c = &self.counts;
+        tracing::info!(
+            worker = self.worker,
+            "quic: {} connections accepted, {} clients sent a Retry, {} refused; {} datagrams in, {} sends",
+            c.accepted,
+            c.retries,
+            c.refused,
+            c.datagrams_in,
+            c.sends
+        );
+    }
+
+    /// When the earliest timer is due (perhaps a stale one: waking early is harmless).
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// The socket has news: datagrams to read, or room to send what was held back. Returns
+    /// whether datagrams may be left unread.
+    pub(crate) fn on_event(
+        &mut self,
+        readable: bool,
+        writable: bool,
+        now: Instant,
+        ctx: &mut WorkerCtx<'_>,
+    ) -> bool {
+        if writable {
+            self.flush_held(now, ctx);
+        }
+        readable && self.receive(now, ctx)
+    }
+
+    /// Whether datagrams may be left unread (the budget ran out): the loop comes back at once.
+    pub(crate) fn receive(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) -> bool {
+        let fd = self.sock.as_raw_fd();
+        let mut budget = RECV_BUDGET;
+        let mut more = false;
+        while budget > 0 {
+            let got = match udp::recv(fd, &mut self.recv_buf) {
+                Ok(Some(got)) => got,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(worker = self.worker, "quic: recvmsg: {e}");
+                    break;
+                }
+            };
+            let segment = got.segment.max(1);
+            let mut start = 0;
+            while start < got.len {
+                let end = (start + segment).min(got.len);
+                let data = BytesMut::from(&self.recv_buf[start..end]);
+                start = end;
+                budget = budget.saturating_sub(1);
+                self.counts.datagrams_in += 1;
+                self.datagram(now, got.from, got.local, data);
+            }
+            if budget == 0 {
+                more = true;
+            }
+        }
+        self.drive_touched(now, ctx);
+        more
+    }
+
+    fn datagram(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        local: Option<std::net::IpAddr>,
+        data: BytesMut,
+    ) {
+        self.send_buf.clear();
+        match self
+            .endpoint
+            .handle(now, from, local, None, data, &mut self.send_buf)
+        {
+            Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                if let Some(c) = self.conns.get_mut(&ch.0) {
+                    c.conn.handle_event(event);
+                    self.touched.push(ch.0);
+                }
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => self.incoming(now, incoming),
+            Some(DatagramEvent::Response(t)) => {
+                let buf = std::mem::take(&mut self.send_buf);
+                self.send_now(&t, &buf);
+                self.send_buf = buf;
+            }
+            None => {}
+        }
+    }
+
+    /// A new client: accepted, asked to prove its address (Retry), or refused.
+    fn incoming(&mut self, now: Instant, incoming: quinn_proto::Incoming) {
+        let cfg = &self.shared.cfg;
+        self.send_buf.clear();
+        if self.closing || self.conns.len() >= cfg.max_conns_per_worker {
+            self.counts.refused += 1;
+            let t = self.endpoint.refuse(incoming, &mut self.send_buf);
+            let buf = std::mem::take(&mut self.send_buf);
+            self.send_now(&t, &buf);
+            self.send_buf = buf;
+            return;
+        }
+        let must_validate = cfg.retry_always || self.handshakes >= cfg.retry_above;
+        if must_validate && !incoming.remote_address_validated() && incoming.may_retry() {
+            match self.endpoint.retry(incoming, &mut self.send_buf) {
+                Ok(t) => {
+                    self.counts.retries += 1;
+                    let buf = std::mem::take(&mut self.send_buf);
+                    self.send_now(&t, &buf);
+                    self.send_buf = buf;
+                }
+                Err(e) => self.endpoint.ignore(e.into_incoming()),
+            }
+            return;
+        }
+        match self
+            .endpoint
+            .accept(incoming, now, &mut self.send_buf, None)
+        {
+            Ok((ch, conn)) => {
+                self.counts.accepted += 1;
+                self.handshakes += 1;
+                self.conns.insert(
+                    ch.0,
+                    Conn {
+                        conn,
+                        proto: None,
+                        handshaking: true,
+                        timer: None,
+                    },
+                );
+                self.touched.push(ch.0);
+            }
+            Err(e) => {
+                if let Some(t) = e.response {
+                    let buf = std::mem::take(&mut self.send_buf);
+                    self.send_now(&t, &buf);
+                    self.send_buf = buf;
+                }
+            }
+        }
+    }
+
+    /// Due timers fire; their connections are driven.
+    pub(crate) fn on_timers(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) {
+        while let Some(&Reverse((at, key))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(c) = self.conns.get_mut(&key) else {
+                continue;
+            };
+            if c.timer != Some(at) {
+                continue; // stale
+            }
+            c.timer = None;
+            c.conn.handle_timeout(now);
+            self.touched.push(key);
+        }
+        self.drive_touched(now, ctx);
+        if self.timers.len() > 64 && self.timers.len() > 4 * self.conns.len() {
+            self.timers = self
+                .conns
+                .iter()
+                .filter_map(|(&k, c)| c.timer.map(|t| Reverse((t, k))))
+                .collect();
+        }
+    }
+
+    /// Shutdown: no new connection is accepted, each protocol is told to finish what it has
+    /// under way and close (HTTP/3: GOAWAY, then H3_NO_ERROR once its requests are answered; a
+    /// handshake not done is closed at once); the worker waits until they have drained (or its
+    /// grace period ends).
+    pub(crate) fn shut_down(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) {
+        if self.closing {
+            return;
+        }
+        self.closing = true;
+        for (&key, c) in &mut self.conns {
+            match c.proto.as_mut() {
+                Some(proto) => proto.shut_down(
+                    &mut StreamIo {
+                        conn: &mut c.conn,
+                        now,
+                    },
+                    ctx,
+                ),
+                None => c.conn.close(
+                    now,
+                    quinn_proto::VarInt::from_u64(CLOSE_NO_ERROR).unwrap_or_default(),
+                    bytes::Bytes::new(),
+                ),
+            }
+            self.touched.push(key);
+        }
+        self.drive_touched(now, ctx);
+    }
+
+    fn drive_touched(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) {
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for key in touched.drain(..) {
+            self.drive(key, now, ctx);
+        }
+        // Driving may have touched none further; keep the allocation.
+        if self.touched.is_empty() {
+            self.touched = touched;
+        }
+    }
+
+    /// One connection: its events to the endpoint and its protocol, its packets out, its next
+    /// timer filed; gone once drained.
+    fn drive(&mut self, key: usize, now: Instant, ctx: &mut WorkerCtx<'_>) {
+        let ch = ConnectionHandle(key);
+        let Some(c) = self.conns.get_mut(&key) else {
+            return;
+        };
+        let mut drained = false;
+        loop {
+            let mut progress = false;
+            while let Some(event) = c.conn.poll_endpoint_events() {
+                progress = true;
+                drained |= event.is_drained();
+                if let Some(back) = self.endpoint.handle_event(ch, event) {
+                    c.conn.handle_event(back);
+                }
+            }
+            while let Some(event) = c.conn.poll() {
+                progress = true;
+                handle_app_event(c, event, now, self.protocols, ctx, &mut self.handshakes);
+            }
+            if !progress {
+                break;
+            }
+        }
+        if drained {
+            if c.handshaking {
+                self.handshakes = self.handshakes.saturating_sub(1);
+            }
+            if let Some(mut proto) = c.proto.take() {
+                proto.closed(ctx);
+            }
+            self.conns.remove(&key);
+            return;
+        }
+        self.transmit(key, now);
+        let Some(c) = self.conns.get_mut(&key) else {
+            return;
+        };
+        let next = c.conn.poll_timeout();
+        if next != c.timer {
+            c.timer = next;
+            if let Some(t) = next {
+                self.timers.push(Reverse((t, key)));
+            }
+        }
+    }
+
+    /// Sends what the connection has to send, as GSO batches where the kernel has them.
+    fn transmit(&mut self, key: usize, now: Instant) {
+        let max = if self.offload.gso {
+            MAX_GSO_SEGMENTS
+        } else {
+            1
+        };
+        loop {
+            if self.held.is_some() {
+                self.waiting.push(key);
+                return;
+            }
+            let Some(c) = self.conns.get_mut(&key) else {
+                return;
+            };
+            self.send_buf.clear();
+            let Some(t) = c.conn.poll_transmit(now, max, &mut self.send_buf) else {
+                return;
+            };
+            let buf = std::mem::take(&mut self.send_buf);
+            self.send_now(&t, &buf);
+            self.send_buf = buf;
+        }
+    }
+
+    /// Sends `buf[..t.size]`; what the socket has no room for is held until it is writable.
+    fn send_now(&mut self, t: &Transmit, buf: &[u8]) {
+        let data = &buf[..t.size.min(buf.len())];
+        let fd = self.sock.as_raw_fd();
+        let segment = t.segment_size.filter(|_| self.offload.gso);
+        self.counts.sends += 1;
+        match udp::send(fd, t.destination, t.src_ip, data, segment) {
+            Ok(true) => {}
+            // One batch is held; another meeting a full buffer meanwhile (a stateless answer)
+            // is dropped, as the network may drop any datagram.
+            Ok(false) if self.held.is_none() => {
+                self.held = Some((t.destination, t.src_ip, segment, data.to_vec()));
+            }
+            Ok(false) => {}
+            Err(e)
+                if segment.is_some()
+                    && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) =>
+            {
+                // A device that cannot segment (EIO) or a kernel that refuses this batch: one
+                // datagram per call from now on, and this batch sent that way.
+                tracing::warn!(
+                    worker = self.worker,
+                    "quic: GSO send failed ({e}); sending datagrams one by one from now on"
+                );
+                self.offload.gso = false;
+                for chunk in data.chunks(segment.unwrap_or(data.len()).max(1)) {
+                    let _ = udp::send(fd, t.destination, t.src_ip, chunk, None);
+                }
+            }
+            // A probe larger than the path (EMSGSIZE), an unreachable peer: as a lost packet.
+            Err(e) => tracing::debug!(
+                worker = self.worker,
+                "quic: sendmsg to {}: {e}",
+                t.destination
+            ),
+        }
+    }
+
+    fn flush_held(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) {
+        let Some((to, from, segment, data)) = self.held.take() else {
+            return;
+        };
+        match udp::send(self.sock.as_raw_fd(), to, from, &data, segment) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.held = Some((to, from, segment, data));
+                return;
+            }
+            Err(e) => tracing::debug!(worker = self.worker, "quic: sendmsg to {to}: {e}"),
+        }
+        let mut waiting = std::mem::take(&mut self.waiting);
+        waiting.sort_unstable();
+        waiting.dedup();
+        self.touched.append(&mut waiting);
+        self.waiting = waiting;
+        self.drive_touched(now, ctx);
+    }
+}
+
+/// One event of a connection, for the transport (handshake done, lost) or its protocol.
+fn handle_app_event(
+    c: &mut Conn,
+    event: Event,
+    now: Instant,
+    protocols: ProtocolFactory,
+    ctx: &mut WorkerCtx<'_>,
+    handshakes: &mut usize,
+) {
+    tracing::trace!("quic: {event:?}");
+    match event {
+        Event::HandshakeDataReady | Event::DatagramReceived | Event::DatagramsUnblocked => {}
+        Event::Connected => {
+            if c.handshaking {
+                c.handshaking = false;
+                *handshakes = handshakes.saturating_sub(1);
+            }
+            let alpn = c
+                .conn
+                .crypto_session()
+                .handshake_data()
+                .and_then(|d| {
+                    d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                        .ok()
+                })
+                .and_then(|d| d.protocol);
+            c.proto = alpn.as_deref().and_then(protocols);
+            let mut io = StreamIo {
+                conn: &mut c.conn,
+                now,
+            };
+            match &mut c.proto {
+                Some(p) => p.connected(&mut io, ctx),
+                // The handshake offered only protocols we serve, so this is not expected.
+                None => io.close(0x0110, b"no application protocol"),
+            }
+        }
+        Event::ConnectionLost { reason } => {
+            let stats = c.conn.stats();
+            tracing::debug!(
+                "quic: connection from {} lost: {reason} ({} datagrams sent, {} lost, {} congestion events)",
+                c.conn.remote_address(),
+                stats.udp_tx.datagrams,
+                stats.path.lost_packets,
+                stats.path.congestion_events
+            );
+            if let Some(mut p) = c.proto.take() {
+                p.closed(ctx);
+            }
+        }
+        Event::Stream(event) => {
+            let Some(proto) = c.proto.as_mut() else {
+                return;
+            };
+            let mut io = StreamIo {
+                conn: &mut c.conn,
+                now,
+            };
+            match event {
+                StreamEvent::Opened { dir } => {
+                    while let Some(id) = io.conn.streams().accept(dir) {
+                        proto.stream_readable(&mut io, u64::from(id), ctx);
+                    }
+                }
+                StreamEvent::Readable { id } => proto.stream_readable(&mut io, u64::from(id), ctx),
+                StreamEvent::Writable { id } => proto.stream_writable(&mut io, u64::from(id), ctx),
+                StreamEvent::Stopped { id, error_code } => {
+                    proto.stream_stopped(&mut io, u64::from(id), error_code.into_inner(), ctx);
+                }
+                StreamEvent::Finished { id } => proto.stream_acked(&mut io, u64::from(id), ctx),
+                StreamEvent::Available { .. } => {}
+            }
+        }
+    }
+}
