@@ -3,7 +3,8 @@
 //! environment `scripts/test-deps.sh` makes. Exact counts, status codes and bytes; `-m`
 //! concurrency as the server saw it; `-R` pacing; 0-RTT on reconnections after GOAWAY; a
 //! server that refuses the handshake, one that does not offer h3, and a certificate not
-//! trusted — each a clear error, the CLI exiting non-zero.
+//! trusted — each a clear error, the CLI exiting non-zero. Also exact counts against caddy and
+//! against `lowlat serve --h3-listen` in process.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -520,4 +521,43 @@ fn lost_packets_are_counted_and_every_request_still_answered() {
     drop(relay);
     let stats = server.stop();
     assert_eq!(stats["requests"], 2000, "{stats}");
+}
+
+#[test]
+fn exact_counts_against_lowlat_serve() {
+    use lowlat_server::tls::{CertPaths, CryptoBackend, TlsContext, ALPN_H2_HTTP1};
+    use lowlat_server::{builtin_service, Server, ServerConfig};
+    let pki = Pki::new();
+    let leaf = pki.leaf("srv", &["localhost"], KeyKind::EcdsaP256);
+    let tls = TlsContext::new(
+        &[CertPaths {
+            cert: leaf.cert,
+            key: leaf.key,
+        }],
+        CryptoBackend::default(),
+        ALPN_H2_HTTP1,
+    )
+    .unwrap();
+    let cfg = ServerConfig {
+        tls_listen: vec!["127.0.0.1:0".parse().unwrap()],
+        tls: Some(std::sync::Arc::new(tls)),
+        quic: Some(lowlat_server::quic::config::QuicConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+        )),
+        workers: 1,
+        grace: Duration::from_secs(1),
+        ..ServerConfig::default()
+    };
+    let server = Server::bind(cfg, builtin_service()).unwrap();
+    let port = server.h3_addr().expect("HTTP/3 bound").port();
+    let running = server.start().unwrap();
+    let url = format!("https://localhost:{port}/plaintext");
+    for streams in [1, 10, 100] {
+        let r = run(&h3(&url, 20_000, 2, streams, trusting(&pki)));
+        assert_eq!(r.responses, 20_000, "-m {streams}");
+        assert_eq!(r.status.success, 20_000);
+        assert_eq!(r.errors.total(), 0, "{:?} {:?}", r.errors, r.tls_error);
+    }
+    running.shutdown_handle().shutdown();
+    running.wait().unwrap();
 }
