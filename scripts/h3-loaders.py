@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Client cost of HTTP/3 load generators, side by side: `lowlat load --h3` and `oha
 --http-version 3` against one server (caddy serving HTTP/3 by default, one Go thread pinned to
-CPU 0), each loader pinned to CPU 1, in alternating rounds so that a neighbour's burst on a
+CPU 0; or with --server lowlat, `lowlat serve --h3-listen` with one worker), each loader pinned
+to CPU 1, in alternating rounds so that a neighbour's burst on a
 shared machine hits both alike.
 
 The figure is the loader's own CPU time (user + system, from wait4's rusage of its process)
@@ -51,6 +52,17 @@ def start_caddy(d, port):
         ["taskset", "-c", "0", "caddy", "run", "--adapter", "caddyfile",
          "--config", os.path.join(d, "Caddyfile")],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(2)
+    return p
+
+
+def start_lowlat(d, port, lowlat):
+    """`lowlat serve` with one worker, HTTP/3 on the TLS port (the built-in /plaintext)."""
+    p = subprocess.Popen(
+        ["taskset", "-c", "0", lowlat, "serve", "--workers", "1",
+         "--tls-listen", f"127.0.0.1:{port}", "--cert", f"{d}/leaf.crt",
+         "--key", f"{d}/leaf.key", "--h3-listen", "127.0.0.1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(2)
     return p
 
@@ -112,10 +124,16 @@ def main():
     ap.add_argument("-m", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--port", type=int, default=4455)
+    ap.add_argument("--server", choices=["caddy", "lowlat"], default="caddy",
+                    help="caddy, or lowlat serve --h3-listen (one worker)")
+    ap.add_argument("--server-lowlat", help="the lowlat binary to serve with (else --lowlat)")
     args = ap.parse_args()
     d = tempfile.mkdtemp(prefix="h3-loaders-")
     make_cert(d)
-    server = start_caddy(d, args.port)
+    if args.server == "caddy":
+        server = start_caddy(d, args.port)
+    else:
+        server = start_lowlat(d, args.port, args.server_lowlat or args.lowlat)
     url = f"https://localhost:{args.port}/plaintext"
     ca = os.path.join(d, "ca.crt")
     loaders = [("lowlat", lowlat)]
@@ -137,7 +155,7 @@ def main():
     finally:
         server.terminate()
         server.wait()
-    print(f"\n-c {args.c} -m {args.m} -d {args.d}s, {args.rounds} rounds (medians)")
+    print(f"\n{args.server}: -c {args.c} -m {args.m} -d {args.d}s, {args.rounds} rounds (medians)")
     print(f"{'loader':10} {'us CPU/resp':>12} {'req/s':>10}")
     for name, r in rows.items():
         print(f"{name:10} {statistics.median(u for u, _ in r):12.2f} "
