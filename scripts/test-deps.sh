@@ -85,6 +85,7 @@ if ! command -v pebble >/dev/null 2>&1 || ! command -v pebble-challtestsrv >/dev
 fi
 # The proxy's upstreams (gunicorn, uvicorn, websockets, grpcio: crates/lowlat/tests/upstreams/)
 # and the QUIC/HTTP/3 client of the --h3-listen tests (aioquic: crates/lowlat/tests/quic/)
+# and the HTTP/3 server of `lowlat load --h3`'s tests (aioquic: crates/load/tests/h3/)
 # in a virtual environment with the versions of scripts/upstreams/requirements.txt. It is made
 # anew whenever that file changes (a copy of it in the environment says what it holds) or the
 # environment no longer works (its Python was removed, say). The tests find it at the same path:

@@ -88,6 +88,11 @@ pub struct LoadArgs {
     /// prior knowledge (h2c) for http:// (--h2c is the same flag).
     #[arg(long, alias = "h2c", conflicts_with_all = ["pipeline", "http10", "no_keepalive"])]
     pub h2: bool,
+    /// Speak HTTP/3 over QUIC (https:// only, ALPN h3; the run fails if the server does not
+    /// offer it); -m streams per connection. Reconnections resume TLS sessions, and send GET
+    /// and HEAD requests as 0-RTT when the server allows it.
+    #[arg(long, conflicts_with_all = ["h2", "pipeline", "http10", "no_keepalive", "script", "ws"])]
+    pub h3: bool,
     /// WebSocket: each connection opens with the handshake (ws:// or http://, wss:// or
     /// https://), then sends messages and times their echoes; -R is messages per second,
     /// --pipeline messages in flight per connection.
@@ -96,8 +101,8 @@ pub struct LoadArgs {
     /// With --ws: payload bytes of each message (one binary frame).
     #[arg(long, value_name = "SIZE", default_value = "128", requires = "ws", value_parser = parse_ws_message_size)]
     pub ws_message_size: usize,
-    /// With --h2: streams in flight per connection (h2load's -m).
-    #[arg(short = 'm', long, value_name = "N", requires = "h2", value_parser = parse_streams)]
+    /// With --h2 or --h3: streams in flight per connection (h2load's -m).
+    #[arg(short = 'm', long, value_name = "N", value_parser = parse_streams)]
     pub streams: Option<u32>,
     /// Constant throughput in requests/s over all connections (wrk2's -R); latency is measured
     /// from each request's scheduled send time.
@@ -464,13 +469,18 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, Failure> {
         }
         (None, None) => None,
     };
+    if args.streams.is_some() && !args.h2 && !args.h3 {
+        return Err(Failure::Usage(
+            "-m (streams per connection) needs --h2 or --h3; use --pipeline for HTTP/1.1".into(),
+        ));
+    }
     Ok(LoadConfig {
         targets,
         threads: threads(args)?,
         connections: args.connections,
         duration: args.duration,
         requests: args.requests,
-        pipeline: if args.h2 {
+        pipeline: if args.h2 || args.h3 {
             args.streams.unwrap_or(1)
         } else {
             args.pipeline
@@ -493,6 +503,7 @@ fn to_config(args: &LoadArgs) -> Result<LoadConfig, Failure> {
         },
         uncorrected_latency: args.u_latency,
         h2: args.h2,
+        h3: args.h3,
         script: args.script.as_ref().map(|path| crate::ScriptOptions {
             path: path.clone(),
             args: args.script_args.clone(),

@@ -108,6 +108,9 @@ pub struct LoadConfig {
     /// Speak HTTP/2: ALPN `h2` for `https://`, prior knowledge (h2c) for `http://`;
     /// `pipeline` is then the number of streams in flight per connection (h2load's `-m`).
     pub h2: bool,
+    /// Speak HTTP/3 over QUIC (`https://` only, ALPN `h3`); `pipeline` is then the number of
+    /// request streams in flight per connection, as with `h2`.
+    pub h3: bool,
     /// wrk's Lua script (`-s`): its requests replace the ones built from the URL, `method`,
     /// `headers` and `body` (which fill its `wrk` table); `pipeline` counts its `request()`
     /// batches in flight.
@@ -170,6 +173,7 @@ impl Default for LoadConfig {
             tls: TlsOptions::default(),
             uncorrected_latency: false,
             h2: false,
+            h3: false,
             script: None,
             ws: None,
         }

@@ -1,4 +1,5 @@
-//! Running a [`Plan`]: one [`Worker`] thread per entry of `plan.threads` (pinned when asked),
+//! Running a [`Plan`]: one [`Worker`] thread (a [`QuicWorker`] for `--h3`) per entry of
+//! `plan.threads` (pinned when asked),
 //! progress reported while they run, and their figures merged.
 //!
 //! The calling thread only watches: every [`PROGRESS_EVERY`] it reads the workers' published
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::LoadError;
 use crate::plan::Plan;
+use crate::quic::QuicWorker;
 use crate::report::{RateSummary, Report, ThreadStats};
 use crate::sys;
 use crate::worker::{LiveCounters, Worker};
@@ -72,16 +74,21 @@ pub(crate) fn run(
                             source,
                         })?;
                     }
-                    let worker = Worker::new(plan, i, start, halt, live).map_err(|source| {
-                        LoadError::System {
-                            what: "cannot set up an event loop".into(),
-                            source,
-                        }
-                    })?;
-                    worker.run().map_err(|source| LoadError::System {
+                    let setup = |source| LoadError::System {
+                        what: "cannot set up an event loop".into(),
+                        source,
+                    };
+                    let failed = |source| LoadError::System {
                         what: "event loop failed".into(),
                         source,
-                    })
+                    };
+                    if let Some(h3) = &plan.h3 {
+                        let worker =
+                            QuicWorker::new(plan, h3, i, start, halt, live).map_err(setup)?;
+                        return worker.run().map_err(failed);
+                    }
+                    let worker = Worker::new(plan, i, start, halt, live).map_err(setup)?;
+                    worker.run().map_err(failed)
                 });
             match spawned {
                 Ok(h) => handles.push(h),

@@ -32,6 +32,8 @@ struct JsonReport<'a> {
     errors: JsonErrors,
     cpu: JsonCpu,
     tls: Option<JsonTls<'a>>,
+    /// With `--h3`: handshakes, 0-RTT, packets; null otherwise.
+    h3: Option<&'a crate::report::H3Summary>,
     /// `-U`: latency from each request's actual send (rate mode), or null.
     uncorrected_latency_us: Option<LatencySummary>,
 }
@@ -52,6 +54,8 @@ struct JsonConfig<'a> {
     pipeline: u32,
     /// HTTP/2 streams in flight per connection; null over HTTP/1.1.
     h2_streams: Option<u32>,
+    /// HTTP/3 streams in flight per connection; null otherwise.
+    h3_streams: Option<u32>,
     rate: Option<f64>,
     duration_secs: Option<f64>,
     requests: Option<u64>,
@@ -136,8 +140,9 @@ pub fn to_json(report: &Report, cfg: &LoadConfig) -> serde_json::Value {
                 .collect(),
             threads: cfg.threads,
             connections: cfg.connections,
-            pipeline: if cfg.h2 { 1 } else { cfg.pipeline },
+            pipeline: if cfg.h2 || cfg.h3 { 1 } else { cfg.pipeline },
             h2_streams: cfg.h2.then_some(cfg.pipeline),
+            h3_streams: cfg.h3.then_some(cfg.pipeline),
             rate: cfg.rate,
             duration_secs: cfg.duration.map(|d| d.as_secs_f64()),
             requests: cfg.requests,
@@ -182,6 +187,7 @@ pub fn to_json(report: &Report, cfg: &LoadConfig) -> serde_json::Value {
         } else {
             None
         },
+        h3: report.h3.as_ref(),
         uncorrected_latency_us: report
             .uncorrected_latency
             .as_ref()

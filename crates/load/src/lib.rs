@@ -87,6 +87,10 @@
 //! - `worker`: one thread's mio event loop and connection state machine (the hot path).
 //! - `transport`: a connection's bytes in clear or through a rustls client session.
 //! - `h2`: one connection's HTTP/2 session (`--h2`).
+//! - `quic`: with `--h3`, the thread's event loop instead of `worker`'s: QUIC connections
+//!   (quinn-proto, sans-I/O) on UDP sockets, their timers, and the same counting.
+//! - `h3`: one QUIC connection's HTTP/3 session (`--h3`): control and QPACK streams, requests
+//!   on streams, responses through the codec.
 //! - `ws`: one connection's WebSocket session (`--ws`): the handshake, messages, echoes.
 //!
 //! Below both:
@@ -110,12 +114,14 @@ pub mod config;
 mod engine;
 pub mod error;
 mod h2;
+mod h3;
 pub mod hdrlog;
 pub mod json;
 pub mod merge;
 mod plan;
 mod prepare;
 mod progress;
+mod quic;
 pub mod report;
 mod request;
 mod script;
@@ -134,8 +140,8 @@ pub use config::{LoadConfig, ScriptOptions, Target, TlsOptions, WsOptions};
 pub use engine::{Progress, PROGRESS_EVERY};
 pub use error::LoadError;
 pub use report::{
-    ErrorCounts, LatencyInterval, LatencySummary, RateSummary, Report, StatusCodes, StatusCounts,
-    TlsSummary,
+    ErrorCounts, H3Summary, LatencyInterval, LatencySummary, RateSummary, Report, StatusCodes,
+    StatusCounts, TlsSummary,
 };
 
 /// Runs the load described by `cfg` until its duration or request count is reached, or until

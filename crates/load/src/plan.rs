@@ -88,6 +88,9 @@ pub(crate) struct Group {
     /// With `--h2`: the requests as HTTP/2 fields, and the weighted cycle through them.
     pub h2_requests: Vec<H2Request>,
     pub h2_cycle: Vec<usize>,
+    /// With `--h3`: each request's bytes on its stream (HEADERS, QPACK with the static table
+    /// only, so the same bytes on every connection, then DATA), in `h2_cycle` order.
+    pub h3_requests: Vec<Vec<u8>>,
 }
 
 /// One connection's place in the run.
@@ -125,10 +128,23 @@ pub(crate) struct Plan {
     pub uncorrected: bool,
     /// HTTP/2, `pipeline` streams in flight per connection.
     pub h2: bool,
+    /// HTTP/3 over QUIC, `pipeline` streams in flight per connection.
+    pub h3: Option<H3Plan>,
     /// With `-s`: the script's states and what the threads do with them.
     pub script: Option<ScriptPlan>,
     /// With `--ws`: the handshake and the messages.
     pub ws: Option<WsPlan>,
+}
+
+/// An HTTP/3 run (`--h3`).
+#[derive(Debug, Clone)]
+pub(crate) struct H3Plan {
+    /// The QUIC client configuration: the run's rustls configuration (ALPN `h3`, a session
+    /// cache, early data) and the transport's limits.
+    pub client: quinn_proto::ClientConfig,
+    /// Every request is safe (GET or HEAD), so a resumed connection may send them as 0-RTT
+    /// (RFC 9114 §10.9: early data can be replayed).
+    pub early_data: bool,
 }
 
 /// A WebSocket run (`--ws`).

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use crate::config::{LoadConfig, ScriptOptions, Target, DEFAULT_DURATION, MAX_PIPELINE};
 use crate::error::LoadError;
-use crate::plan::{ConnSpec, Group, H2Request, Plan, RequestBatch, ScriptPlan, WsPlan};
+use crate::plan::{ConnSpec, Group, H2Request, H3Plan, Plan, RequestBatch, ScriptPlan, WsPlan};
 use crate::request::{
-    build_h2_request, build_request, build_ws_handshake, is_head, weighted_cycle,
+    build_h2_request, build_h3_request, build_request, build_ws_handshake, is_head, weighted_cycle,
 };
 use crate::url::{parse_url, Url};
 use crate::validate::validate;
@@ -26,7 +26,11 @@ use crate::{script, sys, tls};
 pub(crate) fn checked(cfg: &LoadConfig) -> Result<Plan, LoadError> {
     let mut plan = plan(cfg)?;
     check_fd_limit(cfg.connections)?;
-    check_reachable(&plan)?;
+    if plan.h3.is_none() {
+        // QUIC has no connection to probe short of a handshake: an --h3 run counts failed
+        // handshakes and says why (`ErrorCounts::tls`, `Report::tls_error`).
+        check_reachable(&plan)?;
+    }
     if let Some(script) = &cfg.script {
         plan.script = Some(script_plan(cfg, script, &mut plan)?);
     }
@@ -183,7 +187,7 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
         } else {
             None
         };
-        let h2_requests = if cfg.h2 {
+        let h2_requests = if cfg.h2 || cfg.h3 {
             members
                 .iter()
                 .map(|(u, _)| build_h2_request(cfg, u))
@@ -199,8 +203,17 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
             authority: first.authority(),
             requests: RequestBatch::new(&requests, &cycle, cfg.pipeline as usize, is_head(cfg)),
             tls,
-            h2_requests,
-            h2_cycle: if cfg.h2 { cycle.clone() } else { Vec::new() },
+            h3_requests: if cfg.h3 {
+                h2_requests.iter().map(build_h3_request).collect()
+            } else {
+                Vec::new()
+            },
+            h2_requests: if cfg.h2 { h2_requests } else { Vec::new() },
+            h2_cycle: if cfg.h2 || cfg.h3 {
+                cycle.clone()
+            } else {
+                Vec::new()
+            },
         });
         weights.push(members.iter().map(|(_, w)| u64::from(*w)).sum::<u64>());
     }
@@ -234,7 +247,17 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
     let conn_interval = cfg
         .rate
         .map(|r| Duration::from_secs_f64(cfg.connections as f64 / r));
-    let tls = if built.iter().any(|g| g.tls.is_some()) {
+    let h3 = if cfg.h3 {
+        // 0-RTT requests can be replayed by an attacker (RFC 9114 §10.9): only safe methods.
+        let early_data = matches!(cfg.method.as_str(), "GET" | "HEAD");
+        Some(H3Plan {
+            client: tls::h3_client_config(&cfg.tls, early_data)?,
+            early_data,
+        })
+    } else {
+        None
+    };
+    let tls = if !cfg.h3 && built.iter().any(|g| g.tls.is_some()) {
         Some(tls::client_config(&cfg.tls, cfg.h2)?)
     } else {
         None
@@ -243,6 +266,7 @@ fn plan(cfg: &LoadConfig) -> Result<Plan, LoadError> {
         tls,
         uncorrected: cfg.uncorrected_latency && cfg.rate.is_some(),
         h2: cfg.h2,
+        h3,
         groups: built,
         threads,
         budgets,

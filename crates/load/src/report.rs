@@ -244,9 +244,12 @@ pub(crate) struct ThreadStats {
     pub elapsed: Duration,
     pub intervals: Option<IntervalStats>,
     pub tls: TlsSummary,
+    /// With `--h3`: what the QUIC connections did.
+    pub h3: Option<H3Summary>,
     /// The first TLS failure's message, shown once.
     pub tls_error: Option<String>,
-    /// With `--ws`: the first handshake or frame refused.
+    /// With `--ws`: the first handshake or frame refused; with `--h3`, the first HTTP/3
+    /// protocol error that closed a connection.
     pub ws_error: Option<String>,
     /// `-U`: latency from each request's actual send.
     pub u_latency: Option<Histogram<u64>>,
@@ -266,6 +269,7 @@ impl ThreadStats {
             elapsed: Duration::ZERO,
             intervals: None,
             tls: TlsSummary::default(),
+            h3: None,
             tls_error: None,
             ws_error: None,
             u_latency: None,
@@ -322,6 +326,8 @@ pub struct Report {
     pub thread_rates: Option<RateSummary>,
     /// For `https://` runs: the sessions' protocol, cipher suite and handshakes.
     pub tls: Option<TlsSummary>,
+    /// With `--h3`: handshakes, 0-RTT, packets sent and lost.
+    pub h3: Option<H3Summary>,
     /// The first TLS failure, as rustls or the socket said it (certificate verification,
     /// alerts): failures are counted in [`ErrorCounts::tls`], and this says why.
     pub tls_error: Option<String>,
@@ -415,6 +421,7 @@ impl Report {
             intervals: Vec::new(),
             thread_rates: None,
             tls: None,
+            h3: None,
             tls_error: None,
             ws_error: None,
             uncorrected_latency: None,
@@ -457,6 +464,9 @@ impl Report {
             r.errors.add(&t.errors);
             if t.tls.handshakes > 0 {
                 r.tls.get_or_insert_with(Default::default).add(&t.tls);
+            }
+            if let Some(h3) = &t.h3 {
+                r.h3.get_or_insert_with(Default::default).add(h3);
             }
             if r.tls_error.is_none() {
                 r.tls_error = t.tls_error;
@@ -607,6 +617,44 @@ impl TlsSummary {
         for c in o.cipher.split(',').filter(|s| !s.is_empty()) {
             add_name(&mut self.cipher, c);
         }
+    }
+}
+
+/// What an `--h3` run's QUIC connections did, over the whole run (warm-up included, as for
+/// [`TlsSummary`]): handshakes, 0-RTT, and packets as quinn-proto's connection statistics
+/// count them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct H3Summary {
+    /// QUIC handshakes completed (each a TLS 1.3 handshake, ALPN `h3`).
+    pub handshakes: u64,
+    /// Of those, resumed connections whose 0-RTT requests the server accepted.
+    pub zero_rtt_accepted: u64,
+    /// Resumed connections that sent 0-RTT requests the server refused: the requests were
+    /// sent again once the handshake completed.
+    pub zero_rtt_rejected: u64,
+    /// UDP datagrams' QUIC packets sent.
+    pub packets_sent: u64,
+    /// Packets declared lost: their frames were sent again in new packets (QUIC retransmits
+    /// frames, not packets), so this is also the count of retransmissions.
+    pub packets_lost: u64,
+    /// Bytes of the packets declared lost.
+    pub bytes_lost: u64,
+    /// Times the congestion controller cut its window.
+    pub congestion_events: u64,
+    /// Connections the server ended with GOAWAY; their unanswered requests went to a new one.
+    pub goaways: u64,
+}
+
+impl H3Summary {
+    pub(crate) fn add(&mut self, o: &Self) {
+        self.handshakes += o.handshakes;
+        self.zero_rtt_accepted += o.zero_rtt_accepted;
+        self.zero_rtt_rejected += o.zero_rtt_rejected;
+        self.packets_sent += o.packets_sent;
+        self.packets_lost += o.packets_lost;
+        self.bytes_lost += o.bytes_lost;
+        self.congestion_events += o.congestion_events;
+        self.goaways += o.goaways;
     }
 }
 

@@ -136,6 +136,38 @@ pub(crate) fn build_h2_request(cfg: &LoadConfig, url: &Url) -> H2Request {
     }
 }
 
+/// One request's bytes on an HTTP/3 request stream: a HEADERS frame (QPACK with the static
+/// table and literals only, so the same bytes serve every connection and need no encoder
+/// stream), then the body as one DATA frame.
+pub(crate) fn build_h3_request(req: &H2Request) -> Vec<u8> {
+    use lowlat_http::h3::{frame, head, qpack};
+    let get = |name: &[u8]| {
+        req.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(&[][..], |(_, v)| &v[..])
+    };
+    let line = head::RequestLine {
+        method: get(b":method"),
+        scheme: get(b":scheme"),
+        authority: get(b":authority"),
+        path: get(b":path"),
+        protocol: None,
+    };
+    let rest = req
+        .fields
+        .iter()
+        .filter(|(n, _)| !n.starts_with(b":"))
+        .map(|(n, v)| (&n[..], &v[..]));
+    let mut out = Vec::new();
+    head::write_request(&qpack::Encoder::new(true), &line, rest, &mut out);
+    if let Some(body) = &req.body {
+        frame::put_data_header(&mut out, body.len() as u64);
+        out.extend_from_slice(body);
+    }
+    out
+}
+
 /// Smooth weighted round-robin (as nginx balances upstreams): `a@3, b@1` gives `a a b a`
 /// rather than `a a a b`, so a short run still sees every URL in proportion.
 pub(crate) fn weighted_cycle(weights: impl Iterator<Item = u32>) -> Result<Vec<usize>, LoadError> {

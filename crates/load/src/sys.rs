@@ -12,6 +12,59 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+/// Datagrams [`recv_datagrams`] reads in one call at most.
+pub(crate) const RECV_BATCH: usize = 32;
+
+/// Reads up to [`RECV_BATCH`] datagrams waiting on the UDP socket `fd` with one `recvmmsg`
+/// (non-blocking): datagram `i` lands in `buf[i * slot..]`, its length in `lens[i]` (0 for one
+/// longer than `slot`, truncated and to be dropped). Returns how many were read.
+///
+/// # Errors
+/// The socket's error (`WouldBlock` when nothing waits).
+pub(crate) fn recv_datagrams(
+    fd: RawFd,
+    buf: &mut [u8],
+    slot: usize,
+    lens: &mut [usize; RECV_BATCH],
+) -> io::Result<usize> {
+    let n = RECV_BATCH.min(buf.len() / slot.max(1));
+    // SAFETY: all-zero iovec and mmsghdr values are valid (null pointers, zero lengths).
+    let mut iov: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
+    for (i, chunk) in buf.chunks_exact_mut(slot).take(n).enumerate() {
+        iov[i].iov_base = chunk.as_mut_ptr().cast();
+        iov[i].iov_len = slot;
+        msgs[i].msg_hdr.msg_iov = &raw mut iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: `msgs[..n]` each point at one iovec covering a distinct `slot`-byte part of
+    // `buf`, which outlives the call; no addresses or control data are asked for (the socket is
+    // connected); `n` ≤ the array's length.
+    let rc = unsafe {
+        libc::recvmmsg(
+            fd,
+            msgs.as_mut_ptr(),
+            u32::try_from(n).unwrap_or(0),
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let got = usize::try_from(rc).unwrap_or(0);
+    for i in 0..got {
+        let truncated = msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        lens[i] = if truncated {
+            0
+        } else {
+            msgs[i].msg_len as usize
+        };
+    }
+    Ok(got)
+}
+
 /// User and system CPU time consumed so far by the calling thread.
 pub(crate) fn thread_cpu_time() -> (Duration, Duration) {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();

@@ -25,9 +25,10 @@ pub fn banner(cfg: &LoadConfig) -> String {
         cfg.threads, cfg.connections
     );
     let mut extra = Vec::new();
-    if cfg.h2 {
+    if cfg.h2 || cfg.h3 {
         extra.push(format!(
-            "HTTP/2, {} stream{} per connection",
+            "HTTP/{}, {} stream{} per connection",
+            if cfg.h3 { 3 } else { 2 },
             cfg.pipeline,
             if cfg.pipeline == 1 { "" } else { "s" }
         ));
@@ -116,6 +117,20 @@ pub fn render(report: &Report, detailed: bool) -> String {
             s,
             "  TLS: {}, {}; {} handshakes, {} resumed",
             t.protocol, t.cipher, t.handshakes, t.resumed
+        );
+    }
+    if let Some(h) = &report.h3 {
+        let _ = writeln!(
+            s,
+            "  HTTP/3: {} handshakes, 0-RTT {} accepted, {} refused; {} packets sent, {} lost \
+             (their frames retransmitted), {} congestion events, {} GOAWAY",
+            h.handshakes,
+            h.zero_rtt_accepted,
+            h.zero_rtt_rejected,
+            h.packets_sent,
+            h.packets_lost,
+            h.congestion_events,
+            h.goaways
         );
     }
     if report.interrupted {

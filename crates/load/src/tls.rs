@@ -12,6 +12,8 @@
 //! - Resumption: with `--tls-resume` each thread keeps a session cache shared by its
 //!   connections, so every reconnect resumes (TLS 1.3 tickets, TLS 1.2 tickets or IDs); without
 //!   it every connection is a full handshake.
+//! - `--h3`: the same trust, TLS 1.3 only (QUIC's), ALPN `h3`, and always a session cache with
+//!   early data, so that a reconnection resumes and may send its first requests as 0-RTT.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,10 +37,45 @@ const SESSION_CACHE: usize = 4096;
 /// # Errors
 /// [`LoadError::Tls`] for an unusable `--cacert` or an empty system root store.
 pub fn client_config(opts: &TlsOptions, h2: bool) -> Result<Arc<ClientConfig>, LoadError> {
+    Ok(Arc::new(rustls_config(opts, h2, false)?))
+}
+
+/// Builds the QUIC client configuration of an `--h3` run: rustls as for TLS (same provider,
+/// same trust), TLS 1.3 only, ALPN `h3`, a session cache whatever `--tls-resume` says (a
+/// reconnection resumes; the first handshake of each connection is a full one), and with
+/// `early_data` (safe methods only) 0-RTT offered on resumption.
+///
+/// # Errors
+/// [`LoadError::Tls`] as [`client_config`].
+pub fn h3_client_config(
+    opts: &TlsOptions,
+    early_data: bool,
+) -> Result<quinn_proto::ClientConfig, LoadError> {
+    let mut cfg = rustls_config(opts, false, true)?;
+    cfg.alpn_protocols = vec![b"h3".to_vec()];
+    cfg.resumption = Resumption::in_memory_sessions(SESSION_CACHE);
+    cfg.enable_early_data = early_data;
+    let quic = quinn_proto::crypto::rustls::QuicClientConfig::try_from(cfg)
+        .map_err(|e| LoadError::Tls(format!("no QUIC with this TLS configuration: {e}")))?;
+    let mut client = quinn_proto::ClientConfig::new(Arc::new(quic));
+    let mut transport = quinn_proto::TransportConfig::default();
+    // A client is never sent requests: no bidirectional streams from the server; its
+    // unidirectional ones are the control and QPACK streams (pushes are never asked for).
+    transport.max_concurrent_bidi_streams(0u32.into());
+    transport.max_concurrent_uni_streams(16u32.into());
+    client.transport_config(Arc::new(transport));
+    Ok(client)
+}
+
+fn rustls_config(opts: &TlsOptions, h2: bool, tls13_only: bool) -> Result<ClientConfig, LoadError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| LoadError::Tls(e.to_string()))?;
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider));
+    let builder = if tls13_only {
+        builder.with_protocol_versions(&[&rustls::version::TLS13])
+    } else {
+        builder.with_safe_default_protocol_versions()
+    }
+    .map_err(|e| LoadError::Tls(e.to_string()))?;
     let mut cfg = if opts.insecure {
         builder
             .dangerous()
@@ -61,7 +98,7 @@ pub fn client_config(opts: &TlsOptions, h2: bool) -> Result<Arc<ClientConfig>, L
     } else {
         Resumption::disabled()
     };
-    Ok(Arc::new(cfg))
+    Ok(cfg)
 }
 
 /// The name a connection asks for (SNI) and verifies the certificate against: the URL's host.

@@ -28,6 +28,29 @@ pub(crate) fn validate(cfg: &LoadConfig) -> Result<(), LoadError> {
             return err("with --h2 a request body can be at most 65535 bytes".into());
         }
     }
+    if cfg.h3 {
+        if cfg.h2 || cfg.http10 || !cfg.keep_alive || cfg.script.is_some() || cfg.ws.is_some() {
+            return err(
+                "--h3 speaks HTTP/3 over QUIC: not with --h2, --http1.0, --no-keepalive, -s or --ws"
+                    .into(),
+            );
+        }
+        if let Some(t) = cfg.targets.iter().find(|t| {
+            !t.url
+                .trim()
+                .get(..8)
+                .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+        }) {
+            return err(format!(
+                "--h3 needs https:// URLs (HTTP/3 runs over QUIC, which is always encrypted), not {}",
+                t.url
+            ));
+        }
+        // Request bodies are written at once, within the stream's initial flow-control window.
+        if cfg.body.as_ref().is_some_and(|b| b.len() > 65_535) {
+            return err("with --h3 a request body can be at most 65535 bytes".into());
+        }
+    }
     if let Some(ws) = cfg.ws {
         if cfg.targets.len() > 1 {
             return err("--ws runs against one URL".into());

@@ -1,0 +1,1040 @@
+//! One loader thread of an `--h3` run: a mio event loop driving its share of the QUIC
+//! connections, each a quinn-proto [`Connection`] (sans-I/O) on its own connected UDP socket,
+//! with the HTTP/3 session of `h3` on top; and the thread's own [`ThreadStats`].
+//!
+//! The same run as `worker`'s, over QUIC: `-c` connections, `-m` request streams in flight on
+//! each, closed loop or wrk2's constant rate (`-R`, latency from each request's scheduled send
+//! time), `-n`, `-d`, warm-up, `-T`, interval histograms, `-U`. One quinn-proto [`Endpoint`]
+//! per thread routes datagrams to connections; every connection has its own socket, so what a
+//! socket reads belongs to one connection and a server sees one 4-tuple per connection.
+//!
+//! Per readable socket: `recv` until `EAGAIN`, each datagram through the endpoint into its
+//! connection; then the connection's events (handshake, streams) are handled, responses
+//! recorded with one timestamp, the requests they made room for opened as streams, and
+//! everything quinn-proto has to send written with one `send` per datagram. Timers: quinn's
+//! (loss detection, ACK delay, idle), rate-mode send times and reconnect back-offs, all woken
+//! on time by one timerfd.
+//!
+//! UDP I/O: datagrams are read with `recvmmsg`, up to 32 a call (a connection drained after a
+//! wait holds about 4.5 on average under load), and written with one `send` each — about 0.2
+//! per response, since quinn-proto packs several streams' frames into one packet; GSO would
+//! save little, and GRO is not used (see docs/PERFORMANCE.md, "HTTP/3").
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use mio::net::UdpSocket;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use quinn_proto::{
+    ConnectionError, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, EndpointEvent,
+    Event as QuicEvent,
+};
+
+use crate::h3::{self, Event, Session};
+use crate::plan::{ConnSpec, Group, H3Plan, Plan};
+use crate::report::{H3Summary, ThreadStats};
+use crate::sys;
+use crate::worker::LiveCounters;
+
+type Connection = quinn_proto::Connection;
+
+/// Token of the timerfd; connections use their index.
+const TIMER: Token = Token(usize::MAX);
+
+/// Events taken per `epoll_wait`.
+const EVENTS: usize = 1024;
+
+/// Room for one datagram read: quinn-proto's endpoint announces a max_udp_payload_size of
+/// 1472 bytes, which peers must not exceed.
+const RECV_SLOT: usize = 2048;
+
+/// The receive buffer: [`sys::RECV_BATCH`] datagrams of [`RECV_SLOT`] bytes (64 KiB).
+const RECV_BUF: usize = RECV_SLOT * sys::RECV_BATCH;
+
+/// Wait before reconnecting after a failed handshake, as `worker` does after a failed connect.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Longest sleep in `poll`, so that the stop flag is seen within this.
+const MAX_POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// What a connection is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// No connection; reconnect when `wake` passes.
+    Idle,
+    /// The QUIC handshake is under way (requests may already go as 0-RTT).
+    Handshaking,
+    Open,
+    /// Nothing more to do (request budget spent).
+    Done,
+}
+
+/// A request waiting for a stream: its scheduled (or closed-loop send) time, and for one sent
+/// before and refused with its 0-RTT, which request it was and when it was first written.
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    sent: Instant,
+    again: Option<(Instant, usize)>,
+}
+
+struct QConn {
+    spec: ConnSpec,
+    generation: u32,
+    state: State,
+    socket: Option<UdpSocket>,
+    handle: Option<ConnectionHandle>,
+    quic: Option<Box<Connection>>,
+    h3: Option<Box<Session>>,
+    /// Requests owed to the connection, not yet on a stream.
+    queue: VecDeque<Queued>,
+    /// Position in the host's weighted request cycle.
+    cursor: usize,
+    /// Since when the connection has waited: handshake start, or last progress with requests
+    /// in flight. The timeout runs from here.
+    waiting_since: Instant,
+    /// Rate mode: requests scheduled so far on this connection.
+    scheduled: u64,
+    /// Rate mode: the send time a timer is armed for.
+    timer: Option<Instant>,
+    /// When an idle connection may reconnect.
+    wake: Option<Instant>,
+    /// quinn-proto's next timeout.
+    quic_timer: Option<Instant>,
+    /// Requests were sent as 0-RTT, before the handshake completed.
+    early: bool,
+}
+
+impl QConn {
+    fn in_flight(&self) -> usize {
+        self.queue.len() + self.h3.as_ref().map_or(0, |h| h.in_flight())
+    }
+}
+
+/// The loop and everything it owns.
+pub(crate) struct QuicWorker<'a> {
+    plan: &'a Plan,
+    h3: &'a H3Plan,
+    groups: &'a [Group],
+    stop: &'a AtomicBool,
+    live: &'a LiveCounters,
+    poll: Poll,
+    endpoint: Endpoint,
+    conns: Vec<QConn>,
+    recv_buf: Box<[u8]>,
+    /// Where received datagrams are copied to be handed over (see `receive`).
+    rx: BytesMut,
+    send_buf: Vec<u8>,
+    stats: ThreadStats,
+    summary: H3Summary,
+    budget: Option<u64>,
+    start: Instant,
+    measure_start: Instant,
+    measuring: bool,
+    deadline: Option<Instant>,
+    depth: usize,
+    timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    timerfd: sys::TimerFd,
+    timerfd_armed: Option<Instant>,
+    sweep_every: Duration,
+    next_sweep: Instant,
+    cpu_at_start: (Duration, Duration),
+    /// The earliest of the connections' quinn-proto timeouts, or earlier (never later).
+    quic_min: Option<Instant>,
+    /// Connections with something to do this turn (datagrams in, a timer due).
+    dirty: Vec<usize>,
+    is_dirty: Vec<bool>,
+}
+
+impl<'a> QuicWorker<'a> {
+    pub fn new(
+        plan: &'a Plan,
+        h3: &'a H3Plan,
+        index: usize,
+        start: Instant,
+        stop: &'a AtomicBool,
+        live: &'a LiveCounters,
+    ) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let timerfd = sys::TimerFd::new()?;
+        poll.registry().register(
+            &mut SourceFd(&std::os::fd::AsRawFd::as_raw_fd(&timerfd)),
+            TIMER,
+            Interest::READABLE,
+        )?;
+        let conns: Vec<QConn> = plan.threads[index]
+            .iter()
+            .map(|&spec| QConn {
+                spec,
+                generation: 0,
+                state: State::Idle,
+                socket: None,
+                handle: None,
+                quic: None,
+                h3: None,
+                queue: VecDeque::with_capacity(plan.pipeline as usize),
+                cursor: 0,
+                waiting_since: start,
+                scheduled: 0,
+                timer: None,
+                wake: None,
+                quic_timer: None,
+                early: false,
+            })
+            .collect();
+        let measure_start = start + plan.warmup;
+        let mut stats = ThreadStats::new();
+        stats.intervals = plan
+            .latency_intervals
+            .map(crate::report::IntervalStats::new);
+        stats.u_latency = plan.uncorrected.then(crate::report::new_latency_histogram);
+        let sweep_every =
+            (plan.timeout / 20).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        let n = conns.len();
+        Ok(Self {
+            plan,
+            h3,
+            groups: &plan.groups,
+            stop,
+            live,
+            poll,
+            endpoint: Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None),
+            timers: BinaryHeap::with_capacity(n + 1),
+            conns,
+            recv_buf: vec![0; RECV_BUF].into_boxed_slice(),
+            rx: BytesMut::with_capacity(RECV_BUF),
+            send_buf: Vec::with_capacity(RECV_BUF),
+            stats,
+            summary: H3Summary::default(),
+            budget: plan.budgets[index],
+            start,
+            measure_start,
+            measuring: plan.warmup.is_zero(),
+            deadline: plan.duration.map(|d| measure_start + d),
+            depth: plan.pipeline as usize,
+            timerfd,
+            timerfd_armed: None,
+            sweep_every,
+            next_sweep: start + sweep_every,
+            cpu_at_start: (Duration::ZERO, Duration::ZERO),
+            quic_min: None,
+            dirty: Vec::with_capacity(n),
+            is_dirty: vec![false; n],
+        })
+    }
+
+    /// Runs until the deadline, the request count, or the stop flag; returns the thread's
+    /// figures.
+    pub fn run(mut self) -> io::Result<ThreadStats> {
+        let mut events = Events::with_capacity(EVENTS.min(self.conns.len() + 1));
+        self.cpu_at_start = sys::thread_cpu_time();
+        if self.measuring {
+            self.live.measuring.store(true, Ordering::Relaxed);
+        }
+        let mut now = self.clock();
+        for i in 0..self.conns.len() {
+            self.connect(i, now);
+        }
+        loop {
+            if self.stop.load(Ordering::Relaxed)
+                || self.deadline.is_some_and(|d| now >= d)
+                || self.finished()
+            {
+                break;
+            }
+            let wait = self.next_wait(now);
+            match self.poll.poll(&mut events, Some(wait)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            now = self.clock();
+            for ev in &events {
+                let idx = ev.token().0;
+                if ev.token() != TIMER && idx < self.conns.len() {
+                    self.receive(idx, now);
+                }
+            }
+            self.run_timers(now);
+            while let Some(idx) = self.dirty.pop() {
+                self.is_dirty[idx] = false;
+                self.drive(idx, now);
+            }
+            if self.measuring {
+                if let Some(iv) = &mut self.stats.intervals {
+                    iv.roll(now.saturating_duration_since(self.measure_start));
+                }
+            }
+            if now >= self.next_sweep {
+                self.sweep(now);
+                self.next_sweep = now + self.sweep_every;
+            }
+            self.live
+                .responses
+                .store(self.stats.responses, Ordering::Relaxed);
+            self.live
+                .errors
+                .store(self.stats.errors.total(), Ordering::Relaxed);
+        }
+        let end = Instant::now();
+        let (u, s) = sys::thread_cpu_time();
+        self.stats.cpu_user = u.saturating_sub(self.cpu_at_start.0);
+        self.stats.cpu_system = s.saturating_sub(self.cpu_at_start.1);
+        self.stats.elapsed = if self.measuring {
+            end.saturating_duration_since(self.measure_start)
+        } else {
+            Duration::ZERO
+        };
+        // Say goodbye (H3_NO_ERROR), so the server sees the run end as a normal closure.
+        for idx in 0..self.conns.len() {
+            self.close(idx, end, true);
+        }
+        let mut stats = self.stats;
+        stats.h3 = Some(self.summary);
+        Ok(stats)
+    }
+
+    /// The time, for everything done next (see `worker`'s `clock`).
+    fn clock(&mut self) -> Instant {
+        let now = Instant::now();
+        if !self.measuring && now >= self.measure_start {
+            self.stats.reset();
+            self.measuring = true;
+            self.cpu_at_start = sys::thread_cpu_time();
+            self.live.measuring.store(true, Ordering::Relaxed);
+        }
+        now
+    }
+
+    /// With a request count: the budget is spent and nothing is in flight.
+    fn finished(&self) -> bool {
+        self.budget == Some(0) && self.conns.iter().all(|c| c.in_flight() == 0)
+    }
+
+    fn mark(&mut self, idx: usize) {
+        if !self.is_dirty[idx] {
+            self.is_dirty[idx] = true;
+            self.dirty.push(idx);
+        }
+    }
+
+    /// How long `poll` may sleep; the timerfd is armed for the next timer.
+    fn next_wait(&mut self, now: Instant) -> Duration {
+        let mut until = self.next_sweep;
+        if let Some(d) = self.deadline {
+            until = until.min(d);
+        }
+        if !self.measuring {
+            until = until.min(self.measure_start);
+        }
+        let mut next: Option<Instant> = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        if let Some(t) = self.quic_min {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        if let Some(t) = next {
+            // epoll's timeout is in whole milliseconds: the timerfd wakes the loop on time.
+            if self.timerfd_armed != Some(t) {
+                if self.timerfd.arm(t.saturating_duration_since(now)).is_ok() {
+                    self.timerfd_armed = Some(t);
+                } else {
+                    until = until.min(t);
+                }
+            }
+        }
+        until.saturating_duration_since(now).min(MAX_POLL_WAIT)
+    }
+
+    /// Starts a QUIC connection for `idx` on a new UDP socket.
+    fn connect(&mut self, idx: usize, now: Instant) {
+        if self.budget == Some(0) && self.measuring {
+            self.conns[idx].state = State::Done;
+            return;
+        }
+        let group = &self.groups[self.conns[idx].spec.group];
+        let addr = group.addr;
+        let name = group
+            .tls
+            .as_ref()
+            .map_or_else(|| addr.ip().to_string(), |n| n.to_str().into_owned());
+        let conn = &mut self.conns[idx];
+        conn.generation = conn.generation.wrapping_add(1);
+        conn.wake = None;
+        conn.timer = None;
+        conn.waiting_since = now;
+        conn.early = false;
+        let local: SocketAddr = match addr.ip() {
+            IpAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+            IpAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+        };
+        let socket = UdpSocket::bind(local).and_then(|mut s| {
+            s.connect(addr)?;
+            self.poll
+                .registry()
+                .register(&mut s, Token(idx), Interest::READABLE)?;
+            Ok(s)
+        });
+        let socket = match socket {
+            Ok(s) => s,
+            Err(e) => {
+                return self.handshake_failed(idx, &format!("cannot open a socket: {e}"), now)
+            }
+        };
+        let (handle, mut quic) =
+            match self
+                .endpoint
+                .connect(now, self.h3.client.clone(), addr, &name)
+            {
+                Ok(c) => c,
+                Err(e) => return self.handshake_failed(idx, &e.to_string(), now),
+            };
+        let conn = &mut self.conns[idx];
+        conn.socket = Some(socket);
+        conn.handle = Some(handle);
+        conn.state = State::Handshaking;
+        if self.h3.early_data && quic.has_0rtt() {
+            // A resumed session with early-data keys: the control streams and the first
+            // requests go in 0-RTT packets, before the handshake completes.
+            conn.h3 = Some(Box::new(Session::new(
+                &mut quic,
+                self.groups[conn.spec.group].requests.head,
+            )));
+            conn.early = true;
+        }
+        conn.quic = Some(Box::new(quic));
+        if conn.early {
+            self.send_more(idx, now);
+        }
+        self.mark(idx);
+    }
+
+    /// Reads every datagram waiting on connection `idx`'s socket into its connection, up to
+    /// [`sys::RECV_BATCH`] per `recvmmsg`.
+    fn receive(&mut self, idx: usize, now: Instant) {
+        let mut lens = [0usize; sys::RECV_BATCH];
+        loop {
+            let conn = &mut self.conns[idx];
+            let Some(socket) = &conn.socket else { return };
+            let fd = std::os::fd::AsRawFd::as_raw_fd(socket);
+            let got = match sys::recv_datagrams(fd, &mut self.recv_buf, RECV_SLOT, &mut lens) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // ICMP port unreachable comes back as ECONNREFUSED on a connected socket.
+                    let why = if e.kind() == io::ErrorKind::ConnectionRefused {
+                        format!(
+                            "nothing answers on UDP {} (no QUIC server there?)",
+                            self.groups[conn.spec.group].authority
+                        )
+                    } else {
+                        e.to_string()
+                    };
+                    self.lost(idx, Lost::Socket(why), now);
+                    return;
+                }
+            };
+            let (Some(handle), Some(quic)) = (conn.handle, conn.quic.as_mut()) else {
+                return;
+            };
+            let remote = self.groups[conn.spec.group].addr;
+            for (i, &n) in lens.iter().enumerate().take(got) {
+                if n == 0 {
+                    continue; // Longer than announced (max_udp_payload_size): dropped.
+                }
+                let at = i * RECV_SLOT;
+                // quinn-proto takes each datagram as its own `BytesMut` and may keep parts of
+                // it (stream data not read yet): they are cut from one 64 KiB block, so that
+                // a datagram costs a copy but not an allocation.
+                if self.rx.capacity() < RECV_SLOT {
+                    self.rx.reserve(RECV_BUF);
+                }
+                self.rx.extend_from_slice(&self.recv_buf[at..at + n]);
+                let data = self.rx.split();
+                self.send_buf.clear();
+                match self
+                    .endpoint
+                    .handle(now, remote, None, None, data, &mut self.send_buf)
+                {
+                    Some(DatagramEvent::ConnectionEvent(h, event)) if h == handle => {
+                        quic.handle_event(event);
+                    }
+                    Some(DatagramEvent::Response(t)) => {
+                        let _ = socket.send(&self.send_buf[..t.size]);
+                    }
+                    _ => {}
+                }
+            }
+            if got < sys::RECV_BATCH {
+                // Fewer than asked: the socket is drained (edge-triggered epoll reports any
+                // later datagram as a new event), so the call that would only say EAGAIN is
+                // saved.
+                break;
+            }
+        }
+        self.mark(idx);
+    }
+
+    /// Handles everything connection `idx` has to report, sends what it made room for, and
+    /// writes its packets.
+    fn drive(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let (Some(mut quic), Some(handle)) = (conn.quic.take(), conn.handle) else {
+            return;
+        };
+        let mut h3 = conn.h3.take();
+        let groups = self.groups;
+        let group = &groups[conn.spec.group];
+        let mut completed = 0usize;
+        let mut ended: Option<Lost> = None;
+        loop {
+            while let Some(ev) = quic.poll_endpoint_events() {
+                if let Some(back) = self.endpoint.handle_event(handle, ev) {
+                    quic.handle_event(back);
+                }
+            }
+            let Some(ev) = quic.poll() else { break };
+            match ev {
+                QuicEvent::Connected => {
+                    // The session must exist before the next events: the server's control and
+                    // QPACK streams open in the same flight.
+                    if let Some(why) = self.connected(idx, &mut quic, &mut h3, now) {
+                        ended = Some(why);
+                        break;
+                    }
+                }
+                QuicEvent::ConnectionLost { reason } => {
+                    ended = Some(Lost::Quic(reason));
+                    break;
+                }
+                QuicEvent::Stream(se) => {
+                    if h3.is_none() {
+                        continue;
+                    }
+                    let session = h3.as_mut().expect("checked above");
+                    let (stats, measuring, measure_start) =
+                        (&mut self.stats, self.measuring, self.measure_start);
+                    let mut bytes = 0;
+                    let result = session.on_stream_event(
+                        &mut quic,
+                        se,
+                        &group.h3_requests,
+                        &mut |e| {
+                            completed += 1;
+                            record(stats, e, measuring, measure_start, now);
+                        },
+                        &mut bytes,
+                    );
+                    if measuring {
+                        stats.bytes_read += bytes;
+                    }
+                    if let Err(e) = result {
+                        quic.close(
+                            now,
+                            h3::close_code(e.code),
+                            e.why.as_bytes().to_vec().into(),
+                        );
+                        ended = Some(Lost::Protocol(e.why));
+                    }
+                }
+                QuicEvent::HandshakeDataReady
+                | QuicEvent::DatagramReceived
+                | QuicEvent::DatagramsUnblocked => {}
+            }
+        }
+        let conn = &mut self.conns[idx];
+        if let Some(session) = &mut h3 {
+            if session.goaway.is_some() {
+                let refused = session.take_refused() + conn.queue.len();
+                conn.queue.clear();
+                self.give_back(idx, refused as u64);
+            }
+        }
+        let conn = &mut self.conns[idx];
+        conn.quic = Some(quic);
+        conn.h3 = h3;
+        if let Some(why) = ended {
+            self.lost(idx, why, now);
+            return;
+        }
+        if completed > 0 {
+            self.conns[idx].waiting_since = now;
+        }
+        let conn = &self.conns[idx];
+        let draining = conn.h3.as_ref().is_some_and(|s| s.goaway.is_some());
+        if draining {
+            if conn.in_flight() == 0 {
+                self.summary.goaways += 1;
+                self.close(idx, now, true);
+                self.connect(idx, now);
+                return;
+            }
+        } else if conn.state == State::Open || conn.early {
+            self.send_more(idx, now);
+        }
+        self.transmit(idx, now);
+    }
+
+    /// The handshake completed: checks ALPN, counts 0-RTT, and starts the HTTP/3 session (or,
+    /// when the server refused the 0-RTT requests, starts it again and queues them again).
+    fn connected(
+        &mut self,
+        idx: usize,
+        quic: &mut Connection,
+        h3: &mut Option<Box<Session>>,
+        now: Instant,
+    ) -> Option<Lost> {
+        self.summary.handshakes += 1;
+        let conn = &mut self.conns[idx];
+        let group = &self.groups[conn.spec.group];
+        let alpn_ok = quic
+            .crypto_session()
+            .handshake_data()
+            .and_then(|d| {
+                d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                    .ok()
+            })
+            .is_some_and(|d| d.protocol.as_deref() == Some(b"h3"));
+        if !alpn_ok {
+            quic.close(
+                now,
+                h3::close_code(lowlat_http::h3::ErrorCode::NoError),
+                Vec::new().into(),
+            );
+            return Some(Lost::Handshake(
+                "the server does not offer HTTP/3 (ALPN h3)".into(),
+            ));
+        }
+        conn.state = State::Open;
+        conn.waiting_since = now;
+        if conn.early && quic.accepted_0rtt() {
+            self.summary.zero_rtt_accepted += 1;
+            return None;
+        }
+        if conn.early {
+            // Refused: quinn-proto dropped every stream; the session starts again and the
+            // requests go out again, charged from their first send.
+            self.summary.zero_rtt_rejected += 1;
+            if let Some(old) = h3.as_mut() {
+                for (sent, actual, index) in old.take_in_flight().into_iter().rev() {
+                    conn.queue.push_front(Queued {
+                        sent,
+                        again: Some((actual, index)),
+                    });
+                }
+            }
+            conn.early = false;
+        }
+        let mut session = Box::new(Session::new(quic, group.requests.head));
+        // Streams the server opened before this (announced while there was no session).
+        if let Err(e) = session.accept_streams(quic) {
+            quic.close(
+                now,
+                h3::close_code(e.code),
+                e.why.as_bytes().to_vec().into(),
+            );
+            return Some(Lost::Protocol(e.why));
+        }
+        *h3 = Some(session);
+        None
+    }
+
+    /// Requests taken back unsent (GOAWAY): returned to the budget and, in rate mode, to the
+    /// schedule, so they are sent on the next connection charged from their original times.
+    fn give_back(&mut self, idx: usize, n: u64) {
+        if n == 0 {
+            return;
+        }
+        if self.measuring {
+            if let Some(b) = &mut self.budget {
+                *b += n;
+            }
+        }
+        if self.plan.conn_interval.is_some() {
+            let conn = &mut self.conns[idx];
+            conn.scheduled = conn.scheduled.saturating_sub(n);
+        }
+    }
+
+    /// Queues the requests due (closed loop: as many as fit; rate mode: those whose time has
+    /// come) and opens a stream for each queued one the server's stream limit allows.
+    fn send_more(&mut self, idx: usize, now: Instant) {
+        match self.plan.conn_interval {
+            Some(interval) => self.queue_due(idx, interval, now),
+            None => {
+                let conn = &mut self.conns[idx];
+                let mut k = self.depth.saturating_sub(conn.in_flight());
+                if self.measuring {
+                    if let Some(b) = &mut self.budget {
+                        k = k.min(usize::try_from(*b).unwrap_or(usize::MAX));
+                        *b -= k as u64;
+                    }
+                }
+                if k > 0 && conn.in_flight() == 0 {
+                    conn.waiting_since = now;
+                }
+                for _ in 0..k {
+                    conn.queue.push_back(Queued {
+                        sent: now,
+                        again: None,
+                    });
+                }
+            }
+        }
+        self.open_streams(idx, now);
+    }
+
+    /// Rate mode: queue every request whose scheduled time has come (within the depth), and arm
+    /// a timer for the next one.
+    fn queue_due(&mut self, idx: usize, interval: Duration, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let phase = Duration::from_secs_f64(
+            interval.as_secs_f64() * conn.spec.global as f64 / self.plan.connections as f64,
+        );
+        let due = |k: u64| self.start + phase + interval.mul_f64(k as f64);
+        while conn.in_flight() < self.depth {
+            let t = due(conn.scheduled);
+            if t > now {
+                break;
+            }
+            let counted = self.measuring && t >= self.measure_start;
+            if counted {
+                match &mut self.budget {
+                    Some(0) => break,
+                    Some(b) => *b -= 1,
+                    None => {}
+                }
+            }
+            if conn.in_flight() == 0 {
+                conn.waiting_since = now;
+            }
+            conn.queue.push_back(Queued {
+                sent: t,
+                again: None,
+            });
+            conn.scheduled += 1;
+        }
+        if conn.in_flight() < self.depth && self.budget != Some(0) {
+            let next = due(conn.scheduled);
+            if conn.timer.is_none_or(|t| t > next) {
+                conn.timer = Some(next);
+                self.timers.push(Reverse((next, idx, conn.generation)));
+            }
+        }
+    }
+
+    /// Opens a stream for each queued request, while the server's limit allows.
+    fn open_streams(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let group = &self.groups[conn.spec.group];
+        let (Some(quic), Some(session)) = (conn.quic.as_mut(), conn.h3.as_mut()) else {
+            return;
+        };
+        while let Some(q) = conn.queue.front().copied() {
+            let (actual, index) = match q.again {
+                Some(again) => again,
+                None => (now, group.h2_cycle[conn.cursor]),
+            };
+            if !session.request(quic, index, &group.h3_requests[index], q.sent, actual) {
+                break;
+            }
+            conn.queue.pop_front();
+            if q.again.is_none() {
+                conn.cursor = (conn.cursor + 1) % group.h2_cycle.len();
+                if self.measuring {
+                    self.stats.requests += 1;
+                }
+            }
+        }
+    }
+
+    /// Writes every datagram connection `idx` has to send, and notes its next timeout.
+    fn transmit(&mut self, idx: usize, now: Instant) {
+        let conn = &mut self.conns[idx];
+        let (Some(quic), Some(socket)) = (conn.quic.as_mut(), &conn.socket) else {
+            return;
+        };
+        loop {
+            self.send_buf.clear();
+            let Some(t) = quic.poll_transmit(now, 1, &mut self.send_buf) else {
+                break;
+            };
+            // A full socket buffer drops the datagram: QUIC's loss recovery sends it again.
+            let _ = socket.send(&self.send_buf[..t.size]);
+        }
+        conn.quic_timer = quic.poll_timeout();
+        if let Some(t) = conn.quic_timer {
+            self.quic_min = Some(self.quic_min.map_or(t, |m| m.min(t)));
+        }
+    }
+
+    /// Fires due timers: quinn-proto's, rate-mode sends, reconnects after a back-off.
+    fn run_timers(&mut self, now: Instant) {
+        // The connections are looked through only when the earliest quinn timer is due (or
+        // seems to be: `quic_min` may be early after a timer moved later), not every turn: at
+        // 1000 connections two scans a turn were 7 % of the loader's CPU.
+        if self.quic_min.is_some_and(|m| m <= now) {
+            let mut min: Option<Instant> = None;
+            for idx in 0..self.conns.len() {
+                let conn = &mut self.conns[idx];
+                match conn.quic_timer {
+                    Some(t) if t <= now => {
+                        conn.quic_timer = None;
+                        if let Some(q) = conn.quic.as_mut() {
+                            q.handle_timeout(now);
+                        }
+                        // Its next timeout comes back through `transmit`.
+                        self.mark(idx);
+                    }
+                    Some(t) => min = Some(min.map_or(t, |m| m.min(t))),
+                    None => {}
+                }
+            }
+            self.quic_min = min;
+        }
+        while let Some(&Reverse((t, idx, generation))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let conn = &mut self.conns[idx];
+            if conn.generation != generation {
+                continue;
+            }
+            match conn.state {
+                State::Idle if conn.wake == Some(t) => self.connect(idx, now),
+                State::Open | State::Handshaking if conn.timer == Some(t) => {
+                    conn.timer = None;
+                    self.mark(idx);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Times out handshakes and requests that waited too long.
+    fn sweep(&mut self, now: Instant) {
+        let timeout = self.plan.timeout;
+        for idx in 0..self.conns.len() {
+            let conn = &self.conns[idx];
+            let waiting = match conn.state {
+                State::Handshaking => true,
+                State::Open => conn.in_flight() > 0,
+                State::Idle | State::Done => false,
+            };
+            if waiting && now.saturating_duration_since(conn.waiting_since) > timeout {
+                if conn.state == State::Handshaking {
+                    let why = format!(
+                        "no answer within {timeout:?} (is a QUIC server listening on UDP {}?)",
+                        self.groups[conn.spec.group].authority
+                    );
+                    self.lost(idx, Lost::Handshake(why), now);
+                } else {
+                    self.lost(idx, Lost::Timeout, now);
+                }
+            }
+        }
+    }
+
+    /// Connection `idx` ended (or is given up): count what it leaves unanswered, and reconnect.
+    fn lost(&mut self, idx: usize, why: Lost, now: Instant) {
+        let conn = &self.conns[idx];
+        let handshaking = conn.state == State::Handshaking;
+        let in_flight = conn.in_flight() as u64;
+        match why {
+            Lost::Quic(reason) if handshaking => {
+                let why = describe(&reason);
+                self.handshake_failed(idx, &why, now);
+            }
+            Lost::Handshake(why) | Lost::Socket(why) if handshaking || in_flight == 0 => {
+                self.handshake_failed(idx, &why, now);
+            }
+            why => {
+                if self.measuring {
+                    let e = &mut self.stats.errors;
+                    match why {
+                        Lost::Timeout => e.timeout += in_flight,
+                        Lost::Protocol(why) => {
+                            e.protocol += in_flight.max(1);
+                            if self.stats.ws_error.is_none() {
+                                self.stats.ws_error = Some(format!(
+                                    "HTTP/3 connection to {} closed: {why}",
+                                    self.groups[conn_group(&self.conns[idx])].authority
+                                ));
+                            }
+                        }
+                        Lost::Handshake(_) => e.tls += in_flight.max(1),
+                        // The server closed, or the connection idled out, with requests in
+                        // flight: they failed as reads do on TCP.
+                        Lost::Quic(_) | Lost::Socket(_) => e.read += in_flight,
+                    }
+                }
+                self.close(idx, now, false);
+                self.connect(idx, now);
+            }
+        }
+    }
+
+    /// A handshake failed: a TLS error (it uses up one request of a counted run, as in
+    /// `worker`), the first reason kept for the report; retry after a back-off.
+    fn handshake_failed(&mut self, idx: usize, why: &str, now: Instant) {
+        if self.stats.tls_error.is_none() {
+            self.stats.tls_error = Some(format!(
+                "QUIC handshake with {} failed: {why}",
+                self.groups[self.conns[idx].spec.group].authority
+            ));
+        }
+        let in_flight = self.conns[idx].in_flight() as u64;
+        if in_flight > 0 {
+            // 0-RTT requests went with the handshake: they were taken from the budget, and fail
+            // with it.
+            if self.measuring {
+                self.stats.errors.tls += in_flight;
+            }
+        } else {
+            let counts = match &mut self.budget {
+                Some(0) => false,
+                Some(b) => {
+                    *b -= u64::from(self.measuring);
+                    true
+                }
+                None => true,
+            };
+            if self.measuring && counts {
+                self.stats.errors.tls += 1;
+            }
+        }
+        self.close(idx, now, false);
+        let conn = &mut self.conns[idx];
+        let wake = now + CONNECT_BACKOFF;
+        conn.wake = Some(wake);
+        self.timers.push(Reverse((wake, idx, conn.generation)));
+    }
+
+    /// Closes connection `idx` (with H3_NO_ERROR when `polite`, in one best-effort datagram),
+    /// adds its packet counts to the summary, and frees its socket.
+    fn close(&mut self, idx: usize, now: Instant, polite: bool) {
+        let conn = &mut self.conns[idx];
+        if let Some(mut quic) = conn.quic.take() {
+            if polite && !quic.is_closed() {
+                quic.close(
+                    now,
+                    h3::close_code(lowlat_http::h3::ErrorCode::NoError),
+                    Vec::new().into(),
+                );
+            }
+            // The CONNECTION_CLOSE of a connection closed here (politely, or for a protocol
+            // error), in one best-effort datagram; nothing for one the peer ended.
+            if let Some(socket) = &conn.socket {
+                self.send_buf.clear();
+                if let Some(t) = quic.poll_transmit(now, 1, &mut self.send_buf) {
+                    let _ = socket.send(&self.send_buf[..t.size]);
+                }
+            }
+            let path = quic.stats().path;
+            self.summary.packets_sent += path.sent_packets;
+            self.summary.packets_lost += path.lost_packets;
+            self.summary.bytes_lost += path.lost_bytes;
+            self.summary.congestion_events += path.congestion_events;
+        }
+        if let Some(handle) = conn.handle.take() {
+            let _ = self.endpoint.handle_event(handle, EndpointEvent::drained());
+        }
+        if let Some(mut socket) = conn.socket.take() {
+            let _ = self.poll.registry().deregister(&mut socket);
+        }
+        conn.h3 = None;
+        conn.queue.clear();
+        conn.quic_timer = None;
+        conn.timer = None;
+        conn.early = false;
+        conn.state = State::Idle;
+    }
+}
+
+fn conn_group(c: &QConn) -> usize {
+    c.spec.group
+}
+
+/// Why a connection ended.
+enum Lost {
+    /// quinn-proto closed it (the peer, an idle timeout, a transport error).
+    Quic(ConnectionError),
+    /// The HTTP/3 layer closed it.
+    Protocol(&'static str),
+    /// The handshake did not complete, or did not give HTTP/3.
+    Handshake(String),
+    /// The socket failed.
+    Socket(String),
+    /// Requests waited longer than `-T`.
+    Timeout,
+}
+
+/// A response or a failed request: counted, with its latency from the scheduled send.
+fn record(
+    stats: &mut ThreadStats,
+    e: Event,
+    measuring: bool,
+    measure_start: Instant,
+    now: Instant,
+) {
+    let (sent, actual, status) = match e {
+        Event::Response {
+            sent,
+            actual,
+            status,
+        } => (sent, actual, Some(status)),
+        Event::Failed { sent, actual } => (sent, actual, None),
+    };
+    if !measuring || sent < measure_start {
+        return;
+    }
+    let Some(status) = status else {
+        stats.errors.protocol += 1;
+        return;
+    };
+    stats.responses += 1;
+    stats.status.count_n(status, 1);
+    let us = u64::try_from(now.saturating_duration_since(sent).as_micros()).unwrap_or(u64::MAX);
+    stats.latency.saturating_record(us);
+    if let Some(iv) = &mut stats.intervals {
+        if iv
+            .current
+            .record(us.min(crate::report::MAX_LATENCY_US))
+            .is_err()
+        {
+            iv.current.saturating_record(us);
+        }
+    }
+    if let Some(u) = &mut stats.u_latency {
+        let us =
+            u64::try_from(now.saturating_duration_since(actual).as_micros()).unwrap_or(u64::MAX);
+        u.saturating_record(us);
+    }
+}
+
+/// A failed handshake in words, with what to do next where it is clear.
+fn describe(e: &ConnectionError) -> String {
+    let text = e.to_string();
+    // TLS alert 120 (no_application_protocol), QUIC's crypto error 0x178; some servers send
+    // handshake_failure (40) and say why in the reason.
+    if text.contains("0x178") || text.contains("ALPN") || text.contains("NoApplicationProtocol") {
+        return format!("the server does not offer HTTP/3 (ALPN h3): {text}");
+    }
+    match e {
+        ConnectionError::TimedOut => "no answer (is a QUIC server listening there?)".into(),
+        ConnectionError::ConnectionClosed(_) | ConnectionError::ApplicationClosed(_) => {
+            format!("the server refused the connection ({text})")
+        }
+        ConnectionError::Reset => "the server reset the connection (stateless reset)".into(),
+        _ if text.contains("certificate") || text.contains("Certificate") => {
+            format!("{text} (give --cacert FILE, or --insecure)")
+        }
+        _ => text,
+    }
+}
