@@ -426,18 +426,7 @@ impl H2Conn {
             return;
         }
         if let Some(framing) = streamed {
-            let i = self.streams.len();
-            let mut s = Stream::sending(
-                id,
-                i64::from(self.peer_settings.initial_window_size),
-                ctx.now,
-            );
-            s.state = State::Open;
-            s.recv_window = i64::from(ctx.cfg.h2.initial_window);
-            self.streams.push(s);
-            let head = std::mem::take(&mut self.head);
-            self.respond(ctx, id, &head, &[], ctx.now, Some(i), Some(framing));
-            self.head = head;
+            self.answer_while_receiving(ctx, id, None, Some(framing));
             return;
         }
         let head = std::mem::take(&mut self.head);
@@ -459,6 +448,19 @@ impl H2Conn {
             // A tunnel's request has no body and no end (RFC 9113 §8.5).
             return self.stream_error(id, ErrorCode::Protocol);
         }
+        self.answer_while_receiving(ctx, id, Some(Box::default()), None);
+    }
+
+    /// Routes the head just decoded while its stream stays open for what the client still
+    /// sends (a body that streams to an upstream, or a tunnel's bytes): the stream gets its
+    /// entry, and its receive window, first.
+    fn answer_while_receiving(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        id: u32,
+        tunnel: Option<Box<super::stream::StreamTunnel>>,
+        streamed: Option<StreamedBody>,
+    ) {
         let i = self.streams.len();
         let mut s = Stream::sending(
             id,
@@ -467,10 +469,10 @@ impl H2Conn {
         );
         s.state = State::Open;
         s.recv_window = i64::from(ctx.cfg.h2.initial_window);
-        s.tunnel = Some(Box::default());
+        s.tunnel = tunnel;
         self.streams.push(s);
         let head = std::mem::take(&mut self.head);
-        self.respond(ctx, id, &head, &[], ctx.now, Some(i), None);
+        self.respond(ctx, id, &head, &[], ctx.now, Some(i), streamed);
         self.head = head;
     }
 

@@ -60,28 +60,6 @@ impl H2Conn {
         }
     }
 
-    /// Writes a response head from `res_fields` (HPACK-encoded now, in sending order).
-    fn write_head(&mut self, id: u32, status: u16, end: bool) {
-        let mut block = std::mem::take(&mut self.block);
-        block.clear();
-        let res_buf = &self.res_buf;
-        self.encoder.encode_response(
-            status,
-            self.res_fields
-                .iter()
-                .map(|(n, v)| (&res_buf[n.clone()], &res_buf[v.clone()])),
-            &mut block,
-        );
-        frame::write_headers(
-            &mut self.wbuf,
-            id,
-            &block,
-            end,
-            self.peer_settings.max_frame_size as usize,
-        );
-        self.block = block;
-    }
-
     /// Ends stream `id` with a HEADERS frame of trailer fields. Encoded now, as it is written:
     /// HPACK's table is the connection's, so blocks must be encoded in the order they are sent.
     pub(super) fn write_trailers(&mut self, id: u32, fields: &[(Vec<u8>, Vec<u8>)]) {

@@ -235,24 +235,7 @@ impl H2Conn {
         let body_len = self.res_buf.len() - body_at;
         let file_len = file.as_ref().map_or(0, |f| f.len);
         let empty = body_len == 0 && file_len == 0;
-        let mut block = std::mem::take(&mut self.block);
-        block.clear();
-        let res_buf = &self.res_buf;
-        self.encoder.encode_response(
-            status,
-            self.res_fields
-                .iter()
-                .map(|(n, v)| (&res_buf[n.clone()], &res_buf[v.clone()])),
-            &mut block,
-        );
-        frame::write_headers(
-            &mut self.wbuf,
-            id,
-            &block,
-            empty,
-            self.peer_settings.max_frame_size as usize,
-        );
-        self.block = block;
+        self.write_head(id, status, empty);
         if empty {
             return self.stream_done(id, entry);
         }
@@ -292,6 +275,29 @@ impl H2Conn {
         s.out.extend_from_slice(&self.res_buf[at..]);
         s.out_pos = 0;
         s.file = file;
+    }
+
+    /// Writes a response head from `res_fields` (ranges of `res_buf`). HPACK-encoded now, as
+    /// it is written: the table is the connection's, so blocks go out in the order encoded.
+    pub(super) fn write_head(&mut self, id: u32, status: u16, end: bool) {
+        let mut block = std::mem::take(&mut self.block);
+        block.clear();
+        let res_buf = &self.res_buf;
+        self.encoder.encode_response(
+            status,
+            self.res_fields
+                .iter()
+                .map(|(n, v)| (&res_buf[n.clone()], &res_buf[v.clone()])),
+            &mut block,
+        );
+        frame::write_headers(
+            &mut self.wbuf,
+            id,
+            &block,
+            end,
+            self.peer_settings.max_frame_size as usize,
+        );
+        self.block = block;
     }
 
     /// The response on `id` is complete: the stream closes.
