@@ -283,6 +283,32 @@ impl RequestHead {
         })
     }
 
+    /// The regular fields as an HTTP/1.1 request's (`slots`, in order), with `:authority` as
+    /// `host` when the client sent no `host` (RFC 9113 §8.3.1, RFC 9114 §4.3.1): what the
+    /// server's handlers read, whatever the protocol. Returns how many; `None` when they do
+    /// not fit `slots` or are more than `max` (431, as over HTTP/1.1).
+    pub fn request_fields<'a>(
+        &'a self,
+        slots: &mut [crate::request::Header<'a>],
+        max: usize,
+    ) -> Option<usize> {
+        let mut n = 0;
+        let mut has_host = false;
+        for (name, value) in self.fields() {
+            has_host |= name == "host";
+            *slots.get_mut(n)? = crate::request::Header { name, value };
+            n += 1;
+        }
+        if let (false, Some(authority)) = (has_host, self.authority()) {
+            *slots.get_mut(n)? = crate::request::Header {
+                name: "host",
+                value: authority,
+            };
+            n += 1;
+        }
+        (n <= max).then_some(n)
+    }
+
     /// The bytes the head holds (its buffer), for a test that it stays small.
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {

@@ -66,7 +66,7 @@ impl H2Conn {
             big = [EMPTY_HEADER; lowlat_http::limits::MAX_HEADERS];
             &mut big
         };
-        let Some(n) = request_fields(head, slots, ctx.cfg.head.max_headers) else {
+        let Some(n) = head.request_fields(slots, ctx.cfg.head.max_headers) else {
             return self.refuse(ctx, id, ParseError::TooManyHeaders, Some(head));
         };
         let fields = &slots[..n];
@@ -387,28 +387,3 @@ const EMPTY_HEADER: Header<'static> = Header {
     name: "",
     value: b"",
 };
-
-/// The request's fields as the handlers see them, with `Host` from `:authority` when the
-/// request has no `host` field (RFC 9113 §8.3.1). `None` when they do not fit `slots` or are
-/// more than `max` (431, as over HTTP/1.1).
-fn request_fields<'a>(
-    head: &'a RequestHead,
-    slots: &mut [Header<'a>],
-    max: usize,
-) -> Option<usize> {
-    let mut n = 0;
-    let mut has_host = false;
-    for (name, value) in head.fields() {
-        has_host |= name == "host";
-        *slots.get_mut(n)? = Header { name, value };
-        n += 1;
-    }
-    if let (false, Some(authority)) = (has_host, head.authority()) {
-        *slots.get_mut(n)? = Header {
-            name: "host",
-            value: authority,
-        };
-        n += 1;
-    }
-    (n <= max).then_some(n)
-}

@@ -386,7 +386,7 @@ impl H3Conn {
             return self.answer_status(io, id, 400, ctx);
         };
         let mut slots = [EMPTY_HEADER; lowlat_http::limits::MAX_HEADERS];
-        let Some(n) = request_fields(&head, &mut slots, ctx.cfg.head.max_headers) else {
+        let Some(n) = head.request_fields(&mut slots, ctx.cfg.head.max_headers) else {
             self.requests.insert(id, s);
             return self.answer_status(io, id, 431, ctx);
         };
@@ -656,30 +656,6 @@ const EMPTY_HEADER: Header<'static> = Header {
     name: "",
     value: b"",
 };
-
-/// The request's regular fields as handlers see them, with `:authority` as `host` when the
-/// client sent no `host`. `None`: more than `max`.
-fn request_fields<'a>(
-    head: &'a RequestHead,
-    slots: &mut [Header<'a>],
-    max: usize,
-) -> Option<usize> {
-    let mut n = 0;
-    let mut has_host = false;
-    for (name, value) in head.fields() {
-        has_host |= name == "host";
-        *slots.get_mut(n)? = Header { name, value };
-        n += 1;
-    }
-    if let (false, Some(authority)) = (has_host, head.authority()) {
-        *slots.get_mut(n)? = Header {
-            name: "host",
-            value: authority,
-        };
-        n += 1;
-    }
-    (n <= max).then_some(n)
-}
 
 /// A bare status page in HTTP/1.1 form (`413 Content Too Large`), for `send_response`.
 fn write_status_page(out: &mut Vec<u8>, status: u16) {
