@@ -13,6 +13,9 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
   lossy HOST PORT PERCENT PATH  an HTTP/3 GET of PATH through a relay that drops PERCENT % of
                                 the datagrams each way (seeded: the same drops every run)
                                 → {"status", "length", "sha256", "dropped", "relayed"}
+  zerortt HOST PORT METHOD...    a connection for a session ticket, then a second one that sends
+                                one request per METHOD to /plaintext as 0-RTT data
+                                → {"early_data": ticket allows it, "resumed", "responses"}
   raw HOST PORT STREAM...       HTTP/3 bytes written by hand (ALPN h3): each STREAM is
                                 KIND:HEX[:fin] (KIND bidi or uni) or `headers:NAME=VALUE,...`
                                 (a bidi stream with one HEADERS frame, QPACK-encoded by pylsqpack
@@ -225,6 +228,29 @@ async def lossy(host, port, percent, path):
         relay.upstream.close()
 
 
+async def zerortt(host, port, *methods):
+    tickets = []
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client,
+                       session_ticket_handler=tickets.append) as client:
+        await client.request("GET", f"localhost:{port}", "/plaintext")
+        deadline = time.monotonic() + 5
+        while not tickets and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    if not tickets:
+        return {"error": "no session ticket"}
+    cfg = config(alpn=H3_ALPN[0])
+    cfg.session_ticket = tickets[-1]
+    # Not waiting for the handshake: the requests go in 0-RTT packets beside the ClientHello.
+    async with connect(host, port, configuration=cfg, create_protocol=H3Client,
+                       wait_connected=False) as client:
+        answers = await asyncio.gather(*(
+            client.request(m, f"localhost:{port}", "/plaintext", b"x" if m == "POST" else None)
+            for m in methods))
+        return {"early_data": tickets[-1].max_early_data_size is not None,
+                "resumed": bool(client._quic.tls.session_resumed),
+                "responses": answers}
+
+
 async def rebind(host, port, n):
     results = await asyncio.gather(*(rebound_conn(host, port, i) for i in range(n)), return_exceptions=True)
     errors = [repr(r) for r in results if isinstance(r, BaseException)]
@@ -370,11 +396,11 @@ def encode_varint(n):
 
 def main():
     cmd, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if cmd in ("get", "post", "raw", "lossy"):
+    if cmd in ("get", "post", "raw", "lossy", "zerortt"):
         rest = sys.argv[4:]
     else:
         rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
-    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy}[cmd]
+    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy, "zerortt": zerortt}[cmd]
     try:
         result = asyncio.run(asyncio.wait_for(scenario(host, port, *rest), LIMIT))
     except Exception as e:  # the test prints this and fails

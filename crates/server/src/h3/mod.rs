@@ -12,6 +12,9 @@
 //! static table and literals only, no request head ever waits for the encoder stream, and no
 //! decoder stream is needed (RFC 9204 §4.2); our encoder is static-only as well.
 //!
+//! 0-RTT: requests read while the handshake is still under way came as early data, which can be
+//! replayed; only safe methods are answered then, others get `425 Too Early` (RFC 8470).
+//!
 //! What it does not do (answered, never left hanging): forwarding to an upstream (`--proxy`
 //! routes answer 502 over HTTP/3), server push, extended CONNECT.
 
@@ -385,6 +388,18 @@ impl H3Conn {
             self.requests.insert(id, s);
             return self.answer_status(io, id, 400, ctx);
         };
+        if io.is_handshaking()
+            && !matches!(
+                Method::from_token(method_token),
+                Method::Get | Method::Head | Method::Options
+            )
+        {
+            // Came as 0-RTT data, which can be replayed: only safe methods are answered before
+            // the handshake completes (RFC 9114 §10.9, RFC 8470: 425 Too Early, the client
+            // sends it again after the handshake).
+            self.requests.insert(id, s);
+            return self.answer_status(io, id, 425, ctx);
+        }
         let mut slots = [EMPTY_HEADER; lowlat_http::limits::MAX_HEADERS];
         let Some(n) = head.request_fields(&mut slots, ctx.cfg.head.max_headers) else {
             self.requests.insert(id, s);

@@ -490,6 +490,32 @@ impl QuicWorker {
 }
 
 /// One event of a connection, for the transport (handshake done, lost) or its protocol.
+/// Starts the connection's protocol, chosen by the ALPN the handshake agreed on (once).
+fn start_protocol(c: &mut Conn, now: Instant, protocols: ProtocolFactory, ctx: &mut WorkerCtx<'_>) {
+    if c.proto.is_some() {
+        return;
+    }
+    let alpn = c
+        .conn
+        .crypto_session()
+        .handshake_data()
+        .and_then(|d| {
+            d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                .ok()
+        })
+        .and_then(|d| d.protocol);
+    c.proto = alpn.as_deref().and_then(protocols);
+    let mut io = StreamIo {
+        conn: &mut c.conn,
+        now,
+    };
+    match &mut c.proto {
+        Some(p) => p.connected(&mut io, ctx),
+        // The handshake offered only protocols we serve, so this is not expected.
+        None => io.close(0x0110, b"no application protocol"),
+    }
+}
+
 fn handle_app_event(
     c: &mut Conn,
     event: Event,
@@ -500,31 +526,17 @@ fn handle_app_event(
 ) {
     tracing::trace!("quic: {event:?}");
     match event {
-        Event::HandshakeDataReady | Event::DatagramReceived | Event::DatagramsUnblocked => {}
+        Event::DatagramReceived | Event::DatagramsUnblocked => {}
+        // The ClientHello is read, so the protocol is known: it starts now, not at the end of
+        // the handshake, so that requests sent as 0-RTT data (streams opened before
+        // `Connected`) are seen — their `Opened` events come only once.
+        Event::HandshakeDataReady => start_protocol(c, now, protocols, ctx),
         Event::Connected => {
             if c.handshaking {
                 c.handshaking = false;
                 *handshakes = handshakes.saturating_sub(1);
             }
-            let alpn = c
-                .conn
-                .crypto_session()
-                .handshake_data()
-                .and_then(|d| {
-                    d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
-                        .ok()
-                })
-                .and_then(|d| d.protocol);
-            c.proto = alpn.as_deref().and_then(protocols);
-            let mut io = StreamIo {
-                conn: &mut c.conn,
-                now,
-            };
-            match &mut c.proto {
-                Some(p) => p.connected(&mut io, ctx),
-                // The handshake offered only protocols we serve, so this is not expected.
-                None => io.close(0x0110, b"no application protocol"),
-            }
+            start_protocol(c, now, protocols, ctx);
         }
         Event::ConnectionLost { reason } => {
             let stats = c.conn.stats();

@@ -174,6 +174,12 @@ impl StreamIo<'_> {
     pub(crate) fn peer(&self) -> SocketAddr {
         self.conn.remote_address()
     }
+
+    /// The handshake is not complete: what the client sent so far came as 0-RTT data, which
+    /// anyone who captured it can replay (RFC 9001 §9.2).
+    pub(crate) fn is_handshaking(&self) -> bool {
+        self.conn.is_handshaking()
+    }
 }
 
 /// Whether `stream` was opened by the client and carries bytes both ways.

@@ -81,7 +81,6 @@ pub struct TlsContext {
     config: Arc<rustls::ServerConfig>,
     resolver: Arc<SniResolver>,
     provider: Arc<CryptoProvider>,
-    backend: CryptoBackend,
     pairs: Vec<CertPaths>,
 }
 
@@ -133,7 +132,6 @@ impl TlsContext {
             config: Arc::new(config),
             resolver,
             provider,
-            backend,
             pairs: pairs.to_vec(),
         })
     }
@@ -193,9 +191,15 @@ impl TlsContext {
                 Arc::clone(&self.resolver) as Arc<dyn rustls::server::ResolvesServerCert>
             );
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        config.ticketer = self.backend.ticketer()?;
+        // Resumption by session id kept here (a bounded cache, each id usable once), not by
+        // stateless ticket: rustls allows 0-RTT only then (RFC 8446 §8.1, a ticket that can be
+        // used once cannot be replayed against this process).
+        config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
         config.send_tls13_tickets = 1;
-        config.max_early_data_size = 0;
+        // 0-RTT (QUIC asks for all or nothing: u32::MAX). What comes in it can still be replayed
+        // against another server sharing nothing with this one, so the HTTP/3 layer answers only
+        // safe methods before the handshake completes (`crate::h3`).
+        config.max_early_data_size = u32::MAX;
         Ok(Arc::new(config))
     }
 
