@@ -173,7 +173,12 @@ fn http3_gets_files_and_builtins() {
 #[test]
 fn http3_request_bodies_are_bounded() {
     let (_pki, cert) = cert();
-    let served = serve(&cert, &["--max-body", "1k"]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let served = serve(
+        &cert,
+        &["--max-body", "1k", "--access-log", log.to_str().unwrap()],
+    );
     let got = client(&served, &["post", "/plaintext", "500", "5000", "10"]);
     let status: Vec<u64> = got["responses"]
         .as_array()
@@ -182,6 +187,19 @@ fn http3_request_bodies_are_bounded() {
         .map(|r| r["status"].as_u64().unwrap_or(0))
         .collect();
     assert_eq!(status, [405, 413, 405], "{got}");
+    // The refusal has its line too, as over HTTP/1.1 and HTTP/2.
+    let text = stop(served);
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        lines.matches("\"POST /plaintext HTTP/3.0\" 405").count(),
+        2,
+        "{lines}\n{text}"
+    );
+    assert_eq!(
+        lines.matches("\"POST /plaintext HTTP/3.0\" 413").count(),
+        1,
+        "{lines}\n{text}"
+    );
 }
 
 /// SHA-256 through the TLS stack's provider (no hashing crate of its own for one test).

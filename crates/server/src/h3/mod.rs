@@ -397,11 +397,13 @@ impl H3Conn {
             // Came as 0-RTT data, which can be replayed: only safe methods are answered before
             // the handshake completes (RFC 9114 §10.9, RFC 8470: 425 Too Early, the client
             // sends it again after the handshake).
+            s.head = Some(head);
             self.requests.insert(id, s);
             return self.answer_status(io, id, 425, ctx);
         }
         let mut slots = [EMPTY_HEADER; lowlat_http::limits::MAX_HEADERS];
         let Some(n) = head.request_fields(&mut slots, ctx.cfg.head.max_headers) else {
+            s.head = Some(head);
             self.requests.insert(id, s);
             return self.answer_status(io, id, 431, ctx);
         };
@@ -493,8 +495,33 @@ impl H3Conn {
         s.file = None;
         self.res_buf.clear();
         write_status_page(&mut self.res_buf, status);
-        ctx.counters
-            .response(0, status, 0, ctx.now.saturating_duration_since(s.started));
+        let took = ctx.now.saturating_duration_since(s.started);
+        ctx.counters.response(0, status, 0, took);
+        if let Some(log) = ctx.access_log.as_deref_mut() {
+            // As HTTP/1.1 and HTTP/2 refusals are logged: what is known of the request.
+            let head = s.head.as_ref();
+            let field = |name: &str| {
+                head.and_then(|h| h.fields().find(|(n, _)| *n == name).map(|(_, v)| v))
+            };
+            log.record(&crate::access_log::Entry {
+                remote: io.peer(),
+                method: head.and_then(RequestHead::method).unwrap_or("-"),
+                target: head.and_then(RequestHead::path).unwrap_or("-"),
+                version: Version::Http3,
+                status,
+                bytes: 0,
+                duration: took,
+                user_agent: field("user-agent"),
+                referer: field("referer"),
+                worker: ctx.worker,
+                upstream: None,
+                received: None,
+                site: None,
+                tls: true,
+                head_bytes: 0,
+                fields: crate::access_log::Fields::None,
+            });
+        }
         self.send_response(io, id);
         // RFC 9114 §4.1.2: a complete response, then STOP_SENDING with H3_NO_ERROR.
         io.stop_sending(id, ErrorCode::NoError.value());
