@@ -516,10 +516,11 @@ fn plan_text(spec: &crate::spec::Spec) -> String {
             sc.name,
             sc.method,
             sc.path,
-            sc.h2.map_or_else(
-                || format!("pipeline {}", sc.pipeline),
-                |m| format!("HTTP/2 {m} streams"),
-            ),
+            match (sc.h2, sc.h3) {
+                (Some(m), _) => format!("HTTP/2 {m} streams"),
+                (_, Some(m)) => format!("HTTP/3 {m} streams"),
+                _ => format!("pipeline {}", sc.pipeline),
+            },
             sc.keepalive,
             sc.targets.join(","),
             sc.levels

@@ -28,6 +28,8 @@ pub struct LoadPlan {
     pub tls: lowlat_load::TlsOptions,
     /// Speak HTTP/2; `pipeline` is then the streams in flight per connection.
     pub h2: bool,
+    /// Speak HTTP/3 over QUIC; `pipeline` is then the streams in flight per connection.
+    pub h3: bool,
 }
 
 /// What one measurement brought back.
@@ -103,6 +105,7 @@ impl LoadDriver for Engine {
             pin_cpus: plan.pin_cpus.clone(),
             tls: plan.tls.clone(),
             h2: plan.h2,
+            h3: plan.h3,
             ..lowlat_load::LoadConfig::default()
         };
         let r = lowlat_load::run(&cfg, stop).map_err(|e| e.to_string())?;

@@ -412,7 +412,7 @@ fn run_scenario(
         threads: spec.loader.threads as usize,
         connections: connections as usize,
         duration,
-        pipeline: scenario.h2.unwrap_or(scenario.pipeline),
+        pipeline: scenario.h2.or(scenario.h3).unwrap_or(scenario.pipeline),
         method: scenario.method.clone(),
         headers: scenario.headers.clone(),
         body: scenario.body.as_ref().map(|b| b.as_bytes().to_vec()),
@@ -421,6 +421,7 @@ fn run_scenario(
         pin_cpus: spec.loader.cpus.clone(),
         tls: tls.clone(),
         h2: scenario.h2.is_some(),
+        h3: scenario.h3.is_some(),
     };
     let load_err = |connections: u32, message: String| BenchError::Load {
         target: target.name.clone(),
@@ -647,7 +648,7 @@ fn make_row(
         scenario: scenario.name.clone(),
         connections: level,
         round,
-        pipeline: scenario.h2.unwrap_or(scenario.pipeline),
+        pipeline: scenario.h2.or(scenario.h3).unwrap_or(scenario.pipeline),
         keepalive: scenario.keepalive,
         seconds: secs,
         requests: o.responses,

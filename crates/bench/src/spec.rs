@@ -235,6 +235,9 @@ pub struct Scenario {
     /// HTTP/2 with this many streams in flight per connection (ALPN h2 for https, h2c for
     /// http); `None`: HTTP/1.1.
     pub h2: Option<u32>,
+    /// HTTP/3 over QUIC with this many request streams in flight per connection (https only,
+    /// the target's QUIC port being its TLS port); `None`: not HTTP/3.
+    pub h3: Option<u32>,
 }
 
 // ------------------------------------------------------------------ raw TOML shapes
@@ -356,6 +359,8 @@ struct RawScenario {
     tls_resume: Option<bool>,
     #[serde(default)]
     h2: Option<Spanned<u32>>,
+    #[serde(default)]
+    h3: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -990,6 +995,31 @@ impl Cx<'_> {
             Some(m) => Some(*m.get_ref()),
             None => None,
         };
+        let h3 = match &s.h3 {
+            Some(m) if *m.get_ref() == 0 || *m.get_ref() > 10_000 => {
+                return Err(self.err(
+                    &m.span(),
+                    f("h3"),
+                    "streams per connection: must be 1–10000",
+                ));
+            }
+            Some(m) if h2.is_some() => {
+                return Err(self.err(
+                    &m.span(),
+                    f("h3"),
+                    "a scenario is HTTP/2 or HTTP/3, not both",
+                ));
+            }
+            Some(m) if pipeline > 1 || !keepalive => {
+                return Err(self.err(
+                    &m.span(),
+                    f("h3"),
+                    "HTTP/3 multiplexes streams on kept-alive connections: no pipeline, keepalive = true",
+                ));
+            }
+            Some(m) => Some(*m.get_ref()),
+            None => None,
+        };
         if !keepalive && pipeline > 1 {
             return Err(self.err(
                 &s.pipeline.as_ref().map_or(0..0, Spanned::span),
@@ -1041,6 +1071,7 @@ impl Cx<'_> {
             levels,
             tls_resume: s.tls_resume.unwrap_or(false),
             h2,
+            h3,
         })
     }
 

@@ -307,6 +307,20 @@ fn errors_name_file_line_and_field() {
             "keepalive",
         ),
         (
+            "HTTP/2 and HTTP/3 at once",
+            with("pipeline = 16", "h2 = 10\nh3 = 10"),
+            "h3 = 10",
+            "scenario[0].h3",
+            "not both",
+        ),
+        (
+            "no HTTP/3 streams",
+            with("pipeline = 16", "h3 = 0"),
+            "h3 = 0",
+            "scenario[0].h3",
+            "1–10000",
+        ),
+        (
             "bad cpus",
             with("cpus = [0]", "cpus = \"zero\""),
             "cpus = \"zero\"",
