@@ -60,6 +60,7 @@ fn main() {
         pin_cpus: vec![1],
         tls: lowlat_load::TlsOptions::default(),
         h2: false,
+        h3: false,
     };
     let stop = AtomicBool::new(false);
     let hz = 100.0; // /proc's clock ticks per second on Linux
