@@ -33,6 +33,25 @@ use support::BIN;
 // say otherwise.
 use support::Served as Proxy;
 
+/// The `websockets` echo server behind a proxy with a TLS listener (a certificate for
+/// `localhost` from a fresh CA, returned for the client to trust) forwarding everything to it.
+fn tls_proxy() -> (Pki, Upstream, Proxy) {
+    let pki = Pki::new();
+    let leaf = pki.leaf("proxy", &["localhost"], KeyKind::EcdsaP256);
+    let upstream = Upstream::websocket_echo();
+    let proxy = Proxy::start([
+        "--tls-listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--cert".to_owned(),
+        leaf.cert.display().to_string(),
+        "--key".to_owned(),
+        leaf.key.display().to_string(),
+        "--proxy".to_owned(),
+        format!("/={}", upstream.url()),
+    ]);
+    (pki, upstream, proxy)
+}
+
 /// Runs a `ws_client.py` scenario and returns the JSON object it printed.
 fn client(scenario: &str, url: &str, extra: &[&str]) -> serde_json::Value {
     run_client("ws_client.py", scenario, url, extra)
@@ -415,19 +434,7 @@ fn load_ws(args: &[&str]) -> serde_json::Value {
 /// no error; in rate mode, the rate is kept; the loader's Close at the end reaches the server.
 #[test]
 fn load_ws_directly_and_through_the_proxy() {
-    let pki = Pki::new();
-    let leaf = pki.leaf("proxy", &["localhost"], KeyKind::EcdsaP256);
-    let upstream = Upstream::websocket_echo();
-    let proxy = Proxy::start([
-        "--tls-listen".to_owned(),
-        "127.0.0.1:0".to_owned(),
-        "--cert".to_owned(),
-        leaf.cert.display().to_string(),
-        "--key".to_owned(),
-        leaf.key.display().to_string(),
-        "--proxy".to_owned(),
-        format!("/={}", upstream.url()),
-    ]);
+    let (pki, upstream, proxy) = tls_proxy();
     let tls = proxy.tls_addr.expect("a TLS listener");
     let ca = pki.ca_path();
     let targets = [
@@ -724,19 +731,7 @@ fn websockets_cross_http2_streams() {
 /// The same over TLS (ALPN h2): a `wss://` tunnel on an HTTP/2 connection.
 #[test]
 fn websockets_cross_http2_over_tls() {
-    let pki = Pki::new();
-    let leaf = pki.leaf("proxy", &["localhost"], KeyKind::EcdsaP256);
-    let upstream = Upstream::websocket_echo();
-    let proxy = Proxy::start([
-        "--tls-listen".to_owned(),
-        "127.0.0.1:0".to_owned(),
-        "--cert".to_owned(),
-        leaf.cert.display().to_string(),
-        "--key".to_owned(),
-        leaf.key.display().to_string(),
-        "--proxy".to_owned(),
-        format!("/={}", upstream.url()),
-    ]);
+    let (pki, upstream, proxy) = tls_proxy();
     let tls = proxy.tls_addr.expect("a TLS listener");
     let ca = pki.ca_path();
     let url = format!("wss://localhost:{}/secure-h2", tls.port());
