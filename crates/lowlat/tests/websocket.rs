@@ -33,6 +33,23 @@ use support::BIN;
 // say otherwise.
 use support::Served as Proxy;
 
+/// The `websockets` echo server behind a proxy forwarding `/ws/` to it, with an access log
+/// (its directory lives as long as the returned guard) and `extra` flags.
+fn logged_proxy(extra: &[&str]) -> (Upstream, tempfile::TempDir, std::path::PathBuf, Proxy) {
+    let upstream = Upstream::websocket_echo();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let mut args: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
+    args.extend([
+        "--proxy".to_owned(),
+        format!("/ws/={}/", upstream.url()),
+        "--access-log".to_owned(),
+        log.display().to_string(),
+    ]);
+    let proxy = Proxy::start(args);
+    (upstream, dir, log, proxy)
+}
+
 /// The `websockets` echo server behind a proxy with a TLS listener (a certificate for
 /// `localhost` from a fresh CA, returned for the client to trust) forwarding everything to it.
 fn tls_proxy() -> (Pki, Upstream, Proxy) {
@@ -148,15 +165,7 @@ fn read_log(path: &Path) -> String {
 /// upstream. Then the server closing (Close 4001) reaches the client.
 #[test]
 fn messages_cross_both_ways_and_either_side_closes() {
-    let upstream = Upstream::websocket_echo();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let proxy = Proxy::start([
-        "--proxy".to_owned(),
-        format!("/ws/={}/", upstream.url()),
-        "--access-log".to_owned(),
-        log.display().to_string(),
-    ]);
+    let (upstream, _dir, log, proxy) = logged_proxy(&[]);
     let base = format!("ws://{}/ws", proxy.addr);
 
     let r = client("echo", &format!("{base}/chat"), &[]);
@@ -652,16 +661,7 @@ fn a_client_half_close_reaches_the_server() {
 /// handshake (a GET with a fresh key it accepted), and the tunnel's access-log line.
 #[test]
 fn websockets_cross_http2_streams() {
-    let upstream = Upstream::websocket_echo();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let proxy = Proxy::start([
-        "--h2c".to_owned(),
-        "--proxy".to_owned(),
-        format!("/ws/={}/", upstream.url()),
-        "--access-log".to_owned(),
-        log.display().to_string(),
-    ]);
+    let (upstream, _dir, log, proxy) = logged_proxy(&["--h2c"]);
     let base = format!("ws://{}/ws", proxy.addr);
 
     let r = h2_client("echo", &format!("{base}/h2chat"), &[]);
@@ -754,16 +754,7 @@ fn websockets_cross_http2_over_tls() {
 /// logged once.
 #[test]
 fn a_reset_or_dropped_http2_tunnel_ends_upstream() {
-    let upstream = Upstream::websocket_echo();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let proxy = Proxy::start([
-        "--h2c".to_owned(),
-        "--proxy".to_owned(),
-        format!("/ws/={}/", upstream.url()),
-        "--access-log".to_owned(),
-        log.display().to_string(),
-    ]);
+    let (upstream, _dir, log, proxy) = logged_proxy(&["--h2c"]);
     let base = format!("ws://{}/ws", proxy.addr);
     let r = h2_client("reset", &format!("{base}/reset-me"), &[]);
     assert_eq!(r["echo_ok"], true, "{r}");
