@@ -16,7 +16,7 @@
 use std::ffi::OsString;
 use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,7 +25,8 @@ use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
 use support::upstream::{
-    pattern, pattern_sha256, send_pattern, App, BadKind, Bind, GunicornWorker, Upstream,
+    curl_h2_upload, pattern, pattern_sha256, send_pattern, App, BadKind, Bind, GunicornWorker,
+    Upstream,
 };
 use support::BIN;
 
@@ -939,30 +940,6 @@ fn a_streaming_body_reaches_the_upstream_as_it_comes_and_a_broken_one_is_cut() {
     );
     // The proxy serves on.
     assert_eq!(get(proxy.addr, "/status/200").status, 200);
-}
-
-/// `curl --http2-prior-knowledge -T -` uploading `len` bytes of [`pattern`] from its stdin (no
-/// length declared: the proxy forwards it chunked) to `url`; the child, its stdin fed by a thread.
-fn curl_h2_upload(url: &str, len: u64) -> (Child, std::thread::JoinHandle<std::io::Result<()>>) {
-    let mut child = Command::new("curl")
-        .args(["-sS", "--http2-prior-knowledge", "-T", "-", url])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        let block = pattern(0, 251 * 4096);
-        let mut left = len;
-        while left > 0 {
-            let n = left.min(block.len() as u64) as usize;
-            stdin.write_all(&block[..n])?;
-            left -= n as u64;
-        }
-        Ok(())
-    });
-    (child, writer)
 }
 
 /// HTTP/2 request bodies stream as HTTP/1.1 ones do: a body of unknown length reaches the

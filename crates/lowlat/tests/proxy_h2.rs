@@ -24,7 +24,8 @@ use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
 use support::upstream::{
-    grpcurl_echo, pattern, pattern_sha256, python, send_pattern, upstreams_dir, Upstream,
+    curl_h2_upload, grpcurl_echo, pattern, pattern_sha256, python, send_pattern, upstreams_dir,
+    Upstream,
 };
 use support::BIN;
 
@@ -384,27 +385,9 @@ fn recorder_stats(proxy: SocketAddr) -> serde_json::Value {
     json(&body)
 }
 
-/// `curl --http2-prior-knowledge -T -` uploading `len` bytes of [`pattern`] from its stdin (no
-/// length declared) to `url`; its stdout.
-fn curl_h2_upload(url: &str, len: u64) -> Output {
-    let mut child = Command::new("curl")
-        .args(["-sS", "--http2-prior-knowledge", "-T", "-", url])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        let block = pattern(0, 251 * 4096);
-        let mut left = len;
-        while left > 0 {
-            let n = left.min(block.len() as u64) as usize;
-            stdin.write_all(&block[..n])?;
-            left -= n as u64;
-        }
-        Ok::<_, std::io::Error>(())
-    });
+/// [`curl_h2_upload`] to its end: what curl printed.
+fn curl_h2_upload_all(url: &str, len: u64) -> Output {
+    let (child, writer) = curl_h2_upload(url, len);
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
     out
@@ -506,7 +489,7 @@ fn uploads_stream_to_an_http2_upstream_in_bounded_memory() {
     }
 
     let started = Instant::now();
-    let out = curl_h2_upload(&format!("http://{}/digest", proxy.addr), N);
+    let out = curl_h2_upload_all(&format!("http://{}/digest", proxy.addr), N);
     assert!(out.status.success(), "{out:?}");
     let digest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(digest["length"], N);

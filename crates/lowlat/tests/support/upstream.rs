@@ -265,6 +265,24 @@ pub fn pattern_sha256(len: u64) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// `curl --http2-prior-knowledge -T -` uploading `len` bytes of [`pattern`] from its stdin (no
+/// length declared: a proxy forwards it chunked) to `url`; the child, its stdin fed by a thread.
+pub fn curl_h2_upload(
+    url: &str,
+    len: u64,
+) -> (Child, std::thread::JoinHandle<std::io::Result<()>>) {
+    let mut child = Command::new("curl")
+        .args(["-sS", "--http2-prior-knowledge", "-T", "-", url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || send_pattern(&mut stdin, len, 0));
+    (child, writer)
+}
+
 /// Writes `len` bytes of [`pattern`] to `s`, as chunks of `chunk` bytes when `chunk` is not 0.
 pub fn send_pattern(s: &mut impl Write, len: u64, chunk: usize) -> std::io::Result<()> {
     let block = pattern(0, 251 * 4096);
