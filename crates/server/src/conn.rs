@@ -192,6 +192,7 @@ impl Conn {
         let client = ClientInfo {
             peer,
             tls: io.is_tls(),
+            early_data: false,
         };
         Self {
             io,

@@ -109,6 +109,7 @@ impl H2Conn {
         let client = crate::proxy::headers::ClientInfo {
             peer: self.peer,
             tls: self.io.is_tls(),
+            early_data: false,
         };
         let mut forward = None;
         res.set_client(&client, &mut forward);

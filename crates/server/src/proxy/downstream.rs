@@ -2,6 +2,8 @@
 //! HTTP/2 stream) that asked for it. The contract between the client's protocol and the upstream
 //! side, so that neither knows the other.
 
+use std::ops::Range;
+
 use lowlat_http::client::Header;
 
 use super::job::RelayBody;
@@ -91,4 +93,36 @@ pub(crate) enum TunnelRead {
     Eof,
     /// The client's connection failed or is gone.
     Failed,
+}
+
+/// A relayed head's fields as HTTP/2 and HTTP/3 carry them: those that `pass`, names in lower
+/// case, copied into `buf` (their ranges into `ranges`, both cleared first), then
+/// `content-length` when `length` is given.
+pub(crate) fn lowered_fields(
+    fields: &[Header<'_>],
+    pass: &dyn Fn(&str) -> bool,
+    length: Option<u64>,
+    buf: &mut Vec<u8>,
+    ranges: &mut Vec<(Range<usize>, Range<usize>)>,
+) {
+    buf.clear();
+    ranges.clear();
+    let mut put = |name: &[u8], value: &[u8], buf: &mut Vec<u8>| {
+        let at = buf.len();
+        buf.extend_from_slice(name);
+        buf[at..].make_ascii_lowercase();
+        let name = at..buf.len();
+        buf.extend_from_slice(value);
+        ranges.push((name.clone(), name.end..buf.len()));
+    };
+    for f in fields.iter().filter(|f| pass(f.name)) {
+        put(f.name.as_bytes(), f.value, buf);
+    }
+    if let Some(n) = length {
+        put(
+            b"content-length",
+            itoa::Buffer::new().format(n).as_bytes(),
+            buf,
+        );
+    }
 }

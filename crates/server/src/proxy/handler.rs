@@ -85,6 +85,7 @@ impl Handler for ProxyHandler {
         let client = res.client().unwrap_or(ClientInfo {
             peer: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             tls: false,
+            early_data: false,
         });
         let seq = self.group.sequence.get().wrapping_add(1);
         self.group.sequence.set(seq);

@@ -43,3 +43,17 @@ pub(crate) enum RelayBody {
     /// A length unknown in advance (chunked, or until the upstream closes).
     Unknown,
 }
+
+impl RelayBody {
+    /// The `content-length` a multiplexed protocol's head announces (it frames the body
+    /// itself, so the field is the length, not the framing): the body's, or for a `HEAD`
+    /// (`head_only`) what the upstream's head said the body would be.
+    #[must_use]
+    pub(crate) fn announced(self, head_only: bool) -> Option<u64> {
+        match self {
+            RelayBody::Length(n) => Some(n),
+            RelayBody::None { length } if head_only => length,
+            _ => None,
+        }
+    }
+}

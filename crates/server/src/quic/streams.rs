@@ -18,9 +18,11 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use bytes::Bytes;
+use mio::Token;
 use quinn_proto::{Connection, Dir, StreamId, VarInt};
 
 use crate::ctx::WorkerCtx;
+use crate::proxy::downstream::Downstream;
 
 /// What a read got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +72,22 @@ pub(crate) trait QuicProtocol {
     }
     /// The connection is gone (closed by either side, timed out); its streams with it.
     fn closed(&mut self, _ctx: &mut WorkerCtx<'_>) {}
+
+    /// Calls `f` with where the upstream side delivers the response of request `stream` (the
+    /// proxy's stream number: [`proxy_stream`]), `None` when that exchange is no longer wanted.
+    fn with_downstream(
+        &mut self,
+        _io: &mut StreamIo<'_>,
+        _stream: u32,
+        f: &mut dyn FnMut(Option<&mut dyn Downstream>),
+    ) {
+        f(None);
+    }
+    /// What the upstream side must do for this connection's relays since last asked, after
+    /// each of its turns: `wakes` gets the relays whose streams took enough of their backlog
+    /// that their upstreams may be read again (upstream, proxy stream number), `cancels` the
+    /// upstream exchanges of requests the client gave up on.
+    fn relay_news(&mut self, _wakes: &mut Vec<(Token, u32)>, _cancels: &mut Vec<Token>) {}
 }
 
 /// One connection's streams, lent to its protocol while it handles an event.
@@ -180,6 +198,19 @@ impl StreamIo<'_> {
     pub(crate) fn is_handshaking(&self) -> bool {
         self.conn.is_handshaking()
     }
+}
+
+/// The proxy's number for request stream `stream` (client-initiated bidirectional ids are
+/// multiples of 4), or `None` past what a `u32` numbers (a billion requests on one connection).
+#[must_use]
+pub(crate) fn proxy_stream(stream: u64) -> Option<u32> {
+    u32::try_from(stream >> 2).ok()
+}
+
+/// The request stream the proxy numbers `n` ([`proxy_stream`]).
+#[must_use]
+pub(crate) fn request_stream(n: u32) -> u64 {
+    u64::from(n) << 2
 }
 
 /// Whether `stream` was opened by the client and carries bytes both ways.
