@@ -13,9 +13,19 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
   lossy HOST PORT PERCENT PATH  an HTTP/3 GET of PATH through a relay that drops PERCENT % of
                                 the datagrams each way (seeded: the same drops every run)
                                 → {"status", "length", "sha256", "dropped", "relayed"}
-  zerortt HOST PORT METHOD...    a connection for a session ticket, then a second one that sends
-                                one request per METHOD to /plaintext as 0-RTT data
-                                → {"early_data": ticket allows it, "resumed", "responses"}
+  zerortt HOST PORT METHOD[:PATH]...
+                                a connection for a session ticket, then a second one that sends
+                                one request per METHOD to PATH (/plaintext by default) as 0-RTT
+                                data → {"early_data": ticket allows it, "resumed", "responses"}
+  fetch HOST PORT SPEC...       one connection, one request per SPEC (JSON: method, path, and
+                                optional headers [[name, value]...], body_hex, body_size), all
+                                at once → {"responses": [{status, headers, trailers, length,
+                                sha256, text, json (a JSON body parsed)}]}
+  cancel HOST PORT HOW PATH THEN
+                                a request to PATH abandoned 0.5 s after it was sent, by a reset
+                                of its stream (HOW = reset) or by closing the connection (HOW =
+                                close); 0.5 s later, on a new connection, a GET of THEN
+                                → {"then": its response}
   raw HOST PORT STREAM...       HTTP/3 bytes written by hand (ALPN h3): each STREAM is
                                 KIND:HEX[:fin] (KIND bidi or uni) or `headers:NAME=VALUE,...`
                                 (a bidi stream with one HEADERS frame, QPACK-encoded by pylsqpack
@@ -244,7 +254,8 @@ async def zerortt(host, port, *methods):
     async with connect(host, port, configuration=cfg, create_protocol=H3Client,
                        wait_connected=False) as client:
         answers = await asyncio.gather(*(
-            client.request(m, f"localhost:{port}", "/plaintext", b"x" if m == "POST" else None)
+            client.request(m.partition(":")[0], f"localhost:{port}", m.partition(":")[2] or "/plaintext",
+                           b"x" if m.startswith("POST") else None)
             for m in methods))
         return {"early_data": tickets[-1].max_early_data_size is not None,
                 "resumed": bool(client._quic.tls.session_resumed),
@@ -269,7 +280,9 @@ class H3Client(QuicConnectionProtocol):
         for e in self.h3.handle_event(event):
             if isinstance(e, (HeadersReceived, DataReceived)) and e.stream_id in self.pending:
                 fut, r = self.pending[e.stream_id]
-                if isinstance(e, HeadersReceived):
+                if isinstance(e, HeadersReceived) and any(k == b":status" for k, _ in r["headers"]):
+                    r["trailers"].extend(e.headers)
+                elif isinstance(e, HeadersReceived):
                     r["headers"].extend(e.headers)
                     # For a test that acts while the body is still coming.
                     print("headers", file=sys.stderr, flush=True)
@@ -282,20 +295,24 @@ class H3Client(QuicConnectionProtocol):
                 if not fut.done():
                     fut.set_exception(ConnectionError(event.reason_phrase or str(event.error_code)))
 
-    async def request(self, method, authority, path, body=None):
+    def send(self, method, authority, path, body=None, headers=()):
         sid = self._quic.get_next_available_stream_id()
         fut = asyncio.get_running_loop().create_future()
-        self.pending[sid] = (fut, {"headers": [], "body": b""})
+        self.pending[sid] = (fut, {"headers": [], "trailers": [], "body": b""})
         self.h3.send_headers(
             sid,
             [(b":method", method.encode()), (b":scheme", b"https"),
              (b":authority", authority.encode()), (b":path", path.encode()),
-             (b"user-agent", b"aioquic")],
+             (b"user-agent", b"aioquic")] + [(k.encode(), v.encode()) for k, v in headers],
             end_stream=body is None,
         )
         if body is not None:
             self.h3.send_data(sid, body, end_stream=True)
         self.transmit()
+        return sid, fut
+
+    async def request(self, method, authority, path, body=None, headers=()):
+        _, fut = self.send(method, authority, path, body, headers)
         r = await fut
         headers = {}
         for k, v in r["headers"]:
@@ -306,6 +323,8 @@ class H3Client(QuicConnectionProtocol):
             "length": len(r["body"]),
             "sha256": hashlib.sha256(r["body"]).hexdigest(),
             "text": r["body"][:200].decode("utf-8", "replace"),
+            "trailers": [[k.decode(), v.decode()] for k, v in r["trailers"]],
+            "json": json.loads(r["body"]) if headers.get("content-type", "").startswith("application/json") else None,
         }
 
 
@@ -313,6 +332,36 @@ async def get(host, port, method, *paths):
     async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
         answers = await asyncio.gather(*(client.request(method, f"localhost:{port}", str(p)) for p in paths))
         return {"responses": answers}
+
+
+async def fetch(host, port, *specs):
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
+        requests = []
+        for spec in map(json.loads, specs):
+            body = None
+            if "body_hex" in spec:
+                body = bytes.fromhex(spec["body_hex"])
+            elif "body_size" in spec:
+                body = b"x" * spec["body_size"]
+            requests.append(client.request(spec["method"], f"localhost:{port}", spec["path"], body,
+                                           [tuple(h) for h in spec.get("headers", [])]))
+        return {"responses": await asyncio.gather(*requests)}
+
+
+async def cancel(host, port, how, path, then):
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
+        sid, _ = client.send("GET", f"localhost:{port}", path)
+        await asyncio.sleep(0.5)
+        if how == "reset":
+            client._quic.reset_stream(sid, 0x10C)  # H3_REQUEST_CANCELLED
+            client._quic.stop_stream(sid, 0x10C)
+            client.transmit()
+            await asyncio.sleep(0.2)
+        else:
+            client.close()
+    await asyncio.sleep(0.5)
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
+        return {"then": await client.request("GET", f"localhost:{port}", then)}
 
 
 async def post(host, port, path, *sizes):
@@ -396,11 +445,11 @@ def encode_varint(n):
 
 def main():
     cmd, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if cmd in ("get", "post", "raw", "lossy", "zerortt"):
+    if cmd in ("get", "post", "raw", "lossy", "zerortt", "fetch", "cancel"):
         rest = sys.argv[4:]
     else:
         rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
-    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy, "zerortt": zerortt}[cmd]
+    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy, "zerortt": zerortt, "fetch": fetch, "cancel": cancel}[cmd]
     try:
         result = asyncio.run(asyncio.wait_for(scenario(host, port, *rest), LIMIT))
     except Exception as e:  # the test prints this and fails

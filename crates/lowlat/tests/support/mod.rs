@@ -1,8 +1,10 @@
 //! What the tests of the `lowlat` binary share: starting `lowlat serve` as a process and
-//! reading the addresses from its banner; starting the proxy's upstreams ([`upstream`]).
+//! reading the addresses from its banner; starting the proxy's upstreams ([`upstream`]); an
+//! HTTP/3 client ([`h3`]).
 
 #![allow(dead_code)]
 
+pub mod h3;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader};
