@@ -1,8 +1,9 @@
 //! Forwarding over HTTP/3: `lowlat serve --h3-listen` with `--proxy` rules, asked by a real
 //! HTTP/3 client (aioquic, `tests/quic/client.py`) and answered by real upstreams (uvicorn over
 //! HTTP/1.1, grpcio and the `h2` recorder over h2c): requests with and without bodies, large
-//! and chunked responses relayed byte for byte, trailers, gateway errors, abandoned requests
-//! cancelling their upstream exchange, `Early-Data: 1` on what came as 0-RTT, the access log.
+//! and chunked responses relayed byte for byte, trailers both ways, request bodies streamed in
+//! bounded memory and refused over the limit, gateway errors, abandoned requests cancelling
+//! their upstream exchange, `Early-Data: 1` on what came as 0-RTT, the access log.
 
 use std::time::{Duration, Instant};
 
@@ -228,4 +229,86 @@ fn early_data_is_forwarded_with_early_data_1() {
         Some("1"),
         "no forwarded request came as 0-RTT data in 6 tries"
     );
+}
+
+/// Request bodies over HTTP/3 stream to the upstream as they arrive: a 24 MB upload with a
+/// length reaches uvicorn byte for byte while the proxy's peak memory grows by far less than
+/// the body (the stream's flow control holds the client back while the upload is full); a body
+/// of unknown length with trailers reaches an HTTP/2 upstream with its trailers.
+#[test]
+fn request_bodies_stream_to_the_upstream() {
+    let (_pki, cert) = cert();
+    let upstream = Upstream::uvicorn();
+    let recorder = Upstream::h2_recorder();
+    let served = serve(
+        &cert,
+        &[
+            "--proxy",
+            &format!("/up/={}/", upstream.url()),
+            "--proxy",
+            &format!("/rec/=h2c://127.0.0.1:{}/", recorder.addr().port()),
+        ],
+    );
+    const LEN: u64 = 24_000_000;
+    let before = served.status_kib("VmHWM:");
+    let upload = serde_json::json!({"method": "POST", "path": "/up/upload",
+        "body_pattern": LEN, "headers": [["content-length", LEN.to_string()]]});
+    let got = client(&served, &["fetch", &upload.to_string()]);
+    let r = &got["responses"][0];
+    assert_eq!(r["status"], 200, "{got}");
+    assert_eq!(r["json"]["length"], LEN, "{got}");
+    assert_eq!(r["json"]["sha256"], pattern_sha256(LEN), "{got}");
+    let grown = served.status_kib("VmHWM:").saturating_sub(before);
+    assert!(
+        grown < 16 * 1024,
+        "peak memory grew by {grown} KiB for a {LEN}-byte upload"
+    );
+
+    let chunked = serde_json::json!({"method": "POST", "path": "/rec/digest",
+        "body_pattern": 300_000, "trailers": [["x-checksum", "abc"], ["authorization", "secret"]]});
+    let got = client(&served, &["fetch", &chunked.to_string()]);
+    let r = &got["responses"][0];
+    assert_eq!(r["status"], 200, "{got}");
+    let digest = &r["json"];
+    assert_eq!(digest["length"], 300_000, "{got}");
+    assert_eq!(digest["sha256"], pattern_sha256(300_000), "{got}");
+    assert_eq!(
+        digest["trailers"],
+        serde_json::json!({"x-checksum": "abc"}),
+        "only trailers that may pass: {got}"
+    );
+}
+
+/// A streaming body over the group's `--proxy-max-body` is refused 413 — before it is read when
+/// its length says so, midway when it has none — and the connection serves on.
+#[test]
+fn streaming_bodies_over_the_limit_are_refused() {
+    let (_pki, cert) = cert();
+    let upstream = Upstream::uvicorn();
+    let served = serve(
+        &cert,
+        &[
+            "--proxy",
+            &format!("/up/={}/", upstream.url()),
+            "--proxy-max-body",
+            "1m",
+        ],
+    );
+    let declared = serde_json::json!({"method": "POST", "path": "/up/upload",
+        "body_size": 2_000_000, "headers": [["content-length", "2000000"]]});
+    let unknown =
+        serde_json::json!({"method": "POST", "path": "/up/upload", "body_size": 2_000_000});
+    let got = client(
+        &served,
+        &[
+            "fetch",
+            &declared.to_string(),
+            &unknown.to_string(),
+            &spec("GET", "/plaintext"),
+        ],
+    );
+    let r = &got["responses"];
+    assert_eq!(r[0]["status"], 413, "{got}");
+    assert_eq!(r[1]["status"], 413, "{got}");
+    assert_eq!(r[2]["status"], 200, "{got}");
 }

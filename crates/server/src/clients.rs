@@ -12,7 +12,7 @@ use slab::Slab;
 
 use crate::ctx::WorkerCtx;
 use crate::proto::Connection;
-use crate::proxy::downstream::Downstream;
+use crate::proxy::downstream::{Downstream, Wake};
 use crate::proxy::engine::{Readiness, Upstreams, RELAY_LOW_WATER};
 use crate::quic::{owns_client, QuicWorker};
 
@@ -134,15 +134,16 @@ impl Clients {
                 });
                 continue;
             }
-            // HTTP/3 streams that took their backlog (they say so when it happens).
+            // HTTP/3 streams that took their backlog or brought body bytes (they say so when
+            // it happens).
             let wake = self.quic.as_mut().and_then(QuicWorker::take_wake);
-            let Some((from, up, stream)) = wake else {
+            let Some((from, up, stream, wake)) = wake else {
                 break;
             };
-            self.with_downstream(from, stream, ctx, |down, ctx| {
-                if let Some(down) = down {
-                    upstreams.resume(up, ctx, down);
-                }
+            self.with_downstream(from, stream, ctx, |down, ctx| match (down, wake) {
+                (Some(down), Wake::Resume) => upstreams.resume(up, ctx, down),
+                (Some(down), Wake::Upload) => upstreams.wake(up, ctx, down),
+                (None, _) => {}
             });
         }
         // The QUIC side's connections leave by themselves (`crate::quic`).

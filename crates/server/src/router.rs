@@ -280,6 +280,25 @@ impl Router {
         self.streams_here(path, method)
     }
 
+    /// How the body of the request whose head is `head` (HTTP/2, HTTP/3: decoded, body not yet
+    /// read) streams to an upstream, if it does: its framing by the head
+    /// (`proxy::upload::streamed_framing`), when its route takes a streamed body.
+    pub(crate) fn streamed_body(
+        &mut self,
+        head: &lowlat_http::head::RequestHead,
+        max_body: u64,
+    ) -> Option<crate::proxy::headers::StreamedBody> {
+        let method = Method::from_token(head.method().unwrap_or(""));
+        let framing =
+            crate::proxy::upload::streamed_framing(method, head.content_length, max_body)?;
+        let target = head.path()?;
+        let path = target.split('?').next().unwrap_or(target);
+        let host = head
+            .authority()
+            .or_else(|| head.fields().find(|(n, _)| *n == "host").map(|(_, v)| v));
+        self.streams_body_at(host, path, method).then_some(framing)
+    }
+
     fn streams_here(&self, path: &str, method: Method) -> bool {
         let Ok(matched) = self.tree.at(path) else {
             return false;

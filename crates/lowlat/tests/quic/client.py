@@ -18,8 +18,9 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
                                 one request per METHOD to PATH (/plaintext by default) as 0-RTT
                                 data → {"early_data": ticket allows it, "resumed", "responses"}
   fetch HOST PORT SPEC...       one connection, one request per SPEC (JSON: method, path, and
-                                optional headers [[name, value]...], body_hex, body_size), all
-                                at once → {"responses": [{status, headers, trailers, length,
+                                optional headers [[name, value]...], a body — body_hex, or
+                                body_size bytes of "x", or body_pattern bytes where byte i is
+                                i % 251 — and trailers [[name, value]...] after it), all at once → {"responses": [{status, headers, trailers, length,
                                 sha256, text, json (a JSON body parsed)}]}
   cancel HOST PORT HOW PATH THEN
                                 a request to PATH abandoned 0.5 s after it was sent, by a reset
@@ -295,7 +296,7 @@ class H3Client(QuicConnectionProtocol):
                 if not fut.done():
                     fut.set_exception(ConnectionError(event.reason_phrase or str(event.error_code)))
 
-    def send(self, method, authority, path, body=None, headers=()):
+    def send(self, method, authority, path, body=None, headers=(), trailers=()):
         sid = self._quic.get_next_available_stream_id()
         fut = asyncio.get_running_loop().create_future()
         self.pending[sid] = (fut, {"headers": [], "trailers": [], "body": b""})
@@ -307,12 +308,14 @@ class H3Client(QuicConnectionProtocol):
             end_stream=body is None,
         )
         if body is not None:
-            self.h3.send_data(sid, body, end_stream=True)
+            self.h3.send_data(sid, body, end_stream=not trailers)
+        if trailers:
+            self.h3.send_headers(sid, [(k.encode(), v.encode()) for k, v in trailers], end_stream=True)
         self.transmit()
         return sid, fut
 
-    async def request(self, method, authority, path, body=None, headers=()):
-        _, fut = self.send(method, authority, path, body, headers)
+    async def request(self, method, authority, path, body=None, headers=(), trailers=()):
+        _, fut = self.send(method, authority, path, body, headers, trailers)
         r = await fut
         headers = {}
         for k, v in r["headers"]:
@@ -343,8 +346,12 @@ async def fetch(host, port, *specs):
                 body = bytes.fromhex(spec["body_hex"])
             elif "body_size" in spec:
                 body = b"x" * spec["body_size"]
+            elif "body_pattern" in spec:
+                n = spec["body_pattern"]
+                body = (bytes(range(251)) * (n // 251 + 1))[:n]
             requests.append(client.request(spec["method"], f"localhost:{port}", spec["path"], body,
-                                           [tuple(h) for h in spec.get("headers", [])]))
+                                           [tuple(h) for h in spec.get("headers", [])],
+                                           [tuple(t) for t in spec.get("trailers", [])]))
         return {"responses": await asyncio.gather(*requests)}
 
 

@@ -10,11 +10,11 @@ use lowlat_http::ParseError;
 use lowlat_http::Version;
 
 use super::conn::{forget, remember, H2Conn};
-use super::stream::{translate_head, Relay, State, Stream, StreamUpload};
+use super::stream::{translate_head, Relay, State, Stream};
 use crate::ctx::WorkerCtx;
 use crate::handler::Response;
 use crate::proxy::headers::StreamedBody;
-use crate::proxy::upload::Upload;
+use crate::proxy::upload::{Upload, UploadFeed};
 
 impl H2Conn {
     /// The request on stream `i` is complete: check its length and answer it.
@@ -122,15 +122,7 @@ impl H2Conn {
             let upload = streamed.map(|framing| {
                 let pipe = Upload::new(framing);
                 job.upload = Some(std::rc::Rc::clone(&pipe));
-                Box::new(StreamUpload {
-                    pipe,
-                    received: 0,
-                    declared: match framing {
-                        StreamedBody::Length(n) => Some(n),
-                        StreamedBody::Chunked => None,
-                    },
-                    limit: job.group.cfg.max_body,
-                })
+                Box::new(UploadFeed::new(pipe, framing, job.group.cfg.max_body))
             });
             // Answered as the upstream's response arrives (`super::relay`).
             ctx.proxy_starts.push((ctx.token, id, job));

@@ -20,7 +20,9 @@ use mio::Token;
 use super::stream::{Relay, ReqStream, UniIn};
 use crate::ctx::WorkerCtx;
 use crate::handler::Response;
-use crate::proxy::headers::ClientInfo;
+use crate::proxy::downstream::Wake;
+use crate::proxy::headers::{ClientInfo, StreamedBody};
+use crate::proxy::upload::{Upload, UploadFeed};
 use crate::quic::{proxy_stream, Read, StreamError, StreamIo};
 
 /// Bytes read from a stream at once.
@@ -51,8 +53,8 @@ pub(crate) struct H3Conn {
     pub(super) unacked: std::collections::HashSet<u64>,
     /// The highest request stream seen, for GOAWAY.
     pub(super) last_request: Option<u64>,
-    /// Relays whose streams took their backlog: (upstream, proxy stream number).
-    pub(super) wakes: Vec<(Token, u32)>,
+    /// What relays ask of the upstream side: (upstream, proxy stream number, what).
+    pub(super) wakes: Vec<(Token, u32, Wake)>,
     /// Upstream exchanges of requests the client gave up on.
     pub(super) abandoned: Vec<Token>,
 }
@@ -234,8 +236,20 @@ impl H3Conn {
             relay: None,
             held: None,
             trailers: None,
+            upload: None,
         });
         loop {
+            // A body streaming upstream is not read while the upload is full: the stream's
+            // flow control holds the client back until the upstream takes it
+            // (`Downstream::upload_drained` reads on).
+            if self
+                .requests
+                .get(&id)
+                .and_then(|s| s.upload.as_deref())
+                .is_some_and(|u| !u.has_room())
+            {
+                return;
+            }
             self.read_buf.clear();
             let fin = match io.read(id, &mut self.read_buf, READ_CHUNK) {
                 Ok(Read::Data(_)) => false,
@@ -250,10 +264,16 @@ impl H3Conn {
                 }
             };
             let input = std::mem::take(&mut self.read_buf);
-            let fed = self.feed_request(id, &input, ctx);
+            let mut fed = self.feed_request(id, &input, fin, ctx);
+            if let Ok(Some((at, framing))) = fed {
+                // The head asks for its body to stream: the request is routed now, and what
+                // follows the head in this read goes on from there.
+                self.answer(io, id, ctx, Some(framing));
+                fed = self.feed_request(id, &input[at..], fin, ctx).map(|_| None);
+            }
             self.read_buf = input;
             match fed {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(e) if e.is_connection_error() => return self.fail(io, &e),
                 Err(Error::FieldSectionTooLarge) => {
                     return self.answer_status(io, id, 431, ctx);
@@ -270,10 +290,20 @@ impl H3Conn {
                 let Some(s) = self.requests.get_mut(&id) else {
                     return;
                 };
+                let finished = s.frames.finish().and_then(|()| s.order.finish());
+                if let Some(mut up) = s.upload.take() {
+                    // The streaming body's end (a truncated frame cuts the request upstream).
+                    if finished.is_err() {
+                        up.pipe.borrow_mut().fail(400);
+                    }
+                    up.finish(std::iter::empty());
+                    self.wake_upload(id);
+                    return;
+                }
                 if s.answered {
                     return;
                 }
-                if let Err(e) = s.frames.finish().and_then(|()| s.order.finish()) {
+                if let Err(e) = finished {
                     if e.is_connection_error() {
                         return self.fail(io, &e);
                     }
@@ -281,23 +311,40 @@ impl H3Conn {
                     self.requests.remove(&id);
                     return;
                 }
-                return self.answer(io, id, ctx);
+                return self.answer(io, id, ctx, None);
             }
         }
     }
 
+    /// Request `id` put bytes into its upload: its upstream connection writes them.
+    fn wake_upload(&mut self, id: u64) {
+        let Some(s) = self.requests.get(&id) else {
+            return;
+        };
+        if let (Some(up), Some(n)) = (s.relay.and_then(|r| r.upstream), proxy_stream(id)) {
+            if !self.wakes.contains(&(up, n, Wake::Upload)) {
+                self.wakes.push((up, n, Wake::Upload));
+            }
+        }
+    }
+
+    /// Decodes what request stream `id` brought (`fin`: its last bytes). Returns where it
+    /// stopped when the head was decoded and its body, not all here, is to stream to an
+    /// upstream: the request is then routed before the rest is fed.
     pub(super) fn feed_request(
         &mut self,
         id: u64,
         input: &[u8],
-        ctx: &WorkerCtx<'_>,
-    ) -> Result<(), Error> {
+        fin: bool,
+        ctx: &mut WorkerCtx<'_>,
+    ) -> Result<Option<(usize, StreamedBody)>, Error> {
         let Some(s) = self.requests.get_mut(&id) else {
-            return Ok(());
+            return Ok(None);
         };
-        if s.answered {
-            return Ok(()); // what follows an answered request is dropped
+        if s.answered && s.upload.is_none() {
+            return Ok(None); // what follows an answered request is dropped
         }
+        let mut uploaded = false;
         let max_body = usize::try_from(ctx.cfg.max_body_bytes).unwrap_or(usize::MAX);
         let max_list = ctx.cfg.h2.max_header_list as usize;
         let mut at = 0;
@@ -316,7 +363,15 @@ impl H3Conn {
                     match head.decode_h3(&mut self.decoder, id, section, max_list, false, false)? {
                         qpack::Decoded::Done => {
                             s.order.set_content_length(head.content_length);
+                            let streamed = if fin {
+                                None // all of it is here: read whole
+                            } else {
+                                ctx.router.streamed_body(&head, ctx.cfg.max_body_bytes)
+                            };
                             s.head = Some(head);
+                            if let Some(framing) = streamed {
+                                return Ok(Some((at, framing)));
+                            }
                         }
                         // With a table of 0 bytes no section can wait for one.
                         qpack::Decoded::Blocked => {
@@ -326,10 +381,23 @@ impl H3Conn {
                         }
                     }
                 }
-                // Trailers are read (the codec checks their order) and not kept.
-                Some(Section::Trailers) => {}
+                // Trailers end a streaming body and go on with it; otherwise they are read (the
+                // codec checks their order) and not kept.
+                Some(Section::Trailers) => {
+                    let (Frame::Headers(section), Some(mut up)) = (f, s.upload.take()) else {
+                        continue;
+                    };
+                    let mut trailers = RequestHead::default();
+                    trailers.decode_h3(&mut self.decoder, id, section, max_list, true, false)?;
+                    up.finish(trailers.fields().map(|(n, v)| (n.as_bytes(), v)));
+                    uploaded = true;
+                }
                 None => {
-                    if let Frame::Data(bytes) = f {
+                    if let (Frame::Data(bytes), Some(up)) = (&f, s.upload.as_deref_mut()) {
+                        // Room or not, what came is taken: the next read waits for room.
+                        up.put(bytes);
+                        uploaded = true;
+                    } else if let Frame::Data(bytes) = f {
                         if s.body.len() + bytes.len() > max_body {
                             s.too_large = true;
                             s.body = Vec::new();
@@ -340,11 +408,22 @@ impl H3Conn {
                 }
             }
         }
-        Ok(())
+        if uploaded {
+            self.wake_upload(id);
+        }
+        Ok(None)
     }
 
-    /// Answers the complete request on stream `id` through the router.
-    pub(super) fn answer(&mut self, io: &mut StreamIo<'_>, id: u64, ctx: &mut WorkerCtx<'_>) {
+    /// Answers the request on stream `id` through the router: complete, or with `streamed`,
+    /// its head only, the body to stream to the upstream it is forwarded to as it comes (an
+    /// answer from anywhere else drops the body: STOP_SENDING).
+    pub(super) fn answer(
+        &mut self,
+        io: &mut StreamIo<'_>,
+        id: u64,
+        ctx: &mut WorkerCtx<'_>,
+        streamed: Option<StreamedBody>,
+    ) {
         let Some(mut s) = self.requests.remove(&id) else {
             return;
         };
@@ -393,10 +472,11 @@ impl H3Conn {
             query,
             version: Version::Http3,
             headers: fields,
-            framing: if body.is_empty() {
-                lowlat_http::body::BodyFraming::None
-            } else {
-                lowlat_http::body::BodyFraming::Length(body.len() as u64)
+            framing: match streamed {
+                Some(StreamedBody::Length(n)) => lowlat_http::body::BodyFraming::Length(n),
+                Some(StreamedBody::Chunked) => lowlat_http::body::BodyFraming::Chunked,
+                None if body.is_empty() => lowlat_http::body::BodyFraming::None,
+                None => lowlat_http::body::BodyFraming::Length(body.len() as u64),
             },
             keep_alive: true,
             expect_continue: false,
@@ -420,15 +500,27 @@ impl H3Conn {
         };
         let mut forward = None;
         res.set_client(&client, &mut forward);
+        if let Some(framing) = streamed {
+            res.set_streamed(framing);
+        }
         let site = ctx.router.dispatch(&req, &body, ctx.worker, &mut res);
         let done = res.finish();
-        if let Some(job) = forward.take() {
+        if let Some(mut job) = forward.take() {
             let Some(n) = proxy_stream(id) else {
                 // Past what the upstream side numbers (a billion requests on one connection).
                 job.group.give_buffer(job.request);
                 self.requests.insert(id, s);
                 return self.answer_status(io, id, 503, ctx);
             };
+            if let Some(framing) = streamed {
+                let pipe = Upload::new(framing);
+                job.upload = Some(std::rc::Rc::clone(&pipe));
+                s.upload = Some(Box::new(UploadFeed::new(
+                    pipe,
+                    framing,
+                    job.group.cfg.max_body,
+                )));
+            }
             // Answered as the upstream's response arrives (`relay`).
             ctx.proxy_starts.push((ctx.token, n, job));
             if let Some(log) = ctx.access_log.as_deref() {
@@ -477,6 +569,10 @@ impl H3Conn {
         s.file = file;
         self.requests.insert(id, s);
         self.send_response(io, id);
+        if streamed.is_some() {
+            // Answered without the body, which is still coming: not wanted (RFC 9114 §4.1).
+            io.stop_sending(id, ErrorCode::NoError.value());
+        }
     }
 
     /// Answers with a status page (a refusal) and drops what else the request sends.

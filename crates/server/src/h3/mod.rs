@@ -16,12 +16,13 @@
 //! replayed; only safe methods are answered then, others get `425 Too Early` (RFC 8470).
 //!
 //! Forwarding: a request a proxy rule takes goes to the worker's upstream side as HTTP/1.1's
-//! and HTTP/2's do, once its body is whole (up to `--max-body`); the response is relayed onto
-//! the stream as it arrives (`relay`). A request that came as 0-RTT data is forwarded with
-//! `Early-Data: 1`.
+//! and HTTP/2's do; a body that is long or of unknown length, and not all here when the head is,
+//! streams to the upstream as its DATA frames come (the stream is not read while the upload is
+//! full: QUIC's flow control holds the client back). The response is relayed onto the stream as
+//! it arrives (`relay`). A request that came as 0-RTT data is forwarded with `Early-Data: 1`.
 //!
-//! What it does not do (answered, never left hanging): request bodies streamed to an upstream
-//! while they arrive, server push, extended CONNECT (so no WebSocket over HTTP/3).
+//! What it does not do (answered, never left hanging): server push, extended CONNECT (so no
+//! WebSocket over HTTP/3).
 //!
 //! # Layout
 //! - `conn`: one connection: its streams read, requests answered through the router or

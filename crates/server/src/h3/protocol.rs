@@ -10,7 +10,7 @@ use mio::Token;
 use super::conn::H3Conn;
 use super::relay::StreamRelay;
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::Downstream;
+use crate::proxy::downstream::{Downstream, Wake};
 use crate::proxy::engine::RELAY_LOW_WATER;
 use crate::quic::{is_bidi, proxy_stream, request_stream, QuicProtocol, StreamIo};
 
@@ -59,7 +59,7 @@ impl QuicProtocol for H3Conn {
         if let Some((s, n)) = self.requests.get(&stream).zip(proxy_stream(stream)) {
             if let Some(up) = s.relay.and_then(|r| r.upstream) {
                 if s.out.len() - s.out_at < RELAY_LOW_WATER {
-                    self.wakes.push((up, n));
+                    self.wakes.push((up, n, Wake::Resume));
                 }
             }
         }
@@ -130,7 +130,7 @@ impl QuicProtocol for H3Conn {
         }
     }
 
-    fn relay_news(&mut self, wakes: &mut Vec<(Token, u32)>, cancels: &mut Vec<Token>) {
+    fn relay_news(&mut self, wakes: &mut Vec<(Token, u32, Wake)>, cancels: &mut Vec<Token>) {
         wakes.append(&mut self.wakes);
         cancels.append(&mut self.abandoned);
     }

@@ -137,6 +137,10 @@ impl Downstream for StreamRelay<'_, '_> {
             s.take_room();
             s.out.extend_from_slice(&t);
         }
+        if s.upload.take().is_some() {
+            // Answered before the body ended: the rest is not wanted (RFC 9114 §4.1).
+            self.io.stop_sending(self.id, ErrorCode::NoError.value());
+        }
         // What is left goes out as the stream takes it; FIN after its last byte.
         c.pump(self.io, self.id);
     }
@@ -161,6 +165,9 @@ impl Downstream for StreamRelay<'_, '_> {
         s.out.clear();
         s.out_at = 0;
         s.trailers = None;
+        if s.upload.take().is_some() {
+            self.io.stop_sending(self.id, ErrorCode::NoError.value());
+        }
         // Logged as HTTP/1.1's are: the request, the gateway error, no upstream answer.
         let took = ctx.now.saturating_duration_since(s.started);
         ctx.counters.response(0, status, 0, took);
@@ -191,6 +198,21 @@ impl Downstream for StreamRelay<'_, '_> {
     }
 
     fn flush_relayed(&mut self, _ctx: &mut WorkerCtx<'_>) {
+        self.conn.pump(self.io, self.id);
+    }
+
+    fn upload_drained(&mut self, ctx: &mut WorkerCtx<'_>) {
+        // Reading stopped while the upload was full: what waits in the stream is read now
+        // (no new event would say it is there).
+        if self
+            .conn
+            .requests
+            .get(&self.id)
+            .and_then(|s| s.upload.as_deref())
+            .is_some_and(|u| u.drained())
+        {
+            self.conn.read_request(self.io, self.id, ctx);
+        }
         self.conn.pump(self.io, self.id);
     }
 }

@@ -10,6 +10,7 @@ use mio::Token;
 
 use crate::access_log::HeldRequest;
 use crate::handler::FileBody;
+use crate::proxy::upload::UploadFeed;
 
 /// Written bytes a stream's `out` keeps before they are dropped from its front.
 const OUT_COMPACT: usize = 64 * 1024;
@@ -45,6 +46,8 @@ pub(super) struct ReqStream {
     pub(super) held: Option<Box<HeldRequest>>,
     /// A relayed response's trailer section (a HEADERS frame), written after its body.
     pub(super) trailers: Option<Vec<u8>>,
+    /// The body streams to an upstream as it arrives (`proxy::upload`): DATA goes there.
+    pub(super) upload: Option<Box<UploadFeed>>,
 }
 
 impl ReqStream {

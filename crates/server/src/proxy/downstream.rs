@@ -82,6 +82,16 @@ pub(crate) trait Downstream {
     fn tunnel_end(&mut self, _ctx: &mut WorkerCtx<'_>) {}
 }
 
+/// What a client's turn asks of the upstream side for one of its relays (HTTP/3 says so after
+/// the turn; HTTP/1.1 and HTTP/2 are asked by the worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The client took its backlog: the upstream is read again.
+    Resume,
+    /// The client sent more of a body that streams to the upstream: it is written.
+    Upload,
+}
+
 /// What [`Downstream::tunnel_read`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TunnelRead {

@@ -38,7 +38,7 @@ use super::setup::QuicShared;
 use super::streams::{QuicProtocol, StreamIo};
 use super::udp::{self, Offload, MAX_GSO_SEGMENTS, RECV_BUFFER};
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::Downstream;
+use crate::proxy::downstream::{Downstream, Wake};
 
 /// Datagrams read per readable event before the other connections get their turn (a flood of
 /// Initials must not starve the TCP side of the worker).
@@ -106,9 +106,9 @@ pub(crate) struct QuicWorker {
     /// Connections that had more to send while `held` waited.
     waiting: Vec<usize>,
     touched: Vec<usize>,
-    /// Relayed responses whose upstreams may be read again: (client, upstream, stream).
-    wakes: Vec<(Token, Token, u32)>,
-    wake_buf: Vec<(Token, u32)>,
+    /// What the upstream side is asked for relays: (client, upstream, stream, what).
+    wakes: Vec<(Token, Token, u32, Wake)>,
+    wake_buf: Vec<(Token, u32, Wake)>,
     protocols: ProtocolFactory,
     closing: bool,
     pub(crate) counts: QuicCounts,
@@ -408,8 +408,8 @@ impl QuicWorker {
         self.conns.contains_key(&(client.0 - CLIENT_TOKENS))
     }
 
-    /// A relayed response whose stream took enough of its backlog: (client, upstream, stream).
-    pub(crate) fn take_wake(&mut self) -> Option<(Token, Token, u32)> {
+    /// What a relay asks of the upstream side: (client, upstream, stream, what).
+    pub(crate) fn take_wake(&mut self) -> Option<(Token, Token, u32, Wake)> {
         self.wakes.pop()
     }
 
@@ -459,7 +459,7 @@ impl QuicWorker {
             self.wakes.extend(
                 self.wake_buf
                     .drain(..)
-                    .map(|(up, stream)| (client, up, stream)),
+                    .map(|(up, stream, wake)| (client, up, stream, wake)),
             );
         }
         if drained {

@@ -22,7 +22,7 @@ use mio::Token;
 use quinn_proto::{Connection, Dir, StreamId, VarInt};
 
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::Downstream;
+use crate::proxy::downstream::{Downstream, Wake};
 
 /// What a read got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,10 +84,10 @@ pub(crate) trait QuicProtocol {
         f(None);
     }
     /// What the upstream side must do for this connection's relays since last asked, after
-    /// each of its turns: `wakes` gets the relays whose streams took enough of their backlog
-    /// that their upstreams may be read again (upstream, proxy stream number), `cancels` the
-    /// upstream exchanges of requests the client gave up on.
-    fn relay_news(&mut self, _wakes: &mut Vec<(Token, u32)>, _cancels: &mut Vec<Token>) {}
+    /// each of its turns: `wakes` gets (upstream, proxy stream number, what to do) for relays
+    /// whose streams took enough of their backlog or brought more of a streaming body,
+    /// `cancels` the upstream exchanges of requests the client gave up on.
+    fn relay_news(&mut self, _wakes: &mut Vec<(Token, u32, Wake)>, _cancels: &mut Vec<Token>) {}
 }
 
 /// One connection's streams, lent to its protocol while it handles an event.
