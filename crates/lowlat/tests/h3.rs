@@ -523,6 +523,27 @@ fn malformed_http3_gets_the_right_errors() {
     assert_eq!(frame_types(&r["received"]["0"]), [0x01], "HEAD: {r}");
 }
 
+/// Requests that stop arriving meet the same time limits as over HTTP/1.1: a head not complete
+/// within `--header-timeout` and a body stalled past `--body-timeout` are answered 408, and the
+/// connection serves on.
+#[test]
+fn stalled_requests_are_timed_out() {
+    const SETTINGS: &str = "uni:000400";
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--header-timeout", "1s", "--body-timeout", "1s"]);
+    // A HEADERS frame that announces 100 bytes, of which 3 come.
+    let r = client(&served, &["raw", SETTINGS, "bidi:0164000102"]);
+    assert_eq!(r["status"]["0"], 408, "a head that stopped: {r}");
+    // A head, then 100 bytes of the 1000 its content-length announces.
+    let spec = "headers-open::method=POST,:scheme=https,:authority=localhost,:path=/plaintext,content-length=1000";
+    let r = client(&served, &["raw", SETTINGS, spec]);
+    assert_eq!(r["status"]["0"], 408, "a body that stopped: {r}");
+    assert_eq!(r["close_code"], serde_json::Value::Null, "{r}");
+    let spec = "headers::method=GET,:scheme=https,:authority=localhost,:path=/plaintext";
+    let r = client(&served, &["raw", SETTINGS, spec]);
+    assert_eq!(r["status"]["0"], 200, "{r}");
+}
+
 /// The frame types in a stream's bytes (hex, as the client reports them).
 fn frame_types(hex: &serde_json::Value) -> Vec<u64> {
     let hex = hex.as_str().unwrap_or_default();

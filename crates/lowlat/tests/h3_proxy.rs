@@ -312,3 +312,31 @@ fn streaming_bodies_over_the_limit_are_refused() {
     assert_eq!(r[1]["status"], 413, "{got}");
     assert_eq!(r[2]["status"], 200, "{got}");
 }
+
+/// A body streaming to the upstream that stops arriving is cut after `--body-timeout`: the
+/// client's stream is reset and the upstream exchange cancelled (RST_STREAM CANCEL upstream),
+/// so a stalled client holds no upstream connection.
+#[test]
+fn a_stalled_streaming_body_is_cut_and_cancelled_upstream() {
+    let (_pki, cert) = cert();
+    let recorder = Upstream::h2_recorder();
+    let served = serve(
+        &cert,
+        &[
+            "--proxy",
+            &format!("/rec/=h2c://127.0.0.1:{}/", recorder.addr().port()),
+            "--body-timeout",
+            "1s",
+        ],
+    );
+    let stalls = "headers-open::method=POST,:scheme=https,:authority=localhost,:path=/rec/digest,content-length=1000000";
+    let r = client(&served, &["raw", "uni:000400", stalls]);
+    assert_eq!(r["resets"]["0"], 0x10c, "H3_REQUEST_CANCELLED: {r}");
+    assert_eq!(r["stopped"]["0"], 0x10d, "H3_REQUEST_INCOMPLETE: {r}");
+    let got = client(&served, &["fetch", &spec("GET", "/rec/stats")]);
+    assert_eq!(
+        got["responses"][0]["json"]["resets"],
+        serde_json::json!([8]),
+        "{got}"
+    );
+}

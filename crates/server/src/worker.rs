@@ -304,6 +304,10 @@ impl Worker {
                     idle += u64::from(!conn.closed() && conn.is_idle());
                     !conn.closed()
                 });
+                if let Some(q) = &mut clients.quic {
+                    q.sweep(&mut ctx);
+                    clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
+                }
                 while let Some(up) = ctx.proxy_cancels.pop() {
                     upstreams.cancel(up, &mut ctx);
                 }

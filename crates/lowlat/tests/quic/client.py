@@ -30,10 +30,12 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
   raw HOST PORT STREAM...       HTTP/3 bytes written by hand (ALPN h3): each STREAM is
                                 KIND:HEX[:fin] (KIND bidi or uni) or `headers:NAME=VALUE,...`
                                 (a bidi stream with one HEADERS frame, QPACK-encoded by pylsqpack
-                                with no dynamic table, then FIN); what the server did in 3 s:
-                                {"close_code", "close_reason", "resets": {id: code},
-                                 "stopped": {id: code}, "answered": [request streams ended by
-                                 the server], "received": {id: hex of what came on it}}
+                                with no dynamic table, then FIN) or `headers-open:...` (the same
+                                and a DATA frame of 100 bytes, no FIN: a body that stalls); what
+                                the server did in 3 s: {"close_code", "close_reason",
+                                 "resets": {id: code}, "stopped": {id: code}, "answered":
+                                 [request streams ended by the server], "received": {id: hex of
+                                 what came on it}, "status": {id: the :status it answered}}
 """
 
 import asyncio
@@ -413,20 +415,22 @@ async def raw(host, port, *streams):
         q = client._quic
         for spec in streams:
             kind, _, rest = spec.partition(":")
-            if kind == "headers":
+            if kind in ("headers", "headers-open"):
                 sid = q.get_next_available_stream_id()
                 enc = pylsqpack.Encoder()
                 fields = [tuple(x.encode() for x in kv.split("=", 1)) for kv in rest.split(",") if kv]
                 _, section = enc.encode(sid, fields)
                 frame = bytes([0x01]) + encode_varint(len(section)) + section
-                q.send_stream_data(sid, frame, end_stream=True)
+                if kind == "headers-open":
+                    frame += bytes([0x00]) + encode_varint(100) + b"x" * 100
+                q.send_stream_data(sid, frame, end_stream=(kind == "headers"))
                 continue
             data, _, flags = rest.partition(":")
             sid = q.get_next_available_stream_id(is_unidirectional=(kind == "uni"))
             q.send_stream_data(sid, bytes.fromhex(data), end_stream=(flags == "fin"))
         client.transmit()
         bidi = sum(1 for spec in streams if spec.startswith(("bidi", "headers")))
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 4
         while client.closed is None and time.monotonic() < deadline:
             # Every request stream answered or reset: nothing more to wait for.
             if bidi and len(set(client.resets) | client.answered) >= bidi:
@@ -439,7 +443,29 @@ async def raw(host, port, *streams):
             "stopped": {str(k): v for k, v in client.stopped.items()},
             "answered": sorted(client.answered),
             "received": {str(k): bytes(v).hex() for k, v in client.received.items()},
+            "status": {str(k): first_status(k, bytes(v)) for k, v in client.received.items()},
         }
+
+
+def first_status(sid, data):
+    """The :status of the first HEADERS frame in a request stream's bytes (None if none)."""
+    import pylsqpack
+
+    at = 0
+    while at < len(data):
+        ftype, at = read_varint(data, at)
+        length, at = read_varint(data, at)
+        if ftype == 0x01:
+            _, fields = pylsqpack.Decoder(0, 0).feed_header(sid, data[at:at + length])
+            return int(dict(fields).get(b":status", b"0"))
+        at += length
+    return None
+
+
+def read_varint(data, at):
+    size = 1 << (data[at] >> 6)
+    value = int.from_bytes(data[at:at + size], "big") & ((1 << (8 * size - 2)) - 1)
+    return value, at + size
 
 
 def encode_varint(n):

@@ -233,6 +233,7 @@ impl H3Conn {
             out_at: 0,
             file: None,
             started: now,
+            progress: now,
             relay: None,
             held: None,
             trailers: None,
@@ -263,6 +264,9 @@ impl H3Conn {
                     return;
                 }
             };
+            if let Some(s) = self.requests.get_mut(&id) {
+                s.progress = ctx.now;
+            }
             let input = std::mem::take(&mut self.read_buf);
             let mut fed = self.feed_request(id, &input, fin, ctx);
             if let Ok(Some((at, framing))) = fed {
@@ -314,6 +318,44 @@ impl H3Conn {
                 return self.answer(io, id, ctx, None);
             }
         }
+    }
+
+    /// Ends the request streams past their time limits: a head not complete within
+    /// `--header-timeout` and a body stalled past `--body-timeout` are answered 408 (a body
+    /// streaming upstream is cut instead: the stream reset, the upstream exchange cancelled); a
+    /// response the client takes nothing of for `--write-timeout` is reset. A relay waiting
+    /// for its upstream is the upstream side's to time out.
+    pub(super) fn expire(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
+        let now = ctx.now;
+        let cfg = ctx.cfg;
+        let mut late: Vec<(u64, Option<u16>)> = Vec::new();
+        for (&id, s) in &self.requests {
+            let idle = now.saturating_duration_since(s.progress);
+            let waiting_out = s.out_at < s.out.len() || s.file.is_some();
+            if !s.answered && s.head.is_none() {
+                if now.saturating_duration_since(s.started) >= cfg.header_timeout {
+                    late.push((id, Some(408)));
+                }
+            } else if !s.answered || s.upload.is_some() {
+                if idle >= cfg.body_timeout {
+                    late.push((id, (!s.answered).then_some(408)));
+                }
+            } else if waiting_out && idle >= cfg.write_timeout {
+                late.push((id, None));
+            }
+        }
+        for (id, status) in late {
+            ctx.counters.timed_out += 1;
+            match status {
+                Some(status) => self.answer_status(io, id, status, ctx),
+                None => {
+                    io.stop_sending(id, ErrorCode::RequestIncomplete.value());
+                    io.reset(id, ErrorCode::RequestCancelled.value());
+                    self.forget(id);
+                }
+            }
+        }
+        self.close_if_done(io);
     }
 
     /// Request `id` put bytes into its upload: its upstream connection writes them.
@@ -663,7 +705,11 @@ impl H3Conn {
         loop {
             if s.out_at < s.out.len() {
                 match io.write(id, &s.out[s.out_at..]) {
-                    Ok(n) => s.out_at += n,
+                    Ok(0) => {}
+                    Ok(n) => {
+                        s.out_at += n;
+                        s.progress = io.now();
+                    }
                     Err(_) => {
                         self.forget(id);
                         return;

@@ -116,6 +116,12 @@ impl QuicProtocol for H3Conn {
         }
     }
 
+    fn expire(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
+        if !self.closed {
+            H3Conn::expire(self, io, ctx);
+        }
+    }
+
     fn with_downstream(
         &mut self,
         io: &mut StreamIo<'_>,

@@ -40,6 +40,8 @@ pub(super) struct ReqStream {
     pub(super) out_at: usize,
     pub(super) file: Option<FileBody>,
     pub(super) started: Instant,
+    /// When bytes last moved on the stream, either way (its time limits count from here).
+    pub(super) progress: Instant,
     /// Forwarded: the upstream's response on its way (`relay`).
     pub(super) relay: Option<Relay>,
     /// A forwarded request's log fields, kept until it is answered.

@@ -370,6 +370,28 @@ impl QuicWorker {
         self.drive_touched(now, ctx);
     }
 
+    /// The worker's sweep: each connection's protocol ends the streams past their time limits.
+    pub(crate) fn sweep(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let token = ctx.token;
+        for (&key, c) in &mut self.conns {
+            let Some(proto) = c.proto.as_mut() else {
+                continue;
+            };
+            ctx.token = client_token(key);
+            proto.expire(
+                &mut StreamIo {
+                    conn: &mut c.conn,
+                    now: ctx.now,
+                },
+                ctx,
+            );
+            self.touched.push(key);
+        }
+        ctx.token = token;
+        let now = ctx.now;
+        self.drive_touched(now, ctx);
+    }
+
     /// Calls `f` with where the upstream side delivers the response of `stream` on the
     /// connection `client` names (`None` when that exchange is no longer wanted, or the
     /// connection is gone), then sends what it wrote.

@@ -73,6 +73,10 @@ pub(crate) trait QuicProtocol {
     /// The connection is gone (closed by either side, timed out); its streams with it.
     fn closed(&mut self, _ctx: &mut WorkerCtx<'_>) {}
 
+    /// The worker's periodic sweep: streams past their time limits (a request head or body
+    /// that stopped arriving, a response the client stopped taking) are ended.
+    fn expire(&mut self, _io: &mut StreamIo<'_>, _ctx: &mut WorkerCtx<'_>) {}
+
     /// Calls `f` with where the upstream side delivers the response of request `stream` (the
     /// proxy's stream number: [`proxy_stream`]), `None` when that exchange is no longer wanted.
     fn with_downstream(
@@ -186,6 +190,11 @@ impl StreamIo<'_> {
     pub(crate) fn close(&mut self, code_: u64, reason: &'static [u8]) {
         self.conn
             .close(self.now, code(code_), Bytes::from_static(reason));
+    }
+
+    /// The loop's time for this event.
+    pub(crate) fn now(&self) -> Instant {
+        self.now
     }
 
     /// The client's address.
