@@ -3,7 +3,9 @@
 //! subcommand): HTTP/3 requests (files, /plaintext, /json, 404) through aioquic's HTTP/3
 //! client, and HEAD written by hand; handshakes and streams over the transport alone (its echo protocol), many
 //! connections over several workers, clients whose address changes mid-connection (steering),
-//! Retry forced and automatic, the idle timeout, the connection limit, and the settings' checks;
+//! Retry forced and automatic, a flood of Initials answered statelessly, clients breaking QUIC's
+//! stream and flow-control rules, the idle timeout, the connection limit, stalled requests timed
+//! out, and the settings' checks;
 //! HTTP/3 written by hand (malformed frames, streams and field sections) answered with the RFC's
 //! errors; a download through a relay that loses a tenth of the datagrams; `Alt-Svc` and the
 //! access log.
@@ -261,6 +263,35 @@ fn retry_is_automatic_above_the_handshakes_in_progress() {
     let log = stop(served);
     let retries = count(&log, " clients sent a Retry");
     assert!((1..30).contains(&retries), "{retries} retries: {log}");
+}
+
+/// A flood of Initial packets from 400 client addresses that never go on with the handshake
+/// (a real ClientHello, replayed) costs the server no per-client state when it asks for
+/// address validation (`--h3-retry`; above `--h3-retry-above` handshakes it does by itself): each gets a stateless Retry, no connection is made, peak memory grows by
+/// little, and a real client is served after.
+#[test]
+fn a_flood_of_initials_gets_stateless_retries() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-retry"]);
+    let before = served.status_kib("VmHWM:");
+    let got = client(&served, &["flood", "400", "5"]);
+    assert_eq!(got["sent"], 2000, "{got}");
+    let retries = got["retries"].as_u64().unwrap();
+    assert!(
+        retries >= 1000,
+        "most Initials answered with a Retry: {got}"
+    );
+    assert_eq!(got["replies"], got["retries"], "only Retry packets: {got}");
+    let grown = served.status_kib("VmHWM:").saturating_sub(before);
+    assert!(grown < 8 * 1024, "peak memory grew by {grown} KiB: {got}");
+    let r = client(&served, &["get", "GET", "/plaintext"]);
+    assert_eq!(r["responses"][0]["status"], 200, "{r}");
+    let log = stop(served);
+    assert_eq!(
+        count(&log, " connections accepted"),
+        1,
+        "only the real client: {log}"
+    );
 }
 
 /// A connection with no packet for `--h3-idle-timeout` is closed: the client learns the
@@ -542,6 +573,26 @@ fn stalled_requests_are_timed_out() {
     let spec = "headers::method=GET,:scheme=https,:authority=localhost,:path=/plaintext";
     let r = client(&served, &["raw", SETTINGS, spec]);
     assert_eq!(r["status"]["0"], 200, "{r}");
+}
+
+/// A client that breaks QUIC's own rules (aioquic with its checks overridden) loses its
+/// connection with the transport's error for it (RFC 9000 §20.1): more request streams than the
+/// server allowed (STREAM_LIMIT_ERROR), bytes past a stream's window (FLOW_CONTROL_ERROR),
+/// data on a stream only the server may open (STREAM_STATE_ERROR); the server serves on.
+#[test]
+fn quic_rule_breakers_get_the_transport_errors() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-max-streams", "50"]);
+    for (kind, code, name) in [
+        ("streams", 0x04, "STREAM_LIMIT_ERROR"),
+        ("flow", 0x03, "FLOW_CONTROL_ERROR"),
+        ("streamid", 0x05, "STREAM_STATE_ERROR"),
+    ] {
+        let r = client(&served, &["abuse", kind]);
+        assert_eq!(r["close_code"], code, "{name} for {kind}: {r}");
+    }
+    let r = client(&served, &["get", "GET", "/plaintext"]);
+    assert_eq!(r["responses"][0]["status"], 200, "{r}");
 }
 
 /// The frame types in a stream's bytes (hex, as the client reports them).

@@ -22,6 +22,15 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
                                 body_size bytes of "x", or body_pattern bytes where byte i is
                                 i % 251 — and trailers [[name, value]...] after it), all at once → {"responses": [{status, headers, trailers, length,
                                 sha256, text, json (a JSON body parsed)}]}
+  abuse HOST PORT KIND           a connection (ALPN h3) that breaks QUIC's rules on purpose, by
+                                overriding aioquic's own checks: KIND streams (200 request
+                                streams where the server allows fewer), flow (a stream's first
+                                bytes at an offset of 2 MB, past its window), streamid (data on stream 3, which
+                                only the server may open) → {"close_code", "close_reason"}
+  flood HOST PORT SOCKETS PER   one real Initial packet (aioquic's first datagram, ClientHello
+                                and all) sent PER times from each of SOCKETS sockets (as many
+                                client addresses), none of which goes on with the handshake
+                                → {"sent", "replies", "retries": replies that are Retry packets}
   cancel HOST PORT HOW PATH THEN
                                 a request to PATH abandoned 0.5 s after it was sent, by a reset
                                 of its stream (HOW = reset) or by closing the connection (HOW =
@@ -357,6 +366,77 @@ async def fetch(host, port, *specs):
         return {"responses": await asyncio.gather(*requests)}
 
 
+async def abuse(host, port, kind):
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=RawH3) as client:
+        q = client._quic
+        if kind == "streams":
+            q._remote_max_streams_bidi = 1 << 20  # pretend the server allowed them
+            for _ in range(200):
+                q.send_stream_data(q.get_next_available_stream_id(), b"\x01", end_stream=False)
+        elif kind == "flow":
+            # A stream's first bytes sent at an offset of 2 MB, past its 1 MiB window.
+            q._remote_max_data = 1 << 40
+            sid = q.get_next_available_stream_id()
+            q.send_stream_data(sid, b"", end_stream=False)
+            stream = q._streams[sid]
+            stream.max_stream_data_remote = 1 << 40
+            stream.sender._buffer_start = stream.sender._buffer_stop = 2_000_000
+            stream.sender.write(b"\x00" * 100)
+        elif kind == "streamid":
+            from aioquic.quic.stream import QuicStream
+
+            stream = q._streams[3] = QuicStream(stream_id=3, max_stream_data_local=0,
+                                                max_stream_data_remote=1000, readable=False)
+            q._streams_queue.append(stream)
+            stream.sender.write(b"x")
+        else:
+            return {"error": f"unknown abuse {kind}"}
+        client.transmit()
+        deadline = time.monotonic() + 5
+        while client.closed is None and time.monotonic() < deadline:
+            client.transmit()
+            await asyncio.sleep(0.05)
+        return {
+            "close_code": client.closed.error_code if client.closed else None,
+            "close_reason": client.closed.reason_phrase if client.closed else None,
+        }
+
+
+async def flood(host, port, sockets, per):
+    import socket
+
+    from aioquic.quic.connection import QuicConnection
+
+    conn = QuicConnection(configuration=config(alpn=H3_ALPN[0]))
+    conn.connect((host, port), now=time.time())
+    initial = conn.datagrams_to_send(now=time.time())[0][0]
+    socks = []
+    sent = replies = retries = 0
+    try:
+        for _ in range(sockets):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", 0))
+            sock.setblocking(False)
+            socks.append(sock)
+            for _ in range(per):
+                sock.sendto(initial, (host, port))
+                sent += 1
+        await asyncio.sleep(1.0)
+        for sock in socks:
+            while True:
+                try:
+                    data = sock.recv(65536)
+                except BlockingIOError:
+                    break
+                replies += 1
+                # A long header (bit 7) of type Retry (bits 5-4 = 3, QUIC v1).
+                retries += int(data[0] & 0x80 != 0 and (data[0] >> 4) & 0x3 == 3)
+    finally:
+        for sock in socks:
+            sock.close()
+    return {"sent": sent, "replies": replies, "retries": retries}
+
+
 async def cancel(host, port, how, path, then):
     async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
         sid, _ = client.send("GET", f"localhost:{port}", path)
@@ -478,11 +558,12 @@ def encode_varint(n):
 
 def main():
     cmd, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if cmd in ("get", "post", "raw", "lossy", "zerortt", "fetch", "cancel"):
+    if cmd in ("get", "post", "raw", "lossy", "zerortt", "fetch", "cancel", "abuse"):  # as text
         rest = sys.argv[4:]
     else:
         rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
-    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy, "zerortt": zerortt, "fetch": fetch, "cancel": cancel}[cmd]
+    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy, "zerortt": zerortt, "fetch": fetch, "cancel": cancel, "abuse": abuse,
+                "flood": flood}[cmd]
     try:
         result = asyncio.run(asyncio.wait_for(scenario(host, port, *rest), LIMIT))
     except Exception as e:  # the test prints this and fails

@@ -590,13 +590,25 @@ pub fn caddy() -> PathBuf {
     tool("caddy")
 }
 
-/// Finds `name` in PATH, the sbin directories and Go's bin directory; fails the test with what
+/// oha built with HTTP/3, which `scripts/test-deps.sh` installs into the cache (Debian has no
+/// oha, and the released binaries are built without HTTP/3).
+pub fn oha() -> PathBuf {
+    tool("oha")
+}
+
+/// Finds `name` in PATH, the sbin directories, Go's bin directory and the test tools' cache; fails the test with what
 /// to run when it is in none of them (a test that cannot run must not pass).
 fn tool(name: &str) -> PathBuf {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).collect())
         .unwrap_or_default();
     dirs.extend(["/usr/sbin", "/usr/local/sbin"].map(PathBuf::from));
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")));
+    if let Some(cache) = cache {
+        dirs.push(cache.join("lowlat-oha/bin"));
+    }
     if let Ok(out) = Command::new("go").args(["env", "GOPATH"]).output() {
         let gopath = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         if !gopath.is_empty() {
