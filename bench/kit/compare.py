@@ -86,14 +86,16 @@ SCENARIOS = {
     "h2-proxy": ("/up/plaintext", 1, [16, 100], ["lowlat", "nginx", "h2o", "caddy"]),
     # as a reverse proxy: /up/plaintext forwarded to an upstream (a second `ceiling`, pinned to CPU 1
     # beside wrk), over keep-alive upstream connections; the figure is the proxy's own core per request
-    "proxy": ("/up/plaintext", 1, [16, 256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
+    # "ceiling-proxy" (ceiling/ceiling-proxy.c) forwards bytes blindly over a connection per client:
+    # the floor for any proxy's cost per request on this kernel
+    "proxy": ("/up/plaintext", 1, [16, 256], ["lowlat", "nginx", "haproxy", "h2o", "caddy", "ceiling-proxy"]),
     "proxy-tls": ("/up/plaintext", 1, [256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
 }
 # Request headers a scenario adds to HEADERS.
 SCENARIO_HEADERS = {"gzip": ["-H", "Accept-Encoding: gzip"]}
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
-         "varnish": 8084, "haproxy": 8086, "caddy": 8087}
+         "varnish": 8084, "haproxy": 8086, "caddy": 8087, "ceiling-proxy": 8088}
 UPSTREAM_PORT = 8078  # the proxy scenarios' upstream: {upstream} in --lowlat
 UPSTREAM_PIDS = set()  # not counted as a neighbour's CPU
 CONF = os.path.join(HERE, "..", "conf")  # the peers' configurations, shared with bench/specs
@@ -321,6 +323,11 @@ def make_server(name, args, run_dir, www):
         if not os.path.exists(exe):
             raise RuntimeError(f"{exe} missing: run setup.sh first")
         return Server(name, [exe, str(PORTS[name])], run_dir)
+    if name == "ceiling-proxy":
+        exe = os.path.join(BUILD, "ceiling-proxy")
+        if not os.path.exists(exe):
+            raise RuntimeError(f"{exe} missing: run setup.sh first")
+        return Server(name, [exe, str(PORTS[name]), str(UPSTREAM_PORT)], run_dir)
     raise ValueError(name)
 
 
