@@ -340,3 +340,64 @@ fn a_stalled_streaming_body_is_cut_and_cancelled_upstream() {
         "{got}"
     );
 }
+
+/// The lines a site adds to every response reach proxied responses too, over every protocol:
+/// `--add-header` and the `Alt-Svc` that advertises HTTP/3 (without which a browser in front of
+/// a proxied site would never find it), each unless the upstream's response sets that field
+/// itself.
+#[test]
+fn added_lines_and_alt_svc_reach_proxied_responses() {
+    let (_pki, cert) = cert();
+    let upstream = Upstream::uvicorn();
+    let served = serve(
+        &cert,
+        &[
+            "--add-header",
+            "X-Frame-Options: DENY",
+            "--proxy",
+            &format!("/up/={}/", upstream.url()),
+        ],
+    );
+    let h3_port = support::address(&served.log(), "h3://").port();
+    let alt_svc = format!("h3=\":{h3_port}\"; ma=86400");
+    let got = client(&served, &["fetch", &spec("GET", "/up/echo")]);
+    let r = &got["responses"][0];
+    assert_eq!(r["status"], 200, "{got}");
+    assert_eq!(r["headers"]["alt-svc"], alt_svc.as_str(), "{got}");
+    assert_eq!(r["headers"]["x-frame-options"], "DENY", "{got}");
+
+    let curl = |args: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-k", "-o", "/dev/null", "-D", "-"])
+            .args(args)
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).to_ascii_lowercase()
+    };
+    let tls = served.tls_addr.unwrap().port();
+    for (proto, url) in [
+        ("--http1.1", format!("http://{}/up/echo", served.addr)),
+        ("--http2", format!("https://localhost:{tls}/up/echo")),
+    ] {
+        let head = curl(&[proto, &url]);
+        assert!(
+            head.contains(&format!("alt-svc: {}", alt_svc.to_ascii_lowercase())),
+            "{proto}: {head}"
+        );
+        assert_eq!(
+            head.matches("x-frame-options: deny").count(),
+            1,
+            "{proto}: {head}"
+        );
+    }
+    // The upstream's own field is kept, not doubled.
+    let head = curl(&[
+        "--http1.1",
+        &format!(
+            "http://{}/up/headers?X-Frame-Options=SAMEORIGIN",
+            served.addr
+        ),
+    ]);
+    assert_eq!(head.matches("x-frame-options:").count(), 1, "{head}");
+    assert!(head.contains("x-frame-options: sameorigin"), "{head}");
+}

@@ -1129,6 +1129,7 @@ impl Downstream for Conn {
         reason: &str,
         fields: &[lowlat_http::client::Header<'_>],
         pass: &dyn Fn(&str) -> bool,
+        added: &[u8],
         body: RelayBody,
     ) {
         let Some(relay) = &mut self.relay else {
@@ -1160,6 +1161,12 @@ impl Downstream for Conn {
             out.extend_from_slice(f.name.as_bytes());
             out.extend_from_slice(b": ");
             out.extend_from_slice(f.value);
+            out.extend_from_slice(b"\r\n");
+        }
+        for (name, value) in crate::proxy::downstream::added_lines(added, fields, pass) {
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         }
         let length = |n: u64, out: &mut Vec<u8>| {

@@ -64,6 +64,8 @@ pub struct Router {
     sites: Vec<(Vec<String>, Router)>,
     /// Header lines added to every response of this router (a site's `--add-header`).
     extra_headers: Vec<u8>,
+    /// The same, shared with the forwarded requests whose relayed responses get them too.
+    added: Option<std::rc::Rc<[u8]>>,
     /// The site's compression on the fly, when on (lent to each response it answers).
     compress: Option<std::rc::Rc<crate::compress::CompressConfig>>,
     /// Answers every path under its prefix before sites and routes are looked at: ACME's
@@ -258,6 +260,9 @@ impl Router {
         let start = res.out_len();
         self.dispatch_here(head, body, worker, res);
         res.insert_head_lines(start, &self.extra_headers);
+        if let Some(added) = &self.added {
+            res.add_to_forwarded(added);
+        }
         0
     }
 
@@ -322,6 +327,12 @@ impl Router {
             self.extra_headers.extend_from_slice(l.as_bytes());
             self.extra_headers.extend_from_slice(b"\r\n");
         }
+        self.share_added();
+    }
+
+    fn share_added(&mut self) {
+        self.added =
+            (!self.extra_headers.is_empty()).then(|| std::rc::Rc::from(&self.extra_headers[..]));
     }
 
     /// Adds the header line `line` (`Name: value`) to every response of this router and of its
@@ -337,6 +348,7 @@ impl Router {
         if !set_here {
             self.extra_headers.extend_from_slice(line.as_bytes());
             self.extra_headers.extend_from_slice(b"\r\n");
+            self.share_added();
         }
         for (_, site) in &mut self.sites {
             site.add_default_header(line);
@@ -378,6 +390,7 @@ impl Router {
             location,
             sites: _,
             extra_headers: _,
+            added: _,
             compress: _,
             intercept: _,
             first: _,

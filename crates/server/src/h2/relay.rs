@@ -104,6 +104,7 @@ impl Downstream for StreamRelay<'_> {
         _reason: &str,
         fields: &[Header<'_>],
         pass: &dyn Fn(&str) -> bool,
+        added: &[u8],
         body: RelayBody,
     ) {
         let c = &mut *self.conn;
@@ -120,6 +121,7 @@ impl Downstream for StreamRelay<'_> {
         lowered_fields(
             fields,
             pass,
+            added,
             body.announced(head_only),
             &mut c.res_buf,
             &mut c.res_fields,
@@ -296,6 +298,7 @@ impl Downstream for StreamRelay<'_> {
         lowered_fields(
             fields,
             &|name| pass(name) && !name.eq_ignore_ascii_case("sec-websocket-accept"),
+            b"",
             None,
             &mut c.res_buf,
             &mut c.res_fields,

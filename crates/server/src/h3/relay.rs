@@ -36,6 +36,7 @@ impl Downstream for StreamRelay<'_, '_> {
         _reason: &str,
         fields: &[Header<'_>],
         pass: &dyn Fn(&str) -> bool,
+        added: &[u8],
         body: RelayBody,
     ) {
         let c = &mut *self.conn;
@@ -48,6 +49,7 @@ impl Downstream for StreamRelay<'_, '_> {
         lowered_fields(
             fields,
             pass,
+            added,
             body.announced(head_request),
             &mut c.res_buf,
             &mut c.res_fields,
@@ -153,6 +155,8 @@ impl Downstream for StreamRelay<'_, '_> {
         }
         self.io.reset(self.id, ErrorCode::InternalError.value());
         self.conn.forget(self.id);
+        // Shutting down, this may have been the last request under way.
+        self.conn.close_if_done(self.io);
     }
 
     fn relay_error(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {

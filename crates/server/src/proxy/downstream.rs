@@ -13,7 +13,9 @@ use crate::ctx::WorkerCtx;
 /// asked for it. Body bytes arrive decoded; the client's protocol frames them.
 pub(crate) trait Downstream {
     /// The response head: status, reason, and the fields that pass the proxy (already filtered:
-    /// `pass` says which do).
+    /// `pass` says which do), then the site's own lines for every response (`added`, see
+    /// [`added_lines`]).
+    #[allow(clippy::too_many_arguments)]
     fn relay_head(
         &mut self,
         ctx: &mut WorkerCtx<'_>,
@@ -21,6 +23,7 @@ pub(crate) trait Downstream {
         reason: &str,
         fields: &[Header<'_>],
         pass: &dyn Fn(&str) -> bool,
+        added: &[u8],
         body: RelayBody,
     );
     /// Body bytes, in order.
@@ -105,12 +108,37 @@ pub(crate) enum TunnelRead {
     Failed,
 }
 
-/// A relayed head's fields as HTTP/2 and HTTP/3 carry them: those that `pass`, names in lower
-/// case, copied into `buf` (their ranges into `ranges`, both cleared first), then
-/// `content-length` when `length` is given.
+/// The lines a site adds to every response (`add_header`, and `Alt-Svc` when HTTP/3 is on:
+/// `Name: value` lines, each ending in CRLF) as they apply to a relayed response: each one whose
+/// field the upstream's response (what passes of it) does not already have, as (name, value).
+pub(crate) fn added_lines<'a>(
+    added: &'a [u8],
+    fields: &'a [Header<'_>],
+    pass: &'a dyn Fn(&str) -> bool,
+) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+    added
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            let (name, value) = (&line[..colon], &line[colon + 1..]);
+            let start = value.iter().position(|&b| b != b' ' && b != b'\t');
+            Some((name, start.map_or(&value[value.len()..], |s| &value[s..])))
+        })
+        .filter(move |(name, _)| {
+            !fields
+                .iter()
+                .any(|f| pass(f.name) && f.name.as_bytes().eq_ignore_ascii_case(name))
+        })
+}
+
+/// A relayed head's fields as HTTP/2 and HTTP/3 carry them: those that `pass`, then the site's
+/// `added` lines ([`added_lines`]), names in lower case, copied into `buf` (their ranges into
+/// `ranges`, both cleared first), then `content-length` when `length` is given.
 pub(crate) fn lowered_fields(
     fields: &[Header<'_>],
     pass: &dyn Fn(&str) -> bool,
+    added: &[u8],
     length: Option<u64>,
     buf: &mut Vec<u8>,
     ranges: &mut Vec<(Range<usize>, Range<usize>)>,
@@ -127,6 +155,9 @@ pub(crate) fn lowered_fields(
     };
     for f in fields.iter().filter(|f| pass(f.name)) {
         put(f.name.as_bytes(), f.value, buf);
+    }
+    for (name, value) in added_lines(added, fields, pass) {
+        put(name, value, buf);
     }
     if let Some(n) = length {
         put(

@@ -134,6 +134,7 @@ impl Handler for ProxyHandler {
         };
         let method = req.method();
         res.forward(ProxyJob {
+            added: None,
             group: Rc::clone(&self.group),
             request,
             head_request: method == Method::Head,

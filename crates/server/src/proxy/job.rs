@@ -31,6 +31,9 @@ pub(crate) struct ProxyJob {
     /// The `Sec-WebSocket-Accept` the `101` must carry, when the proxy made the handshake's
     /// key itself (an HTTP/2 client's extended CONNECT has none to pass on, RFC 8441 §5).
     pub(crate) ws_accept: Option<Box<str>>,
+    /// The lines the site adds to every response (`add_header`, `Alt-Svc`), for the relayed
+    /// one: see [`super::downstream::added_lines`].
+    pub(crate) added: Option<Rc<[u8]>>,
 }
 
 /// How the response body reaches the client.
