@@ -1,4 +1,5 @@
-//! `lowlat serve --h3-listen` as a real process, driven by a real QUIC client (aioquic, from the
+//! `lowlat serve --h3-listen` as a real process, driven by real QUIC clients (oha built with
+//! HTTP/3, and aioquic, from the
 //! test environment `scripts/test-deps.sh` makes; `tests/quic/client.py` has one scenario per
 //! subcommand): HTTP/3 requests (files, /plaintext, /json, 404) through aioquic's HTTP/3
 //! client, and HEAD written by hand; handshakes and streams over the transport alone (its echo protocol), many
@@ -40,6 +41,39 @@ fn count(log: &str, what: &str) -> u64 {
             before.split_whitespace().last()?.parse::<u64>().ok()
         })
         .sum()
+}
+
+/// oha built with HTTP/3 (a second client no one here wrote, on the h3 and quinn crates)
+/// against `lowlat serve`: every one of a fixed count of requests, over several connections, for
+/// a file and for /plaintext, is answered 200.
+#[test]
+fn oha_over_http3_is_answered_every_time() {
+    let (_pki, cert) = cert();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("100.html"), "x".repeat(100)).unwrap();
+    let served = serve(&cert, &["--root", root.path().to_str().unwrap()]);
+    let port = support::address(&served.log(), "h3://").port();
+    for path in ["/100.html", "/plaintext"] {
+        let out = Command::new(support::upstream::oha())
+            .args(["--http-version", "3", "--insecure", "--no-tui"])
+            .args(["--output-format", "json", "-n", "400", "-c", "4"])
+            .arg(format!("https://localhost:{port}{path}"))
+            .output()
+            .expect("run oha");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!(
+                "oha {path}: {e}: {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(
+            report["statusCodeDistribution"],
+            serde_json::json!({"200": 400}),
+            "{path}: {report}"
+        );
+        assert_eq!(report["summary"]["successRate"], 1.0, "{path}: {report}");
+    }
 }
 
 /// Requests over HTTP/3, all at once on one connection: a file of 1 MB (byte for byte, its
@@ -593,6 +627,23 @@ fn quic_rule_breakers_get_the_transport_errors() {
     }
     let r = client(&served, &["get", "GET", "/plaintext"]);
     assert_eq!(r["responses"][0]["status"], 200, "{r}");
+}
+
+/// A client that sends GOAWAY (it is shutting the connection down, as oha's HTTP/3 client does
+/// when it is done) has its connection closed with H3_NO_ERROR once its requests are answered,
+/// rather than left to the idle timeout, which such a client would sit out.
+#[test]
+fn a_client_goaway_closes_the_connection_when_idle() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &[]);
+    // The control stream: SETTINGS, then GOAWAY(0); a request answered first.
+    let request = "headers::method=GET,:scheme=https,:authority=localhost,:path=/plaintext";
+    let r = client(
+        &served,
+        &["raw", request, "uni:000400070100", "until-closed"],
+    );
+    assert_eq!(r["status"]["0"], 200, "{r}");
+    assert_eq!(r["close_code"], 0x100, "H3_NO_ERROR: {r}");
 }
 
 /// The frame types in a stream's bytes (hex, as the client reports them).

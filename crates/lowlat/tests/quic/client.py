@@ -44,7 +44,9 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
                                 the server did in 3 s: {"close_code", "close_reason",
                                  "resets": {id: code}, "stopped": {id: code}, "answered":
                                  [request streams ended by the server], "received": {id: hex of
-                                 what came on it}, "status": {id: the :status it answered}}
+                                 what came on it}, "status": {id: the :status it answered}};
+                                `until-closed` among the STREAMs waits for the server to close
+                                the connection rather than for its answers
 """
 
 import asyncio
@@ -495,6 +497,8 @@ async def raw(host, port, *streams):
         q = client._quic
         for spec in streams:
             kind, _, rest = spec.partition(":")
+            if kind == "until-closed":
+                continue
             if kind in ("headers", "headers-open"):
                 sid = q.get_next_available_stream_id()
                 enc = pylsqpack.Encoder()
@@ -510,6 +514,8 @@ async def raw(host, port, *streams):
             q.send_stream_data(sid, bytes.fromhex(data), end_stream=(flags == "fin"))
         client.transmit()
         bidi = sum(1 for spec in streams if spec.startswith(("bidi", "headers")))
+        if "until-closed" in streams:
+            bidi = 0  # wait for the server to close, whatever it answered
         deadline = time.monotonic() + 4
         while client.closed is None and time.monotonic() < deadline:
             # Every request stream answered or reset: nothing more to wait for.

@@ -51,6 +51,8 @@ pub(crate) struct H3Conn {
     /// Responses written whole and finished whose last bytes the client has not acknowledged:
     /// a shutdown waits for them (closing the connection would drop what is unsent).
     pub(super) unacked: std::collections::HashSet<u64>,
+    /// The client sent GOAWAY: it is shutting the connection down.
+    pub(super) client_leaving: bool,
     /// The highest request stream seen, for GOAWAY.
     pub(super) last_request: Option<u64>,
     /// What relays ask of the upstream side: (upstream, proxy stream number, what).
@@ -76,6 +78,7 @@ impl Default for H3Conn {
             goaway: None,
             unacked: std::collections::HashSet::new(),
             last_request: None,
+            client_leaving: false,
             wakes: Vec::new(),
             abandoned: Vec::new(),
         }
@@ -101,9 +104,10 @@ impl H3Conn {
         io.close(e.code().value(), b"");
     }
 
-    /// Shutting down with every request answered: the connection closes.
+    /// Shutting down (or the client is: it sent GOAWAY) with every request answered: the
+    /// connection closes.
     pub(super) fn close_if_done(&mut self, io: &mut StreamIo<'_>) {
-        if self.goaway.is_some()
+        if (self.goaway.is_some() || self.client_leaving)
             && self.requests.is_empty()
             && self.unacked.is_empty()
             && !self.closed
@@ -199,8 +203,14 @@ impl H3Conn {
                     at += d.consumed;
                     if let Some(f) = d.frame {
                         // SETTINGS (nothing in them changes what this side sends: a static
-                        // encoder, no push, no datagrams) and GOAWAY (no new requests come).
+                        // encoder, no push, no datagrams) and GOAWAY: the client is leaving
+                        // and opens no new request; the connection closes once those under way
+                        // are answered (`close_if_done`) rather than at the idle timeout, which
+                        // a client waiting for the close would sit out.
                         control.on_frame(&f)?;
+                        if matches!(f, Frame::GoAway(_)) {
+                            self.client_leaving = true;
+                        }
                     }
                 }
             }
