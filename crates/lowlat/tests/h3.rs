@@ -1,15 +1,14 @@
-//! `lowlat serve --h3-listen` as a real process, driven by real QUIC clients (oha built with
-//! HTTP/3, and aioquic, from the
-//! test environment `scripts/test-deps.sh` makes; `tests/quic/client.py` has one scenario per
-//! subcommand): HTTP/3 requests (files, /plaintext, /json, 404) through aioquic's HTTP/3
-//! client, and HEAD written by hand; handshakes and streams over the transport alone (its echo protocol), many
-//! connections over several workers, clients whose address changes mid-connection (steering),
-//! Retry forced and automatic, a flood of Initials answered statelessly, clients breaking QUIC's
-//! stream and flow-control rules, the idle timeout, the connection limit, stalled requests timed
-//! out, and the settings' checks;
-//! HTTP/3 written by hand (malformed frames, streams and field sections) answered with the RFC's
-//! errors; a download through a relay that loses a tenth of the datagrams; `Alt-Svc` and the
-//! access log.
+//! `lowlat serve --h3-listen` as a real process, driven by real QUIC clients: oha built with
+//! HTTP/3, and aioquic from the test environment `scripts/test-deps.sh` makes
+//! (`tests/quic/client.py` has one scenario per subcommand). HTTP/3 requests (files,
+//! /plaintext, /json, 404) through aioquic's HTTP/3 client and oha, and HEAD written by hand;
+//! handshakes and streams over the transport alone (its echo protocol), many connections over
+//! several workers, clients whose address changes mid-connection (steering), Retry forced and
+//! automatic, a flood of Initials answered statelessly, clients breaking QUIC's stream and
+//! flow-control rules, the idle timeout, the connection limit, stalled requests timed out, a
+//! client's GOAWAY, and the settings' checks; HTTP/3 written by hand (malformed frames, streams
+//! and field sections) answered with the RFC's errors; a download through a relay that loses a
+//! tenth of the datagrams; `Alt-Svc` and the access log.
 
 use std::process::Command;
 use std::time::Duration;
