@@ -8,8 +8,31 @@
 use std::time::{Duration, Instant};
 
 mod support;
+use lowlat_testkit::pki::CertFiles;
 use support::h3::{cert, client, serve};
 use support::upstream::{pattern_sha256, Upstream};
+use support::Served;
+
+/// `lowlat serve` over HTTP/3 forwarding each (prefix, upstream URL) of `rules`, with `extra`.
+fn proxy(cert: &CertFiles, rules: &[(&str, String)], extra: &[&str]) -> Served {
+    let rules: Vec<String> = rules.iter().map(|(p, to)| format!("{p}={to}")).collect();
+    let mut args: Vec<&str> = Vec::new();
+    for r in &rules {
+        args.extend(["--proxy", r]);
+    }
+    args.extend(extra);
+    serve(cert, &args)
+}
+
+/// The `h2` recorder's address as an h2c upstream URL.
+fn h2c(recorder: &Upstream) -> String {
+    format!("h2c://127.0.0.1:{}/", recorder.addr().port())
+}
+
+/// An HTTP/1.1 upstream's URL, its root as the rule's target.
+fn app(upstream: &Upstream) -> String {
+    format!("{}/", upstream.url())
+}
 
 fn spec(method: &str, path: &str) -> String {
     serde_json::json!({"method": method, "path": path}).to_string()
@@ -34,15 +57,14 @@ fn http3_requests_cross_the_proxy() {
     let upstream = Upstream::uvicorn();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
-    let served = serve(
+    let served = proxy(
         &cert,
+        &[("/up/", app(&upstream))],
         &[
             "--access-log",
             log.to_str().unwrap(),
             "--access-log-format",
             "json",
-            "--proxy",
-            &format!("/up/={}/", upstream.url()),
         ],
     );
     let post = serde_json::json!({"method": "POST", "path": "/up/echo?q=1", "body_size": 100_000,
@@ -116,13 +138,7 @@ fn http3_requests_cross_the_proxy() {
 fn trailers_from_an_http2_upstream_reach_http3_clients() {
     let (_pki, cert) = cert();
     let upstream = Upstream::grpc();
-    let served = serve(
-        &cert,
-        &[
-            "--proxy",
-            &format!("/=h2c://127.0.0.1:{}", upstream.addr().port()),
-        ],
-    );
+    let served = proxy(&cert, &[("/", h2c(&upstream))], &[]);
     // EchoRequest { message: "hi" } in a gRPC message frame (uncompressed, 4 bytes).
     let call = serde_json::json!({
         "method": "POST",
@@ -156,16 +172,13 @@ fn gateway_errors_over_http3() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let closed_port = closed.local_addr().unwrap().port();
     drop(closed);
-    let served = serve(
+    let served = proxy(
         &cert,
         &[
-            "--proxy",
-            &format!("/none/=http://127.0.0.1:{closed_port}/"),
-            "--proxy",
-            &format!("/rec/=h2c://127.0.0.1:{}/", recorder.addr().port()),
-            "--proxy-first-byte-timeout",
-            "1s",
+            ("/none/", format!("http://127.0.0.1:{closed_port}/")),
+            ("/rec/", h2c(&recorder)),
         ],
+        &["--proxy-first-byte-timeout", "1s"],
     );
     let got = client(
         &served,
@@ -189,13 +202,7 @@ fn gateway_errors_over_http3() {
 fn abandoned_requests_cancel_their_upstream_exchange() {
     let (_pki, cert) = cert();
     let recorder = Upstream::h2_recorder();
-    let served = serve(
-        &cert,
-        &[
-            "--proxy",
-            &format!("/rec/=h2c://127.0.0.1:{}/", recorder.addr().port()),
-        ],
-    );
+    let served = proxy(&cert, &[("/rec/", h2c(&recorder))], &[]);
     let reset = client(&served, &["cancel", "reset", "/rec/sink", "/rec/stats"]);
     let stats = &reset["then"]["json"];
     assert_eq!(stats["resets"], serde_json::json!([8]), "{reset}");
@@ -210,7 +217,7 @@ fn abandoned_requests_cancel_their_upstream_exchange() {
 fn early_data_is_forwarded_with_early_data_1() {
     let (_pki, cert) = cert();
     let upstream = Upstream::uvicorn();
-    let served = serve(&cert, &["--proxy", &format!("/up/={}/", upstream.url())]);
+    let served = proxy(&cert, &[("/up/", app(&upstream))], &[]);
     // Whether the request is read before the handshake completes depends on timing: tried
     // until one is (the 0-RTT test of the server does the same).
     let mut seen = None;
@@ -240,14 +247,10 @@ fn request_bodies_stream_to_the_upstream() {
     let (_pki, cert) = cert();
     let upstream = Upstream::uvicorn();
     let recorder = Upstream::h2_recorder();
-    let served = serve(
+    let served = proxy(
         &cert,
-        &[
-            "--proxy",
-            &format!("/up/={}/", upstream.url()),
-            "--proxy",
-            &format!("/rec/=h2c://127.0.0.1:{}/", recorder.addr().port()),
-        ],
+        &[("/up/", app(&upstream)), ("/rec/", h2c(&recorder))],
+        &[],
     );
     const LEN: u64 = 24_000_000;
     let before = served.status_kib("VmHWM:");
@@ -285,14 +288,10 @@ fn request_bodies_stream_to_the_upstream() {
 fn streaming_bodies_over_the_limit_are_refused() {
     let (_pki, cert) = cert();
     let upstream = Upstream::uvicorn();
-    let served = serve(
+    let served = proxy(
         &cert,
-        &[
-            "--proxy",
-            &format!("/up/={}/", upstream.url()),
-            "--proxy-max-body",
-            "1m",
-        ],
+        &[("/up/", app(&upstream))],
+        &["--proxy-max-body", "1m"],
     );
     let declared = serde_json::json!({"method": "POST", "path": "/up/upload",
         "body_size": 2_000_000, "headers": [["content-length", "2000000"]]});
@@ -320,14 +319,10 @@ fn streaming_bodies_over_the_limit_are_refused() {
 fn a_stalled_streaming_body_is_cut_and_cancelled_upstream() {
     let (_pki, cert) = cert();
     let recorder = Upstream::h2_recorder();
-    let served = serve(
+    let served = proxy(
         &cert,
-        &[
-            "--proxy",
-            &format!("/rec/=h2c://127.0.0.1:{}/", recorder.addr().port()),
-            "--body-timeout",
-            "1s",
-        ],
+        &[("/rec/", h2c(&recorder))],
+        &["--body-timeout", "1s"],
     );
     let stalls = "headers-open::method=POST,:scheme=https,:authority=localhost,:path=/rec/digest,content-length=1000000";
     let r = client(&served, &["raw", "uni:000400", stalls]);
@@ -349,14 +344,10 @@ fn a_stalled_streaming_body_is_cut_and_cancelled_upstream() {
 fn added_lines_and_alt_svc_reach_proxied_responses() {
     let (_pki, cert) = cert();
     let upstream = Upstream::uvicorn();
-    let served = serve(
+    let served = proxy(
         &cert,
-        &[
-            "--add-header",
-            "X-Frame-Options: DENY",
-            "--proxy",
-            &format!("/up/={}/", upstream.url()),
-        ],
+        &[("/up/", app(&upstream))],
+        &["--add-header", "X-Frame-Options: DENY"],
     );
     let h3_port = support::address(&served.log(), "h3://").port();
     let alt_svc = format!("h3=\":{h3_port}\"; ma=86400");

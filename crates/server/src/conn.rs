@@ -20,7 +20,7 @@ use mio::Token;
 use crate::access_log::{HeldRequest, UpstreamFields};
 use crate::ctx::WorkerCtx;
 use crate::handler::{FileBody, Response};
-use crate::proxy::downstream::{Downstream, TunnelRead};
+use crate::proxy::downstream::{log_relayed, Downstream, TunnelRead};
 use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::job::RelayBody;
 use crate::proxy::upload::{Upload, UploadRef, STREAM_MIN_BODY};
@@ -1270,22 +1270,19 @@ impl Downstream for Conn {
             self.wbuf.extend_from_slice(b"0\r\n\r\n");
         }
         let took = ctx.now.saturating_duration_since(relay.started);
-        ctx.counters
-            .response(0, relay.status, relay.body_bytes, took);
-        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
-            log.record(&held.entry(
-                self.peer,
-                relay.status,
-                relay.body_bytes,
-                took,
-                ctx.worker,
-                Some(UpstreamFields {
-                    addr: upstream,
-                    status: upstream_status,
-                    time: upstream_time,
-                }),
-            ));
-        }
+        log_relayed(
+            ctx,
+            self.held.as_deref(),
+            self.peer,
+            relay.status,
+            relay.body_bytes,
+            took,
+            Some(UpstreamFields {
+                addr: upstream,
+                status: upstream_status,
+                time: upstream_time,
+            }),
+        );
         if !relay.keep_alive {
             self.closing = true;
             self.lingering = self.rlen > 0 || unread;
@@ -1313,10 +1310,7 @@ impl Downstream for Conn {
             self.lingering = true;
         }
         let took = ctx.now.saturating_duration_since(relay.started);
-        ctx.counters.response(0, status, 0, took);
-        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
-            log.record(&held.entry(self.peer, status, 0, took, ctx.worker, None));
-        }
+        log_relayed(ctx, self.held.as_deref(), self.peer, status, 0, took, None);
         Self::write_status(
             &mut self.wbuf,
             ctx,

@@ -15,7 +15,7 @@ use mio::Token;
 
 use super::conn::{forget, remember, H2Conn};
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::{lowered_fields, Downstream, TunnelRead};
+use crate::proxy::downstream::{log_relayed, lowered_fields, Downstream, TunnelRead};
 use crate::proxy::job::RelayBody;
 
 /// Stream `id` of `conn`, receiving a relayed response.
@@ -79,21 +79,19 @@ pub(super) fn log_tunnel(
         return;
     }
     let took = ctx.now.saturating_duration_since(s.started);
-    ctx.counters.response(0, r.status, r.body_bytes, took);
-    if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &s.held) {
-        log.record(&held.entry(
-            peer,
-            r.status,
-            r.body_bytes,
-            took,
-            ctx.worker,
-            Some(crate::access_log::UpstreamFields {
-                addr: &t.upstream,
-                status: 101,
-                time: t.upstream_time,
-            }),
-        ));
-    }
+    log_relayed(
+        ctx,
+        s.held.as_deref(),
+        peer,
+        r.status,
+        r.body_bytes,
+        took,
+        Some(crate::access_log::UpstreamFields {
+            addr: &t.upstream,
+            status: 101,
+            time: t.upstream_time,
+        }),
+    );
 }
 
 impl Downstream for StreamRelay<'_> {
@@ -189,21 +187,19 @@ impl Downstream for StreamRelay<'_> {
             return;
         };
         let took = ctx.now.saturating_duration_since(s.started);
-        ctx.counters.response(0, r.status, r.body_bytes, took);
-        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &s.held) {
-            log.record(&held.entry(
-                c.peer,
-                r.status,
-                r.body_bytes,
-                took,
-                ctx.worker,
-                Some(crate::access_log::UpstreamFields {
-                    addr: upstream,
-                    status: upstream_status,
-                    time: upstream_time,
-                }),
-            ));
-        }
+        log_relayed(
+            ctx,
+            s.held.as_deref(),
+            c.peer,
+            r.status,
+            r.body_bytes,
+            took,
+            Some(crate::access_log::UpstreamFields {
+                addr: upstream,
+                status: upstream_status,
+                time: upstream_time,
+            }),
+        );
         if r.head_only {
             // The HEADERS frame ended the stream.
             let s = c.streams.swap_remove(i);
@@ -236,10 +232,7 @@ impl Downstream for StreamRelay<'_> {
         s.relay = None;
         // Logged as HTTP/1.1's are: the request, the gateway error, no upstream answer.
         let took = ctx.now.saturating_duration_since(s.started);
-        ctx.counters.response(0, status, 0, took);
-        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &s.held) {
-            log.record(&held.entry(c.peer, status, 0, took, ctx.worker, None));
-        }
+        log_relayed(ctx, s.held.as_deref(), c.peer, status, 0, took, None);
         c.status_page(ctx, status);
         c.send_response(self.id, None, Some(i));
         // Nothing else will write it: the upstream side is done with this exchange.

@@ -524,12 +524,7 @@ impl H3Conn {
             query,
             version: Version::Http3,
             headers: fields,
-            framing: match streamed {
-                Some(StreamedBody::Length(n)) => lowlat_http::body::BodyFraming::Length(n),
-                Some(StreamedBody::Chunked) => lowlat_http::body::BodyFraming::Chunked,
-                None if body.is_empty() => lowlat_http::body::BodyFraming::None,
-                None => lowlat_http::body::BodyFraming::Length(body.len() as u64),
-            },
+            framing: crate::proxy::headers::request_framing(streamed, body.len()),
             keep_alive: true,
             expect_continue: false,
             head_len: 0,

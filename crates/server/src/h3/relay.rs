@@ -17,7 +17,7 @@ use mio::Token;
 
 use super::conn::{write_status_page, H3Conn};
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::{lowered_fields, Downstream};
+use crate::proxy::downstream::{log_relayed, lowered_fields, Downstream};
 use crate::proxy::job::RelayBody;
 use crate::quic::StreamIo;
 
@@ -120,21 +120,19 @@ impl Downstream for StreamRelay<'_, '_> {
             return;
         };
         let took = ctx.now.saturating_duration_since(s.started);
-        ctx.counters.response(0, r.status, r.body_bytes, took);
-        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &s.held) {
-            log.record(&held.entry(
-                peer,
-                r.status,
-                r.body_bytes,
-                took,
-                ctx.worker,
-                Some(crate::access_log::UpstreamFields {
-                    addr: upstream,
-                    status: upstream_status,
-                    time: upstream_time,
-                }),
-            ));
-        }
+        log_relayed(
+            ctx,
+            s.held.as_deref(),
+            peer,
+            r.status,
+            r.body_bytes,
+            took,
+            Some(crate::access_log::UpstreamFields {
+                addr: upstream,
+                status: upstream_status,
+                time: upstream_time,
+            }),
+        );
         if let Some(t) = s.trailers.take() {
             s.take_room();
             s.out.extend_from_slice(&t);
@@ -174,10 +172,7 @@ impl Downstream for StreamRelay<'_, '_> {
         }
         // Logged as HTTP/1.1's are: the request, the gateway error, no upstream answer.
         let took = ctx.now.saturating_duration_since(s.started);
-        ctx.counters.response(0, status, 0, took);
-        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &s.held) {
-            log.record(&held.entry(peer, status, 0, took, ctx.worker, None));
-        }
+        log_relayed(ctx, s.held.as_deref(), peer, status, 0, took, None);
         c.res_buf.clear();
         write_status_page(&mut c.res_buf, status);
         c.send_response(self.io, self.id);

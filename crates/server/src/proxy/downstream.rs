@@ -7,6 +7,7 @@ use std::ops::Range;
 use lowlat_http::client::Header;
 
 use super::job::RelayBody;
+use crate::access_log::{HeldRequest, UpstreamFields};
 use crate::ctx::WorkerCtx;
 
 /// Where the upstream side delivers a response: the client connection (or HTTP/2 stream) that
@@ -83,6 +84,25 @@ pub(crate) trait Downstream {
     /// The tunnel is over (both sides closed, a failure, or idle too long): the client's side
     /// is closed and its one log line written.
     fn tunnel_end(&mut self, _ctx: &mut WorkerCtx<'_>) {}
+}
+
+/// A relayed exchange is over for its client: counted for `/metrics`, and its access-log line
+/// written from the request's `held` fields (kept when the request was forwarded), with the
+/// upstream's address, status and time when one answered.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn log_relayed(
+    ctx: &mut WorkerCtx<'_>,
+    held: Option<&HeldRequest>,
+    peer: std::net::SocketAddr,
+    status: u16,
+    bytes: u64,
+    took: std::time::Duration,
+    upstream: Option<UpstreamFields<'_>>,
+) {
+    ctx.counters.response(0, status, bytes, took);
+    if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), held) {
+        log.record(&held.entry(peer, status, bytes, took, ctx.worker, upstream));
+    }
 }
 
 /// What a client's turn asks of the upstream side for one of its relays (HTTP/3 says so after

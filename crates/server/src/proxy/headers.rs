@@ -81,6 +81,22 @@ pub enum StreamedBody {
     Chunked,
 }
 
+/// How a request whose head came without its body (HTTP/2, HTTP/3) is framed for the handlers:
+/// as it streams (`streamed`), else by the `body_len` bytes read whole.
+#[must_use]
+pub(crate) fn request_framing(
+    streamed: Option<StreamedBody>,
+    body_len: usize,
+) -> lowlat_http::body::BodyFraming {
+    use lowlat_http::body::BodyFraming;
+    match streamed {
+        Some(StreamedBody::Length(n)) => BodyFraming::Length(n),
+        Some(StreamedBody::Chunked) => BodyFraming::Chunked,
+        None if body_len == 0 => BodyFraming::None,
+        None => BodyFraming::Length(body_len as u64),
+    }
+}
+
 /// Writes the request as the upstream gets it into `out`: `req` (already parsed and checked by
 /// the server: ambiguous framing never gets here) with its `body` (whole, decoded), for the
 /// client `client`. `request_id` is used when the request has no `X-Request-Id`. With
