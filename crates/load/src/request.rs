@@ -29,19 +29,8 @@ pub(crate) fn build_request(cfg: &LoadConfig, url: &Url) -> Result<Vec<u8>, Load
     } else {
         b" HTTP/1.1\r\n"
     });
-    let has = |n: &str| cfg.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
-    if !has("host") {
-        r.extend_from_slice(b"Host: ");
-        r.extend_from_slice(url.authority().as_bytes());
-        r.extend_from_slice(b"\r\n");
-    }
-    for (k, v) in &cfg.headers {
-        r.extend_from_slice(k.as_bytes());
-        r.extend_from_slice(b": ");
-        r.extend_from_slice(v.trim().as_bytes());
-        r.extend_from_slice(b"\r\n");
-    }
-    if !has("connection") {
+    push_fields(&mut r, cfg, url);
+    if !sets(cfg, "connection") {
         if !cfg.keep_alive {
             r.extend_from_slice(b"Connection: close\r\n");
         } else if cfg.http10 {
@@ -64,16 +53,16 @@ pub(crate) fn build_request(cfg: &LoadConfig, url: &Url) -> Result<Vec<u8>, Load
     Ok(r)
 }
 
-/// `--ws`: the opening handshake's bytes up to its key (RFC 6455 §4.1), which each connection
-/// appends (`Sec-WebSocket-Key: …` and the blank line): the same target, `Host` and `-H` fields
-/// as an HTTP request would carry.
-pub(crate) fn build_ws_handshake(cfg: &LoadConfig, url: &Url) -> Vec<u8> {
-    let mut r = Vec::with_capacity(256);
-    r.extend_from_slice(b"GET ");
-    r.extend_from_slice(url.target.as_bytes());
-    r.extend_from_slice(b" HTTP/1.1\r\n");
-    let has = |n: &str| cfg.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
-    if !has("host") {
+/// Whether a `-H` sets field `name`.
+fn sets(cfg: &LoadConfig, name: &str) -> bool {
+    cfg.headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case(name))
+}
+
+/// `Host` (the URL's authority, unless a `-H` gives one) and the `-H` fields, each line ended.
+fn push_fields(r: &mut Vec<u8>, cfg: &LoadConfig, url: &Url) {
+    if !sets(cfg, "host") {
         r.extend_from_slice(b"Host: ");
         r.extend_from_slice(url.authority().as_bytes());
         r.extend_from_slice(b"\r\n");
@@ -84,6 +73,17 @@ pub(crate) fn build_ws_handshake(cfg: &LoadConfig, url: &Url) -> Vec<u8> {
         r.extend_from_slice(v.trim().as_bytes());
         r.extend_from_slice(b"\r\n");
     }
+}
+
+/// `--ws`: the opening handshake's bytes up to its key (RFC 6455 §4.1), which each connection
+/// appends (`Sec-WebSocket-Key: …` and the blank line): the same target, `Host` and `-H` fields
+/// as an HTTP request would carry.
+pub(crate) fn build_ws_handshake(cfg: &LoadConfig, url: &Url) -> Vec<u8> {
+    let mut r = Vec::with_capacity(256);
+    r.extend_from_slice(b"GET ");
+    r.extend_from_slice(url.target.as_bytes());
+    r.extend_from_slice(b" HTTP/1.1\r\n");
+    push_fields(&mut r, cfg, url);
     r.extend_from_slice(
         b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n",
     );
