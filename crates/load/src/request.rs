@@ -5,6 +5,8 @@
 //! Building only: `prepare` lays the bytes out per host as a `plan::RequestBatch`, and no
 //! request is built again once the threads start.
 
+use lowlat_http::head::is_connection_specific;
+
 use crate::config::LoadConfig;
 use crate::error::LoadError;
 use crate::plan::H2Request;
@@ -110,15 +112,10 @@ pub(crate) fn build_h2_request(cfg: &LoadConfig, url: &Url) -> H2Request {
     ];
     for (k, v) in &cfg.headers {
         let k = k.to_ascii_lowercase();
-        if matches!(
-            k.as_str(),
-            "host"
-                | "connection"
-                | "keep-alive"
-                | "proxy-connection"
-                | "transfer-encoding"
-                | "upgrade"
-        ) || (k == "te" && !v.trim().eq_ignore_ascii_case("trailers"))
+        // `Host` is `:authority`; `TE` is sent only as `trailers`.
+        if k == "host"
+            || is_connection_specific(k.as_bytes())
+            || (k == "te" && !v.trim().eq_ignore_ascii_case("trailers"))
         {
             continue;
         }
@@ -238,6 +235,42 @@ mod tests {
             build_request(&cfg, &url).unwrap(),
             b"GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n"
         );
+    }
+
+    /// `--h2`: the pseudo-fields first, `Host` as `:authority`, the connection's own fields
+    /// left out, `TE` only as `trailers`, the rest lower-cased.
+    #[test]
+    fn h2_requests_leave_the_connections_fields_out() {
+        let url = parse_url("https://127.0.0.1:8443/x").unwrap();
+        let cfg = LoadConfig {
+            headers: [
+                ("Host", "h"),
+                ("Connection", "close"),
+                ("Proxy-Connection", "x"),
+                ("Keep-Alive", "5"),
+                ("Transfer-Encoding", "chunked"),
+                ("Upgrade", "h2c"),
+                ("TE", "gzip"),
+                ("X-A", "1"),
+                ("TE", " Trailers "),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+            ..LoadConfig::default()
+        };
+        let want: Vec<(Vec<u8>, Vec<u8>)> = [
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":authority", "h"),
+            (":path", "/x"),
+            ("x-a", "1"),
+            ("te", "Trailers"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect();
+        assert_eq!(build_h2_request(&cfg, &url).fields, want);
     }
 
     #[test]
