@@ -265,6 +265,19 @@ pub fn pattern_sha256(len: u64) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// SHA-256 in hex, by coreutils' sha256sum: independent of the upstreams' own digests, which
+/// are compared with it.
+pub fn sha256_hex(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_owned()
+}
+
 /// `curl --http2-prior-knowledge -T -` uploading `len` bytes of [`pattern`] from its stdin (no
 /// length declared: a proxy forwards it chunked) to `url`; the child, its stdin fed by a thread.
 pub fn curl_h2_upload(
@@ -281,6 +294,23 @@ pub fn curl_h2_upload(
     let mut stdin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || send_pattern(&mut stdin, len, 0));
     (child, writer)
+}
+
+/// An upload to an upstream that reads nothing: writes `head` (which declares `len` bytes) on
+/// `s`, sends `len` bytes of [`pattern`] after it from a thread, and asserts that `proxy` holds
+/// the client back ([`super::Served::assert_held_back`]). Returns the writing thread.
+pub fn upload_held_back(
+    proxy: &super::Served,
+    s: &std::net::TcpStream,
+    head: &str,
+    len: u64,
+    warm_kib: u64,
+) -> std::thread::JoinHandle<std::io::Result<()>> {
+    let mut w = s.try_clone().unwrap();
+    w.write_all(head.as_bytes()).unwrap();
+    let writer = std::thread::spawn(move || send_pattern(&mut w, len, 0));
+    proxy.assert_held_back(warm_kib, "an HTTP/1.1 client");
+    writer
 }
 
 /// Writes `len` bytes of [`pattern`] to `s`, as chunks of `chunk` bytes when `chunk` is not 0.
