@@ -407,11 +407,6 @@ impl QuicWorker {
 
     /// Sends what the connection has to send, as GSO batches where the kernel has them.
     fn transmit(&mut self, key: usize, now: Instant) {
-        let max = if self.offload.gso {
-            MAX_GSO_SEGMENTS
-        } else {
-            1
-        };
         loop {
             if self.held.is_some() {
                 self.waiting.push(key);
@@ -419,6 +414,13 @@ impl QuicWorker {
             }
             let Some(c) = self.conns.get_mut(&key) else {
                 return;
+            };
+            // One GSO send carries at most 64 KiB in all (the kernel refuses more), so as many
+            // datagrams as the path's size allows: 44 of 1472 bytes, one of 64 KiB.
+            let max = if self.offload.gso {
+                (udp::MAX_GSO_BYTES / usize::from(c.conn.current_mtu())).clamp(1, MAX_GSO_SEGMENTS)
+            } else {
+                1
             };
             self.send_buf.clear();
             let Some(t) = c.conn.poll_transmit(now, max, &mut self.send_buf) else {
