@@ -30,6 +30,7 @@ use lowlat_http::h3::{Error, ErrorCode};
 use lowlat_http::head::RequestHead;
 use lowlat_http::request::{Header, Method, Request};
 use lowlat_http::{Status, Version};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::ctx::WorkerCtx;
 use crate::handler::{FileBody, Response};
@@ -85,6 +86,9 @@ struct ReqStream {
     answered: bool,
     out: Vec<u8>,
     out_at: usize,
+    /// A piece of the file read and not yet all taken by the stream: handed to quinn-proto as
+    /// it is (no copy into its send buffer).
+    chunk: bytes::Bytes,
     file: Option<FileBody>,
     started: Instant,
 }
@@ -95,7 +99,9 @@ pub(crate) struct H3Conn {
     encoder: qpack::Encoder,
     uni: UniStreams,
     peer_uni: HashMap<u64, UniIn>,
-    requests: HashMap<u64, ReqStream>,
+    /// FxHash: a lookup or two per request event, and the ids are the protocol's (opened in
+    /// order, at most --h3-max-streams at once), so SipHash's cost buys nothing.
+    requests: FxHashMap<u64, ReqStream>,
     /// Our control stream, and what it could not take yet.
     control_out: Option<(u64, Vec<u8>)>,
     read_buf: Vec<u8>,
@@ -107,7 +113,7 @@ pub(crate) struct H3Conn {
     goaway: Option<u64>,
     /// Responses written whole and finished whose last bytes the client has not acknowledged:
     /// a shutdown waits for them (closing the connection would drop what is unsent).
-    unacked: std::collections::HashSet<u64>,
+    unacked: FxHashSet<u64>,
     /// The highest request stream seen, for GOAWAY.
     last_request: Option<u64>,
 }
@@ -120,14 +126,14 @@ impl Default for H3Conn {
             encoder: qpack::Encoder::new(true),
             uni: UniStreams::new(Role::Server),
             peer_uni: HashMap::new(),
-            requests: HashMap::new(),
+            requests: FxHashMap::default(),
             control_out: None,
             read_buf: Vec::new(),
             res_buf: Vec::new(),
             res_fields: Vec::new(),
             closed: false,
             goaway: None,
-            unacked: std::collections::HashSet::new(),
+            unacked: FxHashSet::default(),
             last_request: None,
         }
     }
@@ -265,6 +271,7 @@ impl H3Conn {
             answered: false,
             out: Vec::new(),
             out_at: 0,
+            chunk: bytes::Bytes::new(),
             file: None,
             started: now,
         });
@@ -542,6 +549,9 @@ impl H3Conn {
             self.requests.remove(&id);
             return;
         };
+        // One allocation: the HTTP/1.1 form is longer than its QPACK encoding, and two frame
+        // headers take at most 18 bytes (grown from empty, `out` was reallocated ~6 times).
+        s.out.reserve(self.res_buf.len() + 18);
         let res_buf = &self.res_buf;
         lowlat_http::h3::head::write_response(
             &self.encoder,
@@ -579,6 +589,15 @@ impl H3Conn {
                     return; // stream_writable comes when it takes more
                 }
             }
+            if !s.chunk.is_empty() {
+                if io.write_bytes(id, &mut s.chunk).is_err() {
+                    self.requests.remove(&id);
+                    return;
+                }
+                if !s.chunk.is_empty() {
+                    return; // stream_writable comes when it takes more
+                }
+            }
             s.out.clear();
             s.out_at = 0;
             let Some(f) = s.file.as_mut() else {
@@ -588,8 +607,10 @@ impl H3Conn {
                 return;
             };
             let n = f.len.min(FILE_CHUNK) as usize;
-            s.out.resize(n, 0);
-            match f.file.read_at(&mut s.out, f.offset) {
+            // A buffer of its own, which quinn-proto keeps until the client acknowledges it
+            // (reading into `out` and writing that cost a copy of every byte more).
+            let mut chunk = bytes::BytesMut::zeroed(n);
+            match f.file.read_at(&mut chunk, f.offset) {
                 Ok(0) | Err(_) => {
                     // The file shrank or failed under us: the response cannot be completed.
                     io.reset(id, ErrorCode::InternalError.value());
@@ -597,7 +618,8 @@ impl H3Conn {
                     return;
                 }
                 Ok(got) => {
-                    s.out.truncate(got);
+                    chunk.truncate(got);
+                    s.chunk = chunk.freeze();
                     f.offset += got as u64;
                     f.len -= got as u64;
                     if f.len == 0 {

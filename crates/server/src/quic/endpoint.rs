@@ -20,7 +20,7 @@
 //! heap is rebuilt when stale entries outnumber live ones four to one.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -33,6 +33,7 @@ use mio::{Interest, Registry, Token};
 use quinn_proto::{
     ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, StreamEvent, Transmit,
 };
+use rustc_hash::FxHashMap;
 
 use super::setup::QuicShared;
 use super::streams::{QuicProtocol, StreamIo};
@@ -78,7 +79,8 @@ pub(crate) struct QuicWorker {
     endpoint: Endpoint,
     shared: Arc<QuicShared>,
     offload: Offload,
-    conns: HashMap<usize, Conn>,
+    /// By quinn-proto's handle (ours, not the client's): FxHash, looked up per datagram.
+    conns: FxHashMap<usize, Conn>,
     timers: BinaryHeap<Reverse<(Instant, usize)>>,
     handshakes: usize,
     recv_buf: Vec<u8>,
@@ -122,7 +124,7 @@ impl QuicWorker {
             endpoint,
             offload: shared.offload,
             shared,
-            conns: HashMap::new(),
+            conns: FxHashMap::default(),
             timers: BinaryHeap::new(),
             handshakes: 0,
             recv_buf: vec![0; RECV_BUFFER],

@@ -8,9 +8,8 @@ use std::time::Duration;
 use lowlat_http::units::{parse_positive_duration, parse_size};
 
 use crate::quic::config::{
-    QuicConfig, DEFAULT_MAX_CONNS, DEFAULT_MAX_STREAMS, DEFAULT_MAX_UDP_PAYLOAD, DEFAULT_RETRY_ABOVE,
-    MAX_UDP_PAYLOAD,
-    MIN_UDP_PAYLOAD,
+    QuicConfig, DEFAULT_MAX_CONNS, DEFAULT_MAX_STREAMS, DEFAULT_MAX_UDP_PAYLOAD,
+    DEFAULT_RETRY_ABOVE, MAX_UDP_PAYLOAD, MIN_UDP_PAYLOAD,
 };
 
 /// The `--h3-*` flags.
