@@ -25,7 +25,7 @@ pub enum HeadError {
 }
 
 /// A decoded request head: pseudo-header fields and regular fields, as ranges of `buf`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct RequestHead {
     buf: Vec<u8>,
     fields: Vec<(Range<usize>, Range<usize>)>,
