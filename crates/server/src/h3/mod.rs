@@ -80,7 +80,9 @@ enum UniIn {
 struct ReqStream {
     frames: FrameDecoder,
     order: RequestStream,
-    head: Option<RequestHead>,
+    /// Boxed: a request stream's state moves in and out of `requests`, and a head inline more
+    /// than doubled it.
+    head: Option<Box<RequestHead>>,
     body: Vec<u8>,
     /// The body passed `--max-body`: it is dropped, and the answer is 413.
     too_large: bool,
@@ -116,7 +118,7 @@ pub(crate) struct H3Conn {
     last_head: (Vec<u8>, Vec<u8>),
     /// A request head whose buffers are reused by the next request (decoding into a new one
     /// allocated three times).
-    spare_head: RequestHead,
+    spare_head: Option<Box<RequestHead>>,
     /// The last request's field section (up to [`MAX_CACHED_HEAD`] bytes), the field-list limit
     /// it was checked against, and what it decoded to: a client asking again with the same
     /// section (with no dynamic table, the same bytes) gets a copy, not a second QPACK and
@@ -150,7 +152,7 @@ impl Default for H3Conn {
             res_buf: Vec::new(),
             res_fields: Vec::new(),
             last_head: (Vec::new(), Vec::new()),
-            spare_head: RequestHead::default(),
+            spare_head: None,
             last_section: (Vec::new(), 0, RequestHead::default()),
             spare_out: Vec::new(),
             closed: false,
@@ -369,11 +371,11 @@ impl H3Conn {
                     let Frame::Headers(section) = f else {
                         continue;
                     };
-                    let mut head = std::mem::take(&mut self.spare_head);
+                    let mut head = self.spare_head.take().unwrap_or_default();
                     let (last_section, last_max, last_head) = &mut self.last_section;
                     if !last_section.is_empty() && *last_section == section && *last_max == max_list
                     {
-                        head.clone_from(last_head);
+                        (*head).clone_from(last_head);
                         s.order.set_content_length(head.content_length);
                         s.head = Some(head);
                         continue;
@@ -519,7 +521,7 @@ impl H3Conn {
                 fields: crate::access_log::Fields::Head(req.headers),
             });
         }
-        self.spare_head = head;
+        self.spare_head = Some(head);
         s.file = file;
         self.requests.insert(id, s);
         self.send_response(io, id);
@@ -543,7 +545,7 @@ impl H3Conn {
         ctx.counters.response(0, status, 0, took);
         if let Some(log) = ctx.access_log.as_deref_mut() {
             // As HTTP/1.1 and HTTP/2 refusals are logged: what is known of the request.
-            let head = s.head.as_ref();
+            let head = s.head.as_deref();
             let field = |name: &str| {
                 head.and_then(|h| h.fields().find(|(n, _)| *n == name).map(|(_, v)| v))
             };
