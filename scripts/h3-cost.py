@@ -9,7 +9,7 @@ process's utime + stime over the load (/proc/PID/stat). Two measures:
   `h2load -c C -m 10` for HTTP/2 (compare.py's h3-static and h2-static clients): server µs per
   request, and HTTP/3 ÷ HTTP/2 for each build.
 - --download: a file of --mb MiB fetched -n times over one connection and stream
-  (`LOADER load --h3 -t 1 -c 1 -m 1 -n N`): MB/s as the loader reports it, and the server's and
+  (`LOADER load --h3 -t 1 -c 1 -m 1 -n N -T 60s`): MB/s as the loader reports it, and the server's and
   the loader's CPU per MB.
 
 Interleaving puts a neighbour's burst on every build alike; per-round ratios to the first build
@@ -100,8 +100,9 @@ def main():
             for b in args.builds:
                 loader = args.loader or b
                 if args.download:
+                    # -T: on a busy machine a slow build may take longer than the default 2 s.
                     argv = [loader, "load", "--h3", "--insecure", "-t", "1", "-c", "1", "-m", "1",
-                            "-n", str(args.n), f"https://localhost:{args.port}/big.bin"]
+                            "-n", str(args.n), "-T", "60s", f"https://localhost:{args.port}/big.bin"]
                 elif proto == "h3":
                     argv = [loader, "load", "--h3", "--insecure", "-t", "1", "-c", str(args.conns),
                             "-m", "10", "-d", f"{args.duration}s", f"https://localhost:{args.port}/100.html"]

@@ -664,6 +664,29 @@ fn a_download_completes_through_loss() {
     );
 }
 
+/// A path narrower than loopback: a relay drops every datagram longer than 1472 bytes (an
+/// Ethernet MTU's worth). The server's path MTU discovery (up to 65527 by default) probes larger
+/// and its probes are lost; the download still arrives whole.
+#[test]
+fn a_download_completes_over_a_narrow_path() {
+    let (_pki, cert) = cert();
+    let root = tempfile::tempdir().unwrap();
+    let body: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    std::fs::write(root.path().join("3m.bin"), &body).unwrap();
+    let served = serve(&cert, &["--root", root.path().to_str().unwrap()]);
+    let r = client(&served, &["narrow", "1472", "/3m.bin"]);
+    assert_eq!(r["status"], 200, "{r}");
+    assert_eq!(r["length"], 3_000_000, "{r}");
+    let want: String = sha256(&body).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(r["sha256"].as_str(), Some(want.as_str()), "{r}");
+    assert!(
+        r["dropped"].as_u64().unwrap() > 0,
+        "the server probed past the path: {r}"
+    );
+}
+
 /// 0-RTT: a resumed connection's requests sent before the handshake completes are answered —
 /// safe ones (GET) as usual, an unsafe one (POST) `425 Too Early` (RFC 8470) when it is still
 /// 0-RTT data when read. Whether the handshake completes first is a race on loopback, so the

@@ -18,11 +18,11 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// path MTU discovery: by default none below UDP's own, so that discovery finds what each path
 /// carries. Datagrams start at 1200 bytes (quinn-proto's `initial_mtu`); a probe larger than the
 /// interface fails at once (`IP_PMTUDISC_PROBE`: EMSGSIZE) and one a router drops is lost, and
-/// either way the search settles below it (an Ethernet path at 1472 after ~10 probe sizes,
+/// either way the search settles below it (an Ethernet path near 1472 after a dozen probe sizes,
 /// none of them counted as congestion). Where a path carries more, fewer datagrams carry the
 /// same bytes: loopback (MTU 65536) settles near 65 500, and a 100 MiB download costs the
-/// server about a third of the CPU it did at 1472 (docs/PERFORMANCE.md, "HTTP/3 over QUIC:
-/// datagram size").
+/// server 0.34–0.43× the CPU per MB it did at 1472 (docs/PERFORMANCE.md, "HTTP/3: a large
+/// download and a small request, before and after").
 pub const DEFAULT_MAX_UDP_PAYLOAD: u16 = MAX_UDP_PAYLOAD;
 /// QUIC connections per worker; a new one past it is refused (CONNECTION_REFUSED), so a flood
 /// cannot grow a worker's memory without bound (each holds about 10–30 KiB at rest).
