@@ -90,6 +90,12 @@ fi
 # anew whenever that file changes (a copy of it in the environment says what it holds) or the
 # environment no longer works (its Python was removed, say). The tests find it at the same path:
 # $LOWLAT_TEST_VENV, else lowlat-test-venv in the user's cache directory.
+# oha with HTTP/3 (an HTTP/3 client the HTTP/3 tests use beside aioquic): built once into the
+# cache, pinned; about 20 minutes on two cores the first time.
+oha_root="${XDG_CACHE_HOME:-$HOME/.cache}/lowlat-oha"
+if [ ! -x "$oha_root/bin/oha" ]; then
+    env -u CARGO_TARGET_DIR cargo install -q oha --version 1.16.0 --locked --features http3 --root "$oha_root"
+fi
 venv="${LOWLAT_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/lowlat-test-venv}"
 requirements="$(dirname "$0")/upstreams/requirements.txt"
 if ! cmp -s "$requirements" "$venv/requirements.txt" \

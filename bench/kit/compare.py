@@ -24,7 +24,8 @@ loaded by `lowlat load --h3` -- --loader, by default the binary --lowlat starts 
 streams per connection): h3-static, lowlat (`--h3-listen`) beside caddy. For TLS, --lowlat may use
 {tls_port}, {cert} and {key} (a self-signed ECDSA P-256 pair made in the run directory). As a reverse
 proxy: proxy, proxy-tls (GET /up/plaintext forwarded to an upstream `ceiling` on {upstream}, pinned to
-CPU 1 beside wrk; keep-alive upstream connections). Peers: nginx, lighttpd, h2o, caddy, haproxy
+CPU 1 beside wrk; keep-alive upstream connections), and h2-proxy, h3-proxy (the same over HTTP/2 and
+HTTP/3, loaded as h2-* and h3-* are). Peers: nginx, lighttpd, h2o, caddy, haproxy
 (proxy only), varnish (caching a file from a throw-away origin), may-minihttp, and "ceiling"
 (ceiling/ceiling.c: no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh
 first. The peers' configurations are bench/conf/*.in, the ones the specs in bench/specs/ use too.
@@ -79,16 +80,22 @@ SCENARIOS = {
     # connection (the loader speaks HTTP/3; h2load from Debian's packages does not); h2-static beside
     # it gives each server's HTTP/2-over-TLS cost for the same file
     "h3-static": ("/100.html", 1, [16, 100], ["lowlat", "caddy"]),
+    # forwarding over HTTP/3 and over HTTP/2 (TLS): /up/plaintext to the proxy scenarios' upstream,
+    # as `proxy` below does for HTTP/1.1
+    "h3-proxy": ("/up/plaintext", 1, [16, 100], ["lowlat", "caddy"]),
+    "h2-proxy": ("/up/plaintext", 1, [16, 100], ["lowlat", "nginx", "h2o", "caddy"]),
     # as a reverse proxy: /up/plaintext forwarded to an upstream (a second `ceiling`, pinned to CPU 1
     # beside wrk), over keep-alive upstream connections; the figure is the proxy's own core per request
-    "proxy": ("/up/plaintext", 1, [16, 256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
+    # "ceiling-proxy" (ceiling/ceiling-proxy.c) forwards bytes blindly over a connection per client:
+    # the floor for any proxy's cost per request on this kernel
+    "proxy": ("/up/plaintext", 1, [16, 256], ["lowlat", "nginx", "haproxy", "h2o", "caddy", "ceiling-proxy"]),
     "proxy-tls": ("/up/plaintext", 1, [256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
 }
 # Request headers a scenario adds to HEADERS.
 SCENARIO_HEADERS = {"gzip": ["-H", "Accept-Encoding: gzip"]}
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
-         "varnish": 8084, "haproxy": 8086, "caddy": 8087}
+         "varnish": 8084, "haproxy": 8086, "caddy": 8087, "ceiling-proxy": 8088}
 UPSTREAM_PORT = 8078  # the proxy scenarios' upstream: {upstream} in --lowlat
 UPSTREAM_PIDS = set()  # not counted as a neighbour's CPU
 CONF = os.path.join(HERE, "..", "conf")  # the peers' configurations, shared with bench/specs
@@ -316,6 +323,11 @@ def make_server(name, args, run_dir, www):
         if not os.path.exists(exe):
             raise RuntimeError(f"{exe} missing: run setup.sh first")
         return Server(name, [exe, str(PORTS[name])], run_dir)
+    if name == "ceiling-proxy":
+        exe = os.path.join(BUILD, "ceiling-proxy")
+        if not os.path.exists(exe):
+            raise RuntimeError(f"{exe} missing: run setup.sh first")
+        return Server(name, [exe, str(PORTS[name]), str(UPSTREAM_PORT)], run_dir)
     raise ValueError(name)
 
 
@@ -500,7 +512,7 @@ def main():
     make_cert(args.run_dir)
 
     upstream = None
-    if any(s.startswith("proxy") for s in scenarios):
+    if any("proxy" in s for s in scenarios):
         exe = os.path.join(BUILD, "ceiling")
         if not os.path.exists(exe):
             sys.exit(f"{exe} missing: run setup.sh first")

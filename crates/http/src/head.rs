@@ -233,8 +233,16 @@ pub(crate) fn value_ok(value: &[u8]) -> bool {
 pub(crate) fn regular_name_ok(name: &[u8], value: &[u8]) -> bool {
     !name.is_empty()
         && name.iter().all(|&b| is_lower_token(b))
-        && !CONNECTION_SPECIFIC.contains(&name)
+        && !is_connection_specific(name)
         && (name != b"te" || value == b"trailers")
+}
+
+/// Whether `name` (lower case) is a connection-specific field, which HTTP/2 and HTTP/3 do not
+/// carry (RFC 9113 §8.2.2, RFC 9114 §4.2): what a client leaves out when it sends a request's
+/// fields in either, and a decoder refuses. `te` is the caller's to judge by its value.
+#[must_use]
+pub fn is_connection_specific(name: &[u8]) -> bool {
+    CONNECTION_SPECIFIC.contains(&name)
 }
 
 /// A `content-length` value: decimal digits only.

@@ -17,6 +17,7 @@
 //! - [`ws`]: WebSocket frame heads (RFC 6455 §5), the client's side, for the load generator.
 //! - [`date`]: the `Date` header value, formatted at most once per second.
 //! - [`limits`]: the default size limits, each a named constant.
+//! - `prefix_int`: the prefixed integers HPACK and QPACK share (RFC 7541 §5.1).
 //! - [`error`]: [`ParseError`] and its status mapping.
 //! - [`units`]: humane durations, sizes and counts (`250us`, `1.5m`, `10k`), parsed the one way
 //!   every command line and spec file shares.
@@ -29,6 +30,7 @@ pub mod h2;
 pub mod h3;
 pub mod head;
 pub mod limits;
+mod prefix_int;
 pub mod request;
 pub mod response;
 pub mod units;

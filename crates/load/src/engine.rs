@@ -13,11 +13,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::LoadError;
+use crate::ledger::LiveCounters;
 use crate::plan::Plan;
 use crate::quic::QuicWorker;
 use crate::report::{RateSummary, Report, ThreadStats};
 use crate::sys;
-use crate::worker::{LiveCounters, Worker};
+use crate::worker::Worker;
 
 /// How often the progress callback runs and the stop flag is looked at.
 pub const PROGRESS_EVERY: Duration = Duration::from_millis(100);

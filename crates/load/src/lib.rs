@@ -92,6 +92,8 @@
 //! - `h3`: one QUIC connection's HTTP/3 session (`--h3`): control and QPACK streams, requests
 //!   on streams, responses through the codec.
 //! - `ws`: one connection's WebSocket session (`--ws`): the handshake, messages, echoes.
+//! - `ledger`: one thread's measuring, the same for `worker` and `quic` — its counters, the
+//!   warm-up's end and the deadline, the timeout sweep's schedule, the live counters, CPU time.
 //!
 //! Below both:
 //! - `plan`: what the threads run — hosts, laid-out request bytes, each thread's connections;
@@ -117,6 +119,7 @@ mod h2;
 mod h3;
 pub mod hdrlog;
 pub mod json;
+mod ledger;
 pub mod merge;
 mod plan;
 mod prepare;

@@ -38,10 +38,10 @@ use quinn_proto::{
 };
 
 use crate::h3::{self, Event, Session};
+use crate::ledger::{Ledger, LiveCounters};
 use crate::plan::{ConnSpec, Group, H3Plan, Plan};
 use crate::report::{H3Summary, ThreadStats};
 use crate::sys;
-use crate::worker::LiveCounters;
 
 type Connection = quinn_proto::Connection;
 
@@ -129,7 +129,6 @@ pub(crate) struct QuicWorker<'a> {
     h3: &'a H3Plan,
     groups: &'a [Group],
     stop: &'a AtomicBool,
-    live: &'a LiveCounters,
     poll: Poll,
     endpoint: Endpoint,
     conns: Vec<QConn>,
@@ -137,20 +136,15 @@ pub(crate) struct QuicWorker<'a> {
     /// Where received datagrams are copied to be handed over (see `receive`).
     rx: BytesMut,
     send_buf: Vec<u8>,
-    stats: ThreadStats,
+    /// What the thread measures, and when.
+    ledger: Ledger<'a>,
     summary: H3Summary,
     budget: Option<u64>,
     start: Instant,
-    measure_start: Instant,
-    measuring: bool,
-    deadline: Option<Instant>,
     depth: usize,
     timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
     timerfd: sys::TimerFd,
     timerfd_armed: Option<Instant>,
-    sweep_every: Duration,
-    next_sweep: Instant,
-    cpu_at_start: (Duration, Duration),
     /// The earliest of the connections' quinn-proto timeouts, or earlier (never later).
     quic_min: Option<Instant>,
     /// Connections with something to do this turn (datagrams in, a timer due).
@@ -194,21 +188,12 @@ impl<'a> QuicWorker<'a> {
                 early: false,
             })
             .collect();
-        let measure_start = start + plan.warmup;
-        let mut stats = ThreadStats::new();
-        stats.intervals = plan
-            .latency_intervals
-            .map(crate::report::IntervalStats::new);
-        stats.u_latency = plan.uncorrected.then(crate::report::new_latency_histogram);
-        let sweep_every =
-            (plan.timeout / 20).clamp(Duration::from_millis(1), Duration::from_millis(100));
         let n = conns.len();
         Ok(Self {
             plan,
             h3,
             groups: &plan.groups,
             stop,
-            live,
             poll,
             endpoint: Endpoint::new(Arc::new(endpoint_config()), None, true, None),
             timers: BinaryHeap::with_capacity(n + 1),
@@ -216,19 +201,13 @@ impl<'a> QuicWorker<'a> {
             recv_buf: vec![0; RECV_BUF].into_boxed_slice(),
             rx: BytesMut::with_capacity(RECV_BUF),
             send_buf: Vec::with_capacity(RECV_BUF),
-            stats,
+            ledger: Ledger::new(plan, start, live),
             summary: H3Summary::default(),
             budget: plan.budgets[index],
             start,
-            measure_start,
-            measuring: plan.warmup.is_zero(),
-            deadline: plan.duration.map(|d| measure_start + d),
             depth: plan.pipeline as usize,
             timerfd,
             timerfd_armed: None,
-            sweep_every,
-            next_sweep: start + sweep_every,
-            cpu_at_start: (Duration::ZERO, Duration::ZERO),
             quic_min: None,
             dirty: Vec::with_capacity(n),
             is_dirty: vec![false; n],
@@ -239,17 +218,14 @@ impl<'a> QuicWorker<'a> {
     /// figures.
     pub fn run(mut self) -> io::Result<ThreadStats> {
         let mut events = Events::with_capacity(EVENTS.min(self.conns.len() + 1));
-        self.cpu_at_start = sys::thread_cpu_time();
-        if self.measuring {
-            self.live.measuring.store(true, Ordering::Relaxed);
-        }
-        let mut now = self.clock();
+        self.ledger.start_run();
+        let mut now = self.ledger.clock();
         for i in 0..self.conns.len() {
             self.connect(i, now);
         }
         loop {
             if self.stop.load(Ordering::Relaxed)
-                || self.deadline.is_some_and(|d| now >= d)
+                || self.ledger.past_deadline(now)
                 || self.finished()
             {
                 break;
@@ -260,7 +236,7 @@ impl<'a> QuicWorker<'a> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-            now = self.clock();
+            now = self.ledger.clock();
             for ev in &events {
                 let idx = ev.token().0;
                 if ev.token() != TIMER && idx < self.conns.len() {
@@ -272,50 +248,21 @@ impl<'a> QuicWorker<'a> {
                 self.is_dirty[idx] = false;
                 self.drive(idx, now);
             }
-            if self.measuring {
-                if let Some(iv) = &mut self.stats.intervals {
-                    iv.roll(now.saturating_duration_since(self.measure_start));
-                }
-            }
-            if now >= self.next_sweep {
+            self.ledger.roll_intervals(now);
+            if self.ledger.sweep_due(now) {
                 self.sweep(now);
-                self.next_sweep = now + self.sweep_every;
             }
-            self.live
-                .responses
-                .store(self.stats.responses, Ordering::Relaxed);
-            self.live
-                .errors
-                .store(self.stats.errors.total(), Ordering::Relaxed);
+            self.ledger.publish();
         }
         let end = Instant::now();
-        let (u, s) = sys::thread_cpu_time();
-        self.stats.cpu_user = u.saturating_sub(self.cpu_at_start.0);
-        self.stats.cpu_system = s.saturating_sub(self.cpu_at_start.1);
-        self.stats.elapsed = if self.measuring {
-            end.saturating_duration_since(self.measure_start)
-        } else {
-            Duration::ZERO
-        };
+        self.ledger.finish(end);
         // Say goodbye (H3_NO_ERROR), so the server sees the run end as a normal closure.
         for idx in 0..self.conns.len() {
             self.close(idx, end, true);
         }
-        let mut stats = self.stats;
+        let mut stats = self.ledger.stats;
         stats.h3 = Some(self.summary);
         Ok(stats)
-    }
-
-    /// The time, for everything done next (see `worker`'s `clock`).
-    fn clock(&mut self) -> Instant {
-        let now = Instant::now();
-        if !self.measuring && now >= self.measure_start {
-            self.stats.reset();
-            self.measuring = true;
-            self.cpu_at_start = sys::thread_cpu_time();
-            self.live.measuring.store(true, Ordering::Relaxed);
-        }
-        now
     }
 
     /// With a request count: the budget is spent and nothing is in flight.
@@ -332,13 +279,7 @@ impl<'a> QuicWorker<'a> {
 
     /// How long `poll` may sleep; the timerfd is armed for the next timer.
     fn next_wait(&mut self, now: Instant) -> Duration {
-        let mut until = self.next_sweep;
-        if let Some(d) = self.deadline {
-            until = until.min(d);
-        }
-        if !self.measuring {
-            until = until.min(self.measure_start);
-        }
+        let mut until = self.ledger.wake_by();
         let mut next: Option<Instant> = self.timers.peek().map(|Reverse((t, _, _))| *t);
         if let Some(t) = self.quic_min {
             next = Some(next.map_or(t, |n| n.min(t)));
@@ -358,7 +299,7 @@ impl<'a> QuicWorker<'a> {
 
     /// Starts a QUIC connection for `idx` on a new UDP socket.
     fn connect(&mut self, idx: usize, now: Instant) {
-        if self.budget == Some(0) && self.measuring {
+        if self.budget == Some(0) && self.ledger.measuring {
             self.conns[idx].state = State::Done;
             return;
         }
@@ -523,8 +464,11 @@ impl<'a> QuicWorker<'a> {
                         continue;
                     }
                     let session = h3.as_mut().expect("checked above");
-                    let (stats, measuring, measure_start) =
-                        (&mut self.stats, self.measuring, self.measure_start);
+                    let (stats, measuring, measure_start) = (
+                        &mut self.ledger.stats,
+                        self.ledger.measuring,
+                        self.ledger.measure_start,
+                    );
                     let mut bytes = 0;
                     let result = session.on_stream_event(
                         &mut quic,
@@ -656,7 +600,7 @@ impl<'a> QuicWorker<'a> {
         if n == 0 {
             return;
         }
-        if self.measuring {
+        if self.ledger.measuring {
             if let Some(b) = &mut self.budget {
                 *b += n;
             }
@@ -675,7 +619,7 @@ impl<'a> QuicWorker<'a> {
             None => {
                 let conn = &mut self.conns[idx];
                 let mut k = self.depth.saturating_sub(conn.in_flight());
-                if self.measuring {
+                if self.ledger.measuring {
                     if let Some(b) = &mut self.budget {
                         k = k.min(usize::try_from(*b).unwrap_or(usize::MAX));
                         *b -= k as u64;
@@ -708,7 +652,7 @@ impl<'a> QuicWorker<'a> {
             if t > now {
                 break;
             }
-            let counted = self.measuring && t >= self.measure_start;
+            let counted = self.ledger.measuring && t >= self.ledger.measure_start;
             if counted {
                 match &mut self.budget {
                     Some(0) => break,
@@ -752,9 +696,7 @@ impl<'a> QuicWorker<'a> {
             conn.queue.pop_front();
             if q.again.is_none() {
                 conn.cursor = (conn.cursor + 1) % group.h2_cycle.len();
-                if self.measuring {
-                    self.stats.requests += 1;
-                }
+                self.ledger.count_sent(1);
             }
         }
     }
@@ -861,14 +803,14 @@ impl<'a> QuicWorker<'a> {
                 self.handshake_failed(idx, &why, now);
             }
             why => {
-                if self.measuring {
-                    let e = &mut self.stats.errors;
+                if self.ledger.measuring {
+                    let e = &mut self.ledger.stats.errors;
                     match why {
                         Lost::Timeout => e.timeout += in_flight,
                         Lost::Protocol(why) => {
                             e.protocol += in_flight.max(1);
-                            if self.stats.ws_error.is_none() {
-                                self.stats.ws_error = Some(format!(
+                            if self.ledger.stats.ws_error.is_none() {
+                                self.ledger.stats.ws_error = Some(format!(
                                     "HTTP/3 connection to {} closed: {why}",
                                     self.groups[conn_group(&self.conns[idx])].authority
                                 ));
@@ -889,8 +831,8 @@ impl<'a> QuicWorker<'a> {
     /// A handshake failed: a TLS error (it uses up one request of a counted run, as in
     /// `worker`), the first reason kept for the report; retry after a back-off.
     fn handshake_failed(&mut self, idx: usize, why: &str, now: Instant) {
-        if self.stats.tls_error.is_none() {
-            self.stats.tls_error = Some(format!(
+        if self.ledger.stats.tls_error.is_none() {
+            self.ledger.stats.tls_error = Some(format!(
                 "QUIC handshake with {} failed: {why}",
                 self.groups[self.conns[idx].spec.group].authority
             ));
@@ -899,21 +841,11 @@ impl<'a> QuicWorker<'a> {
         if in_flight > 0 {
             // 0-RTT requests went with the handshake: they were taken from the budget, and fail
             // with it.
-            if self.measuring {
-                self.stats.errors.tls += in_flight;
+            if self.ledger.measuring {
+                self.ledger.stats.errors.tls += in_flight;
             }
         } else {
-            let counts = match &mut self.budget {
-                Some(0) => false,
-                Some(b) => {
-                    *b -= u64::from(self.measuring);
-                    true
-                }
-                None => true,
-            };
-            if self.measuring && counts {
-                self.stats.errors.tls += 1;
-            }
+            self.ledger.failed_handshake(&mut self.budget);
         }
         self.close(idx, now, false);
         let conn = &mut self.conns[idx];

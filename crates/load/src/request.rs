@@ -5,6 +5,8 @@
 //! Building only: `prepare` lays the bytes out per host as a `plan::RequestBatch`, and no
 //! request is built again once the threads start.
 
+use lowlat_http::head::is_connection_specific;
+
 use crate::config::LoadConfig;
 use crate::error::LoadError;
 use crate::plan::H2Request;
@@ -29,19 +31,8 @@ pub(crate) fn build_request(cfg: &LoadConfig, url: &Url) -> Result<Vec<u8>, Load
     } else {
         b" HTTP/1.1\r\n"
     });
-    let has = |n: &str| cfg.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
-    if !has("host") {
-        r.extend_from_slice(b"Host: ");
-        r.extend_from_slice(url.authority().as_bytes());
-        r.extend_from_slice(b"\r\n");
-    }
-    for (k, v) in &cfg.headers {
-        r.extend_from_slice(k.as_bytes());
-        r.extend_from_slice(b": ");
-        r.extend_from_slice(v.trim().as_bytes());
-        r.extend_from_slice(b"\r\n");
-    }
-    if !has("connection") {
+    push_fields(&mut r, cfg, url);
+    if !sets(cfg, "connection") {
         if !cfg.keep_alive {
             r.extend_from_slice(b"Connection: close\r\n");
         } else if cfg.http10 {
@@ -64,16 +55,16 @@ pub(crate) fn build_request(cfg: &LoadConfig, url: &Url) -> Result<Vec<u8>, Load
     Ok(r)
 }
 
-/// `--ws`: the opening handshake's bytes up to its key (RFC 6455 §4.1), which each connection
-/// appends (`Sec-WebSocket-Key: …` and the blank line): the same target, `Host` and `-H` fields
-/// as an HTTP request would carry.
-pub(crate) fn build_ws_handshake(cfg: &LoadConfig, url: &Url) -> Vec<u8> {
-    let mut r = Vec::with_capacity(256);
-    r.extend_from_slice(b"GET ");
-    r.extend_from_slice(url.target.as_bytes());
-    r.extend_from_slice(b" HTTP/1.1\r\n");
-    let has = |n: &str| cfg.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
-    if !has("host") {
+/// Whether a `-H` sets field `name`.
+fn sets(cfg: &LoadConfig, name: &str) -> bool {
+    cfg.headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case(name))
+}
+
+/// `Host` (the URL's authority, unless a `-H` gives one) and the `-H` fields, each line ended.
+fn push_fields(r: &mut Vec<u8>, cfg: &LoadConfig, url: &Url) {
+    if !sets(cfg, "host") {
         r.extend_from_slice(b"Host: ");
         r.extend_from_slice(url.authority().as_bytes());
         r.extend_from_slice(b"\r\n");
@@ -84,6 +75,17 @@ pub(crate) fn build_ws_handshake(cfg: &LoadConfig, url: &Url) -> Vec<u8> {
         r.extend_from_slice(v.trim().as_bytes());
         r.extend_from_slice(b"\r\n");
     }
+}
+
+/// `--ws`: the opening handshake's bytes up to its key (RFC 6455 §4.1), which each connection
+/// appends (`Sec-WebSocket-Key: …` and the blank line): the same target, `Host` and `-H` fields
+/// as an HTTP request would carry.
+pub(crate) fn build_ws_handshake(cfg: &LoadConfig, url: &Url) -> Vec<u8> {
+    let mut r = Vec::with_capacity(256);
+    r.extend_from_slice(b"GET ");
+    r.extend_from_slice(url.target.as_bytes());
+    r.extend_from_slice(b" HTTP/1.1\r\n");
+    push_fields(&mut r, cfg, url);
     r.extend_from_slice(
         b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n",
     );
@@ -110,15 +112,10 @@ pub(crate) fn build_h2_request(cfg: &LoadConfig, url: &Url) -> H2Request {
     ];
     for (k, v) in &cfg.headers {
         let k = k.to_ascii_lowercase();
-        if matches!(
-            k.as_str(),
-            "host"
-                | "connection"
-                | "keep-alive"
-                | "proxy-connection"
-                | "transfer-encoding"
-                | "upgrade"
-        ) || (k == "te" && !v.trim().eq_ignore_ascii_case("trailers"))
+        // `Host` is `:authority`; `TE` is sent only as `trailers`.
+        if k == "host"
+            || is_connection_specific(k.as_bytes())
+            || (k == "te" && !v.trim().eq_ignore_ascii_case("trailers"))
         {
             continue;
         }
@@ -238,6 +235,42 @@ mod tests {
             build_request(&cfg, &url).unwrap(),
             b"GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n"
         );
+    }
+
+    /// `--h2`: the pseudo-fields first, `Host` as `:authority`, the connection's own fields
+    /// left out, `TE` only as `trailers`, the rest lower-cased.
+    #[test]
+    fn h2_requests_leave_the_connections_fields_out() {
+        let url = parse_url("https://127.0.0.1:8443/x").unwrap();
+        let cfg = LoadConfig {
+            headers: [
+                ("Host", "h"),
+                ("Connection", "close"),
+                ("Proxy-Connection", "x"),
+                ("Keep-Alive", "5"),
+                ("Transfer-Encoding", "chunked"),
+                ("Upgrade", "h2c"),
+                ("TE", "gzip"),
+                ("X-A", "1"),
+                ("TE", " Trailers "),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+            ..LoadConfig::default()
+        };
+        let want: Vec<(Vec<u8>, Vec<u8>)> = [
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":authority", "h"),
+            (":path", "/x"),
+            ("x-a", "1"),
+            ("te", "Trailers"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect();
+        assert_eq!(build_h2_request(&cfg, &url).fields, want);
     }
 
     #[test]

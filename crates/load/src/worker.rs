@@ -14,7 +14,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,7 @@ use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
+use crate::ledger::{Ledger, LiveCounters};
 use crate::plan::{ConnSpec, Group, H2Request, Plan, ScriptPlan};
 use crate::report::ThreadStats;
 use crate::script::ThreadScript;
@@ -44,16 +45,6 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
 
 /// Longest sleep in `poll`, so that the stop flag is seen within this.
 const MAX_POLL_WAIT: Duration = Duration::from_millis(50);
-
-/// Counters one thread publishes for the progress line, on their own cache line.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct LiveCounters {
-    pub responses: AtomicU64,
-    pub errors: AtomicU64,
-    /// Set once the warm-up is over and the counters restarted from zero.
-    pub measuring: AtomicBool,
-}
 
 /// Send times of the requests in flight on one connection, oldest first, as (time, count) runs:
 /// the requests of one batch share one entry, so 16 pipelined requests cost one push and their
@@ -201,27 +192,21 @@ pub(crate) struct Worker<'a> {
     plan: &'a Plan,
     groups: &'a [Group],
     stop: &'a AtomicBool,
-    live: &'a LiveCounters,
     poll: Poll,
     conns: Vec<Conn>,
     buf: Box<[u8]>,
     /// The last response head parsed on any of this thread's connections (see [`HeadCache`]).
     head_cache: HeadCache,
-    stats: ThreadStats,
+    /// What the thread measures, and when.
+    ledger: Ledger<'a>,
     /// Requests this thread may still start while measuring; `None`: unlimited.
     budget: Option<u64>,
     start: Instant,
-    measure_start: Instant,
-    measuring: bool,
-    deadline: Option<Instant>,
     depth: usize,
     /// Rate-mode timers and reconnect back-offs: (when, connection, generation).
     timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
     timerfd: Option<sys::TimerFd>,
     timerfd_armed: Option<Instant>,
-    sweep_every: Duration,
-    next_sweep: Instant,
-    cpu_at_start: (Duration, Duration),
     /// Which thread of the plan this is.
     index: usize,
     /// With `-s`: what the threads do with the script, and this thread's Lua state, locked for
@@ -290,36 +275,21 @@ impl<'a> Worker<'a> {
         } else {
             None
         };
-        let measure_start = start + plan.warmup;
-        let mut stats = ThreadStats::new();
-        stats.intervals = plan
-            .latency_intervals
-            .map(crate::report::IntervalStats::new);
-        stats.u_latency = plan.uncorrected.then(crate::report::new_latency_histogram);
-        let sweep_every =
-            (plan.timeout / 20).clamp(Duration::from_millis(1), Duration::from_millis(100));
         Ok(Self {
             plan,
             groups,
             stop,
-            live,
             poll,
             timers: BinaryHeap::with_capacity(conns.len() + 1),
             conns,
             buf: vec![0; READ_BUF].into_boxed_slice(),
             head_cache: HeadCache::new(),
-            stats,
+            ledger: Ledger::new(plan, start, live),
             budget: plan.budgets[index],
             start,
-            measure_start,
-            measuring: plan.warmup.is_zero(),
-            deadline: plan.duration.map(|d| measure_start + d),
             depth,
             timerfd,
             timerfd_armed: None,
-            sweep_every,
-            next_sweep: start + sweep_every,
-            cpu_at_start: (Duration::ZERO, Duration::ZERO),
             index,
             script_plan,
             script: script_plan.and_then(|s| s.script.lock(index)),
@@ -335,29 +305,24 @@ impl<'a> Worker<'a> {
             script.flush_output();
         }
         self.script = None;
-        result.map(|()| self.stats)
+        result.map(|()| self.ledger.stats)
     }
 
     fn run_loop(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(EVENTS.min(self.conns.len() + 1));
-        self.cpu_at_start = sys::thread_cpu_time();
-        if self.measuring {
-            self.live.measuring.store(true, Ordering::Relaxed);
-        }
-        let mut now = self.clock();
+        self.ledger.start_run();
+        let mut now = self.ledger.clock();
         for i in 0..self.conns.len() {
             if i % 64 == 63 {
                 // Thousands of connects take a while; each connect's wait starts at its own time.
-                now = self.clock();
+                now = self.ledger.clock();
             }
             self.connect(i, now);
         }
         loop {
-            if !self.measuring && now >= self.measure_start {
-                self.begin_measuring();
-            }
+            self.ledger.begin_measuring_at(now);
             if self.stop.load(Ordering::Relaxed)
-                || self.deadline.is_some_and(|d| now >= d)
+                || self.ledger.past_deadline(now)
                 || self.finished()
                 || self.script_stopped()
             {
@@ -373,7 +338,7 @@ impl<'a> Worker<'a> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-            now = self.clock();
+            now = self.ledger.clock();
             for ev in &events {
                 if ev.token() == TIMER {
                     continue; // Handled by `run_timers` below.
@@ -408,32 +373,15 @@ impl<'a> Worker<'a> {
                 }
             }
             self.run_timers(now);
-            if self.measuring {
-                if let Some(iv) = &mut self.stats.intervals {
-                    iv.roll(now.saturating_duration_since(self.measure_start));
-                }
-            }
-            if now >= self.next_sweep {
+            self.ledger.roll_intervals(now);
+            if self.ledger.sweep_due(now) {
                 self.sweep(now);
-                self.next_sweep = now + self.sweep_every;
             }
-            self.live
-                .responses
-                .store(self.stats.responses, Ordering::Relaxed);
-            self.live
-                .errors
-                .store(self.stats.errors.total(), Ordering::Relaxed);
+            self.ledger.publish();
         }
         let end = Instant::now();
         self.close_ws_sessions();
-        let (u, s) = sys::thread_cpu_time();
-        self.stats.cpu_user = u.saturating_sub(self.cpu_at_start.0);
-        self.stats.cpu_system = s.saturating_sub(self.cpu_at_start.1);
-        self.stats.elapsed = if self.measuring {
-            end.saturating_duration_since(self.measure_start)
-        } else {
-            Duration::ZERO
-        };
+        self.ledger.finish(end);
         Ok(())
     }
 
@@ -452,24 +400,6 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// The time, for everything done next. Every timestamp the loop takes comes from here, so
-    /// the warm-up ends before anything is sent at or after its end: a request counts (and is
-    /// taken from the `-n` budget) exactly when it is sent after the warm-up.
-    fn clock(&mut self) -> Instant {
-        let now = Instant::now();
-        if !self.measuring && now >= self.measure_start {
-            self.begin_measuring();
-        }
-        now
-    }
-
-    fn begin_measuring(&mut self) {
-        self.stats.reset();
-        self.measuring = true;
-        self.cpu_at_start = sys::thread_cpu_time();
-        self.live.measuring.store(true, Ordering::Relaxed);
-    }
-
     /// With a request count: the budget is spent and nothing is in flight.
     fn finished(&self) -> bool {
         self.budget == Some(0) && self.conns.iter().all(|c| c.sent.is_empty())
@@ -477,13 +407,7 @@ impl<'a> Worker<'a> {
 
     /// How long `poll` may sleep.
     fn next_wait(&mut self, now: Instant) -> Duration {
-        let mut until = self.next_sweep;
-        if let Some(d) = self.deadline {
-            until = until.min(d);
-        }
-        if !self.measuring {
-            until = until.min(self.measure_start);
-        }
+        let mut until = self.ledger.wake_by();
         if let Some(Reverse((t, _, _))) = self.timers.peek() {
             match &self.timerfd {
                 // Rate mode: the timerfd wakes the loop on time; poll's timeout is coarse.
@@ -505,7 +429,7 @@ impl<'a> Worker<'a> {
     /// Opens a socket for connection `idx` (non-blocking connect).
     fn connect(&mut self, idx: usize, now: Instant) {
         let conn = &mut self.conns[idx];
-        if self.budget == Some(0) && self.measuring {
+        if self.budget == Some(0) && self.ledger.measuring {
             conn.state = ConnState::Done;
             return;
         }
@@ -543,8 +467,8 @@ impl<'a> Worker<'a> {
 
     /// A connect failed: count it (it uses up one request of a counted run) and retry later.
     fn connect_failed(&mut self, idx: usize, now: Instant) {
-        if self.measuring {
-            self.stats.errors.connect += 1;
+        if self.ledger.measuring {
+            self.ledger.stats.errors.connect += 1;
             if let Some(b) = &mut self.budget {
                 *b = b.saturating_sub(1);
             }
@@ -661,7 +585,7 @@ impl<'a> Worker<'a> {
                         self.handshake_failed(idx, &e, now);
                         return;
                     }
-                    self.stats.tls.record(version, suite, resumed);
+                    self.ledger.stats.tls.record(version, suite, resumed);
                 }
                 self.opened(idx, now);
             }
@@ -672,26 +596,14 @@ impl<'a> Worker<'a> {
     /// A TLS handshake failed: count it as a TLS error (it uses up one request of a counted
     /// run, as a failed connect does), remember the first reason, retry after a back-off.
     fn handshake_failed(&mut self, idx: usize, err: &io::Error, now: Instant) {
-        if self.stats.tls_error.is_none() {
-            self.stats.tls_error = Some(format!(
+        if self.ledger.stats.tls_error.is_none() {
+            self.ledger.stats.tls_error = Some(format!(
                 "TLS handshake with {} failed: {}",
                 self.groups[self.conns[idx].spec.group].authority,
                 crate::tls_failure::describe(err, self.plan.h2)
             ));
         }
-        // Each failure takes one request from a counted run's budget; once it is spent, the
-        // handshakes still under way on other connections end uncounted, so `-n` stays exact.
-        let counts = match &mut self.budget {
-            Some(0) => false,
-            Some(b) => {
-                *b -= u64::from(self.measuring);
-                true
-            }
-            None => true,
-        };
-        if self.measuring && counts {
-            self.stats.errors.tls += 1;
-        }
+        self.ledger.failed_handshake(&mut self.budget);
         self.close(idx);
         let conn = &mut self.conns[idx];
         let wake = now + CONNECT_BACKOFF;
@@ -811,7 +723,7 @@ impl<'a> Worker<'a> {
         let conn = &mut self.conns[idx];
         let room = depth_of(conn, self.depth).saturating_sub(conn.sent.len());
         let mut k = k.min(room);
-        if self.measuring {
+        if self.ledger.measuring {
             if let Some(b) = &mut self.budget {
                 k = k.min(usize::try_from(*b).unwrap_or(usize::MAX));
                 *b -= k as u64;
@@ -833,7 +745,7 @@ impl<'a> Worker<'a> {
     fn send_batches(&mut self, idx: usize, now: Instant) {
         let mut queued = 0;
         while self.room(idx) > 0 && !self.script_ended {
-            let allowed = match (self.measuring, self.budget) {
+            let allowed = match (self.ledger.measuring, self.budget) {
                 (true, Some(0)) => break,
                 (true, Some(b)) => usize::try_from(b).unwrap_or(usize::MAX),
                 _ => usize::MAX,
@@ -841,7 +753,7 @@ impl<'a> Worker<'a> {
             let Some(k) = self.next_batch(idx, allowed, now) else {
                 return;
             };
-            if self.measuring {
+            if self.ledger.measuring {
                 if let Some(b) = &mut self.budget {
                     *b -= k as u64;
                 }
@@ -880,7 +792,7 @@ impl<'a> Worker<'a> {
             if t > now {
                 break;
             }
-            let counted = self.measuring && t >= self.measure_start;
+            let counted = self.ledger.measuring && t >= self.ledger.measure_start;
             let allowed = match (counted, self.budget) {
                 (true, Some(0)) => break,
                 (true, Some(b)) => usize::try_from(b).unwrap_or(usize::MAX),
@@ -948,9 +860,7 @@ impl<'a> Worker<'a> {
                 if let Some(actual) = &mut conn.actual {
                     actual.push(now, conn.owed);
                 }
-                if self.measuring {
-                    self.stats.requests += conn.owed as u64;
-                }
+                self.ledger.count_sent(conn.owed);
                 conn.owed = 0;
             }
             while conn.out_pos < conn.out.len() {
@@ -985,9 +895,7 @@ impl<'a> Worker<'a> {
                     if let Some(actual) = &mut conn.actual {
                         actual.push(now, k);
                     }
-                    if self.measuring {
-                        self.stats.requests += k as u64;
-                    }
+                    self.ledger.count_sent(k);
                     range
                 }
                 None => return,
@@ -1050,9 +958,7 @@ impl<'a> Worker<'a> {
             if let Some(actual) = &mut conn.actual {
                 actual.push(now, k);
             }
-            if self.measuring {
-                self.stats.requests += k as u64;
-            }
+            self.ledger.count_sent(k);
         }
         match write_queued(stream, &h2.out, &mut h2.out_pos) {
             Ok(true) => h2.written(),
@@ -1086,9 +992,7 @@ impl<'a> Worker<'a> {
             if let Some(actual) = &mut conn.actual {
                 actual.push(now, k);
             }
-            if self.measuring {
-                self.stats.requests += k as u64;
-            }
+            self.ledger.count_sent(k);
         }
         match write_queued(stream, &ws.out, &mut ws.out_pos) {
             Ok(true) => ws.written(),
@@ -1108,8 +1012,8 @@ impl<'a> Worker<'a> {
         let was_upgraded = ws.upgraded();
         let mut run = Recorded::empty(now);
         let (mut completed, mut closed, mut stray) = (0, false, false);
-        let stats = &mut self.stats;
-        let (measuring, measure_start) = (self.measuring, self.measure_start);
+        let stats = &mut self.ledger.stats;
+        let (measuring, measure_start) = (self.ledger.measuring, self.ledger.measure_start);
         let result = ws.read(&self.buf[..n], |event| match event {
             crate::ws::Event::Upgraded => {}
             crate::ws::Event::Echo => {
@@ -1131,19 +1035,24 @@ impl<'a> Worker<'a> {
             }
             crate::ws::Event::Closed => closed = true,
         });
-        run.flush(&mut self.stats, self.measuring, self.measure_start, now);
+        run.flush(
+            &mut self.ledger.stats,
+            self.ledger.measuring,
+            self.ledger.measure_start,
+            now,
+        );
         let upgraded_now = !was_upgraded && ws.upgraded();
         let answer = ws.has_output();
         conn.ws = Some(ws);
         if let Err(e) = result {
-            if self.stats.ws_error.is_none() {
+            if self.ledger.stats.ws_error.is_none() {
                 let why = match e {
                     crate::ws::WsError::Handshake(why) => format!("WebSocket handshake: {why}"),
                     crate::ws::WsError::Frame => {
                         "a WebSocket frame was refused, or an echo had another length".into()
                     }
                 };
-                self.stats.ws_error = Some(format!(
+                self.ledger.stats.ws_error = Some(format!(
                     "{} {why}",
                     self.groups[self.conns[idx].spec.group].authority
                 ));
@@ -1184,8 +1093,8 @@ impl<'a> Worker<'a> {
         };
         let mut run = Recorded::empty(now);
         let mut completed = 0;
-        let stats = &mut self.stats;
-        let (measuring, measure_start) = (self.measuring, self.measure_start);
+        let stats = &mut self.ledger.stats;
+        let (measuring, measure_start) = (self.ledger.measuring, self.ledger.measure_start);
         let mut script = held_script(&mut self.script);
         let mut script_error = None;
         let result = h2.read(&self.buf[..n], |event| {
@@ -1224,7 +1133,12 @@ impl<'a> Worker<'a> {
                 }
             }
         });
-        run.flush(&mut self.stats, self.measuring, self.measure_start, now);
+        run.flush(
+            &mut self.ledger.stats,
+            self.ledger.measuring,
+            self.ledger.measure_start,
+            now,
+        );
         let drained = h2.drained();
         let exhausted = h2.exhausted() && h2.in_flight() == 0;
         let acks = h2.has_output();
@@ -1275,9 +1189,9 @@ impl<'a> Worker<'a> {
                 }
             };
             // One timestamp for every response this read completed.
-            now = self.clock();
-            if self.measuring {
-                self.stats.bytes_read += n as u64;
+            now = self.ledger.clock();
+            if self.ledger.measuring {
+                self.ledger.stats.bytes_read += n as u64;
             }
             match self.consume(idx, n, now) {
                 Ok(Consumed::More(k)) => completed += k,
@@ -1339,7 +1253,12 @@ impl<'a> Worker<'a> {
             while i < data.len() {
                 if conn.sent.is_empty() && conn.reader.wants_head() {
                     // Bytes nobody asked for; what came before them still counts.
-                    run.flush(&mut self.stats, self.measuring, self.measure_start, now);
+                    run.flush(
+                        &mut self.ledger.stats,
+                        self.ledger.measuring,
+                        self.ledger.measure_start,
+                        now,
+                    );
                     return Err(Failure::Protocol);
                 }
                 let head = if dynamic {
@@ -1352,7 +1271,12 @@ impl<'a> Worker<'a> {
                     .read_cached(&data[i..], head, Some(&mut self.head_cache))
                 {
                     Err(_) => {
-                        run.flush(&mut self.stats, self.measuring, self.measure_start, now);
+                        run.flush(
+                            &mut self.ledger.stats,
+                            self.ledger.measuring,
+                            self.ledger.measure_start,
+                            now,
+                        );
                         return Err(Failure::Protocol);
                     }
                     Ok(Step::NeedMore { consumed }) => {
@@ -1384,13 +1308,18 @@ impl<'a> Worker<'a> {
                         completed += 1;
                         let sent = conn.sent.pop().unwrap_or(now);
                         record_uncorrected(
-                            &mut self.stats,
+                            &mut self.ledger.stats,
                             conn.actual.as_mut(),
-                            self.measuring && sent >= self.measure_start,
+                            self.ledger.measuring && sent >= self.ledger.measure_start,
                             now,
                         );
                         if let Some(mut done) = run.push(sent, response.status) {
-                            done.flush(&mut self.stats, self.measuring, self.measure_start, now);
+                            done.flush(
+                                &mut self.ledger.stats,
+                                self.ledger.measuring,
+                                self.ledger.measure_start,
+                                now,
+                            );
                         }
                         if !response.keep_alive || !self.plan.keep_alive {
                             close = true;
@@ -1404,7 +1333,12 @@ impl<'a> Worker<'a> {
             }
             (i, completed, close)
         };
-        run.flush(&mut self.stats, self.measuring, self.measure_start, now);
+        run.flush(
+            &mut self.ledger.stats,
+            self.ledger.measuring,
+            self.ledger.measure_start,
+            now,
+        );
         let len = if from_carry { carry.len() } else { n };
         if !close && i < len {
             // An incomplete head: keep its bytes for the next read.
@@ -1433,7 +1367,7 @@ impl<'a> Worker<'a> {
     fn closed_by_server(&mut self, idx: usize, now: Instant) {
         let conn = &mut self.conns[idx];
         let unanswered = conn.sent.len() as u64;
-        if self.measuring {
+        if self.ledger.measuring {
             if let Some(b) = &mut self.budget {
                 // Only requests sent while measuring were taken from the budget; the few sent
                 // during the warm-up and unanswered are not worth telling apart.
@@ -1491,14 +1425,19 @@ impl<'a> Worker<'a> {
                 let conn = &mut self.conns[idx];
                 let sent = conn.sent.pop().unwrap_or(now);
                 record_uncorrected(
-                    &mut self.stats,
+                    &mut self.ledger.stats,
                     conn.actual.as_mut(),
-                    self.measuring && sent >= self.measure_start,
+                    self.ledger.measuring && sent >= self.ledger.measure_start,
                     now,
                 );
                 let mut one = Recorded::empty(now);
                 one.push(sent, response.status);
-                one.flush(&mut self.stats, self.measuring, self.measure_start, now);
+                one.flush(
+                    &mut self.ledger.stats,
+                    self.ledger.measuring,
+                    self.ledger.measure_start,
+                    now,
+                );
                 self.closed_by_server(idx, now);
             }
             Ok(None) if conn.sent.is_empty() => {
@@ -1518,8 +1457,8 @@ impl<'a> Worker<'a> {
         }
         let conn = &mut self.conns[idx];
         let lost = (conn.sent.len() as u64).max(u64::from(kind == Failure::Protocol));
-        if self.measuring {
-            let e = &mut self.stats.errors;
+        if self.ledger.measuring {
+            let e = &mut self.ledger.stats.errors;
             match kind {
                 Failure::Read => e.read += lost,
                 Failure::Write => e.write += lost,

@@ -1,92 +1,21 @@
-//! `lowlat serve --h3-listen` as a real process, driven by a real QUIC client (aioquic, from the
-//! test environment `scripts/test-deps.sh` makes; `tests/quic/client.py` has one scenario per
-//! subcommand): HTTP/3 requests (files, /plaintext, /json, 404) through aioquic's HTTP/3
-//! client, and HEAD written by hand; handshakes and streams over the transport alone (its echo protocol), many
-//! connections over several workers, clients whose address changes mid-connection (steering),
-//! Retry forced and automatic, the idle timeout, the connection limit, and the settings' checks;
-//! HTTP/3 written by hand (malformed frames, streams and field sections) answered with the RFC's
-//! errors; a download through a relay that loses a tenth of the datagrams; `Alt-Svc` and the
-//! access log.
+//! `lowlat serve --h3-listen` as a real process, driven by real QUIC clients: oha built with
+//! HTTP/3, and aioquic from the test environment `scripts/test-deps.sh` makes
+//! (`tests/quic/client.py` has one scenario per subcommand). HTTP/3 requests (files,
+//! /plaintext, /json, 404) through aioquic's HTTP/3 client and oha, and HEAD written by hand;
+//! handshakes and streams over the transport alone (its echo protocol), many connections over
+//! several workers, clients whose address changes mid-connection (steering), Retry forced and
+//! automatic, a flood of Initials answered statelessly, clients breaking QUIC's stream and
+//! flow-control rules, the idle timeout, the connection limit, stalled requests timed out, a
+//! client's GOAWAY, and the settings' checks; HTTP/3 written by hand (malformed frames, streams
+//! and field sections) answered with the RFC's errors; a download through a relay that loses a
+//! tenth of the datagrams; `Alt-Svc` and the access log.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use lowlat_testkit::pki::{CertFiles, KeyKind, Pki};
-
 mod support;
+use support::h3::{cert, client, client_script, python, serve};
 use support::{Served, BIN};
-
-/// The test environment's Python, checked to have aioquic.
-fn python() -> PathBuf {
-    let python = support::upstream::venv().join("bin/python");
-    let ok = Command::new(&python)
-        .args(["-c", "import aioquic"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "no aioquic in the Python environment at {}: run scripts/test-deps.sh",
-        python.display()
-    );
-    python
-}
-
-fn client_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/quic/client.py")
-}
-
-/// Runs one client scenario against `served`'s QUIC address; returns its JSON answer.
-fn client(served: &Served, scenario: &[&str]) -> serde_json::Value {
-    let addr = support::address(&served.log(), "h3://");
-    let out = Command::new(python())
-        .arg(client_script())
-        .arg(scenario[0])
-        .arg(addr.ip().to_string())
-        .arg(addr.port().to_string())
-        .args(&scenario[1..])
-        .output()
-        .expect("run the QUIC client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or_default();
-    let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| {
-        panic!(
-            "client {scenario:?}: {e}: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(value.get("error").is_none(), "client {scenario:?}: {value}");
-    value
-}
-
-/// A `lowlat serve` with TLS and QUIC (and the echo protocol offered), plus `args`.
-fn serve(cert: &CertFiles, args: &[&str]) -> Served {
-    let mut cmd = Command::new(BIN);
-    cmd.env("LOWLAT_QUIC_ECHO", "1")
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--cert")
-        .arg(&cert.cert)
-        .arg("--key")
-        .arg(&cert.key)
-        .args(["--h3-listen", "127.0.0.1:0"]);
-    if !args.contains(&"--workers") {
-        cmd.args(["--workers", "1"]);
-    }
-    cmd.args(args);
-    Served::spawn(cmd)
-}
-
-fn cert() -> (Pki, CertFiles) {
-    let pki = Pki::new();
-    let cert = pki.leaf("quic", &["localhost"], KeyKind::EcdsaP256);
-    (pki, cert)
-}
 
 /// Stops `served` gracefully and returns its whole log (the workers' QUIC counts are last).
 fn stop(mut served: Served) -> String {
@@ -111,6 +40,39 @@ fn count(log: &str, what: &str) -> u64 {
             before.split_whitespace().last()?.parse::<u64>().ok()
         })
         .sum()
+}
+
+/// oha built with HTTP/3 (a second client no one here wrote, on the h3 and quinn crates)
+/// against `lowlat serve`: every one of a fixed count of requests, over several connections, for
+/// a file and for /plaintext, is answered 200.
+#[test]
+fn oha_over_http3_is_answered_every_time() {
+    let (_pki, cert) = cert();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("100.html"), "x".repeat(100)).unwrap();
+    let served = serve(&cert, &["--root", root.path().to_str().unwrap()]);
+    let port = support::address(&served.log(), "h3://").port();
+    for path in ["/100.html", "/plaintext"] {
+        let out = Command::new(support::upstream::oha())
+            .args(["--http-version", "3", "--insecure", "--no-tui"])
+            .args(["--output-format", "json", "-n", "400", "-c", "4"])
+            .arg(format!("https://localhost:{port}{path}"))
+            .output()
+            .expect("run oha");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!(
+                "oha {path}: {e}: {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(
+            report["statusCodeDistribution"],
+            serde_json::json!({"200": 400}),
+            "{path}: {report}"
+        );
+        assert_eq!(report["summary"]["successRate"], 1.0, "{path}: {report}");
+    }
 }
 
 /// Requests over HTTP/3, all at once on one connection: a file of 1 MB (byte for byte, its
@@ -353,6 +315,35 @@ fn retry_is_automatic_above_the_handshakes_in_progress() {
     let log = stop(served);
     let retries = count(&log, " clients sent a Retry");
     assert!((1..30).contains(&retries), "{retries} retries: {log}");
+}
+
+/// A flood of Initial packets from 400 client addresses that never go on with the handshake
+/// (a real ClientHello, replayed) costs the server no per-client state when it asks for
+/// address validation (`--h3-retry`; above `--h3-retry-above` handshakes it does by itself): each gets a stateless Retry, no connection is made, peak memory grows by
+/// little, and a real client is served after.
+#[test]
+fn a_flood_of_initials_gets_stateless_retries() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-retry"]);
+    let before = served.status_kib("VmHWM:");
+    let got = client(&served, &["flood", "400", "5"]);
+    assert_eq!(got["sent"], 2000, "{got}");
+    let retries = got["retries"].as_u64().unwrap();
+    assert!(
+        retries >= 1000,
+        "most Initials answered with a Retry: {got}"
+    );
+    assert_eq!(got["replies"], got["retries"], "only Retry packets: {got}");
+    let grown = served.status_kib("VmHWM:").saturating_sub(before);
+    assert!(grown < 8 * 1024, "peak memory grew by {grown} KiB: {got}");
+    let r = client(&served, &["get", "GET", "/plaintext"]);
+    assert_eq!(r["responses"][0]["status"], 200, "{r}");
+    let log = stop(served);
+    assert_eq!(
+        count(&log, " connections accepted"),
+        1,
+        "only the real client: {log}"
+    );
 }
 
 /// A connection with no packet for `--h3-idle-timeout` is closed: the client learns the
@@ -613,6 +604,64 @@ fn malformed_http3_gets_the_right_errors() {
     let r = client(&served, &["raw", SETTINGS, spec]);
     assert_eq!(r["answered"][0], 0, "{spec}: {r}");
     assert_eq!(frame_types(&r["received"]["0"]), [0x01], "HEAD: {r}");
+}
+
+/// Requests that stop arriving meet the same time limits as over HTTP/1.1: a head not complete
+/// within `--header-timeout` and a body stalled past `--body-timeout` are answered 408, and the
+/// connection serves on.
+#[test]
+fn stalled_requests_are_timed_out() {
+    const SETTINGS: &str = "uni:000400";
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--header-timeout", "1s", "--body-timeout", "1s"]);
+    // A HEADERS frame that announces 100 bytes, of which 3 come.
+    let r = client(&served, &["raw", SETTINGS, "bidi:0164000102"]);
+    assert_eq!(r["status"]["0"], 408, "a head that stopped: {r}");
+    // A head, then 100 bytes of the 1000 its content-length announces.
+    let spec = "headers-open::method=POST,:scheme=https,:authority=localhost,:path=/plaintext,content-length=1000";
+    let r = client(&served, &["raw", SETTINGS, spec]);
+    assert_eq!(r["status"]["0"], 408, "a body that stopped: {r}");
+    assert_eq!(r["close_code"], serde_json::Value::Null, "{r}");
+    let spec = "headers::method=GET,:scheme=https,:authority=localhost,:path=/plaintext";
+    let r = client(&served, &["raw", SETTINGS, spec]);
+    assert_eq!(r["status"]["0"], 200, "{r}");
+}
+
+/// A client that breaks QUIC's own rules (aioquic with its checks overridden) loses its
+/// connection with the transport's error for it (RFC 9000 §20.1): more request streams than the
+/// server allowed (STREAM_LIMIT_ERROR), bytes past a stream's window (FLOW_CONTROL_ERROR),
+/// data on a stream only the server may open (STREAM_STATE_ERROR); the server serves on.
+#[test]
+fn quic_rule_breakers_get_the_transport_errors() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &["--h3-max-streams", "50"]);
+    for (kind, code, name) in [
+        ("streams", 0x04, "STREAM_LIMIT_ERROR"),
+        ("flow", 0x03, "FLOW_CONTROL_ERROR"),
+        ("streamid", 0x05, "STREAM_STATE_ERROR"),
+    ] {
+        let r = client(&served, &["abuse", kind]);
+        assert_eq!(r["close_code"], code, "{name} for {kind}: {r}");
+    }
+    let r = client(&served, &["get", "GET", "/plaintext"]);
+    assert_eq!(r["responses"][0]["status"], 200, "{r}");
+}
+
+/// A client that sends GOAWAY (it is shutting the connection down, as oha's HTTP/3 client does
+/// when it is done) has its connection closed with H3_NO_ERROR once its requests are answered,
+/// rather than left to the idle timeout, which such a client would sit out.
+#[test]
+fn a_client_goaway_closes_the_connection_when_idle() {
+    let (_pki, cert) = cert();
+    let served = serve(&cert, &[]);
+    // The control stream: SETTINGS, then GOAWAY(0); a request answered first.
+    let request = "headers::method=GET,:scheme=https,:authority=localhost,:path=/plaintext";
+    let r = client(
+        &served,
+        &["raw", request, "uni:000400070100", "until-closed"],
+    );
+    assert_eq!(r["status"]["0"], 200, "{r}");
+    assert_eq!(r["close_code"], 0x100, "H3_NO_ERROR: {r}");
 }
 
 /// The frame types in a stream's bytes (hex, as the client reports them).

@@ -16,7 +16,7 @@
 use std::ffi::OsString;
 use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,10 +25,10 @@ use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
 use support::upstream::{
-    curl_h2_upload, pattern, pattern_sha256, send_pattern, App, BadKind, Bind, GunicornWorker,
-    Upstream,
+    curl_h2_upload, pattern, pattern_sha256, send_pattern, sha256_hex, upload_held_back, App,
+    BadKind, Bind, GunicornWorker, Upstream,
 };
-use support::BIN;
+use support::{curl, field, find, free_port as dead_port, BIN};
 
 /// Generous: a test that waits this long has failed anyway.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -59,17 +59,6 @@ impl Response {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("{e}: {}{}", self.head, self.text()))
     }
-}
-
-fn field<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().skip(1).find_map(|line| {
-        let (n, v) = line.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -192,15 +181,6 @@ fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> Vec<u8> {
     out
 }
 
-/// curl with `args`, silent but for errors, bounded in time.
-fn curl(args: &[&str]) -> Output {
-    Command::new("curl")
-        .args(["-sS", "--max-time", "30"])
-        .args(args)
-        .output()
-        .expect("run curl (scripts/test-deps.sh installs it)")
-}
-
 /// curl `-i` with `args`: its exit code and the (last, final) response it printed.
 fn curl_response(args: &[&str]) -> (Option<i32>, Response) {
     let out = curl(&[&["-i"], args].concat());
@@ -221,18 +201,6 @@ fn curl_response(args: &[&str]) -> (Option<i32>, Response) {
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
     let body = bytes[end + 4..].to_vec();
     (out.status.code(), Response { status, head, body })
-}
-
-/// SHA-256 in hex, by coreutils' sha256sum (the upstreams' own digest is compared with it).
-fn sha256_hex(data: &[u8]) -> String {
-    let mut child = Command::new("sha256sum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(data).unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stdout).unwrap()[..64].to_owned()
 }
 
 /// The values of field `name` in an /echo report, as the upstream saw them.
@@ -256,15 +224,6 @@ fn echoed_one(echo: &serde_json::Value, name: &str) -> String {
 /// Which upstream answered an /echo: the address it listens at.
 fn local(echo: &serde_json::Value) -> String {
     echo["local"].as_str().unwrap().to_owned()
-}
-
-/// A port nothing listens on (bound, then released).
-fn dead_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// An upstream written here: 127.0.0.1 on a free port, each connection served by `serve` on a
@@ -832,21 +791,10 @@ fn a_gibibyte_upload_streams_through_a_small_proxy() {
     let warm_kib = proxy.status_kib("VmHWM:");
 
     // An upstream that reads nothing: the client is held back, the proxy does not buffer.
-    let mut s = connect(proxy.addr);
-    write!(
-        s,
-        "POST /sink/x HTTP/1.1\r\nHost: proxied.test\r\nContent-Length: {N}\r\n\r\n"
-    )
-    .unwrap();
-    let mut w = s.try_clone().unwrap();
-    let writer = std::thread::spawn(move || send_pattern(&mut w, N, 0));
-    std::thread::sleep(Duration::from_secs(1));
-    let held_kib = proxy.status_kib("VmHWM:");
-    assert!(
-        held_kib.saturating_sub(warm_kib) < 8 * 1024,
-        "the proxy grew by {} KiB while its upstream read nothing",
-        held_kib.saturating_sub(warm_kib)
-    );
+    let s = connect(proxy.addr);
+    let head =
+        format!("POST /sink/x HTTP/1.1\r\nHost: proxied.test\r\nContent-Length: {N}\r\n\r\n");
+    let writer = upload_held_back(&proxy, &s, &head, N, warm_kib);
     drop(s);
     sink.paused.store(false, Ordering::SeqCst);
     let _ = writer.join();
@@ -962,13 +910,7 @@ fn http2_uploads_stream_through_a_small_proxy() {
     let warm_kib = proxy.status_kib("VmHWM:");
 
     let (mut child, writer) = curl_h2_upload(&format!("http://{}/sink/up", proxy.addr), 1 << 30);
-    std::thread::sleep(Duration::from_secs(1));
-    let held_kib = proxy.status_kib("VmHWM:");
-    assert!(
-        held_kib.saturating_sub(warm_kib) < 8 * 1024,
-        "the proxy grew by {} KiB while its upstream read nothing",
-        held_kib.saturating_sub(warm_kib)
-    );
+    proxy.assert_held_back(warm_kib, "an HTTP/2 client");
     sink.paused.store(false, Ordering::SeqCst);
     sink.wait_for("the head and a megabyte", |got, _| got.len() > 1 << 20);
     let got = sink.received();

@@ -24,10 +24,10 @@ use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
 use support::upstream::{
-    curl_h2_upload, grpcurl_echo, pattern, pattern_sha256, python, send_pattern, upstreams_dir,
-    Upstream,
+    curl_h2_upload, grpcurl_echo, pattern, pattern_sha256, python, send_pattern, upload_held_back,
+    upstreams_dir, Upstream,
 };
-use support::BIN;
+use support::{connections_to, json_output, BIN};
 
 use support::Served as Serve;
 
@@ -47,41 +47,14 @@ fn serve(args: &[&str]) -> Serve {
     Serve::spawn(cmd)
 }
 
-/// Established TCP connections whose remote port is `port` (the proxy's, to an upstream).
-fn connections_to(port: u16) -> usize {
-    let mut n = 0;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            let remote = cols
-                .get(2)
-                .and_then(|a| a.rsplit_once(':'))
-                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
-            if remote == Some(port) && cols.get(3) == Some(&"01") {
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
 /// `lowlat load` against `url` with `args`: the JSON report.
 fn load(url: &str, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(BIN)
-        .args(["load", "--json", "-q"])
-        .args(args)
-        .arg(url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_output(
+        Command::new(BIN)
+            .args(["load", "--json", "-q"])
+            .args(args)
+            .arg(url),
+    )
 }
 
 /// Asserts that a load report has responses, all 2xx, and no error.
@@ -385,6 +358,20 @@ fn recorder_stats(proxy: SocketAddr) -> serde_json::Value {
     json(&body)
 }
 
+/// Waits (10 s at most) until the recorder behind `proxy` has seen exactly the stream resets
+/// `resets`.
+fn await_resets(proxy: SocketAddr, resets: &serde_json::Value) {
+    let start = Instant::now();
+    while recorder_stats(proxy)["resets"] != *resets {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}",
+            recorder_stats(proxy)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// [`curl_h2_upload`] to its end: what curl printed.
 fn curl_h2_upload_all(url: &str, len: u64) -> Output {
     let (child, writer) = curl_h2_upload(url, len);
@@ -410,21 +397,9 @@ fn uploads_stream_to_an_http2_upstream_in_bounded_memory() {
     assert_eq!(recorder_stats(proxy.addr)["connections"], 1);
     let warm_kib = proxy.status_kib("VmHWM:");
 
-    let mut s = TcpStream::connect(proxy.addr).unwrap();
-    write!(
-        s,
-        "PUT /sink HTTP/1.1\r\nHost: t\r\nContent-Length: {N}\r\n\r\n"
-    )
-    .unwrap();
-    let mut w = s.try_clone().unwrap();
-    let writer = std::thread::spawn(move || send_pattern(&mut w, N, 0));
-    std::thread::sleep(Duration::from_secs(1));
-    let held_kib = proxy.status_kib("VmHWM:");
-    assert!(
-        held_kib.saturating_sub(warm_kib) < 8 * 1024,
-        "the proxy grew by {} KiB while its upstream read nothing",
-        held_kib.saturating_sub(warm_kib)
-    );
+    let s = TcpStream::connect(proxy.addr).unwrap();
+    let head = format!("PUT /sink HTTP/1.1\r\nHost: t\r\nContent-Length: {N}\r\n\r\n");
+    let writer = upload_held_back(&proxy, &s, &head, N, warm_kib);
     assert!(!writer.is_finished(), "the client was not held back");
     let _ = s.shutdown(Shutdown::Both);
     let _ = writer.join();
@@ -444,25 +419,11 @@ fn uploads_stream_to_an_http2_upstream_in_bounded_memory() {
         let block = pattern(0, 251 * 4096);
         while stdin.write_all(&block).is_ok() {}
     });
-    std::thread::sleep(Duration::from_secs(1));
-    let held_kib = proxy.status_kib("VmHWM:");
-    assert!(
-        held_kib.saturating_sub(warm_kib) < 8 * 1024,
-        "the proxy grew by {} KiB while its upstream read nothing from an HTTP/2 client",
-        held_kib.saturating_sub(warm_kib)
-    );
+    proxy.assert_held_back(warm_kib, "an HTTP/2 client");
     let _ = curl.kill();
     let _ = curl.wait();
     let _ = feeder.join();
-    let start = Instant::now();
-    while recorder_stats(proxy.addr)["resets"] != serde_json::json!([8]) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{}",
-            recorder_stats(proxy.addr)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    await_resets(proxy.addr, &serde_json::json!([8]));
 
     for (framing, len) in [("length", N), ("chunked", CHUNKED)] {
         let started = Instant::now();
@@ -544,15 +505,7 @@ fn a_client_leaving_or_a_broken_body_resets_only_its_stream() {
     leaves.write_all(&pattern(0, 300_000)).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     drop(leaves);
-    let start = Instant::now();
-    while recorder_stats(proxy.addr)["resets"] != serde_json::json!([8]) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{}",
-            recorder_stats(proxy.addr)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    await_resets(proxy.addr, &serde_json::json!([8]));
     go_on_tx.send(()).unwrap();
     let (status, body) = stays.join().unwrap();
     assert_eq!(status, 200, "{body}");
@@ -630,19 +583,13 @@ fn an_early_answer_from_an_http2_upstream_is_relayed() {
 /// `tests/upstreams/grpc_client.py` through the proxy: `args` after the proxy's address; its
 /// JSON output.
 fn grpc_client(proxy: SocketAddr, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(python())
-        .arg(upstreams_dir().join("grpc_client.py"))
-        .arg(proxy.to_string())
-        .args(args)
-        .current_dir(upstreams_dir())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_output(
+        Command::new(python())
+            .arg(upstreams_dir().join("grpc_client.py"))
+            .arg(proxy.to_string())
+            .args(args)
+            .current_dir(upstreams_dir()),
+    )
 }
 
 /// gRPC calls whose requests stream, grpcio on both ends: a client-streaming call of 200

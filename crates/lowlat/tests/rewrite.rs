@@ -7,52 +7,20 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
-use support::BIN;
+use support::{curl, free_port, Served, BIN};
 
-/// A `lowlat serve` process, killed when dropped.
-struct Serve {
-    child: Child,
-    banner: String,
-}
-
-impl Serve {
-    fn start(args: &[&str]) -> Self {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve").args(args);
-        let (child, _, banner) = support::spawn_serve(cmd);
-        Self { child, banner }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        support::address(&self.banner, "http://")
-    }
-
-    /// SIGTERM and wait: the access log is flushed on the way out.
-    fn stop(mut self) {
-        support::stop_and_time(&mut self.child, Duration::from_secs(15));
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A port free now (bound, then released): for settings that need the port before the start.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `lowlat serve` with `args` (its listeners among them); stopped with [`Served::stop`] to
+/// flush the access log, killed when dropped.
+fn serve(args: &[&str]) -> Served {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve").args(args);
+    Served::spawn(cmd)
 }
 
 /// One HTTP/1.1 exchange on its own connection: (status, head, body).
@@ -80,21 +48,7 @@ fn get(addr: SocketAddr, host: &str, target: &str) -> (u16, String, String) {
 
 /// The value of `name` in a response head (case-insensitive), or "".
 fn field(head: &str, name: &str) -> String {
-    head.lines()
-        .find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-        })
-        .unwrap_or_default()
-}
-
-/// curl with `args`, bounded in time.
-fn curl(args: &[&str]) -> Output {
-    Command::new("curl")
-        .args(["-s", "-S", "--max-time", "10"])
-        .args(args)
-        .output()
-        .expect("run curl (scripts/test-deps.sh installs it)")
+    support::field(head, name).unwrap_or_default().to_owned()
 }
 
 /// `curl -i` over HTTP/2 with prior knowledge: (status, head, body).
@@ -112,6 +66,14 @@ fn h2c(url: &str, extra: &[&str]) -> (u16, String, String) {
     )
 }
 
+/// `GET target` (`Host: x`) of each case gets its status and body.
+fn assert_gets(addr: SocketAddr, cases: &[(&str, u16, &str)]) {
+    for &(target, status, body) in cases {
+        let (s, _, b) = get(addr, "x", target);
+        assert_eq!((s, b.as_str()), (status, body), "GET {target}");
+    }
+}
+
 fn write(dir: &Path, rel: &str, body: &str) {
     let path = dir.join(rel);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -127,7 +89,7 @@ fn returns_redirect_and_answer_by_longest_prefix() {
     write(root.path(), "index.html", "home");
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let server = Serve::start(&[
+    let server = serve(&[
         "--listen",
         &listen,
         "--workers",
@@ -157,7 +119,7 @@ fn returns_redirect_and_answer_by_longest_prefix() {
         "--return",
         "/plaintext=404",
     ]);
-    let addr = server.addr();
+    let addr = server.addr;
     let host = "Example.COM:8080";
     // (target, status, Location, body)
     let cases: &[(&str, u16, &str, &str)] = &[
@@ -254,7 +216,7 @@ fn https_redirect_to_the_tls_port_sparing_acme_challenges() {
     let pki = Pki::new();
     let leaf = pki.leaf("site", &["localhost"], KeyKind::EcdsaP256);
     let (clear, tls) = (free_port(), free_port());
-    let server = Serve::start(&[
+    let server = serve(&[
         "--listen",
         &format!("127.0.0.1:{clear}"),
         "--tls-listen",
@@ -270,7 +232,7 @@ fn https_redirect_to_the_tls_port_sparing_acme_challenges() {
         "--return",
         "/.well-known/acme-challenge/=200 token-for-$uri",
     ]);
-    let addr = server.addr();
+    let addr = server.addr;
     let (s, head, body) = get(addr, &format!("LocalHost:{clear}"), "/a/b?x=1&y=%20");
     assert_eq!(
         (s, field(&head, "location").as_str(), body.as_str()),
@@ -338,8 +300,8 @@ return = ["/old/=302 http://$host/new$uri", "/teapot=418 short and stout"]
 "#,
     )
     .unwrap();
-    let server = Serve::start(&["--config", config.to_str().unwrap()]);
-    let addr = server.addr();
+    let server = serve(&["--config", config.to_str().unwrap()]);
+    let addr = server.addr;
     let (s, head, _) = get(addr, "secure.test", "/x?1");
     assert_eq!(
         (s, field(&head, "location").as_str()),
@@ -370,7 +332,7 @@ fn try_files_falls_back_inside_the_root_only() {
     std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.path().join("leak"))
         .unwrap();
     let root_arg = root.path().to_str().unwrap();
-    let spa = Serve::start(&[
+    let spa = serve(&[
         "--listen",
         "127.0.0.1:0",
         "--workers",
@@ -385,7 +347,7 @@ fn try_files_falls_back_inside_the_root_only() {
         "--try-files",
         "/index.html",
     ]);
-    let addr = spa.addr();
+    let addr = spa.addr;
     // (target, status, body)
     let cases: &[(&str, u16, &str)] = &[
         ("/assets/app.js", 200, "js"),
@@ -403,10 +365,7 @@ fn try_files_falls_back_inside_the_root_only() {
         ("/a/..%2f..%2fetc", 400, "400 Bad Request\n"),
         ("/.env", 404, "404 Not Found\n"),
     ];
-    for &(target, status, body) in cases {
-        let (s, _, b) = get(addr, "x", target);
-        assert_eq!((s, b.as_str()), (status, body), "GET {target}");
-    }
+    assert_gets(addr, cases);
     let (s, _, b) = h2c(&format!("http://{addr}/deep/link"), &[]);
     assert_eq!((s, b.as_str()), (200, "spa"));
     // A path found missing is remembered for --cache-valid (1 s), as a found file is: a file
@@ -418,7 +377,7 @@ fn try_files_falls_back_inside_the_root_only() {
     assert_eq!(get(addr, "x", "/late.js").2, "late");
     drop(spa);
 
-    let strict = Serve::start(&[
+    let strict = serve(&[
         "--listen",
         "127.0.0.1:0",
         "--workers",
@@ -432,7 +391,7 @@ fn try_files_falls_back_inside_the_root_only() {
         "--try-files",
         "=404",
     ]);
-    let addr = strict.addr();
+    let addr = strict.addr;
     let cases: &[(&str, u16, &str)] = &[
         ("/assets/app.js", 200, "js"),
         ("/docs/", 200, "docs"),
@@ -440,10 +399,7 @@ fn try_files_falls_back_inside_the_root_only() {
         ("/missing", 404, "404 Not Found\n"),
         ("/docs", 404, "404 Not Found\n"),
     ];
-    for &(target, status, body) in cases {
-        let (s, _, b) = get(addr, "x", target);
-        assert_eq!((s, b.as_str()), (status, body), "GET {target}");
-    }
+    assert_gets(addr, cases);
 }
 
 /// A `[log_format]` picked by `access_log_format`: each line byte for byte (the time fields by
@@ -477,8 +433,8 @@ return = ["/r=200 ok"]
         ),
     )
     .unwrap();
-    let server = Serve::start(&["--config", config.to_str().unwrap()]);
-    let addr = server.addr();
+    let server = serve(&["--config", config.to_str().unwrap()]);
+    let addr = server.addr;
     let (s, head, body) = raw(
         addr,
         "GET /r?k=v HTTP/1.1\r\nHost: B.test:1234\r\nUser-Agent: ua \"q\"\r\nAuthorization: Basic YWxpY2U6c2VjcmV0\r\nX-Request-Id: rid-1\r\nX-Custom: c\r\nConnection: close\r\n\r\n",
@@ -521,7 +477,7 @@ return = ["/r=200 ok"]
 
     // The time variables, and the format given inline on the command line.
     let inline = dir.path().join("inline.log");
-    let server = Serve::start(&[
+    let server = serve(&[
         "--listen",
         "127.0.0.1:0",
         "--workers",
@@ -531,7 +487,7 @@ return = ["/r=200 ok"]
         "--access-log-format",
         "[$time_local] $time_iso8601 $msec $status $worker",
     ]);
-    get(server.addr(), "x", "/nothing-here");
+    get(server.addr, "x", "/nothing-here");
     server.stop();
     let line = std::fs::read_to_string(&inline).unwrap();
     let shape = regex::Regex::new(
@@ -571,7 +527,7 @@ fn log_format_of_proxied_requests() {
     });
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
-    let server = Serve::start(&[
+    let server = serve(&[
         "--listen", "127.0.0.1:0", "--workers", "1", "--h2c",
         "--proxy", &format!("/api/=http://{up}"),
         "--access-log", log.to_str().unwrap(),
@@ -579,12 +535,12 @@ fn log_format_of_proxied_requests() {
         "\"$request\" $status $body_bytes_sent $upstream_addr $upstream_status $upstream_response_time x=$http_x_custom id=$request_id host=$host",
     ]);
     let (s, _, body) = raw(
-        server.addr(),
+        server.addr,
         "GET /api/a?b HTTP/1.1\r\nHost: h.test\r\nX-Custom: kept\r\nX-Request-Id: r-9\r\nConnection: close\r\n\r\n",
     );
     assert_eq!((s, body.as_str()), (201, "up"));
     let (s, _, body) = h2c(
-        &format!("http://{}/api/b", server.addr()),
+        &format!("http://{}/api/b", server.addr),
         &["-H", "X-Custom: h2", "-H", "Host: h2.test"],
     );
     assert_eq!((s, body.as_str()), (201, "up"));
@@ -622,9 +578,9 @@ fn json_lines_name_their_site() {
         ),
     )
     .unwrap();
-    let server = Serve::start(&["--config", config.to_str().unwrap()]);
-    get(server.addr(), "b.test", "/plaintext");
-    get(server.addr(), "nobody.test", "/plaintext");
+    let server = serve(&["--config", config.to_str().unwrap()]);
+    get(server.addr, "b.test", "/plaintext");
+    get(server.addr, "nobody.test", "/plaintext");
     server.stop();
     let text = std::fs::read_to_string(&log).unwrap();
     let sites: Vec<String> = text
@@ -722,7 +678,7 @@ fn refused_http2_requests_are_logged() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
     let metrics = format!("127.0.0.1:{}", free_port());
-    let server = Serve::start(&[
+    let server = serve(&[
         "--listen",
         "127.0.0.1:0",
         "--workers",
@@ -737,14 +693,14 @@ fn refused_http2_requests_are_logged() {
         "--access-log",
         log.to_str().unwrap(),
     ]);
-    let url = format!("http://{}/upload", server.addr());
+    let url = format!("http://{}/upload", server.addr);
     let big = "x".repeat(100);
     let (s, _, _) = h2c(&url, &["-d", &big]);
     assert_eq!(s, 413);
     let (s, _, _) = h2c(&url, &["-H", &format!("X-Big: {}", "y".repeat(2000))]);
     assert_eq!(s, 431);
     let (s, _, _) = raw(
-        server.addr(),
+        server.addr,
         "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
     );
     assert_eq!(s, 413);

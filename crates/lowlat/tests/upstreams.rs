@@ -6,12 +6,14 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod support;
+use support::find;
 use support::upstream::{
-    caddy, grpcurl, grpcurl_echo, haproxy, pattern, App, BadKind, Bind, GunicornWorker, Upstream,
+    caddy, grpcurl, grpcurl_echo, haproxy, pattern, sha256_hex, App, BadKind, Bind, GunicornWorker,
+    Upstream,
 };
 
 /// Generous: a test that waits this long has failed anyway.
@@ -46,10 +48,6 @@ fn split(response: &[u8]) -> (String, &[u8]) {
         String::from_utf8_lossy(&response[..end]).into_owned(),
         &response[end..],
     )
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The value of the first field `name` (case-insensitive) in a head.
@@ -92,18 +90,6 @@ fn dechunk(mut body: &[u8]) -> (Vec<u8>, String) {
         assert_eq!(&body[size..size + 2], b"\r\n");
         body = &body[size + 2..];
     }
-}
-
-/// SHA-256 in hex, by coreutils' sha256sum (the upstreams' own hash is the thing under test).
-fn sha256_hex(data: &[u8]) -> String {
-    let mut child = Command::new("sha256sum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(data).unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stdout).unwrap()[..64].to_owned()
 }
 
 fn json(body: &[u8]) -> serde_json::Value {

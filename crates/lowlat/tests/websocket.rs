@@ -27,7 +27,7 @@ use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
 use support::upstream::{python, upstreams_dir, BadKind, Upstream};
-use support::BIN;
+use support::{json_output, BIN};
 
 // A `lowlat serve` with proxy rules on 127.0.0.1 (a free port), one worker unless the arguments
 // say otherwise.
@@ -81,46 +81,18 @@ fn h2_client(scenario: &str, url: &str, extra: &[&str]) -> serde_json::Value {
 }
 
 fn run_client(script: &str, scenario: &str, url: &str, extra: &[&str]) -> serde_json::Value {
-    let out = Command::new(python())
-        .arg(upstreams_dir().join(script))
-        .args([scenario, url])
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {script}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{script} {scenario} {url}: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("{script} printed {stdout:?}: {e}"))
+    json_output(
+        Command::new(python())
+            .arg(upstreams_dir().join(script))
+            .args([scenario, url])
+            .args(extra),
+    )
 }
 
 /// TCP sockets in `state` (hex, as /proc/net/tcp writes it: 01 established, 08 close-wait)
 /// whose local or remote port is `port`.
 fn sockets(port: u16, states: &[&str]) -> usize {
-    let mut n = 0;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            let port_of = |i: usize| {
-                cols.get(i)
-                    .and_then(|a| a.rsplit_once(':'))
-                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
-            };
-            let ours = port_of(1) == Some(port) || port_of(2) == Some(port);
-            if ours && cols.get(3).is_some_and(|s| states.contains(s)) {
-                n += 1;
-            }
-        }
-    }
-    n
+    support::tcp_sockets(port, support::End::Either, states)
 }
 
 /// Waits (up to 10 s) until no socket to or from `port` is established or half-closed.
@@ -422,20 +394,11 @@ fn an_upgrade_to_a_route_that_does_not_proxy_is_ignored() {
 
 /// `lowlat load --ws` with `--json`: the report as a value.
 fn load_ws(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(BIN)
-        .args(["load", "--ws", "--json", "-q"])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run lowlat load");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "lowlat load --ws {args:?}: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    json_output(
+        Command::new(BIN)
+            .args(["load", "--ws", "--json", "-q"])
+            .args(args),
+    )
 }
 
 /// `lowlat load --ws` against the echo server directly, through the proxy in clear, and through

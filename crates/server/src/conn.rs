@@ -20,7 +20,7 @@ use mio::Token;
 use crate::access_log::{HeldRequest, UpstreamFields};
 use crate::ctx::WorkerCtx;
 use crate::handler::{FileBody, Response};
-use crate::proxy::downstream::{Downstream, TunnelRead};
+use crate::proxy::downstream::{log_relayed, Downstream, TunnelRead};
 use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::job::RelayBody;
 use crate::proxy::upload::{Upload, UploadRef, STREAM_MIN_BODY};
@@ -192,6 +192,7 @@ impl Conn {
         let client = ClientInfo {
             peer,
             tls: io.is_tls(),
+            early_data: false,
         };
         Self {
             io,
@@ -1128,6 +1129,7 @@ impl Downstream for Conn {
         reason: &str,
         fields: &[lowlat_http::client::Header<'_>],
         pass: &dyn Fn(&str) -> bool,
+        added: &[u8],
         body: RelayBody,
     ) {
         let Some(relay) = &mut self.relay else {
@@ -1159,6 +1161,12 @@ impl Downstream for Conn {
             out.extend_from_slice(f.name.as_bytes());
             out.extend_from_slice(b": ");
             out.extend_from_slice(f.value);
+            out.extend_from_slice(b"\r\n");
+        }
+        for (name, value) in crate::proxy::downstream::added_lines(added, fields, pass) {
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         }
         let length = |n: u64, out: &mut Vec<u8>| {
@@ -1262,22 +1270,19 @@ impl Downstream for Conn {
             self.wbuf.extend_from_slice(b"0\r\n\r\n");
         }
         let took = ctx.now.saturating_duration_since(relay.started);
-        ctx.counters
-            .response(0, relay.status, relay.body_bytes, took);
-        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
-            log.record(&held.entry(
-                self.peer,
-                relay.status,
-                relay.body_bytes,
-                took,
-                ctx.worker,
-                Some(UpstreamFields {
-                    addr: upstream,
-                    status: upstream_status,
-                    time: upstream_time,
-                }),
-            ));
-        }
+        log_relayed(
+            ctx,
+            self.held.as_deref(),
+            self.peer,
+            relay.status,
+            relay.body_bytes,
+            took,
+            Some(UpstreamFields {
+                addr: upstream,
+                status: upstream_status,
+                time: upstream_time,
+            }),
+        );
         if !relay.keep_alive {
             self.closing = true;
             self.lingering = self.rlen > 0 || unread;
@@ -1305,10 +1310,7 @@ impl Downstream for Conn {
             self.lingering = true;
         }
         let took = ctx.now.saturating_duration_since(relay.started);
-        ctx.counters.response(0, status, 0, took);
-        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {
-            log.record(&held.entry(self.peer, status, 0, took, ctx.worker, None));
-        }
+        log_relayed(ctx, self.held.as_deref(), self.peer, status, 0, took, None);
         Self::write_status(
             &mut self.wbuf,
             ctx,

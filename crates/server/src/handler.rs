@@ -187,6 +187,14 @@ impl<'a> Response<'a> {
         }
     }
 
+    /// A request this response forwards gets the router's lines for every response
+    /// (`add_header`, `Alt-Svc`) on its relayed response.
+    pub(crate) fn add_to_forwarded(&mut self, added: &std::rc::Rc<[u8]>) {
+        if let Some(Some(job)) = self.forward.as_deref_mut() {
+            job.added = Some(std::rc::Rc::clone(added));
+        }
+    }
+
     /// Whether only the head will be sent (the request was `HEAD`).
     #[must_use]
     pub fn head_only(&self) -> bool {

@@ -17,6 +17,8 @@
 //! - [`log_format`]: nginx-style `log_format` texts compiled into segments once.
 //! - [`metrics`]: per-worker counters, published once per loop turn, served as Prometheus text.
 //! - `worker`: one thread's event loop: accept, drive connections, sweep deadlines, shut down.
+//! - `clients`: the worker's client connections (TCP and QUIC) as the upstream side reaches
+//!   them, and what follows a client's turn (requests forwarded, exchanges cancelled).
 //! - `ctx`: what the worker lends a connection while it is driven (buffers, router, logs).
 //! - `clock`: the loop's time, read on the request path instead of the system clock.
 //! - `wait`: what a connection waits for, which decides its timeout.
@@ -47,6 +49,7 @@ pub mod acme;
 pub mod app;
 pub mod builtin;
 pub mod cli;
+mod clients;
 mod clock;
 pub mod compress;
 pub mod config;

@@ -64,6 +64,8 @@ pub struct Router {
     sites: Vec<(Vec<String>, Router)>,
     /// Header lines added to every response of this router (a site's `--add-header`).
     extra_headers: Vec<u8>,
+    /// The same, shared with the forwarded requests whose relayed responses get them too.
+    added: Option<std::rc::Rc<[u8]>>,
     /// The site's compression on the fly, when on (lent to each response it answers).
     compress: Option<std::rc::Rc<crate::compress::CompressConfig>>,
     /// Answers every path under its prefix before sites and routes are looked at: ACME's
@@ -258,6 +260,9 @@ impl Router {
         let start = res.out_len();
         self.dispatch_here(head, body, worker, res);
         res.insert_head_lines(start, &self.extra_headers);
+        if let Some(added) = &self.added {
+            res.add_to_forwarded(added);
+        }
         0
     }
 
@@ -278,6 +283,25 @@ impl Router {
             }
         }
         self.streams_here(path, method)
+    }
+
+    /// How the body of the request whose head is `head` (HTTP/2, HTTP/3: decoded, body not yet
+    /// read) streams to an upstream, if it does: its framing by the head
+    /// (`proxy::upload::streamed_framing`), when its route takes a streamed body.
+    pub(crate) fn streamed_body(
+        &mut self,
+        head: &lowlat_http::head::RequestHead,
+        max_body: u64,
+    ) -> Option<crate::proxy::headers::StreamedBody> {
+        let method = Method::from_token(head.method().unwrap_or(""));
+        let framing =
+            crate::proxy::upload::streamed_framing(method, head.content_length, max_body)?;
+        let target = head.path()?;
+        let path = target.split('?').next().unwrap_or(target);
+        let host = head
+            .authority()
+            .or_else(|| head.fields().find(|(n, _)| *n == "host").map(|(_, v)| v));
+        self.streams_body_at(host, path, method).then_some(framing)
     }
 
     fn streams_here(&self, path: &str, method: Method) -> bool {
@@ -303,6 +327,12 @@ impl Router {
             self.extra_headers.extend_from_slice(l.as_bytes());
             self.extra_headers.extend_from_slice(b"\r\n");
         }
+        self.share_added();
+    }
+
+    fn share_added(&mut self) {
+        self.added =
+            (!self.extra_headers.is_empty()).then(|| std::rc::Rc::from(&self.extra_headers[..]));
     }
 
     /// Adds the header line `line` (`Name: value`) to every response of this router and of its
@@ -318,6 +348,7 @@ impl Router {
         if !set_here {
             self.extra_headers.extend_from_slice(line.as_bytes());
             self.extra_headers.extend_from_slice(b"\r\n");
+            self.share_added();
         }
         for (_, site) in &mut self.sites {
             site.add_default_header(line);
@@ -359,6 +390,7 @@ impl Router {
             location,
             sites: _,
             extra_headers: _,
+            added: _,
             compress: _,
             intercept: _,
             first: _,

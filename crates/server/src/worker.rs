@@ -18,19 +18,18 @@ use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Registry, Token};
 use slab::Slab;
 
+use crate::clients::{Clients, FIRST_CONN};
 use crate::config::ServerConfig;
 use crate::ctx::WorkerCtx;
 use crate::pool::BufferPool;
 use crate::proto::Connection;
-use crate::proxy::engine::{is_upstream, Readiness, Upstreams, RELAY_LOW_WATER};
+use crate::proxy::engine::{is_upstream, Readiness, Upstreams};
 use crate::quic::QuicWorker;
 use crate::router::Router;
 use crate::transport::Transport;
 
 /// Token of the waker that announces shutdown.
 pub(crate) const WAKER: Token = Token(usize::MAX - 1);
-/// Tokens below this are listeners (one per listen address); connections start here.
-const FIRST_CONN: usize = 1024;
 /// Token of the worker's QUIC socket (below the connections, above any listener).
 const QUIC: Token = Token(FIRST_CONN - 1);
 /// How long accepting pauses after `EMFILE`/`ENFILE`/`ENOBUFS` before it is tried again.
@@ -77,7 +76,7 @@ impl Worker {
         if let Some(line) = &alt_svc {
             router.add_default_header(line);
         }
-        let mut quic = match self.quic.take() {
+        let quic = match self.quic.take() {
             Some((sock, shared)) => Some(QuicWorker::new(
                 self.index,
                 sock,
@@ -91,7 +90,10 @@ impl Worker {
         // Datagrams were left unread (the per-turn budget ran out): poll without waiting.
         let mut quic_more = false;
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
-        let mut conns: Slab<Connection> = Slab::new();
+        let mut clients = Clients {
+            conns: Slab::new(),
+            quic,
+        };
         let mut pool = BufferPool::default();
         let mut date = DateCache::new();
         let mut scratch = Vec::new();
@@ -157,7 +159,8 @@ impl Worker {
             }
             let now = Instant::now();
             let timeout = if deferred.is_empty() && !quic_more {
-                let wake = quic
+                let wake = clients
+                    .quic
                     .as_ref()
                     .and_then(QuicWorker::next_timer)
                     .map_or(next_sweep, |t| t.min(next_sweep));
@@ -182,9 +185,10 @@ impl Worker {
                 }
                 self.listeners.clear();
                 next_sweep = now; // close idle connections right away
-                if let Some(q) = &mut quic {
+                if let Some(q) = &mut clients.quic {
                     let mut ctx = worker_ctx!(QUIC, now, shutting_down);
                     q.shut_down(now, &mut ctx);
+                    clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
                 }
             }
 
@@ -194,7 +198,7 @@ impl Worker {
                     continue;
                 }
                 if token == QUIC {
-                    if let Some(q) = &mut quic {
+                    if let Some(q) = &mut clients.quic {
                         let mut ctx = worker_ctx!(QUIC, now, shutting_down);
                         quic_more = q.on_event(
                             event.is_readable() || event.is_error(),
@@ -202,6 +206,7 @@ impl Worker {
                             now,
                             &mut ctx,
                         );
+                        clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
                     }
                     continue;
                 }
@@ -210,7 +215,7 @@ impl Worker {
                         let listener = &self.listeners[token.0];
                         let paused = accept_all(
                             listener,
-                            &mut conns,
+                            &mut clients.conns,
                             self.poll.registry(),
                             cfg,
                             now,
@@ -220,13 +225,12 @@ impl Worker {
                             accept_paused = true;
                             accept_retry_at = paused.then_some(now + ACCEPT_BACKOFF);
                             counters.accept_pauses += 1;
-                            say_paused(self.index, paused, conns.len());
+                            say_paused(self.index, paused, clients.conns.len());
                         }
                     }
                     continue;
                 }
                 if is_upstream(token) {
-                    let client = upstreams.client_of(token);
                     let mut ctx = worker_ctx!(token, now, shutting_down);
                     let ready = Readiness {
                         readable: event.is_readable() || event.is_read_closed() || event.is_error(),
@@ -238,28 +242,10 @@ impl Worker {
                     };
                     // What the client does while its response is relayed (answer the requests
                     // pipelined behind it, forward the next) is on the client's behalf.
-                    if let Some((t, _)) = client {
-                        ctx.token = t;
-                    }
-                    match client.and_then(|(t, st)| Some((conns.get_mut(t.0 - FIRST_CONN)?, st))) {
-                        Some((conn, stream)) => conn.with_downstream(stream, |down| {
-                            upstreams.on_event(token, ready, &mut ctx, down);
-                        }),
-                        None => upstreams.on_event(token, ready, &mut ctx, None),
-                    }
-                    if let Some((t, _)) = client {
-                        settle(
-                            &mut conns,
-                            &mut upstreams,
-                            t.0 - FIRST_CONN,
-                            &mut ctx,
-                            &mut relays,
-                        );
-                    }
+                    clients.upstream_event(&mut upstreams, token, ready, &mut ctx, &mut relays);
                     continue;
                 }
-                let key = token.0 - FIRST_CONN;
-                let Some(conn) = conns.get_mut(key) else {
+                let Some(conn) = clients.conns.get_mut(token.0 - FIRST_CONN) else {
                     continue;
                 };
                 let mut ctx = worker_ctx!(token, now, shutting_down);
@@ -269,34 +255,34 @@ impl Worker {
                     event.is_read_closed(),
                     event.is_writable() || event.is_write_closed(),
                 );
-                settle(&mut conns, &mut upstreams, key, &mut ctx, &mut relays);
+                clients.settle(&mut upstreams, token, &mut ctx, &mut relays);
             }
 
             // What HTTP/2 upstream connections read (or failed) reaches each client concerned.
             {
                 let mut ctx = worker_ctx!(Token(0), now, shutting_down);
-                deliver_touched(&mut conns, &mut upstreams, &mut ctx, &mut relays);
+                clients.deliver_touched(&mut upstreams, &mut ctx, &mut relays);
             }
 
             // QUIC: datagrams left over from a busy turn, then the timers due.
-            if let Some(q) = &mut quic {
+            if let Some(q) = &mut clients.quic {
                 let mut ctx = worker_ctx!(QUIC, now, shutting_down);
                 if quic_more {
                     quic_more = q.receive(now, &mut ctx);
                 }
                 q.on_timers(now, &mut ctx);
+                clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
             }
 
             // File sends that yielded their turn continue now.
             std::mem::swap(&mut deferred, &mut deferred_now);
             for token in deferred_now.drain(..) {
-                let key = token.0 - FIRST_CONN;
-                let Some(conn) = conns.get_mut(key) else {
+                let Some(conn) = clients.conns.get_mut(token.0 - FIRST_CONN) else {
                     continue;
                 };
                 let mut ctx = worker_ctx!(token, now, shutting_down);
                 conn.drive(&mut ctx);
-                settle(&mut conns, &mut upstreams, key, &mut ctx, &mut relays);
+                clients.settle(&mut upstreams, token, &mut ctx, &mut relays);
             }
 
             if let Some(log) = &mut access_log {
@@ -306,7 +292,7 @@ impl Worker {
                 next_sweep = now + sweep_every;
                 let mut ctx = worker_ctx!(Token(0), now, shutting_down);
                 let mut idle = 0;
-                conns.retain(|key, conn| {
+                clients.conns.retain(|key, conn| {
                     ctx.token = Token(key + FIRST_CONN);
                     let timed_out = now >= conn.deadline();
                     if timed_out {
@@ -318,43 +304,28 @@ impl Worker {
                     idle += u64::from(!conn.closed() && conn.is_idle());
                     !conn.closed()
                 });
+                if let Some(q) = &mut clients.quic {
+                    q.sweep(&mut ctx);
+                    clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
+                }
                 while let Some(up) = ctx.proxy_cancels.pop() {
                     upstreams.cancel(up, &mut ctx);
                 }
                 // Upstream timeouts: 504 (or a cut response) to their clients; idle pooled
                 // connections past their keep-alive time close.
                 for up in upstreams.expired(now) {
-                    let client = upstreams.client_of(up);
-                    if let Some((t, _)) = client {
-                        ctx.token = t;
-                    }
-                    match client.and_then(|(t, st)| Some((conns.get_mut(t.0 - FIRST_CONN)?, st))) {
-                        Some((conn, stream)) => conn.with_downstream(stream, |down| {
-                            upstreams.expire(up, &mut ctx, down);
-                        }),
-                        None => upstreams.expire(up, &mut ctx, None),
-                    }
-                    if let Some((t, _)) = client {
-                        ctx.token = t;
-                        settle(
-                            &mut conns,
-                            &mut upstreams,
-                            t.0 - FIRST_CONN,
-                            &mut ctx,
-                            &mut relays,
-                        );
-                    }
+                    clients.upstream_expired(&mut upstreams, up, &mut ctx, &mut relays);
                 }
-                deliver_touched(&mut conns, &mut upstreams, &mut ctx, &mut relays);
+                clients.deliver_touched(&mut upstreams, &mut ctx, &mut relays);
                 if let Some(registry) = &cfg.metrics {
-                    counters.open = conns.len() as u64;
+                    counters.open = clients.conns.len() as u64;
                     counters.idle = idle;
                     let (hits, misses, bytes) = crate::files::cache_stats();
                     counters.cache_hits = hits;
                     counters.cache_misses = misses;
                     counters.cache_bytes = bytes as u64;
                     counters.compress = crate::compress::stats();
-                    if let Some(q) = &quic {
+                    if let Some(q) = &clients.quic {
                         let c = q.counts;
                         counters.quic = [c.accepted, c.retries, c.refused, q.len() as u64];
                     }
@@ -363,10 +334,11 @@ impl Worker {
             }
 
             if shutting_down {
-                let quic_open = quic.as_ref().map_or(0, QuicWorker::len);
-                if (conns.is_empty() && quic_open == 0) || grace_deadline.is_some_and(|d| now >= d)
+                let quic_open = clients.quic.as_ref().map_or(0, QuicWorker::len);
+                if (clients.conns.is_empty() && quic_open == 0)
+                    || grace_deadline.is_some_and(|d| now >= d)
                 {
-                    if let Some(q) = &quic {
+                    if let Some(q) = &clients.quic {
                         q.report();
                     }
                     return Ok(());
@@ -376,7 +348,7 @@ impl Worker {
 
             // Resume accepting once below the limit, or after the EMFILE back-off.
             if accept_paused
-                && conns.len() < cfg.max_conns_per_worker
+                && clients.conns.len() < cfg.max_conns_per_worker
                 && accept_retry_at.is_none_or(|t| now >= t)
             {
                 accept_paused = false;
@@ -384,7 +356,7 @@ impl Worker {
                 for listener in &self.listeners {
                     if let Some(paused) = accept_all(
                         listener,
-                        &mut conns,
+                        &mut clients.conns,
                         self.poll.registry(),
                         cfg,
                         now,
@@ -399,101 +371,6 @@ impl Worker {
             if accept_retry_at.is_some() {
                 next_sweep = next_sweep.min(accept_retry_at.unwrap_or(next_sweep));
             }
-        }
-    }
-}
-
-/// After a connection was driven: the upstream exchanges it abandoned are cancelled, the
-/// requests it forwarded go to the upstream side, relays it drained resume reading their
-/// upstreams, and a closed connection leaves.
-fn settle(
-    conns: &mut Slab<Connection>,
-    upstreams: &mut Upstreams,
-    key: usize,
-    ctx: &mut WorkerCtx<'_>,
-    relays: &mut Vec<(Token, u32)>,
-) {
-    loop {
-        while let Some(up) = ctx.proxy_cancels.pop() {
-            upstreams.cancel(up, ctx);
-        }
-        let Some((client, stream, job)) = ctx.proxy_starts.pop() else {
-            break;
-        };
-        match conns.get_mut(client.0 - FIRST_CONN) {
-            Some(conn) => conn.with_downstream(stream, |down| match down {
-                Some(down) => upstreams.start((client, stream), job, ctx, down),
-                None => job.group.give_buffer(job.request),
-            }),
-            None => job.group.give_buffer(job.request),
-        }
-    }
-    let Some(conn) = conns.get_mut(key) else {
-        return;
-    };
-    if conn.closed() {
-        conns.remove(key);
-        while let Some(up) = ctx.proxy_cancels.pop() {
-            upstreams.cancel(up, ctx);
-        }
-        return;
-    }
-    while let Some((up, stream)) = conn.take_upload_wake() {
-        // Body bytes it read for a streaming upload: the upstream connection writes them.
-        conn.with_downstream(stream, |down| {
-            if let Some(down) = down {
-                upstreams.wake(up, ctx, down);
-            }
-        });
-        if conn.closed() {
-            conns.remove(key);
-            while let Some(up) = ctx.proxy_cancels.pop() {
-                upstreams.cancel(up, ctx);
-            }
-            return;
-        }
-    }
-    conn.relays_below(RELAY_LOW_WATER, relays);
-    while let Some((up, stream)) = relays.pop() {
-        conn.with_downstream(stream, |down| {
-            if let Some(down) = down {
-                upstreams.resume(up, ctx, down);
-            }
-        });
-    }
-}
-
-/// Hands each HTTP/2 upstream exchange with news (a head, data, trailers, its end, a failure)
-/// to its client — one upstream connection may carry news for many — then settles the client.
-fn deliver_touched(
-    conns: &mut Slab<Connection>,
-    upstreams: &mut Upstreams,
-    ctx: &mut WorkerCtx<'_>,
-    relays: &mut Vec<(Token, u32)>,
-) {
-    let news = Readiness {
-        readable: false,
-        writable: false,
-        closed: false,
-    };
-    loop {
-        let touched = upstreams.take_touched();
-        if touched.is_empty() {
-            return;
-        }
-        for up in touched {
-            let Some((client, stream)) = upstreams.client_of(up) else {
-                continue;
-            };
-            ctx.token = client;
-            let key = client.0 - FIRST_CONN;
-            match conns.get_mut(key) {
-                Some(conn) => conn.with_downstream(stream, |down| {
-                    upstreams.on_event(up, news, ctx, down);
-                }),
-                None => upstreams.cancel(up, ctx),
-            }
-            settle(conns, upstreams, key, ctx, relays);
         }
     }
 }

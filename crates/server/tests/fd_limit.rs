@@ -6,16 +6,8 @@
 mod support;
 
 use std::fs;
-use std::time::Duration;
 
-use clap::Parser;
 use support::{Reader, TestServer};
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    serve: lowlat_server::settings::ServeArgs,
-}
 
 fn set_soft_fd_limit(n: u64) {
     let mut lim = libc::rlimit {
@@ -39,22 +31,12 @@ fn cached_descriptors_stay_within_the_limit_and_give_way() {
     }
     fs::write(dir.path().join("new.bin"), vec![b'y'; 4096]).unwrap();
     // Files over 1 KiB are cached as open descriptors, at most 256 / 4 = 64 for one worker.
-    let cli = Cli::try_parse_from([
-        "lowlat",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
+    let server = TestServer::from_flags(&[
         "--root",
         &dir.path().display().to_string(),
         "--cache-file-max",
         "1024",
-    ])
-    .unwrap();
-    let service = lowlat_server::settings::service(&cli.serve).unwrap();
-    let mut cfg = cli.serve.to_config().unwrap();
-    cfg.grace = Duration::from_secs(1);
-    let server = TestServer::start(cfg, service);
+    ]);
     let mut r = Reader::new(server.connect());
     for i in 0..300 {
         r.send(format!("GET /f{i}.bin HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());

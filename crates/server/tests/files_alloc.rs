@@ -5,53 +5,17 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::time::Duration;
 
-use clap::Parser;
+use support::alloc::{assert_no_allocation_per_request, exchange_exact as exchange};
+use support::TestServer;
 
 #[global_allocator]
 static GLOBAL: lowlat_testkit::alloc::Counting = lowlat_testkit::alloc::Counting;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    serve: lowlat_server::settings::ServeArgs,
-}
-
-/// Sends `request` and reads exactly `expect` bytes back into a fixed buffer.
-fn exchange(stream: &mut std::net::TcpStream, request: &[u8], expect: usize, buf: &mut [u8]) {
-    stream.write_all(request).unwrap();
-    let mut got = 0;
-    while got < expect {
-        let n = stream.read(&mut buf[got..]).unwrap();
-        assert!(n > 0, "closed");
-        got += n;
-    }
-    assert_eq!(got, expect);
-}
-
-/// Reads one whole response (head and Content-Length body) and returns it as text.
+/// Sends `request` and reads one whole response (head and Content-Length body): its text.
 fn one_reply(stream: &mut std::net::TcpStream, request: &[u8], buf: &mut [u8]) -> String {
-    stream.write_all(request).unwrap();
-    let mut got = 0;
-    loop {
-        let n = stream.read(&mut buf[got..]).unwrap();
-        assert!(n > 0, "closed");
-        got += n;
-        let text = String::from_utf8_lossy(&buf[..got]).into_owned();
-        if let Some(end) = text.find("\r\n\r\n") {
-            let len: usize = text[..end]
-                .lines()
-                .find_map(|l| l.strip_prefix("Content-Length: "))
-                .map_or(0, |v| v.parse().unwrap());
-            let status_304 = text.starts_with("HTTP/1.1 304");
-            let want = end + 4 + if status_304 { 0 } else { len };
-            if got >= want {
-                assert_eq!(got, want);
-                return text;
-            }
-        }
-    }
+    let n = support::alloc::one_reply(stream, request, buf);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 /// Cached hits (200, 304, 206, pipelined) allocate nothing once warm.
@@ -65,22 +29,12 @@ fn no_allocation_per_cached_hit() {
     )
     .unwrap();
     // Revalidation (a few stats once per entry per second) is kept out of the measurement.
-    let cli = Cli::try_parse_from([
-        "lowlat",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
+    let server = TestServer::from_flags(&[
         "--root",
         dir.path().to_str().unwrap(),
         "--cache-valid",
         "1h",
-    ])
-    .unwrap();
-    let service = lowlat_server::settings::service(&cli.serve).unwrap();
-    let mut cfg = cli.serve.to_config().unwrap();
-    cfg.grace = Duration::from_secs(1);
-    let server = support::TestServer::start(cfg, service);
+    ]);
     let mut stream = server.connect();
     let mut buf = vec![0u8; 1 << 20];
 
@@ -118,34 +72,8 @@ fn no_allocation_per_cached_hit() {
         assert!(text.starts_with(want), "{text}");
         sizes.push(text.len());
     }
-    let pipelined: Vec<u8> = (0..64).flat_map(|i| requests[i % 4].clone()).collect();
-    let pipelined_len: usize = (0..64).map(|i| sizes[i % 4]).sum();
-
-    for _ in 0..200 {
-        for (r, &len) in requests.iter().zip(&sizes) {
-            exchange(&mut stream, r, len, &mut buf);
-        }
-        exchange(&mut stream, &pipelined, pipelined_len, &mut buf);
-    }
-
-    let before = lowlat_testkit::alloc::allocations();
-
-    let started = std::time::Instant::now();
-    for _ in 0..2000 {
-        for (r, &len) in requests.iter().zip(&sizes) {
-            exchange(&mut stream, r, len, &mut buf);
-        }
-    }
-    for _ in 0..200 {
-        exchange(&mut stream, &pipelined, pipelined_len, &mut buf);
-    }
-    let after = lowlat_testkit::alloc::allocations();
-    // 20,800 requests; the Date cache formats once per second (one allocation each).
-    let allocations = after - before;
-    assert!(
-        allocations <= lowlat_testkit::alloc::allowed_since(started),
-        "{allocations} allocations for 20,800 requests"
-    );
+    // 20,800 requests.
+    assert_no_allocation_per_request(&mut stream, &requests, &sizes, &mut buf);
 }
 
 /// Hits on files compressed on the fly (gzip and zstd, 200, HEAD and 304) allocate nothing once
@@ -158,23 +86,13 @@ fn no_allocation_per_compressed_hit() {
         .map(|i| format!("<li><a href=\"/items/{i}\">Item {i}</a></li>\n"))
         .collect();
     std::fs::write(dir.path().join("page.html"), page).unwrap();
-    let cli = Cli::try_parse_from([
-        "lowlat",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
+    let server = TestServer::from_flags(&[
         "--root",
         dir.path().to_str().unwrap(),
         "--cache-valid",
         "1h",
         "--compress",
-    ])
-    .unwrap();
-    let service = lowlat_server::settings::service(&cli.serve).unwrap();
-    let mut cfg = cli.serve.to_config().unwrap();
-    cfg.grace = Duration::from_secs(1);
-    let server = support::TestServer::start(cfg, service);
+    ]);
     let mut stream = server.connect();
     let mut buf = vec![0u8; 1 << 20];
 

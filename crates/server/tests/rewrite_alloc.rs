@@ -4,42 +4,11 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::time::Duration;
-
-use clap::Parser;
+use support::alloc::one_reply;
+use support::TestServer;
 
 #[global_allocator]
 static GLOBAL: lowlat_testkit::alloc::Counting = lowlat_testkit::alloc::Counting;
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    serve: lowlat_server::settings::ServeArgs,
-}
-
-/// Sends `request` and reads one whole response (head and Content-Length body) into `buf`;
-/// returns its length.
-fn one_reply(stream: &mut std::net::TcpStream, request: &[u8], buf: &mut [u8]) -> usize {
-    stream.write_all(request).unwrap();
-    let mut got = 0;
-    loop {
-        let n = stream.read(&mut buf[got..]).unwrap();
-        assert!(n > 0, "closed");
-        got += n;
-        if let Some(end) = buf[..got].windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = std::str::from_utf8(&buf[..end]).unwrap();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("Content-Length: "))
-                .map_or(0, |v| v.parse().unwrap());
-            if got >= end + 4 + len {
-                assert_eq!(got, end + 4 + len);
-                return got;
-            }
-        }
-    }
-}
 
 /// Redirects, fixed answers, the SPA fallback (a cache hit) and their log lines: no allocation
 /// per request once warm.
@@ -48,12 +17,7 @@ fn no_allocation_per_return_fallback_or_log_line() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("index.html"), "spa").unwrap();
     let log = dir.path().join("access.log");
-    let cli = Cli::try_parse_from([
-        "lowlat",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
+    let server = TestServer::from_flags(&[
         "--root",
         dir.path().to_str().unwrap(),
         "--cache-valid",
@@ -70,12 +34,7 @@ fn no_allocation_per_return_fallback_or_log_line() {
         log.to_str().unwrap(),
         "--access-log-format",
         "$remote_addr - $remote_user [$time_local] $time_iso8601 \"$request\" $status $body_bytes_sent $bytes_sent \"$http_user_agent\" $host $site $request_time $request_id $upstream_addr $msec",
-    ])
-    .unwrap();
-    let service = lowlat_server::settings::service(&cli.serve).unwrap();
-    let mut cfg = cli.serve.to_config().unwrap();
-    cfg.grace = Duration::from_secs(1);
-    let server = support::TestServer::start(cfg, service);
+    ]);
     let mut stream = server.connect();
     let mut buf = vec![0u8; 1 << 16];
     // (request, the status line it gets)

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::sync::OnceLock;
 
 use super::hpack_tables::{HUFFMAN, STATIC};
+use crate::prefix_int::{put_int, read_int, IntError};
 
 /// Why a header block could not be decoded (a COMPRESSION_ERROR).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,9 +282,9 @@ impl Encoder {
     /// smallest size, then the current one).
     fn begin_block(&mut self, out: &mut Vec<u8>) {
         if let Some(size) = self.size_update.take() {
-            put_integer(size, 5, 0x20, out);
+            put_int(size as u64, 5, 0x20, out);
             if size != self.max_size {
-                put_integer(self.max_size, 5, 0x20, out);
+                put_int(self.max_size as u64, 5, 0x20, out);
             }
         }
     }
@@ -294,14 +295,14 @@ impl Encoder {
             .iter()
             .position(|(n, v)| v.len() == value.len() && **v == *value && **n == *name)
         {
-            return put_integer(62 + i, 7, 0x80, out);
+            return put_int(62 + i as u64, 7, 0x80, out);
         }
         let static_name = STATIC_NAMES.iter().find(|(n, _)| *n == name).map(|e| e.1);
         let size = name.len() + value.len() + ENTRY_OVERHEAD;
         let index = size <= MAX_INDEXED_ENTRY.min(self.max_size);
         let (prefix, flags) = if index { (6, 0x40) } else { (4, 0x00) };
         match static_name {
-            Some(i) => put_integer(usize::from(i), prefix, flags, out),
+            Some(i) => put_int(u64::from(i), prefix, flags, out),
             None => {
                 out.push(flags);
                 put_string(name, out);
@@ -327,26 +328,10 @@ impl Encoder {
     }
 }
 
-/// An integer with an `n`-bit prefix, the first byte's high bits `flags` (RFC 7541 §5.1).
-fn put_integer(mut v: usize, n: u8, flags: u8, out: &mut Vec<u8>) {
-    let max = (1usize << n) - 1;
-    if v < max {
-        out.push(flags | v as u8);
-        return;
-    }
-    out.push(flags | max as u8);
-    v -= max;
-    while v >= 128 {
-        out.push((v % 128) as u8 | 0x80);
-        v /= 128;
-    }
-    out.push(v as u8);
-}
-
 /// A string literal, not Huffman-coded (RFC 7541 §5.2): Huffman coding would save a fifth of
 /// the bytes of a field sent once, and cost a table walk on both sides.
 fn put_string(s: &[u8], out: &mut Vec<u8>) {
-    put_integer(s.len(), 7, 0x00, out);
+    put_int(s.len() as u64, 7, 0x00, out);
     out.extend_from_slice(s);
 }
 
@@ -362,27 +347,19 @@ fn entry(table: &VecDeque<Entry>, index: usize) -> Result<(&[u8], &[u8]), HpackE
     }
 }
 
-/// An integer with an `n`-bit prefix starting at `block[*at]` (RFC 7541 §5.1).
+/// An integer with an `n`-bit prefix starting at `block[*at]` (RFC 7541 §5.1); past the block
+/// or past [`MAX_INTEGER`] alike, the block is [`HpackError::Truncated`].
 fn integer(block: &[u8], at: &mut usize, n: u8) -> Result<usize, HpackError> {
-    let max = (1usize << n) - 1;
-    let first = usize::from(*block.get(*at).ok_or(HpackError::Truncated)?) & max;
-    *at += 1;
-    if first < max {
-        return Ok(first);
+    // At most MAX_INTEGER (2^28): a usize.
+    read_int(block, at, n, MAX_INTEGER as u64).map(|v| v as usize)
+}
+
+impl IntError for HpackError {
+    fn partial(_need: usize) -> Self {
+        Self::Truncated
     }
-    let mut value = max;
-    let mut shift = 0;
-    loop {
-        let b = *block.get(*at).ok_or(HpackError::Truncated)?;
-        *at += 1;
-        value += usize::from(b & 0x7f) << shift;
-        if value > MAX_INTEGER {
-            return Err(HpackError::Truncated);
-        }
-        if b & 0x80 == 0 {
-            return Ok(value);
-        }
-        shift += 7;
+    fn overflow() -> Self {
+        Self::Truncated
     }
 }
 
@@ -630,6 +607,11 @@ mod tests {
             fields(&mut d, &[0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]),
             Err(HpackError::Truncated)
         );
+        // An index padded with zero continuation bytes past 62 bits: refused, not shifted out.
+        let mut padded = vec![0xff];
+        padded.extend([0x80; 20]);
+        padded.push(0);
+        assert_eq!(fields(&mut d, &padded), Err(HpackError::Truncated));
         // Huffman: EOS inside a string (30 one-bits), and padding of 8 one-bits.
         let mut out = Vec::new();
         assert_eq!(

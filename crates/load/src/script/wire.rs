@@ -8,6 +8,7 @@
 //! ("incomplete request at 1:21").
 
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
+use lowlat_http::head::is_connection_specific;
 use lowlat_http::request::{header_slots, parse_request, HeadLimits};
 use lowlat_http::{Status, Version};
 
@@ -168,18 +169,9 @@ fn one_h2(bytes: &[u8], scheme: &str) -> H2Fields {
     for h in req.headers {
         let name = h.name.to_ascii_lowercase();
         // RFC 9113 §8.2.2: connection-specific fields are not sent; `TE` only as `trailers`.
+        // `Host` is `:authority`.
         let te_other = name == "te" && !h.value.eq_ignore_ascii_case(b"trailers");
-        if te_other
-            || matches!(
-                name.as_str(),
-                "host"
-                    | "connection"
-                    | "keep-alive"
-                    | "proxy-connection"
-                    | "transfer-encoding"
-                    | "upgrade"
-            )
-        {
+        if te_other || name == "host" || is_connection_specific(name.as_bytes()) {
             continue;
         }
         fields.push((name.into_bytes(), h.value.to_vec()));
@@ -288,7 +280,7 @@ mod tests {
     /// the connection's own fields dropped, a chunked body decoded.
     #[test]
     fn maps_to_h2_fields() {
-        let bytes = b"POST /x?y HTTP/1.1\r\nHost: h:1\r\nConnection: keep-alive\r\nX-A: 1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n";
+        let bytes = b"POST /x?y HTTP/1.1\r\nHost: h:1\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\nX-A: 1\r\nTE: trailers\r\nUpgrade: h2c\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n";
         let mut r = Requests::default();
         split(bytes, &mut r).unwrap();
         let mut out = Vec::new();
@@ -309,6 +301,7 @@ mod tests {
             (":authority", "h:1"),
             (":path", "/x?y"),
             ("x-a", "1"),
+            ("te", "trailers"),
             ("content-length", "2"),
         ];
         assert_eq!(

@@ -16,16 +16,40 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
   narrow HOST PORT SIZE PATH    an HTTP/3 GET of PATH through a relay that drops every datagram
                                 longer than SIZE bytes (a path with a small MTU)
                                 → {"status", "length", "sha256", "dropped", "relayed"}
-  zerortt HOST PORT METHOD...    a connection for a session ticket, then a second one that sends
-                                one request per METHOD to /plaintext as 0-RTT data
-                                → {"early_data": ticket allows it, "resumed", "responses"}
+  zerortt HOST PORT METHOD[:PATH]...
+                                a connection for a session ticket, then a second one that sends
+                                one request per METHOD to PATH (/plaintext by default) as 0-RTT
+                                data → {"early_data": ticket allows it, "resumed", "responses"}
+  fetch HOST PORT SPEC...       one connection, one request per SPEC (JSON: method, path, and
+                                optional headers [[name, value]...], a body — body_hex, or
+                                body_size bytes of "x", or body_pattern bytes where byte i is
+                                i % 251 — and trailers [[name, value]...] after it), all at once → {"responses": [{status, headers, trailers, length,
+                                sha256, text, json (a JSON body parsed)}]}
+  abuse HOST PORT KIND           a connection (ALPN h3) that breaks QUIC's rules on purpose, by
+                                overriding aioquic's own checks: KIND streams (200 request
+                                streams where the server allows fewer), flow (a stream's first
+                                bytes at an offset of 2 MB, past its window), streamid (data on stream 3, which
+                                only the server may open) → {"close_code", "close_reason"}
+  flood HOST PORT SOCKETS PER   one real Initial packet (aioquic's first datagram, ClientHello
+                                and all) sent PER times from each of SOCKETS sockets (as many
+                                client addresses), none of which goes on with the handshake
+                                → {"sent", "replies", "retries": replies that are Retry packets}
+  cancel HOST PORT HOW PATH THEN
+                                a request to PATH abandoned 0.5 s after it was sent, by a reset
+                                of its stream (HOW = reset) or by closing the connection (HOW =
+                                close); 0.5 s later, on a new connection, a GET of THEN
+                                → {"then": its response}
   raw HOST PORT STREAM...       HTTP/3 bytes written by hand (ALPN h3): each STREAM is
                                 KIND:HEX[:fin] (KIND bidi or uni) or `headers:NAME=VALUE,...`
                                 (a bidi stream with one HEADERS frame, QPACK-encoded by pylsqpack
-                                with no dynamic table, then FIN); what the server did in 3 s:
-                                {"close_code", "close_reason", "resets": {id: code},
-                                 "stopped": {id: code}, "answered": [request streams ended by
-                                 the server], "received": {id: hex of what came on it}}
+                                with no dynamic table, then FIN) or `headers-open:...` (the same
+                                and a DATA frame of 100 bytes, no FIN: a body that stalls); what
+                                the server did in 3 s: {"close_code", "close_reason",
+                                 "resets": {id: code}, "stopped": {id: code}, "answered":
+                                 [request streams ended by the server], "received": {id: hex of
+                                 what came on it}, "status": {id: the :status it answered}};
+                                `until-closed` among the STREAMs waits for the server to close
+                                the connection rather than for its answers
 """
 
 import asyncio
@@ -286,7 +310,8 @@ async def zerortt(host, port, *methods):
     async with connect(host, port, configuration=cfg, create_protocol=H3Client,
                        wait_connected=False) as client:
         answers = await asyncio.gather(*(
-            client.request(m, f"localhost:{port}", "/plaintext", b"x" if m == "POST" else None)
+            client.request(m.partition(":")[0], f"localhost:{port}", m.partition(":")[2] or "/plaintext",
+                           b"x" if m.startswith("POST") else None)
             for m in methods))
         return {"early_data": tickets[-1].max_early_data_size is not None,
                 "resumed": bool(client._quic.tls.session_resumed),
@@ -311,7 +336,9 @@ class H3Client(QuicConnectionProtocol):
         for e in self.h3.handle_event(event):
             if isinstance(e, (HeadersReceived, DataReceived)) and e.stream_id in self.pending:
                 fut, r = self.pending[e.stream_id]
-                if isinstance(e, HeadersReceived):
+                if isinstance(e, HeadersReceived) and any(k == b":status" for k, _ in r["headers"]):
+                    r["trailers"].extend(e.headers)
+                elif isinstance(e, HeadersReceived):
                     r["headers"].extend(e.headers)
                     # For a test that acts while the body is still coming.
                     print("headers", file=sys.stderr, flush=True)
@@ -324,20 +351,26 @@ class H3Client(QuicConnectionProtocol):
                 if not fut.done():
                     fut.set_exception(ConnectionError(event.reason_phrase or str(event.error_code)))
 
-    async def request(self, method, authority, path, body=None):
+    def send(self, method, authority, path, body=None, headers=(), trailers=()):
         sid = self._quic.get_next_available_stream_id()
         fut = asyncio.get_running_loop().create_future()
-        self.pending[sid] = (fut, {"headers": [], "body": b""})
+        self.pending[sid] = (fut, {"headers": [], "trailers": [], "body": b""})
         self.h3.send_headers(
             sid,
             [(b":method", method.encode()), (b":scheme", b"https"),
              (b":authority", authority.encode()), (b":path", path.encode()),
-             (b"user-agent", b"aioquic")],
+             (b"user-agent", b"aioquic")] + [(k.encode(), v.encode()) for k, v in headers],
             end_stream=body is None,
         )
         if body is not None:
-            self.h3.send_data(sid, body, end_stream=True)
+            self.h3.send_data(sid, body, end_stream=not trailers)
+        if trailers:
+            self.h3.send_headers(sid, [(k.encode(), v.encode()) for k, v in trailers], end_stream=True)
         self.transmit()
+        return sid, fut
+
+    async def request(self, method, authority, path, body=None, headers=(), trailers=()):
+        _, fut = self.send(method, authority, path, body, headers, trailers)
         r = await fut
         headers = {}
         for k, v in r["headers"]:
@@ -348,6 +381,8 @@ class H3Client(QuicConnectionProtocol):
             "length": len(r["body"]),
             "sha256": hashlib.sha256(r["body"]).hexdigest(),
             "text": r["body"][:200].decode("utf-8", "replace"),
+            "trailers": [[k.decode(), v.decode()] for k, v in r["trailers"]],
+            "json": json.loads(r["body"]) if headers.get("content-type", "").startswith("application/json") else None,
         }
 
 
@@ -355,6 +390,111 @@ async def get(host, port, method, *paths):
     async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
         answers = await asyncio.gather(*(client.request(method, f"localhost:{port}", str(p)) for p in paths))
         return {"responses": answers}
+
+
+async def fetch(host, port, *specs):
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
+        requests = []
+        for spec in map(json.loads, specs):
+            body = None
+            if "body_hex" in spec:
+                body = bytes.fromhex(spec["body_hex"])
+            elif "body_size" in spec:
+                body = b"x" * spec["body_size"]
+            elif "body_pattern" in spec:
+                n = spec["body_pattern"]
+                body = (bytes(range(251)) * (n // 251 + 1))[:n]
+            requests.append(client.request(spec["method"], f"localhost:{port}", spec["path"], body,
+                                           [tuple(h) for h in spec.get("headers", [])],
+                                           [tuple(t) for t in spec.get("trailers", [])]))
+        return {"responses": await asyncio.gather(*requests)}
+
+
+async def abuse(host, port, kind):
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=RawH3) as client:
+        q = client._quic
+        if kind == "streams":
+            q._remote_max_streams_bidi = 1 << 20  # pretend the server allowed them
+            for _ in range(200):
+                q.send_stream_data(q.get_next_available_stream_id(), b"\x01", end_stream=False)
+        elif kind == "flow":
+            # A stream's first bytes sent at an offset of 2 MB, past its 1 MiB window.
+            q._remote_max_data = 1 << 40
+            sid = q.get_next_available_stream_id()
+            q.send_stream_data(sid, b"", end_stream=False)
+            stream = q._streams[sid]
+            stream.max_stream_data_remote = 1 << 40
+            stream.sender._buffer_start = stream.sender._buffer_stop = 2_000_000
+            stream.sender.write(b"\x00" * 100)
+        elif kind == "streamid":
+            from aioquic.quic.stream import QuicStream
+
+            stream = q._streams[3] = QuicStream(stream_id=3, max_stream_data_local=0,
+                                                max_stream_data_remote=1000, readable=False)
+            q._streams_queue.append(stream)
+            stream.sender.write(b"x")
+        else:
+            return {"error": f"unknown abuse {kind}"}
+        client.transmit()
+        deadline = time.monotonic() + 5
+        while client.closed is None and time.monotonic() < deadline:
+            client.transmit()
+            await asyncio.sleep(0.05)
+        return {
+            "close_code": client.closed.error_code if client.closed else None,
+            "close_reason": client.closed.reason_phrase if client.closed else None,
+        }
+
+
+async def flood(host, port, sockets, per):
+    import socket
+
+    from aioquic.quic.connection import QuicConnection
+
+    conn = QuicConnection(configuration=config(alpn=H3_ALPN[0]))
+    conn.connect((host, port), now=time.time())
+    initial = conn.datagrams_to_send(now=time.time())[0][0]
+    socks = []
+    sent = replies = retries = 0
+    try:
+        for _ in range(sockets):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", 0))
+            sock.setblocking(False)
+            socks.append(sock)
+            for _ in range(per):
+                sock.sendto(initial, (host, port))
+                sent += 1
+        await asyncio.sleep(1.0)
+        for sock in socks:
+            while True:
+                try:
+                    data = sock.recv(65536)
+                except BlockingIOError:
+                    break
+                replies += 1
+                # A long header (bit 7) of type Retry (bits 5-4 = 3, QUIC v1).
+                retries += int(data[0] & 0x80 != 0 and (data[0] >> 4) & 0x3 == 3)
+    finally:
+        for sock in socks:
+            sock.close()
+    return {"sent": sent, "replies": replies, "retries": retries}
+
+
+async def cancel(host, port, how, path, then):
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
+        sid, _ = client.send("GET", f"localhost:{port}", path)
+        await asyncio.sleep(0.5)
+        if how == "reset":
+            client._quic.reset_stream(sid, 0x10C)  # H3_REQUEST_CANCELLED
+            client._quic.stop_stream(sid, 0x10C)
+            client.transmit()
+            await asyncio.sleep(0.2)
+        else:
+            client.close()
+    await asyncio.sleep(0.5)
+    async with connect(host, port, configuration=config(alpn=H3_ALPN[0]), create_protocol=H3Client) as client:
+        return {"then": await client.request("GET", f"localhost:{port}", then)}
 
 
 async def post(host, port, path, *sizes):
@@ -399,20 +539,26 @@ async def raw(host, port, *streams):
         q = client._quic
         for spec in streams:
             kind, _, rest = spec.partition(":")
-            if kind == "headers":
+            if kind == "until-closed":
+                continue
+            if kind in ("headers", "headers-open"):
                 sid = q.get_next_available_stream_id()
                 enc = pylsqpack.Encoder()
                 fields = [tuple(x.encode() for x in kv.split("=", 1)) for kv in rest.split(",") if kv]
                 _, section = enc.encode(sid, fields)
                 frame = bytes([0x01]) + encode_varint(len(section)) + section
-                q.send_stream_data(sid, frame, end_stream=True)
+                if kind == "headers-open":
+                    frame += bytes([0x00]) + encode_varint(100) + b"x" * 100
+                q.send_stream_data(sid, frame, end_stream=(kind == "headers"))
                 continue
             data, _, flags = rest.partition(":")
             sid = q.get_next_available_stream_id(is_unidirectional=(kind == "uni"))
             q.send_stream_data(sid, bytes.fromhex(data), end_stream=(flags == "fin"))
         client.transmit()
         bidi = sum(1 for spec in streams if spec.startswith(("bidi", "headers")))
-        deadline = time.monotonic() + 3
+        if "until-closed" in streams:
+            bidi = 0  # wait for the server to close, whatever it answered
+        deadline = time.monotonic() + 4
         while client.closed is None and time.monotonic() < deadline:
             # Every request stream answered or reset: nothing more to wait for.
             if bidi and len(set(client.resets) | client.answered) >= bidi:
@@ -425,7 +571,29 @@ async def raw(host, port, *streams):
             "stopped": {str(k): v for k, v in client.stopped.items()},
             "answered": sorted(client.answered),
             "received": {str(k): bytes(v).hex() for k, v in client.received.items()},
+            "status": {str(k): first_status(k, bytes(v)) for k, v in client.received.items()},
         }
+
+
+def first_status(sid, data):
+    """The :status of the first HEADERS frame in a request stream's bytes (None if none)."""
+    import pylsqpack
+
+    at = 0
+    while at < len(data):
+        ftype, at = read_varint(data, at)
+        length, at = read_varint(data, at)
+        if ftype == 0x01:
+            _, fields = pylsqpack.Decoder(0, 0).feed_header(sid, data[at:at + length])
+            return int(dict(fields).get(b":status", b"0"))
+        at += length
+    return None
+
+
+def read_varint(data, at):
+    size = 1 << (data[at] >> 6)
+    value = int.from_bytes(data[at:at + size], "big") & ((1 << (8 * size - 2)) - 1)
+    return value, at + size
 
 
 def encode_varint(n):
@@ -438,11 +606,12 @@ def encode_varint(n):
 
 def main():
     cmd, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if cmd in ("get", "post", "raw", "lossy", "narrow", "zerortt"):
+    if cmd in ("get", "post", "raw", "lossy", "narrow", "zerortt", "fetch", "cancel", "abuse"):  # as text
         rest = sys.argv[4:]
     else:
         rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
-    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy, "narrow": narrow, "zerortt": zerortt}[cmd]
+    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy, "narrow": narrow, "zerortt": zerortt, "fetch": fetch, "cancel": cancel, "abuse": abuse,
+                "flood": flood}[cmd]
     try:
         result = asyncio.run(asyncio.wait_for(scenario(host, port, *rest), LIMIT))
     except Exception as e:  # the test prints this and fails

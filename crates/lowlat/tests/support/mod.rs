@@ -1,13 +1,16 @@
 //! What the tests of the `lowlat` binary share: starting `lowlat serve` as a process and
-//! reading the addresses from its banner; starting the proxy's upstreams ([`upstream`]).
+//! reading the addresses from its banner; starting the proxy's upstreams ([`upstream`]); an
+//! HTTP/3 client ([`h3`]); the small client-side helpers (curl, a response head's fields, a free
+//! port, TCP sockets by state, a command's JSON output).
 
 #![allow(dead_code)]
 
+pub mod h3;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lowlat");
 
@@ -52,27 +55,102 @@ pub fn address(stderr: &str, scheme: &str) -> SocketAddr {
         .unwrap()
 }
 
-/// Sockets on local port `port` in TCP state CLOSE-WAIT (the peer closed, this side has not):
-/// read from /proc/net/tcp and tcp6, so no outside tool is needed.
-pub fn close_wait_on(port: u16) -> usize {
+/// Which end of a TCP socket [`tcp_sockets`] matches a port against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Local,
+    Remote,
+    Either,
+}
+
+/// TCP sockets whose `end` port is `port`, in one of `states` (hex, as /proc/net/tcp writes
+/// them: 01 established, 08 close-wait): read from /proc/net/tcp and tcp6, so no outside tool
+/// is needed.
+pub fn tcp_sockets(port: u16, end: End, states: &[&str]) -> usize {
     let mut n = 0;
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else {
             continue;
         };
         for line in text.lines().skip(1) {
+            // sl, local_address (ADDR:PORT in hex), rem_address, st
             let cols: Vec<&str> = line.split_whitespace().collect();
-            // sl, local_address (ADDR:PORT in hex), rem_address, st (08 = CLOSE_WAIT)
-            let local_port = cols
-                .get(1)
-                .and_then(|a| a.rsplit_once(':'))
-                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
-            if local_port == Some(port) && cols.get(3) == Some(&"08") {
+            let port_of = |i: usize| {
+                cols.get(i)
+                    .and_then(|a| a.rsplit_once(':'))
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            };
+            let ours = match end {
+                End::Local => port_of(1) == Some(port),
+                End::Remote => port_of(2) == Some(port),
+                End::Either => port_of(1) == Some(port) || port_of(2) == Some(port),
+            };
+            if ours && cols.get(3).is_some_and(|s| states.contains(s)) {
                 n += 1;
             }
         }
     }
     n
+}
+
+/// Sockets on local port `port` in TCP state CLOSE-WAIT (the peer closed, this side has not).
+pub fn close_wait_on(port: u16) -> usize {
+    tcp_sockets(port, End::Local, &["08"])
+}
+
+/// Established TCP connections whose remote port is `port` (a proxy's, to an upstream).
+pub fn connections_to(port: u16) -> usize {
+    tcp_sockets(port, End::Remote, &["01"])
+}
+
+/// A port free now (bound, then released): nothing listens on it, or a setting takes it before
+/// the start.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// curl with `args`, silent but for errors, bounded in time.
+pub fn curl(args: &[&str]) -> Output {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "30"])
+        .args(args)
+        .output()
+        .expect("run curl (scripts/test-deps.sh installs it)")
+}
+
+/// The value of the first field `name` (case-insensitive) in a response head.
+pub fn field<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().skip(1).find_map(|line| {
+        let (n, v) = line.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// Where `needle` first stands in `hay`.
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Runs `cmd` (no standard input), which must succeed, and parses its standard output as JSON;
+/// a failure says the command, its exit status, what it printed and its stderr.
+pub fn json_output(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{cmd:?} printed {stdout:?}: {e}"))
 }
 
 /// Sends SIGTERM to `child` and returns how long it took to exit (panics after `limit`).
@@ -145,6 +223,12 @@ impl Served {
         }
     }
 
+    /// SIGTERM, and waits (15 s at most) for it to exit: what it writes on the way out (the
+    /// access log) is then on disk.
+    pub fn stop(mut self) {
+        stop_and_time(&mut self.child, std::time::Duration::from_secs(15));
+    }
+
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
@@ -167,6 +251,18 @@ impl Served {
             .unwrap()
             .success();
         assert!(ok, "kill -{sig}");
+    }
+
+    /// Waits a second while `client` sends to an upstream that reads nothing, then asserts that
+    /// the peak memory (VmHWM) is less than 8 MiB above `warm_kib`: the client is held back, not
+    /// buffered.
+    pub fn assert_held_back(&self, warm_kib: u64, client: &str) {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let grew = self.status_kib("VmHWM:").saturating_sub(warm_kib);
+        assert!(
+            grew < 8 * 1024,
+            "the proxy grew by {grew} KiB while its upstream read nothing from {client}"
+        );
     }
 
     /// A field of /proc/PID/status in KiB (`VmRSS:`, `VmHWM:`).

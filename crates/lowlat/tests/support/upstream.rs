@@ -265,6 +265,19 @@ pub fn pattern_sha256(len: u64) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// SHA-256 in hex, by coreutils' sha256sum: independent of the upstreams' own digests, which
+/// are compared with it.
+pub fn sha256_hex(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_owned()
+}
+
 /// `curl --http2-prior-knowledge -T -` uploading `len` bytes of [`pattern`] from its stdin (no
 /// length declared: a proxy forwards it chunked) to `url`; the child, its stdin fed by a thread.
 pub fn curl_h2_upload(
@@ -281,6 +294,23 @@ pub fn curl_h2_upload(
     let mut stdin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || send_pattern(&mut stdin, len, 0));
     (child, writer)
+}
+
+/// An upload to an upstream that reads nothing: writes `head` (which declares `len` bytes) on
+/// `s`, sends `len` bytes of [`pattern`] after it from a thread, and asserts that `proxy` holds
+/// the client back ([`super::Served::assert_held_back`]). Returns the writing thread.
+pub fn upload_held_back(
+    proxy: &super::Served,
+    s: &std::net::TcpStream,
+    head: &str,
+    len: u64,
+    warm_kib: u64,
+) -> std::thread::JoinHandle<std::io::Result<()>> {
+    let mut w = s.try_clone().unwrap();
+    w.write_all(head.as_bytes()).unwrap();
+    let writer = std::thread::spawn(move || send_pattern(&mut w, len, 0));
+    proxy.assert_held_back(warm_kib, "an HTTP/1.1 client");
+    writer
 }
 
 /// Writes `len` bytes of [`pattern`] to `s`, as chunks of `chunk` bytes when `chunk` is not 0.
@@ -590,13 +620,25 @@ pub fn caddy() -> PathBuf {
     tool("caddy")
 }
 
-/// Finds `name` in PATH, the sbin directories and Go's bin directory; fails the test with what
+/// oha built with HTTP/3, which `scripts/test-deps.sh` installs into the cache (Debian has no
+/// oha, and the released binaries are built without HTTP/3).
+pub fn oha() -> PathBuf {
+    tool("oha")
+}
+
+/// Finds `name` in PATH, the sbin directories, Go's bin directory and the test tools' cache; fails the test with what
 /// to run when it is in none of them (a test that cannot run must not pass).
 fn tool(name: &str) -> PathBuf {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).collect())
         .unwrap_or_default();
     dirs.extend(["/usr/sbin", "/usr/local/sbin"].map(PathBuf::from));
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")));
+    if let Some(cache) = cache {
+        dirs.push(cache.join("lowlat-oha/bin"));
+    }
     if let Ok(out) = Command::new("go").args(["env", "GOPATH"]).output() {
         let gopath = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         if !gopath.is_empty() {

@@ -493,21 +493,14 @@ fn serve(
         last_modified: &v.last_modified,
         mtime_secs: v.mtime_secs,
     };
-    match conditional::evaluate(&fields.pre, &validators) {
-        Outcome::Proceed => {}
-        Outcome::NotModified => {
-            res.send_head(304, None, &v.head_not_modified, None);
-            return;
-        }
-        Outcome::PreconditionFailed => {
-            // The representation chosen decided the outcome (its ETag), so it varies too.
-            if entry.varies() {
-                res.send_status_with(412, VARY_ACCEPT_ENCODING);
-            } else {
-                res.send_status(412);
-            }
-            return;
-        }
+    if !preconditions_pass(
+        fields,
+        &validators,
+        &v.head_not_modified,
+        entry.varies(),
+        res,
+    ) {
+        return;
     }
     let mut range = RangeOutcome::Full;
     if let Some(field) = fields.range {
@@ -538,6 +531,35 @@ fn serve(
     }
 }
 
+/// The request's preconditions against the chosen representation's `validators`: `true` to go
+/// on; otherwise its 304 (`head_not_modified`) or a 412 has been sent. `varies`: the
+/// representation was chosen by `Accept-Encoding`, and since it decided the outcome (its ETag),
+/// the 412 varies too.
+#[inline]
+fn preconditions_pass(
+    fields: &Fields<'_>,
+    validators: &Validators<'_>,
+    head_not_modified: &[u8],
+    varies: bool,
+    res: &mut Response<'_>,
+) -> bool {
+    match conditional::evaluate(&fields.pre, validators) {
+        Outcome::Proceed => true,
+        Outcome::NotModified => {
+            res.send_head(304, None, head_not_modified, None);
+            false
+        }
+        Outcome::PreconditionFailed => {
+            if varies {
+                res.send_status_with(412, VARY_ACCEPT_ENCODING);
+            } else {
+                res.send_status(412);
+            }
+            false
+        }
+    }
+}
+
 /// Answers from the representation compressed on the fly with `heads.coding`: preconditions
 /// against its own validators, then the body from the worker's compressed-file cache, or
 /// compressed now (and kept if it fits).
@@ -561,16 +583,8 @@ fn serve_encoded(
         last_modified: &identity.last_modified,
         mtime_secs: identity.mtime_secs,
     };
-    match conditional::evaluate(&fields.pre, &validators) {
-        Outcome::Proceed => {}
-        Outcome::NotModified => {
-            res.send_head(304, None, &heads.head_not_modified, None);
-            return;
-        }
-        Outcome::PreconditionFailed => {
-            res.send_status_with(412, VARY_ACCEPT_ENCODING);
-            return;
-        }
+    if !preconditions_pass(fields, &validators, &heads.head_not_modified, true, res) {
+        return;
     }
     let FlyCache { cache, key } = fly;
     key.clear();

@@ -9,8 +9,6 @@ use super::conn::{remember, H2Conn, Pending, CONNECTION_WINDOW};
 use super::stream::{State, Stream};
 use crate::ctx::WorkerCtx;
 use crate::proxy::headers::StreamedBody;
-use crate::proxy::upload::STREAM_MIN_BODY;
-use lowlat_http::request::Method;
 
 /// CONTINUATION frames one header block may use (CVE-2024-27316 sends endless ones).
 const MAX_CONTINUATIONS: u32 = 64;
@@ -187,22 +185,10 @@ impl H2Conn {
         let Some(up) = s.upload.as_deref_mut() else {
             return;
         };
-        let data = &self.rbuf[payload];
-        up.received += data.len() as u64;
-        let mut pipe = up.pipe.borrow_mut();
-        if up.received > up.limit || up.declared.is_some_and(|n| up.received > n) {
-            pipe.fail(if up.received > up.limit { 413 } else { 400 });
-        } else {
-            pipe.put(data);
-        }
+        let room = up.put(&self.rbuf[payload]);
         if end_stream {
-            if up.declared.is_some_and(|n| n != up.received) {
-                pipe.fail(400);
-            }
-            pipe.end();
+            up.finish(std::iter::empty());
         }
-        let room = pipe.has_room();
-        drop(pipe);
         if let Some(token) = s.relay.and_then(|r| r.upstream) {
             self.upload_wakes.push((token, s.id));
         }
@@ -220,16 +206,11 @@ impl H2Conn {
     /// which ends.
     fn upload_trailers(&mut self, i: usize) {
         let s = &mut self.streams[i];
-        let Some(up) = s.upload.take() else {
+        let Some(mut up) = s.upload.take() else {
             return;
         };
         s.state = State::HalfClosedRemote;
-        let mut pipe = up.pipe.borrow_mut();
-        if up.declared.is_some_and(|n| n != up.received) {
-            pipe.fail(400);
-        }
-        pipe.end_with_trailers(self.head.fields().map(|(n, v)| (n.as_bytes(), v)));
-        drop(pipe);
+        up.finish(self.head.fields().map(|(n, v)| (n.as_bytes(), v)));
         if let Some(token) = s.relay.and_then(|r| r.upstream) {
             self.upload_wakes.push((token, s.id));
         }
@@ -241,7 +222,7 @@ impl H2Conn {
         let Some(s) = self.streams.iter_mut().find(|s| s.id == id) else {
             return;
         };
-        let drained = s.upload.as_ref().is_some_and(|u| u.pipe.borrow().drained());
+        let drained = s.upload.as_ref().is_some_and(|u| u.drained());
         if drained && s.recv_window < initial / 2 {
             let inc = initial - s.recv_window;
             s.recv_window += inc;
@@ -406,14 +387,7 @@ impl H2Conn {
         }
         // A body for an upstream streams as its DATA frames come when it is long or of unknown
         // length (as HTTP/1.1's chunked ones do); others are read whole, up to --max-body.
-        let streamed = match self.head.content_length {
-            Some(n) if n > ctx.cfg.max_body_bytes || n > STREAM_MIN_BODY => {
-                Some(StreamedBody::Length(n))
-            }
-            Some(_) => None,
-            None => Some(StreamedBody::Chunked),
-        }
-        .filter(|_| self.streams_to_upstream(ctx));
+        let streamed = ctx.router.streamed_body(&self.head, ctx.cfg.max_body_bytes);
         if streamed.is_none()
             && self
                 .head
@@ -499,25 +473,6 @@ impl H2Conn {
         if let Some(token) = s.relay.and_then(|r| r.upstream) {
             self.upload_wakes.push((token, s.id));
         }
-    }
-
-    /// Whether the request whose head was just decoded goes to a handler that takes its body
-    /// as it arrives (the proxy). A GET or HEAD without `content-length` has no body to stream,
-    /// whatever its HEADERS frame left open.
-    fn streams_to_upstream(&mut self, ctx: &mut WorkerCtx<'_>) -> bool {
-        let head = &self.head;
-        let method = Method::from_token(head.method().unwrap_or(""));
-        if matches!(method, Method::Get | Method::Head) && head.content_length.is_none() {
-            return false;
-        }
-        let Some(target) = head.path() else {
-            return false;
-        };
-        let path = target.split('?').next().unwrap_or(target);
-        let host = head
-            .authority()
-            .or_else(|| head.fields().find(|(n, _)| *n == "host").map(|(_, v)| v));
-        ctx.router.streams_body_at(host, path, method)
     }
 
     pub(super) fn settings(

@@ -15,7 +15,7 @@ use mio::Token;
 
 use super::conn::{forget, remember, H2Conn};
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::{Downstream, TunnelRead};
+use crate::proxy::downstream::{log_relayed, lowered_fields, Downstream, TunnelRead};
 use crate::proxy::job::RelayBody;
 
 /// Stream `id` of `conn`, receiving a relayed response.
@@ -43,21 +43,6 @@ impl H2Conn {
 
     fn stream_index(&self, id: u32) -> Option<usize> {
         self.streams.iter().position(|s| s.id == id)
-    }
-
-    /// Copies the relayed fields that `pass` into `res_buf`/`res_fields`, names lower-cased.
-    fn collect_fields(&mut self, fields: &[Header<'_>], pass: &dyn Fn(&str) -> bool) {
-        self.res_buf.clear();
-        self.res_fields.clear();
-        for f in fields.iter().filter(|f| pass(f.name)) {
-            let at = self.res_buf.len();
-            self.res_buf.extend_from_slice(f.name.as_bytes());
-            self.res_buf[at..].make_ascii_lowercase();
-            let name = at..self.res_buf.len();
-            self.res_buf.extend_from_slice(f.value);
-            self.res_fields
-                .push((name.clone(), name.end..self.res_buf.len()));
-        }
     }
 
     /// Ends stream `id` with a HEADERS frame of trailer fields. Encoded now, as it is written:
@@ -94,21 +79,19 @@ pub(super) fn log_tunnel(
         return;
     }
     let took = ctx.now.saturating_duration_since(s.started);
-    ctx.counters.response(0, r.status, r.body_bytes, took);
-    if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &s.held) {
-        log.record(&held.entry(
-            peer,
-            r.status,
-            r.body_bytes,
-            took,
-            ctx.worker,
-            Some(crate::access_log::UpstreamFields {
-                addr: &t.upstream,
-                status: 101,
-                time: t.upstream_time,
-            }),
-        ));
-    }
+    log_relayed(
+        ctx,
+        s.held.as_deref(),
+        peer,
+        r.status,
+        r.body_bytes,
+        took,
+        Some(crate::access_log::UpstreamFields {
+            addr: &t.upstream,
+            status: 101,
+            time: t.upstream_time,
+        }),
+    );
 }
 
 impl Downstream for StreamRelay<'_> {
@@ -119,6 +102,7 @@ impl Downstream for StreamRelay<'_> {
         _reason: &str,
         fields: &[Header<'_>],
         pass: &dyn Fn(&str) -> bool,
+        added: &[u8],
         body: RelayBody,
     ) {
         let c = &mut *self.conn;
@@ -132,20 +116,14 @@ impl Downstream for StreamRelay<'_> {
             return self.relay_error(ctx, 502);
         }
         let head_only = c.streams[i].relay.is_some_and(|r| r.head_only);
-        c.collect_fields(fields, pass);
-        let announced = match body {
-            RelayBody::Length(n) => Some(n),
-            RelayBody::None { length } if head_only => length,
-            _ => None,
-        };
-        if let Some(n) = announced {
-            let at = c.res_buf.len();
-            c.res_buf.extend_from_slice(b"content-length");
-            let name = at..c.res_buf.len();
-            c.res_buf
-                .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-            c.res_fields.push((name.clone(), name.end..c.res_buf.len()));
-        }
+        lowered_fields(
+            fields,
+            pass,
+            added,
+            body.announced(head_only),
+            &mut c.res_buf,
+            &mut c.res_fields,
+        );
         let end = head_only || matches!(body, RelayBody::None { .. });
         c.write_head(self.id, status, end);
         if let Some(r) = &mut c.streams[i].relay {
@@ -209,21 +187,19 @@ impl Downstream for StreamRelay<'_> {
             return;
         };
         let took = ctx.now.saturating_duration_since(s.started);
-        ctx.counters.response(0, r.status, r.body_bytes, took);
-        if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &s.held) {
-            log.record(&held.entry(
-                c.peer,
-                r.status,
-                r.body_bytes,
-                took,
-                ctx.worker,
-                Some(crate::access_log::UpstreamFields {
-                    addr: upstream,
-                    status: upstream_status,
-                    time: upstream_time,
-                }),
-            ));
-        }
+        log_relayed(
+            ctx,
+            s.held.as_deref(),
+            c.peer,
+            r.status,
+            r.body_bytes,
+            took,
+            Some(crate::access_log::UpstreamFields {
+                addr: upstream,
+                status: upstream_status,
+                time: upstream_time,
+            }),
+        );
         if r.head_only {
             // The HEADERS frame ended the stream.
             let s = c.streams.swap_remove(i);
@@ -252,9 +228,11 @@ impl Downstream for StreamRelay<'_> {
         let Some(i) = c.stream_index(self.id) else {
             return;
         };
-        c.streams[i].relay = None;
-        ctx.counters
-            .response(0, status, 0, std::time::Duration::ZERO);
+        let s = &mut c.streams[i];
+        s.relay = None;
+        // Logged as HTTP/1.1's are: the request, the gateway error, no upstream answer.
+        let took = ctx.now.saturating_duration_since(s.started);
+        log_relayed(ctx, s.held.as_deref(), c.peer, status, 0, took, None);
         c.status_page(ctx, status);
         c.send_response(self.id, None, Some(i));
         // Nothing else will write it: the upstream side is done with this exchange.
@@ -310,9 +288,14 @@ impl Downstream for StreamRelay<'_> {
         r.status = 200;
         // RFC 8441 §5: `200`, without the HTTP/1.1 handshake's accept value (the proxy checked
         // it); `pass` already dropped `Upgrade` and `Connection`.
-        c.collect_fields(fields, &|name| {
-            pass(name) && !name.eq_ignore_ascii_case("sec-websocket-accept")
-        });
+        lowered_fields(
+            fields,
+            &|name| pass(name) && !name.eq_ignore_ascii_case("sec-websocket-accept"),
+            b"",
+            None,
+            &mut c.res_buf,
+            &mut c.res_fields,
+        );
         c.write_head(self.id, 200, false);
         true
     }

@@ -10,11 +10,11 @@ use lowlat_http::ParseError;
 use lowlat_http::Version;
 
 use super::conn::{forget, remember, H2Conn};
-use super::stream::{translate_head, Relay, State, Stream, StreamUpload};
+use super::stream::{translate_head, Relay, State, Stream};
 use crate::ctx::WorkerCtx;
 use crate::handler::Response;
 use crate::proxy::headers::StreamedBody;
-use crate::proxy::upload::Upload;
+use crate::proxy::upload::{Upload, UploadFeed};
 
 impl H2Conn {
     /// The request on stream `i` is complete: check its length and answer it.
@@ -83,12 +83,7 @@ impl H2Conn {
             query,
             version: Version::Http2,
             headers: fields,
-            framing: match streamed {
-                Some(StreamedBody::Length(n)) => lowlat_http::body::BodyFraming::Length(n),
-                Some(StreamedBody::Chunked) => lowlat_http::body::BodyFraming::Chunked,
-                None if body.is_empty() => lowlat_http::body::BodyFraming::None,
-                None => lowlat_http::body::BodyFraming::Length(body.len() as u64),
-            },
+            framing: crate::proxy::headers::request_framing(streamed, body.len()),
             keep_alive: true,
             expect_continue: false,
             head_len: 0,
@@ -109,6 +104,7 @@ impl H2Conn {
         let client = crate::proxy::headers::ClientInfo {
             peer: self.peer,
             tls: self.io.is_tls(),
+            early_data: false,
         };
         let mut forward = None;
         res.set_client(&client, &mut forward);
@@ -121,15 +117,7 @@ impl H2Conn {
             let upload = streamed.map(|framing| {
                 let pipe = Upload::new(framing);
                 job.upload = Some(std::rc::Rc::clone(&pipe));
-                Box::new(StreamUpload {
-                    pipe,
-                    received: 0,
-                    declared: match framing {
-                        StreamedBody::Length(n) => Some(n),
-                        StreamedBody::Chunked => None,
-                    },
-                    limit: job.group.cfg.max_body,
-                })
+                Box::new(UploadFeed::new(pipe, framing, job.group.cfg.max_body))
             });
             // Answered as the upstream's response arrives (`super::relay`).
             ctx.proxy_starts.push((ctx.token, id, job));

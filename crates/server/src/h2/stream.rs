@@ -46,7 +46,7 @@ pub(crate) struct Stream {
     /// The relayed request's log fields (only with an access log).
     pub(crate) held: Option<Box<crate::access_log::HeldRequest>>,
     /// The request's body streaming to an upstream as its DATA frames arrive.
-    pub(crate) upload: Option<Box<StreamUpload>>,
+    pub(crate) upload: Option<Box<crate::proxy::upload::UploadFeed>>,
     /// Trailer fields (names in lower case) relayed from the upstream: sent as a last HEADERS
     /// frame, which ends the stream, once the body is out.
     pub(crate) trailers: Option<Box<TrailerFields>>,
@@ -72,17 +72,6 @@ pub(crate) struct StreamTunnel {
     /// The upstream server's label, and how long its `101` took (the access log's fields).
     pub(crate) upstream: String,
     pub(crate) upstream_time: std::time::Duration,
-}
-
-/// A stream's request body on its way to an upstream while it arrives (`proxy::upload`).
-pub(crate) struct StreamUpload {
-    pub(crate) pipe: crate::proxy::upload::UploadRef,
-    /// Body bytes received so far.
-    pub(crate) received: u64,
-    /// The `content-length` the client declared, checked at the end.
-    pub(crate) declared: Option<u64>,
-    /// Most body bytes forwarded (the group's `max_body`).
-    pub(crate) limit: u64,
 }
 
 /// Trailer fields as (name, value).

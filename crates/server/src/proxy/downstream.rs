@@ -2,16 +2,21 @@
 //! HTTP/2 stream) that asked for it. The contract between the client's protocol and the upstream
 //! side, so that neither knows the other.
 
+use std::ops::Range;
+
 use lowlat_http::client::Header;
 
 use super::job::RelayBody;
+use crate::access_log::{HeldRequest, UpstreamFields};
 use crate::ctx::WorkerCtx;
 
 /// Where the upstream side delivers a response: the client connection (or HTTP/2 stream) that
 /// asked for it. Body bytes arrive decoded; the client's protocol frames them.
 pub(crate) trait Downstream {
     /// The response head: status, reason, and the fields that pass the proxy (already filtered:
-    /// `pass` says which do).
+    /// `pass` says which do), then the site's own lines for every response (`added`, see
+    /// [`added_lines`]).
+    #[allow(clippy::too_many_arguments)]
     fn relay_head(
         &mut self,
         ctx: &mut WorkerCtx<'_>,
@@ -19,6 +24,7 @@ pub(crate) trait Downstream {
         reason: &str,
         fields: &[Header<'_>],
         pass: &dyn Fn(&str) -> bool,
+        added: &[u8],
         body: RelayBody,
     );
     /// Body bytes, in order.
@@ -80,6 +86,35 @@ pub(crate) trait Downstream {
     fn tunnel_end(&mut self, _ctx: &mut WorkerCtx<'_>) {}
 }
 
+/// A relayed exchange is over for its client: counted for `/metrics`, and its access-log line
+/// written from the request's `held` fields (kept when the request was forwarded), with the
+/// upstream's address, status and time when one answered.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn log_relayed(
+    ctx: &mut WorkerCtx<'_>,
+    held: Option<&HeldRequest>,
+    peer: std::net::SocketAddr,
+    status: u16,
+    bytes: u64,
+    took: std::time::Duration,
+    upstream: Option<UpstreamFields<'_>>,
+) {
+    ctx.counters.response(0, status, bytes, took);
+    if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), held) {
+        log.record(&held.entry(peer, status, bytes, took, ctx.worker, upstream));
+    }
+}
+
+/// What a client's turn asks of the upstream side for one of its relays (HTTP/3 says so after
+/// the turn; HTTP/1.1 and HTTP/2 are asked by the worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The client took its backlog: the upstream is read again.
+    Resume,
+    /// The client sent more of a body that streams to the upstream: it is written.
+    Upload,
+}
+
 /// What [`Downstream::tunnel_read`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TunnelRead {
@@ -91,4 +126,64 @@ pub(crate) enum TunnelRead {
     Eof,
     /// The client's connection failed or is gone.
     Failed,
+}
+
+/// The lines a site adds to every response (`add_header`, and `Alt-Svc` when HTTP/3 is on:
+/// `Name: value` lines, each ending in CRLF) as they apply to a relayed response: each one whose
+/// field the upstream's response (what passes of it) does not already have, as (name, value).
+pub(crate) fn added_lines<'a>(
+    added: &'a [u8],
+    fields: &'a [Header<'_>],
+    pass: &'a dyn Fn(&str) -> bool,
+) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+    added
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            let (name, value) = (&line[..colon], &line[colon + 1..]);
+            let start = value.iter().position(|&b| b != b' ' && b != b'\t');
+            Some((name, start.map_or(&value[value.len()..], |s| &value[s..])))
+        })
+        .filter(move |(name, _)| {
+            !fields
+                .iter()
+                .any(|f| pass(f.name) && f.name.as_bytes().eq_ignore_ascii_case(name))
+        })
+}
+
+/// A relayed head's fields as HTTP/2 and HTTP/3 carry them: those that `pass`, then the site's
+/// `added` lines ([`added_lines`]), names in lower case, copied into `buf` (their ranges into
+/// `ranges`, both cleared first), then `content-length` when `length` is given.
+pub(crate) fn lowered_fields(
+    fields: &[Header<'_>],
+    pass: &dyn Fn(&str) -> bool,
+    added: &[u8],
+    length: Option<u64>,
+    buf: &mut Vec<u8>,
+    ranges: &mut Vec<(Range<usize>, Range<usize>)>,
+) {
+    buf.clear();
+    ranges.clear();
+    let mut put = |name: &[u8], value: &[u8], buf: &mut Vec<u8>| {
+        let at = buf.len();
+        buf.extend_from_slice(name);
+        buf[at..].make_ascii_lowercase();
+        let name = at..buf.len();
+        buf.extend_from_slice(value);
+        ranges.push((name.clone(), name.end..buf.len()));
+    };
+    for f in fields.iter().filter(|f| pass(f.name)) {
+        put(f.name.as_bytes(), f.value, buf);
+    }
+    for (name, value) in added_lines(added, fields, pass) {
+        put(name, value, buf);
+    }
+    if let Some(n) = length {
+        put(
+            b"content-length",
+            itoa::Buffer::new().format(n).as_bytes(),
+            buf,
+        );
+    }
 }

@@ -795,7 +795,16 @@ impl Upstreams {
                 c.status = p.head.status;
                 c.keep_alive = p.head.keep_alive;
                 let pass = |name: &str| response_field_passes(name, connection());
-                down.relay_head(ctx, p.head.status, p.reason, p.fields, &pass, relay);
+                let added = c.job.as_ref().and_then(|j| j.added.clone());
+                down.relay_head(
+                    ctx,
+                    p.head.status,
+                    p.reason,
+                    p.fields,
+                    &pass,
+                    added.as_deref().unwrap_or_default(),
+                    relay,
+                );
                 let mut rbuf = rbuf;
                 rbuf.copy_within(head_len..c.rlen, 0);
                 c.rlen -= head_len;

@@ -148,6 +148,8 @@ struct Exchange {
     /// may have stopped for room, is told on the next one.
     upload_resume: bool,
     head_request: bool,
+    /// The site's lines for every response (`ProxyJob::added`).
+    added: Option<std::rc::Rc<[u8]>>,
     /// A head to deliver.
     head: Option<Box<PendingHead>>,
     head_relayed: bool,
@@ -239,6 +241,7 @@ impl H2Upstreams {
             stream: 0,
             client,
             head_request: job.head_request,
+            added: job.added.clone(),
             job: Some(job),
             upload,
             upload_resume: false,
@@ -816,7 +819,8 @@ impl H2Upstreams {
                 RelayBody::Unknown => None,
             };
             let pass = |name: &str| response_field_passes(name, std::iter::empty());
-            down.relay_head(ctx, status, "", &fields, &pass, relay);
+            let added = x.added.as_deref().unwrap_or_default();
+            down.relay_head(ctx, status, "", &fields, &pass, added, relay);
             x.head_relayed = true;
             if let Some(job) = x.job.take() {
                 job.group.give_buffer(job.request);

@@ -85,6 +85,7 @@ impl Handler for ProxyHandler {
         let client = res.client().unwrap_or(ClientInfo {
             peer: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             tls: false,
+            early_data: false,
         });
         let seq = self.group.sequence.get().wrapping_add(1);
         self.group.sequence.set(seq);
@@ -133,6 +134,7 @@ impl Handler for ProxyHandler {
         };
         let method = req.method();
         res.forward(ProxyJob {
+            added: None,
             group: Rc::clone(&self.group),
             request,
             head_request: method == Method::Head,

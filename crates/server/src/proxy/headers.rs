@@ -21,6 +21,10 @@ pub struct ClientInfo {
     pub peer: SocketAddr,
     /// The request came over TLS.
     pub tls: bool,
+    /// The request came as early data (QUIC 0-RTT), which anyone who captured it can replay:
+    /// the upstream is told with `Early-Data: 1` (RFC 8470 §5.1), so that it can answer
+    /// `425 Too Early` to what it must not process twice.
+    pub early_data: bool,
 }
 
 /// Fields that are the proxy's to set, or belong to one hop only.
@@ -75,6 +79,22 @@ pub enum StreamedBody {
     /// Chunked: each piece the client's decoder hands over becomes one chunk (the client's own
     /// chunk sizes, extensions and trailers are not passed on).
     Chunked,
+}
+
+/// How a request whose head came without its body (HTTP/2, HTTP/3) is framed for the handlers:
+/// as it streams (`streamed`), else by the `body_len` bytes read whole.
+#[must_use]
+pub(crate) fn request_framing(
+    streamed: Option<StreamedBody>,
+    body_len: usize,
+) -> lowlat_http::body::BodyFraming {
+    use lowlat_http::body::BodyFraming;
+    match streamed {
+        Some(StreamedBody::Length(n)) => BodyFraming::Length(n),
+        Some(StreamedBody::Chunked) => BodyFraming::Chunked,
+        None if body_len == 0 => BodyFraming::None,
+        None => BodyFraming::Length(body_len as u64),
+    }
 }
 
 /// Writes the request as the upstream gets it into `out`: `req` (already parsed and checked by
@@ -139,6 +159,7 @@ pub fn write_request(
     let mut fwd_host: Option<&[u8]> = None;
     let mut host: Option<&[u8]> = None;
     let mut has_id = false;
+    let mut has_early_data = false;
     let mut cookies = 0;
     for h in req.headers {
         let name = h.name;
@@ -167,6 +188,10 @@ pub fn write_request(
         }
         if name.eq_ignore_ascii_case("x-request-id") {
             has_id = true;
+        }
+        // A client's own (another proxy's, RFC 8470 §5.2) is passed on as it is.
+        if name.eq_ignore_ascii_case("early-data") {
+            has_early_data = true;
         }
         // HTTP/2 may split Cookie into several fields; HTTP/1.1 wants one (RFC 9113 §8.2.3).
         if matches!(req.version, Version::Http2 | Version::Http3)
@@ -258,6 +283,9 @@ pub fn write_request(
         out.push(b'"');
     }
     out.extend_from_slice(b"\r\n");
+    if client.early_data && !has_early_data {
+        field(out, b"Early-Data", b"1");
+    }
     if !has_id {
         field(out, b"X-Request-Id", request_id);
     }
@@ -352,6 +380,7 @@ mod tests {
         let client = ClientInfo {
             peer: peer.parse().unwrap(),
             tls,
+            early_data: false,
         };
         write_request(
             &mut out, &req, body, None, target, &client, trusted, b"id-1",
@@ -364,6 +393,42 @@ mod tests {
         rewrite: None,
         default_host: "app",
     };
+
+    #[test]
+    fn early_data_is_said_once() {
+        let early = |raw: &[u8]| {
+            let mut slots = header_slots();
+            let Ok(Status::Complete(req)) = parse_request(raw, &mut slots, &HeadLimits::default())
+            else {
+                panic!("not a request");
+            };
+            let mut out = Vec::new();
+            let client = ClientInfo {
+                peer: "192.0.2.7:5000".parse().unwrap(),
+                tls: true,
+                early_data: true,
+            };
+            write_request(&mut out, &req, b"", None, &AS_IS, &client, &[], b"id-1");
+            String::from_utf8(out).unwrap()
+        };
+        let out = early(b"GET /api/x HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!(out.matches("Early-Data: 1\r\n").count(), 1, "{out}");
+        // An earlier hop's is kept, not doubled.
+        let out = early(b"GET /api/x HTTP/1.1\r\nHost: h\r\nEarly-Data: 1\r\n\r\n");
+        assert_eq!(
+            out.to_ascii_lowercase().matches("early-data").count(),
+            1,
+            "{out}"
+        );
+        let out = forward(
+            b"GET /api/x HTTP/1.1\r\nHost: h\r\n\r\n",
+            "192.0.2.7:1",
+            true,
+            &[],
+            &AS_IS,
+        );
+        assert!(!out.contains("Early-Data"), "{out}");
+    }
 
     #[test]
     fn hop_by_hop_fields_are_dropped() {

@@ -31,6 +31,9 @@ pub(crate) struct ProxyJob {
     /// The `Sec-WebSocket-Accept` the `101` must carry, when the proxy made the handshake's
     /// key itself (an HTTP/2 client's extended CONNECT has none to pass on, RFC 8441 §5).
     pub(crate) ws_accept: Option<Box<str>>,
+    /// The lines the site adds to every response (`add_header`, `Alt-Svc`), for the relayed
+    /// one: see [`super::downstream::added_lines`].
+    pub(crate) added: Option<Rc<[u8]>>,
 }
 
 /// How the response body reaches the client.
@@ -42,4 +45,18 @@ pub(crate) enum RelayBody {
     Length(u64),
     /// A length unknown in advance (chunked, or until the upstream closes).
     Unknown,
+}
+
+impl RelayBody {
+    /// The `content-length` a multiplexed protocol's head announces (it frames the body
+    /// itself, so the field is the length, not the framing): the body's, or for a `HEAD`
+    /// (`head_only`) what the upstream's head said the body would be.
+    #[must_use]
+    pub(crate) fn announced(self, head_only: bool) -> Option<u64> {
+        match self {
+            RelayBody::Length(n) => Some(n),
+            RelayBody::None { length } if head_only => length,
+            _ => None,
+        }
+    }
 }

@@ -230,6 +230,88 @@ impl Upload {
     }
 }
 
+/// How a request body still arriving would stream to an upstream, by what its head declares:
+/// past `max_body` or [`STREAM_MIN_BODY`] as it comes, of unknown length re-framed; a short one
+/// is read whole first (`None`), and so is a GET or HEAD without a length (it has no body).
+/// Whether it does stream is the route's choice (`Router::streams_body_at`).
+pub(crate) fn streamed_framing(
+    method: lowlat_http::request::Method,
+    content_length: Option<u64>,
+    max_body: u64,
+) -> Option<StreamedBody> {
+    use lowlat_http::request::Method;
+    match content_length {
+        Some(n) if n > max_body || n > STREAM_MIN_BODY => Some(StreamedBody::Length(n)),
+        Some(_) => None,
+        None if matches!(method, Method::Get | Method::Head) => None,
+        None => Some(StreamedBody::Chunked),
+    }
+}
+
+/// The client's side of an upload: the body bytes it received, checked against the length the
+/// client declared and the group's limit as they come, put into the [`Upload`].
+#[derive(Debug)]
+pub(crate) struct UploadFeed {
+    pub(crate) pipe: UploadRef,
+    /// Body bytes received so far.
+    received: u64,
+    /// The `content-length` the client declared, checked at the end.
+    declared: Option<u64>,
+    /// Most body bytes forwarded (the group's `max_body`).
+    limit: u64,
+}
+
+impl UploadFeed {
+    /// A feed for `pipe`, whose client declared `framing`, of at most `limit` bytes.
+    pub(crate) fn new(pipe: UploadRef, framing: StreamedBody, limit: u64) -> Self {
+        Self {
+            pipe,
+            received: 0,
+            declared: match framing {
+                StreamedBody::Length(n) => Some(n),
+                StreamedBody::Chunked => None,
+            },
+            limit,
+        }
+    }
+
+    /// Body bytes from the client: over the limit the upload fails with 413, past the declared
+    /// length with 400 (either cuts the request upstream). Returns whether the client's side
+    /// may read more now.
+    pub(crate) fn put(&mut self, data: &[u8]) -> bool {
+        self.received += data.len() as u64;
+        let mut pipe = self.pipe.borrow_mut();
+        if self.received > self.limit {
+            pipe.fail(413);
+        } else if self.declared.is_some_and(|n| self.received > n) {
+            pipe.fail(400);
+        } else {
+            pipe.put(data);
+        }
+        pipe.has_room()
+    }
+
+    /// The client's body ended, with these trailer fields (those that may pass go on); short
+    /// of the declared length it fails with 400.
+    pub(crate) fn finish<'t>(&mut self, trailers: impl IntoIterator<Item = (&'t [u8], &'t [u8])>) {
+        let mut pipe = self.pipe.borrow_mut();
+        if self.declared.is_some_and(|n| n != self.received) {
+            pipe.fail(400);
+        }
+        pipe.end_with_trailers(trailers);
+    }
+
+    /// Whether the client's side, stopped for room, may read again.
+    pub(crate) fn drained(&self) -> bool {
+        self.pipe.borrow().drained()
+    }
+
+    /// Whether the client's side may read more of the body now.
+    pub(crate) fn has_room(&self) -> bool {
+        self.pipe.borrow().has_room()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,12 +39,30 @@ use super::setup::QuicShared;
 use super::streams::{QuicProtocol, StreamIo};
 use super::udp::{self, Offload, MAX_GSO_SEGMENTS, RECV_BUFFER};
 use crate::ctx::WorkerCtx;
+use crate::proxy::downstream::{Downstream, Wake};
 
 /// Datagrams read per readable event before the other connections get their turn (a flood of
 /// Initials must not starve the TCP side of the worker).
 const RECV_BUDGET: usize = 256;
 /// The application error code a connection is closed with at shutdown: HTTP/3's H3_NO_ERROR.
 const CLOSE_NO_ERROR: u64 = 0x100;
+
+/// The tokens that name this worker's QUIC connections as clients of the upstream side (a
+/// relayed response finds its connection by one): the connection's handle from here on, above
+/// the TCP connections' and below the upstream connections' tokens.
+const CLIENT_TOKENS: usize = usize::MAX / 4;
+
+/// Whether `token` names a QUIC connection (see [`QuicWorker::with_downstream`]).
+pub(crate) fn owns_client(token: Token) -> bool {
+    token
+        .0
+        .checked_sub(CLIENT_TOKENS)
+        .is_some_and(|k| k < CLIENT_TOKENS)
+}
+
+fn client_token(key: usize) -> Token {
+    Token(CLIENT_TOKENS + key)
+}
 
 /// What chooses a protocol for a connection whose handshake agreed on an ALPN.
 pub(crate) type ProtocolFactory = fn(alpn: &[u8]) -> Option<Box<dyn QuicProtocol>>;
@@ -90,6 +108,9 @@ pub(crate) struct QuicWorker {
     /// Connections that had more to send while `held` waited.
     waiting: Vec<usize>,
     touched: Vec<usize>,
+    /// What the upstream side is asked for relays: (client, upstream, stream, what).
+    wakes: Vec<(Token, Token, u32, Wake)>,
+    wake_buf: Vec<(Token, u32, Wake)>,
     protocols: ProtocolFactory,
     closing: bool,
     pub(crate) counts: QuicCounts,
@@ -132,6 +153,8 @@ impl QuicWorker {
             held: None,
             waiting: Vec::new(),
             touched: Vec::new(),
+            wakes: Vec::new(),
+            wake_buf: Vec::new(),
             protocols,
             closing: false,
             counts: QuicCounts::default(),
@@ -326,7 +349,9 @@ impl QuicWorker {
             return;
         }
         self.closing = true;
+        let token = ctx.token;
         for (&key, c) in &mut self.conns {
+            ctx.token = client_token(key);
             match c.proto.as_mut() {
                 Some(proto) => proto.shut_down(
                     &mut StreamIo {
@@ -343,7 +368,73 @@ impl QuicWorker {
             }
             self.touched.push(key);
         }
+        ctx.token = token;
         self.drive_touched(now, ctx);
+    }
+
+    /// The worker's sweep: each connection's protocol ends the streams past their time limits.
+    pub(crate) fn sweep(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let token = ctx.token;
+        for (&key, c) in &mut self.conns {
+            let Some(proto) = c.proto.as_mut() else {
+                continue;
+            };
+            ctx.token = client_token(key);
+            proto.expire(
+                &mut StreamIo {
+                    conn: &mut c.conn,
+                    now: ctx.now,
+                },
+                ctx,
+            );
+            self.touched.push(key);
+        }
+        ctx.token = token;
+        let now = ctx.now;
+        self.drive_touched(now, ctx);
+    }
+
+    /// Calls `f` with where the upstream side delivers the response of `stream` on the
+    /// connection `client` names (`None` when that exchange is no longer wanted, or the
+    /// connection is gone), then sends what it wrote.
+    pub(crate) fn with_downstream(
+        &mut self,
+        client: Token,
+        stream: u32,
+        ctx: &mut WorkerCtx<'_>,
+        f: impl FnOnce(Option<&mut dyn Downstream>, &mut WorkerCtx<'_>),
+    ) {
+        let key = client.0 - CLIENT_TOKENS;
+        let mut f = Some(f);
+        if let Some(c) = self.conns.get_mut(&key) {
+            if let Some(proto) = c.proto.as_mut() {
+                let mut io = StreamIo {
+                    conn: &mut c.conn,
+                    now: ctx.now,
+                };
+                proto.with_downstream(&mut io, stream, &mut |down| {
+                    if let Some(f) = f.take() {
+                        f(down, ctx);
+                    }
+                });
+            }
+            self.touched.push(key);
+        }
+        if let Some(f) = f.take() {
+            f(None, ctx);
+        }
+        let now = ctx.now;
+        self.drive_touched(now, ctx);
+    }
+
+    /// Whether the connection `client` names is still here.
+    pub(crate) fn has_client(&self, client: Token) -> bool {
+        self.conns.contains_key(&(client.0 - CLIENT_TOKENS))
+    }
+
+    /// What a relay asks of the upstream side: (client, upstream, stream, what).
+    pub(crate) fn take_wake(&mut self) -> Option<(Token, Token, u32, Wake)> {
+        self.wakes.pop()
     }
 
     fn drive_touched(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) {
@@ -367,6 +458,8 @@ impl QuicWorker {
             return;
         };
         let mut drained = false;
+        // What the protocol does (a request forwarded, a stream reset) is on this client's behalf.
+        let token = std::mem::replace(&mut ctx.token, client_token(key));
         loop {
             let mut progress = false;
             while let Some(event) = c.conn.poll_endpoint_events() {
@@ -384,6 +477,15 @@ impl QuicWorker {
                 break;
             }
         }
+        if let Some(proto) = c.proto.as_mut() {
+            proto.relay_news(&mut self.wake_buf, ctx.proxy_cancels);
+            let client = client_token(key);
+            self.wakes.extend(
+                self.wake_buf
+                    .drain(..)
+                    .map(|(up, stream, wake)| (client, up, stream, wake)),
+            );
+        }
         if drained {
             if c.handshaking {
                 self.handshakes = self.handshakes.saturating_sub(1);
@@ -391,9 +493,11 @@ impl QuicWorker {
             if let Some(mut proto) = c.proto.take() {
                 proto.closed(ctx);
             }
+            ctx.token = token;
             self.conns.remove(&key);
             return;
         }
+        ctx.token = token;
         self.transmit(key, now);
         let Some(c) = self.conns.get_mut(&key) else {
             return;

@@ -31,9 +31,11 @@ mod steer;
 mod streams;
 mod udp;
 
-pub(crate) use endpoint::QuicWorker;
+pub(crate) use endpoint::{owns_client, QuicWorker};
 pub(crate) use setup::{bind, Bound, QuicError, QuicShared};
-pub(crate) use streams::{is_bidi, QuicProtocol, Read, StreamError, StreamIo};
+pub(crate) use streams::{
+    is_bidi, proxy_stream, request_stream, QuicProtocol, Read, StreamError, StreamIo,
+};
 
 /// The transport's test protocol's ALPN, when the environment asks for it
 /// (`LOWLAT_QUIC_ECHO=1`, the transport's tests).

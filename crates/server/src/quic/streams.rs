@@ -18,9 +18,11 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use bytes::Bytes;
+use mio::Token;
 use quinn_proto::{Connection, Dir, StreamId, VarInt};
 
 use crate::ctx::WorkerCtx;
+use crate::proxy::downstream::{Downstream, Wake};
 
 /// What a read got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +72,26 @@ pub(crate) trait QuicProtocol {
     }
     /// The connection is gone (closed by either side, timed out); its streams with it.
     fn closed(&mut self, _ctx: &mut WorkerCtx<'_>) {}
+
+    /// The worker's periodic sweep: streams past their time limits (a request head or body
+    /// that stopped arriving, a response the client stopped taking) are ended.
+    fn expire(&mut self, _io: &mut StreamIo<'_>, _ctx: &mut WorkerCtx<'_>) {}
+
+    /// Calls `f` with where the upstream side delivers the response of request `stream` (the
+    /// proxy's stream number: [`proxy_stream`]), `None` when that exchange is no longer wanted.
+    fn with_downstream(
+        &mut self,
+        _io: &mut StreamIo<'_>,
+        _stream: u32,
+        f: &mut dyn FnMut(Option<&mut dyn Downstream>),
+    ) {
+        f(None);
+    }
+    /// What the upstream side must do for this connection's relays since last asked, after
+    /// each of its turns: `wakes` gets (upstream, proxy stream number, what to do) for relays
+    /// whose streams took enough of their backlog or brought more of a streaming body,
+    /// `cancels` the upstream exchanges of requests the client gave up on.
+    fn relay_news(&mut self, _wakes: &mut Vec<(Token, u32, Wake)>, _cancels: &mut Vec<Token>) {}
 }
 
 /// One connection's streams, lent to its protocol while it handles an event.
@@ -197,6 +219,11 @@ impl StreamIo<'_> {
             .close(self.now, code(code_), Bytes::from_static(reason));
     }
 
+    /// The loop's time for this event.
+    pub(crate) fn now(&self) -> Instant {
+        self.now
+    }
+
     /// The client's address.
     pub(crate) fn peer(&self) -> SocketAddr {
         self.conn.remote_address()
@@ -207,6 +234,19 @@ impl StreamIo<'_> {
     pub(crate) fn is_handshaking(&self) -> bool {
         self.conn.is_handshaking()
     }
+}
+
+/// The proxy's number for request stream `stream` (client-initiated bidirectional ids are
+/// multiples of 4), or `None` past what a `u32` numbers (a billion requests on one connection).
+#[must_use]
+pub(crate) fn proxy_stream(stream: u64) -> Option<u32> {
+    u32::try_from(stream >> 2).ok()
+}
+
+/// The request stream the proxy numbers `n` ([`proxy_stream`]).
+#[must_use]
+pub(crate) fn request_stream(n: u32) -> u64 {
+    u64::from(n) << 2
 }
 
 /// Whether `stream` was opened by the client and carries bytes both ways.

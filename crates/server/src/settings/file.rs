@@ -226,6 +226,13 @@ fn sites(
         return Vec::new();
     };
     let allowed = site_flags();
+    let keys = TableKeys {
+        skip: &["server_names", "cert", "key", "acme"],
+        prefix: "",
+        allowed: &allowed,
+        cmd: &command,
+        unknown: "unknown key in a site (a site sets what it serves: root, index, autoindex, cache_control, the app…)",
+    };
     let mut out = Vec::new();
     for (i, t) in tables.iter().enumerate() {
         let start = nth_site_line(text, i);
@@ -257,7 +264,6 @@ fn sites(
                 continue;
             }
         };
-        let mut own: Vec<(String, Vec<String>)> = Vec::new();
         let mut bad = false;
         // A site's certificate: one more --cert/--key pair (chosen by SNI among the names it
         // lists, as every pair is).
@@ -293,36 +299,10 @@ fn sites(
             ));
             bad = true;
         }
-        for (key, value) in t {
-            if key == "server_names" || key == "cert" || key == "key" || key == "acme" {
-                continue;
-            }
-            let flag = key.replace('_', "-");
-            if !allowed.contains(&flag) {
-                errors.push(at(
-                    key,
-                    "unknown key in a site (a site sets what it serves: root, index, autoindex, cache_control, the app…)",
-                ));
-                bad = true;
-                continue;
-            }
-            match checked_tokens(command, &flag, value) {
-                Ok(tokens) => own.push((flag, tokens)),
-                Err(reason) => {
-                    errors.push(at(key, &reason));
-                    bad = true;
-                }
-            }
-        }
-        if bad {
+        let argv = keys.argv(t, top, &at, errors);
+        let Some(argv) = argv.filter(|_| !bad) else {
             continue;
-        }
-        let mut argv: Vec<String> = top
-            .iter()
-            .filter(|(f, _)| allowed.contains(f) && !own.iter().any(|(o, _)| o == f))
-            .flat_map(|(_, t)| t.iter().cloned())
-            .collect();
-        argv.extend(own.into_iter().flat_map(|(_, t)| t));
+        };
         match command()
             .try_get_matches_from(&argv)
             .map_err(|e| first_line(&e))
@@ -426,6 +406,13 @@ fn upstreams(
         .filter_map(|a| a.get_long().map(str::to_owned))
         .filter(|f| f != "help")
         .collect();
+    let keys = TableKeys {
+        skip: &["name", "servers"],
+        prefix: "proxy-",
+        allowed: &allowed,
+        cmd: &group_cmd,
+        unknown: "unknown key in an upstream (name, servers, balance, connect_timeout, keepalive, health_check…)",
+    };
     let mut out: Vec<UpstreamTable> = Vec::new();
     for (i, t) in tables.iter().enumerate() {
         let start = nth_table_line(text, "[[upstream]]", i);
@@ -487,41 +474,14 @@ fn upstreams(
                 continue;
             }
         }
-        let mut own: Vec<(String, Vec<String>)> = Vec::new();
-        for (key, value) in t {
-            if key == "name" || key == "servers" {
-                continue;
-            }
-            let flag = format!("proxy-{}", key.replace('_', "-"));
-            if !allowed.contains(&flag) {
-                errors.push(at(
-                    key,
-                    "unknown key in an upstream (name, servers, balance, connect_timeout, keepalive, health_check…)",
-                ));
-                bad = true;
-                continue;
-            }
-            match checked_tokens(group_cmd, &flag, value) {
-                Ok(tokens) => own.push((flag, tokens)),
-                Err(reason) => {
-                    errors.push(at(key, &reason));
-                    bad = true;
-                }
-            }
-        }
-        if bad {
+        let argv = keys.argv(t, top, &at, errors);
+        let Some(argv) = argv.filter(|_| !bad) else {
             continue;
-        }
+        };
         if out.iter().any(|u| u.name == name) {
             errors.push(at("name", "another [[upstream]] has this name"));
             continue;
         }
-        let mut argv: Vec<String> = top
-            .iter()
-            .filter(|(f, _)| allowed.contains(f) && !own.iter().any(|(o, _)| o == f))
-            .flat_map(|(_, t)| t.iter().cloned())
-            .collect();
-        argv.extend(own.into_iter().flat_map(|(_, t)| t));
         match group_cmd()
             .try_get_matches_from(&argv)
             .and_then(|m| GroupArgs::from_arg_matches(&m))
@@ -538,6 +498,64 @@ fn upstreams(
         }
     }
     out
+}
+
+/// What a kind of table (`[[site]]`, `[[upstream]]`) takes as flags, and how it is told.
+struct TableKeys<'a> {
+    /// Keys the caller reads itself.
+    skip: &'a [&'a str],
+    /// Put before a key (its `_` as `-`) to name its flag: `proxy-` for an upstream's `balance`.
+    prefix: &'a str,
+    /// The flags a table may set, or inherit from the top level.
+    allowed: &'a [String],
+    /// The command whose parsers check each flag.
+    cmd: &'a dyn Fn() -> Command,
+    /// What an unknown key is told.
+    unknown: &'a str,
+}
+
+impl TableKeys<'_> {
+    /// The command line of table `t`: the top-level settings it may inherit and does not set
+    /// itself, then its own keys. Every key refused (unknown, or a value its flag's parser
+    /// refuses) is pushed to `errors` as `at` words it; then `None`.
+    fn argv(
+        &self,
+        t: &toml::Table,
+        top: &[(String, Vec<String>)],
+        at: &dyn Fn(&str, &str) -> String,
+        errors: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        let mut own: Vec<(String, Vec<String>)> = Vec::new();
+        let mut bad = false;
+        for (key, value) in t {
+            if self.skip.contains(&key.as_str()) {
+                continue;
+            }
+            let flag = format!("{}{}", self.prefix, key.replace('_', "-"));
+            if !self.allowed.contains(&flag) {
+                errors.push(at(key, self.unknown));
+                bad = true;
+                continue;
+            }
+            match checked_tokens(self.cmd, &flag, value) {
+                Ok(tokens) => own.push((flag, tokens)),
+                Err(reason) => {
+                    errors.push(at(key, &reason));
+                    bad = true;
+                }
+            }
+        }
+        if bad {
+            return None;
+        }
+        let mut argv: Vec<String> = top
+            .iter()
+            .filter(|(f, _)| self.allowed.contains(f) && !own.iter().any(|(o, _)| o == f))
+            .flat_map(|(_, t)| t.iter().cloned())
+            .collect();
+        argv.extend(own.into_iter().flat_map(|(_, t)| t));
+        Some(argv)
+    }
 }
 
 /// The line on which `key` is set within the site table starting at line `start`.
@@ -668,12 +686,28 @@ fn line_of(text: &str, key: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn write(text: &str) -> tempfile::NamedTempFile {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
         f
+    }
+
+    /// `errors` are exactly one per `(line, key, words)`: `FILE:LINE: KEY: …words…`.
+    fn assert_errors(errors: &[String], shown: &str, want: &[(usize, &str, &str)]) {
+        assert_eq!(errors.len(), want.len(), "{errors:#?}");
+        for (line, key, words) in want {
+            let prefix = format!("{shown}:{line}: {key}: ");
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.starts_with(&prefix) && e.contains(words)),
+                "{prefix} … {words} in {errors:#?}"
+            );
+        }
     }
 
     #[test]
@@ -717,21 +751,51 @@ mod tests {
             (5, "listen", "nonsense"),
             (6, "config", "unknown key"),
         ];
-        assert_eq!(errors.len(), want.len(), "{errors:#?}");
-        for (line, key, words) in want {
-            let prefix = format!("{shown}:{line}: {key}: ");
-            assert!(
-                errors
-                    .iter()
-                    .any(|e| e.starts_with(&prefix) && e.contains(words)),
-                "{prefix} … {words} in {errors:#?}"
-            );
-        }
+        assert_errors(&errors, &shown, &want);
         let bad = write("workers = [\n");
         let e = merged(bad.path(), &[]).unwrap_err();
         assert!(
             e[0].starts_with(&format!("{}:", bad.path().display())),
             "{e:?}"
         );
+    }
+
+    /// `[[site]]` and `[[upstream]]` tables: their keys override the top level's (with
+    /// `proxy_` added for an upstream's), an unknown key or a bad value names its table, line
+    /// and key, and a table with one is left out.
+    #[test]
+    fn table_keys_override_the_top_level_or_name_their_line() {
+        let f = write(
+            "proxy_connect_timeout = \"7s\"\nautoindex = true\n\n\
+             [[upstream]]\nname = \"a\"\nservers = [\"http://127.0.0.1:1\"]\nconnect_timeout = \"2s\"\n\n\
+             [[upstream]]\nname = \"b\"\nservers = [\"http://127.0.0.1:2\"]\n\n\
+             [[site]]\nserver_names = [\"x.test\"]\nautoindex = false\n",
+        );
+        let a = merged(f.path(), &[]).unwrap();
+        let timeouts: Vec<(&str, Duration)> = a
+            .upstreams
+            .iter()
+            .map(|u| (u.name.as_str(), u.group.connect_timeout))
+            .collect();
+        assert_eq!(
+            timeouts,
+            [("a", Duration::from_secs(2)), ("b", Duration::from_secs(7))]
+        );
+        assert_eq!(a.sites.len(), 1);
+        assert!(!a.sites[0].files.autoindex, "the site's own key wins");
+
+        let f = write(
+            "[[upstream]]\nname = \"a\"\nservers = [\"http://127.0.0.1:1\"]\nbalance = \"nope\"\nweights = 3\n\n\
+             [[site]]\nserver_names = [\"x.test\"]\nworkers = 2\nautoindex = \"yes\"\n",
+        );
+        let errors = merged(f.path(), &[]).unwrap_err();
+        let shown = f.path().display().to_string();
+        let want = [
+            (4, "upstream[0].balance", ""),
+            (5, "upstream[0].weights", "unknown key in an upstream"),
+            (9, "site[0].workers", "unknown key in a site"),
+            (10, "site[0].autoindex", "switch"),
+        ];
+        assert_errors(&errors, &shown, &want);
     }
 }

@@ -1,7 +1,10 @@
-//! Shared helpers for the server's integration tests: start a real server on an ephemeral port,
-//! talk to it over raw TCP, and read responses off the wire exactly as sent.
+//! Shared helpers for the server's integration tests: start a real server on an ephemeral port
+//! (from a config, or from `lowlat serve` flags), talk to it over raw TCP, and read responses off
+//! the wire exactly as sent; [`alloc`] for the allocation tests.
 
 #![allow(dead_code)] // each test binary uses a different subset
+
+pub mod alloc;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -33,6 +36,23 @@ impl TestServer {
             tls_addr,
             running: Some(running),
         }
+    }
+
+    /// `lowlat serve --listen 127.0.0.1:0 --workers 1` with `flags`, built as the command line
+    /// builds it, with a grace of 1 s.
+    pub fn from_flags(flags: &[&str]) -> Self {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: lowlat_server::settings::ServeArgs,
+        }
+        let argv = ["lowlat", "--listen", "127.0.0.1:0", "--workers", "1"];
+        let cli =
+            <Cli as clap::Parser>::try_parse_from(argv.iter().chain(flags)).expect("flags parse");
+        let service = lowlat_server::settings::service(&cli.serve).unwrap();
+        let mut cfg = cli.serve.to_config().unwrap();
+        cfg.grace = Duration::from_secs(1);
+        Self::start(cfg, service)
     }
 
     /// The built-in endpoints with a small config.
