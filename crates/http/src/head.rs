@@ -38,6 +38,26 @@ pub struct RequestHead {
     pub content_length: Option<u64>,
 }
 
+/// `clone_from` copies into the buffers already there (the derived one allocates new ones).
+impl Clone for RequestHead {
+    fn clone(&self) -> Self {
+        let mut head = Self::default();
+        head.clone_from(self);
+        head
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        self.buf.clone_from(&source.buf);
+        self.fields.clone_from(&source.fields);
+        self.method.clone_from(&source.method);
+        self.scheme.clone_from(&source.scheme);
+        self.authority.clone_from(&source.authority);
+        self.path.clone_from(&source.path);
+        self.protocol.clone_from(&source.protocol);
+        self.content_length = source.content_length;
+    }
+}
+
 /// Connection-specific fields HTTP/2 and HTTP/3 forbid (RFC 9113 §8.2.2, RFC 9114 §4.2).
 const CONNECTION_SPECIFIC: [&[u8]; 5] = [
     b"connection",

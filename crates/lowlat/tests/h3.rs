@@ -76,7 +76,9 @@ fn oha_over_http3_is_answered_every_time() {
 }
 
 /// Requests over HTTP/3, all at once on one connection: a file of 1 MB (byte for byte, its
-/// validators), a small one, the built-in /plaintext and /json, a missing file (404). (HEAD is
+/// validators), a small one, the built-in /plaintext and /json, a missing file (404), and the
+/// small file again (its request and response heads the same bytes as the first time: the
+/// server decodes and encodes them once, and the copy must be exact). (HEAD is
 /// not among them: aioquic's client checks a HEAD response's empty body against its
 /// `content-length`.)
 #[test]
@@ -97,6 +99,7 @@ fn http3_gets_files_and_builtins() {
             "/plaintext",
             "/json",
             "/missing",
+            "/index.html",
         ],
     );
     let r = &got["responses"];
@@ -127,6 +130,22 @@ fn http3_gets_files_and_builtins() {
     assert_eq!(r[3]["status"], 200, "{got}");
     assert_eq!(r[3]["text"], "{\"message\":\"Hello, World!\"}", "{got}");
     assert_eq!(r[4]["status"], 404, "{got}");
+    assert_eq!(r[5]["status"], 200, "{got}");
+    assert_eq!(r[5]["text"], r[1]["text"], "{got}");
+    // All but `date` (the two may straddle a second).
+    for name in [
+        "content-type",
+        "content-length",
+        "etag",
+        "last-modified",
+        "server",
+    ] {
+        assert!(r[1]["headers"][name].is_string(), "{name}: {got}");
+        assert_eq!(
+            r[5]["headers"][name], r[1]["headers"][name],
+            "{name}: {got}"
+        );
+    }
 }
 
 /// Request bodies over HTTP/3: one within `--max-body` reaches the router (405: the built-in
@@ -691,6 +710,29 @@ fn a_download_completes_through_loss() {
     assert!(
         r["dropped"].as_u64().unwrap() > 100,
         "the relay lost datagrams: {r}"
+    );
+}
+
+/// A path narrower than loopback: a relay drops every datagram longer than 1472 bytes (an
+/// Ethernet MTU's worth). The server's path MTU discovery (up to 65527 by default) probes larger
+/// and its probes are lost; the download still arrives whole.
+#[test]
+fn a_download_completes_over_a_narrow_path() {
+    let (_pki, cert) = cert();
+    let root = tempfile::tempdir().unwrap();
+    let body: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    std::fs::write(root.path().join("3m.bin"), &body).unwrap();
+    let served = serve(&cert, &["--root", root.path().to_str().unwrap()]);
+    let r = client(&served, &["narrow", "1472", "/3m.bin"]);
+    assert_eq!(r["status"], 200, "{r}");
+    assert_eq!(r["length"], 3_000_000, "{r}");
+    let want: String = sha256(&body).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(r["sha256"].as_str(), Some(want.as_str()), "{r}");
+    assert!(
+        r["dropped"].as_u64().unwrap() > 0,
+        "the server probed past the path: {r}"
     );
 }
 

@@ -540,10 +540,10 @@ pub fn put_headers(out: &mut Vec<u8>, section: &[u8]) {
 pub fn put_headers_with(out: &mut Vec<u8>, encode: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     encode(out);
-    let len = (out.len() - start) as u64;
-    let mut head = Vec::with_capacity(MAX_HEADER_LEN);
-    put_frame_header(&mut head, kind::HEADERS, len);
-    out.splice(start..start, head);
+    let len = out.len() - start;
+    put_frame_header(out, kind::HEADERS, len as u64);
+    let header_len = out.len() - start - len;
+    out[start..].rotate_right(header_len);
 }
 
 /// Appends a GOAWAY frame: from a server, the first client stream id it will not process;

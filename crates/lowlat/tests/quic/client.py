@@ -13,6 +13,9 @@ message on stderr when the scenario itself could not run. Every wait is bounded.
   lossy HOST PORT PERCENT PATH  an HTTP/3 GET of PATH through a relay that drops PERCENT % of
                                 the datagrams each way (seeded: the same drops every run)
                                 → {"status", "length", "sha256", "dropped", "relayed"}
+  narrow HOST PORT SIZE PATH    an HTTP/3 GET of PATH through a relay that drops every datagram
+                                longer than SIZE bytes (a path with a small MTU)
+                                → {"status", "length", "sha256", "dropped", "relayed"}
   zerortt HOST PORT METHOD[:PATH]...
                                 a connection for a session ticket, then a second one that sends
                                 one request per METHOD to PATH (/plaintext by default) as 0-RTT
@@ -234,11 +237,50 @@ class LossyRelay(Relay):
         self.upstream, _ = await loop.create_datagram_endpoint(Back, local_addr=("127.0.0.1", 0))
 
 
+class NarrowRelay(LossyRelay):
+    """A relay that drops every datagram longer than `size` bytes, as a path whose MTU is
+    smaller than the interfaces' at either end (what path MTU discovery's probes meet)."""
+
+    def __init__(self, server, size):
+        super().__init__(server, 0)
+        self.size = size
+        self.data = None
+
+    def datagram_received(self, data, addr):
+        self.data = data
+        super().datagram_received(data, addr)
+
+    def lose(self):
+        if self.data is not None and len(self.data) > self.size:
+            self.dropped += 1
+            return True
+        self.relayed += 1
+        return False
+
+    async def rebind(self):
+        loop = asyncio.get_running_loop()
+        relay = self
+
+        class Back(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                relay.data = data
+                if relay.client_addr is not None and not relay.lose():
+                    relay.transport.sendto(data, relay.client_addr)
+
+        self.upstream, _ = await loop.create_datagram_endpoint(Back, local_addr=("127.0.0.1", 0))
+
+
 async def lossy(host, port, percent, path):
+    return await relayed_get(host, port, path, lambda: LossyRelay((host, port), float(percent)))
+
+
+async def narrow(host, port, size, path):
+    return await relayed_get(host, port, path, lambda: NarrowRelay((host, port), int(size)))
+
+
+async def relayed_get(host, port, path, make_relay):
     loop = asyncio.get_running_loop()
-    transport, relay = await loop.create_datagram_endpoint(
-        lambda: LossyRelay((host, port), float(percent)), local_addr=("127.0.0.1", 0)
-    )
+    transport, relay = await loop.create_datagram_endpoint(make_relay, local_addr=("127.0.0.1", 0))
     await relay.rebind()
     relay_port = transport.get_extra_info("sockname")[1]
     try:
@@ -564,11 +606,11 @@ def encode_varint(n):
 
 def main():
     cmd, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if cmd in ("get", "post", "raw", "lossy", "zerortt", "fetch", "cancel", "abuse"):  # as text
+    if cmd in ("get", "post", "raw", "lossy", "narrow", "zerortt", "fetch", "cancel", "abuse"):  # as text
         rest = sys.argv[4:]
     else:
         rest = [float(a) if "." in a else int(a) for a in sys.argv[4:]]
-    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy, "zerortt": zerortt, "fetch": fetch, "cancel": cancel, "abuse": abuse,
+    scenario = {"echo": echo, "many": many, "retry": retry, "idle": idle, "rebind": rebind, "get": get, "post": post, "raw": raw, "lossy": lossy, "narrow": narrow, "zerortt": zerortt, "fetch": fetch, "cancel": cancel, "abuse": abuse,
                 "flood": flood}[cmd]
     try:
         result = asyncio.run(asyncio.wait_for(scenario(host, port, *rest), LIMIT))

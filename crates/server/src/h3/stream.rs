@@ -30,7 +30,9 @@ pub(super) enum UniIn {
 pub(super) struct ReqStream {
     pub(super) frames: FrameDecoder,
     pub(super) order: RequestStream,
-    pub(super) head: Option<RequestHead>,
+    /// Boxed: a request stream's state moves in and out of `requests`, and a head inline more
+    /// than doubled it.
+    pub(super) head: Option<Box<RequestHead>>,
     pub(super) body: Vec<u8>,
     /// The body passed `--max-body`: it is dropped, and the answer is 413.
     pub(super) too_large: bool,
@@ -38,6 +40,9 @@ pub(super) struct ReqStream {
     pub(super) answered: bool,
     pub(super) out: Vec<u8>,
     pub(super) out_at: usize,
+    /// A piece of the file read and not yet all taken by the stream: handed to quinn-proto as
+    /// it is (no copy into its send buffer).
+    pub(super) chunk: bytes::Bytes,
     pub(super) file: Option<FileBody>,
     pub(super) started: Instant,
     /// When bytes last moved on the stream, either way (its time limits count from here).

@@ -14,9 +14,16 @@ pub const DEFAULT_CONN_WINDOW: u32 = 8 << 20;
 /// A connection with no packet for this long is closed (RFC 9000 §10.1; quinn's default is
 /// 30 s, nginx's `quic` idle timeout 60 s).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest UDP payload we accept (RFC 9000 §18.2 `max_udp_payload_size`): an Ethernet MTU of
-/// 1500 less the IPv4 and UDP headers. The smallest allowed is 1200.
-pub const DEFAULT_MAX_UDP_PAYLOAD: u16 = 1472;
+/// Largest UDP payload we accept (RFC 9000 §18.2 `max_udp_payload_size`) and the ceiling of
+/// path MTU discovery: by default none below UDP's own, so that discovery finds what each path
+/// carries. Datagrams start at 1200 bytes (quinn-proto's `initial_mtu`); a probe larger than the
+/// interface fails at once (`IP_PMTUDISC_PROBE`: EMSGSIZE) and one a router drops is lost, and
+/// either way the search settles below it (an Ethernet path near 1472 after a dozen probe sizes,
+/// none of them counted as congestion). Where a path carries more, fewer datagrams carry the
+/// same bytes: loopback (MTU 65536) settles near 65 500, and a 100 MiB download costs the
+/// server 0.34–0.43× the CPU per MB it did at 1472 (docs/PERFORMANCE.md, "HTTP/3: a large
+/// download and a small request, before and after").
+pub const DEFAULT_MAX_UDP_PAYLOAD: u16 = MAX_UDP_PAYLOAD;
 /// QUIC connections per worker; a new one past it is refused (CONNECTION_REFUSED), so a flood
 /// cannot grow a worker's memory without bound (each holds about 10–30 KiB at rest).
 pub const DEFAULT_MAX_CONNS: usize = 10_000;
@@ -25,7 +32,8 @@ pub const DEFAULT_MAX_CONNS: usize = 10_000;
 pub const DEFAULT_RETRY_ABOVE: usize = 256;
 /// The smallest `max_udp_payload_size` QUIC allows (RFC 9000 §18.2).
 pub const MIN_UDP_PAYLOAD: u16 = 1200;
-/// The largest UDP payload over IPv4 (65535 less the IP and UDP headers).
+/// The largest UDP payload: over IPv6 (65535 less the UDP header; IPv4's IP header takes 20
+/// more, so there a probe this large fails and discovery settles lower).
 pub const MAX_UDP_PAYLOAD: u16 = 65_527;
 
 /// The QUIC listener and its limits.

@@ -20,7 +20,7 @@
 //! heap is rebuilt when stale entries outnumber live ones four to one.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -33,6 +33,7 @@ use mio::{Interest, Registry, Token};
 use quinn_proto::{
     ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, StreamEvent, Transmit,
 };
+use rustc_hash::FxHashMap;
 
 use super::setup::QuicShared;
 use super::streams::{QuicProtocol, StreamIo};
@@ -96,7 +97,8 @@ pub(crate) struct QuicWorker {
     endpoint: Endpoint,
     shared: Arc<QuicShared>,
     offload: Offload,
-    conns: HashMap<usize, Conn>,
+    /// By quinn-proto's handle (ours, not the client's): FxHash, looked up per datagram.
+    conns: FxHashMap<usize, Conn>,
     timers: BinaryHeap<Reverse<(Instant, usize)>>,
     handshakes: usize,
     recv_buf: Vec<u8>,
@@ -143,7 +145,7 @@ impl QuicWorker {
             endpoint,
             offload: shared.offload,
             shared,
-            conns: HashMap::new(),
+            conns: FxHashMap::default(),
             timers: BinaryHeap::new(),
             handshakes: 0,
             recv_buf: vec![0; RECV_BUFFER],
@@ -511,11 +513,6 @@ impl QuicWorker {
 
     /// Sends what the connection has to send, as GSO batches where the kernel has them.
     fn transmit(&mut self, key: usize, now: Instant) {
-        let max = if self.offload.gso {
-            MAX_GSO_SEGMENTS
-        } else {
-            1
-        };
         loop {
             if self.held.is_some() {
                 self.waiting.push(key);
@@ -523,6 +520,13 @@ impl QuicWorker {
             }
             let Some(c) = self.conns.get_mut(&key) else {
                 return;
+            };
+            // One GSO send carries at most 64 KiB in all (the kernel refuses more), so as many
+            // datagrams as the path's size allows: 44 of 1472 bytes, one of 64 KiB.
+            let max = if self.offload.gso {
+                (udp::MAX_GSO_BYTES / usize::from(c.conn.current_mtu())).clamp(1, MAX_GSO_SEGMENTS)
+            } else {
+                1
             };
             self.send_buf.clear();
             let Some(t) = c.conn.poll_transmit(now, max, &mut self.send_buf) else {

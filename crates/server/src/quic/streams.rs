@@ -165,6 +165,33 @@ impl StreamIo<'_> {
         Ok(written)
     }
 
+    /// As [`StreamIo::write`], handing `data` over without a copy: what the stream did not take
+    /// stays in `data` (empty when it took all).
+    ///
+    /// # Errors
+    /// As [`StreamIo::write`].
+    pub(crate) fn write_bytes(
+        &mut self,
+        stream: u64,
+        data: &mut Bytes,
+    ) -> Result<usize, StreamError> {
+        let mut stream = self.conn.send_stream(id(stream));
+        let mut written = 0;
+        // As in `write`: offered again after a short write, until one takes nothing.
+        while !data.is_empty() {
+            match stream.write_chunks(std::slice::from_mut(data)) {
+                Ok(w) if w.bytes == 0 => break,
+                Ok(w) => written += w.bytes,
+                Err(quinn_proto::WriteError::Blocked) => break,
+                Err(quinn_proto::WriteError::Stopped(c)) => {
+                    return Err(StreamError::Stopped(c.into()))
+                }
+                Err(quinn_proto::WriteError::ClosedStream) => return Err(StreamError::Closed),
+            }
+        }
+        Ok(written)
+    }
+
     /// Ends `stream`'s sending side after what was written (FIN).
     pub(crate) fn finish(&mut self, stream: u64) {
         let _ = self.conn.send_stream(id(stream)).finish();

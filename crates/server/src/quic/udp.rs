@@ -23,6 +23,9 @@ pub(crate) const RECV_BUFFER: usize = 64 * 1024;
 /// Datagrams one GSO send may carry: the kernel's limit (`UDP_MAX_SEGMENTS`) is 64; quinn-proto
 /// fills one `Transmit` with at most this many, and 64 KB caps the total anyway.
 pub(crate) const MAX_GSO_SEGMENTS: usize = 44;
+/// The bytes one GSO send may carry in all: an IPv4 datagram's 65535 less its IP and UDP
+/// headers (the kernel builds the batch as one datagram before cutting it).
+pub(crate) const MAX_GSO_BYTES: usize = 65_507;
 /// Socket buffers asked for (the kernel caps them at `net.core.{r,w}mem_max`): a burst of
 /// Initials or a window of a large response should not be dropped by a 208 KiB default.
 const SOCKET_BUFFER: usize = 4 << 20;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use lowlat_http::units::{parse_positive_duration, parse_size};
 
 use crate::quic::config::{
-    QuicConfig, DEFAULT_MAX_CONNS, DEFAULT_MAX_STREAMS, DEFAULT_RETRY_ABOVE, MAX_UDP_PAYLOAD,
-    MIN_UDP_PAYLOAD,
+    QuicConfig, DEFAULT_MAX_CONNS, DEFAULT_MAX_STREAMS, DEFAULT_MAX_UDP_PAYLOAD,
+    DEFAULT_RETRY_ABOVE, MAX_UDP_PAYLOAD, MIN_UDP_PAYLOAD,
 };
 
 /// The `--h3-*` flags.
@@ -32,8 +32,9 @@ pub struct QuicArgs {
     /// Close a QUIC connection after this long without a packet from the client
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_idle_timeout)]
     pub h3_idle_timeout: Duration,
-    /// Largest UDP payload accepted and sent (1200 to 65527; path MTU discovery stays below it)
-    #[arg(long, value_name = "SIZE", default_value = "1472", value_parser = parse_udp_payload)]
+    /// Largest UDP payload accepted and sent (1200 to 65527); path MTU discovery finds what each
+    /// path carries below it, from 1200
+    #[arg(long, value_name = "SIZE", default_value_t = DEFAULT_MAX_UDP_PAYLOAD, value_parser = parse_udp_payload)]
     pub h3_max_udp_payload: u16,
     /// QUIC connections per worker; more are refused (CONNECTION_REFUSED)
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNS, value_parser = parse_max_conns)]

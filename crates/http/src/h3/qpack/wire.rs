@@ -79,6 +79,7 @@ pub fn put_str(s: &[u8], n: u8, flags: u8, huffman: bool, out: &mut Vec<u8>) {
     let coded = if huffman { huffman_len(s) } else { usize::MAX };
     if coded < s.len() {
         put_int(coded as u64, n - 1, flags | (1 << (n - 1)), out);
+        out.reserve(coded);
         huffman_encode(s, out);
     } else {
         put_int(s.len() as u64, n - 1, flags, out);
