@@ -367,7 +367,7 @@ impl H3Conn {
         let mut late: Vec<(u64, Option<u16>)> = Vec::new();
         for (&id, s) in &self.requests {
             let idle = now.saturating_duration_since(s.progress);
-            let waiting_out = s.out_at < s.out.len() || s.file.is_some();
+            let waiting_out = s.out_at < s.out.len() || !s.chunk.is_empty() || s.file.is_some();
             if !s.answered && s.head.is_none() {
                 if now.saturating_duration_since(s.started) >= cfg.header_timeout {
                     late.push((id, Some(408)));
