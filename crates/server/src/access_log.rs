@@ -122,6 +122,42 @@ pub(crate) struct Entry<'a> {
     pub(crate) fields: Fields<'a>,
 }
 
+impl<'a> Entry<'a> {
+    /// The line of a request a handler answered itself (not forwarded, not refused): what the
+    /// request says of itself, and what was sent.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn answered(
+        req: &lowlat_http::request::Request<'a, 'a>,
+        remote: SocketAddr,
+        status: u16,
+        bytes: u64,
+        head_bytes: u64,
+        duration: Duration,
+        worker: usize,
+        site: usize,
+        tls: bool,
+    ) -> Self {
+        Entry {
+            remote,
+            method: req.method_token,
+            target: req.target,
+            version: req.version,
+            status,
+            bytes,
+            duration,
+            user_agent: req.header("user-agent"),
+            referer: req.header("referer"),
+            worker,
+            upstream: None,
+            received: None,
+            site: Some(site),
+            tls,
+            head_bytes,
+            fields: Fields::Head(req.headers),
+        }
+    }
+}
+
 /// Where a log line finds the request's header fields.
 #[derive(Clone, Copy)]
 pub(crate) enum Fields<'a> {

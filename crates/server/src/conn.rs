@@ -664,24 +664,17 @@ impl Conn {
                 took,
             );
             if let Some(log) = ctx.access_log.as_deref_mut() {
-                log.record(&crate::access_log::Entry {
-                    remote: self.peer,
-                    method: req.method_token,
-                    target: req.target,
-                    version: req.version,
-                    status: if done.sent { done.status } else { 500 },
-                    bytes: done.body_bytes,
-                    duration: took,
-                    user_agent: req.header("user-agent"),
-                    referer: req.header("referer"),
-                    worker: ctx.worker,
-                    upstream: None,
-                    received: None,
-                    site: Some(site),
-                    tls: self.client.tls,
-                    head_bytes: done.head_bytes,
-                    fields: crate::access_log::Fields::Head(req.headers),
-                });
+                log.record(&crate::access_log::Entry::answered(
+                    &req,
+                    self.peer,
+                    if done.sent { done.status } else { 500 },
+                    done.body_bytes,
+                    done.head_bytes,
+                    took,
+                    ctx.worker,
+                    site,
+                    self.client.tls,
+                ));
             }
             let (sent, close, file) = (done.sent, done.close, done.file);
             if !sent {

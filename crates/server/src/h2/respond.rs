@@ -173,24 +173,17 @@ impl H2Conn {
         let took = end.saturating_duration_since(started);
         ctx.counters.response(site, status, done.body_bytes, took);
         if let Some(log) = ctx.access_log.as_deref_mut() {
-            log.record(&crate::access_log::Entry {
-                remote: self.peer,
-                method: method_token,
-                target,
-                version: Version::Http2,
+            log.record(&crate::access_log::Entry::answered(
+                &req,
+                self.peer,
                 status,
-                bytes: done.body_bytes,
-                duration: took,
-                user_agent: req.header("user-agent"),
-                referer: req.header("referer"),
-                worker: ctx.worker,
-                upstream: None,
-                received: None,
-                site: Some(site),
-                tls: client.tls,
-                head_bytes: done.head_bytes,
-                fields: crate::access_log::Fields::Head(req.headers),
-            });
+                done.body_bytes,
+                done.head_bytes,
+                took,
+                ctx.worker,
+                site,
+                client.tls,
+            ));
         }
         let file = if sent { done.file } else { None };
         if streamed.is_some() || tunnel {

@@ -639,24 +639,17 @@ impl H3Conn {
         let took = ctx.now.saturating_duration_since(s.started);
         ctx.counters.response(site, status, done.body_bytes, took);
         if let Some(log) = ctx.access_log.as_deref_mut() {
-            log.record(&crate::access_log::Entry {
-                remote: io.peer(),
-                method: method_token,
-                target,
-                version: Version::Http3,
+            log.record(&crate::access_log::Entry::answered(
+                &req,
+                io.peer(),
                 status,
-                bytes: done.body_bytes,
-                duration: took,
-                user_agent: req.header("user-agent"),
-                referer: req.header("referer"),
-                worker: ctx.worker,
-                upstream: None,
-                received: None,
-                site: Some(site),
-                tls: true,
-                head_bytes: done.head_bytes,
-                fields: crate::access_log::Fields::Head(req.headers),
-            });
+                done.body_bytes,
+                done.head_bytes,
+                took,
+                ctx.worker,
+                site,
+                true,
+            ));
         }
         self.spare_head = Some(head);
         s.file = file;
