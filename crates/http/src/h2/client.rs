@@ -919,8 +919,9 @@ mod tests {
         assert_eq!(get(&mut c), Err(OpenError::Closing));
     }
 
-    #[test]
-    fn request_bodies_wait_for_the_servers_window() {
+    /// A client whose server allows 10 streams and `window` bytes per stream, its own output
+    /// (preface, settings) cleared.
+    fn client_with_stream_window(window: u32) -> ClientConn {
         let mut c = ClientConn::new();
         feed(
             &mut c,
@@ -929,7 +930,7 @@ mod tests {
                     o,
                     &[
                         (setting::MAX_CONCURRENT_STREAMS, 10),
-                        (setting::INITIAL_WINDOW_SIZE, 10),
+                        (setting::INITIAL_WINDOW_SIZE, window),
                     ],
                 );
             }),
@@ -937,6 +938,12 @@ mod tests {
         )
         .unwrap();
         c.out.clear();
+        c
+    }
+
+    #[test]
+    fn request_bodies_wait_for_the_servers_window() {
+        let mut c = client_with_stream_window(10);
         let id = c
             .open(
                 [(&b":method"[..], &b"POST"[..])],
@@ -968,22 +975,7 @@ mod tests {
 
     #[test]
     fn a_streaming_body_goes_as_the_windows_allow_and_ends_with_trailers() {
-        let mut c = ClientConn::new();
-        feed(
-            &mut c,
-            &server_frames(|o, _| {
-                frame::write_settings(
-                    o,
-                    &[
-                        (setting::MAX_CONCURRENT_STREAMS, 10),
-                        (setting::INITIAL_WINDOW_SIZE, 10),
-                    ],
-                );
-            }),
-            100,
-        )
-        .unwrap();
-        c.out.clear();
+        let mut c = client_with_stream_window(10);
         let id = c.open_streaming([(&b":method"[..], &b"POST"[..])]).unwrap();
         let h = FrameHeader::parse(&c.out).unwrap();
         assert_eq!(h.kind, kind::HEADERS);
