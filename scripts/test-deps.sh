@@ -57,7 +57,9 @@ if ! command -v grpcurl >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/grpcurl"
 fi
 # Pebble, Let's Encrypt's test ACME server, and pebble-challtestsrv (its DNS server) for the ACME
 # tests, built the same way from scripts/pebble/go.mod. Pebble needs Go 1.21 or newer; Debian 12's
-# own is 1.19, so its bookworm-backports golang-1.21-go is installed beside it when needed.
+# own is 1.19, so its bookworm-backports golang-1.21-go is installed beside it when needed, from
+# the archive the machine's own apt sources name for bookworm (scripts/apt-backports.py), so this
+# works behind whatever mirror apt is set up with.
 if ! command -v pebble >/dev/null 2>&1 || ! command -v pebble-challtestsrv >/dev/null 2>&1; then
     gobin="$(go env GOPATH)/bin"
     if [ ! -x "$gobin/pebble" ] || [ ! -x "$gobin/pebble-challtestsrv" ]; then
@@ -68,8 +70,8 @@ if ! command -v pebble >/dev/null 2>&1 || ! command -v pebble-challtestsrv >/dev
                 sudo=""
                 [ "$(id -u)" -eq 0 ] || sudo=sudo
                 if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-                    echo "deb http://deb.debian.org/debian bookworm-backports main" \
-                        | $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+                    backports="$(python3 "$(dirname "$0")/apt-backports.py" bookworm)"
+                    echo "$backports" | $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
                 fi
                 $sudo apt-get update -qq
                 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -t bookworm-backports golang-1.21-go >/dev/null

@@ -50,16 +50,12 @@ pub fn parse_stat(pid: u32, s: &str) -> Option<ProcSample> {
     })
 }
 
-/// What the kernel was asked to do by one process, cumulative since it started.
-///
-/// `syscr`/`syscw` are the kernel's own counts of read-class and write-class system calls
-/// (`read`, `readv`, `pread`, `write`, `writev`, `sendfile`, …); socket calls that bypass the
-/// VFS (`recvfrom`, `sendto`, `sendmsg`, `recvmsg`) are not among them, so a server that
-/// answers with `recv`/`send` shows fewer than it makes.
+/// What the kernel did for one process, cumulative since it started: context switches and
+/// page faults. Not its system calls: /proc/PID/io's `syscr`/`syscw` count only the VFS's
+/// read- and write-class calls (none for a server that uses `recvfrom`/`sendto`), so every call
+/// is counted through the tracepoints instead (`crate::syscalls`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KernelCounters {
-    pub syscr: u64,
-    pub syscw: u64,
     /// Context switches the process asked for (it blocked: waiting in epoll, on a lock).
     pub voluntary_switches: u64,
     /// Context switches forced on it (preempted).
@@ -73,8 +69,6 @@ impl KernelCounters {
     #[must_use]
     pub fn since(&self, earlier: &Self) -> Self {
         Self {
-            syscr: self.syscr.saturating_sub(earlier.syscr),
-            syscw: self.syscw.saturating_sub(earlier.syscw),
             voluntary_switches: self
                 .voluntary_switches
                 .saturating_sub(earlier.voluntary_switches),
@@ -86,32 +80,24 @@ impl KernelCounters {
     }
 
     pub fn add(&mut self, o: &Self) {
-        self.syscr += o.syscr;
-        self.syscw += o.syscw;
         self.voluntary_switches += o.voluntary_switches;
         self.involuntary_switches += o.involuntary_switches;
         self.minor_faults += o.minor_faults;
     }
 }
 
-/// Reads a process's [`KernelCounters`]: /proc/PID/io, the context switches of every thread
+/// Reads a process's [`KernelCounters`]: the context switches of every thread
 /// (/proc/PID/task/*/status: the process's own status shows its first thread only), and the
-/// process-wide minor faults of /proc/PID/stat. `None` when the process is gone or /proc/PID/io
-/// may not be read.
+/// process-wide minor faults of /proc/PID/stat. `None` when the process is gone.
 #[must_use]
 pub fn kernel_counters(pid: u32) -> Option<KernelCounters> {
-    let io = fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
     let field = |text: &str, name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name))
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let mut c = KernelCounters {
-        syscr: field(&io, "syscr:"),
-        syscw: field(&io, "syscw:"),
-        ..KernelCounters::default()
-    };
+    let mut c = KernelCounters::default();
     if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
         for t in tasks.flatten() {
             if let Ok(st) = fs::read_to_string(t.path().join("status")) {

@@ -135,16 +135,13 @@ pub struct Row {
     pub cycles_per_req: Option<f64>,
 }
 
-/// Kernel work per response, from /proc (see [`crate::procfs::KernelCounters`]).
+/// Kernel work per response, from /proc (see [`crate::procfs::KernelCounters`]): context
+/// switches and page faults. System calls are [`SyscallsPerReq`]'s alone: results before it
+/// also carried /proc/PID/io's `syscr`/`syscw` here, which count only the VFS's read and write
+/// calls (0 for a server that uses `recvfrom`/`sendto`) and read as "no system calls"; such
+/// files still load, those two fields ignored.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct KernelPerReq {
-    /// Read-class system calls as the VFS counts them (`read`, `readv`, `pread`): socket calls
-    /// (`recvfrom`, `recvmsg`) are not among them, so this undercounts; see
-    /// [`SyscallsPerReq`] for every call.
-    pub syscr: f64,
-    /// Write-class system calls as the VFS counts them (`write`, `writev`, `sendfile`; not
-    /// `sendto`/`sendmsg`).
-    pub syscw: f64,
     pub voluntary_switches: f64,
     pub involuntary_switches: f64,
     pub minor_faults: f64,
@@ -219,7 +216,7 @@ pub struct Writer {
 }
 
 /// The CSV's columns before the system calls (see [`csv_columns`]).
-const CSV_FIXED: [&str; 36] = [
+const CSV_FIXED: [&str; 34] = [
     "target",
     "scenario",
     "connections",
@@ -249,8 +246,6 @@ const CSV_FIXED: [&str; 36] = [
     "bound_by",
     "attempts",
     "tls",
-    "syscr_per_req",
-    "syscw_per_req",
     "voluntary_switches_per_req",
     "involuntary_switches_per_req",
     "minor_faults_per_req",
@@ -430,8 +425,6 @@ fn csv_record(r: &Row) -> Vec<String> {
         r.bound_by.as_str().to_string(),
         r.attempts.to_string(),
         r.tls.clone().unwrap_or_default(),
-        k(|k| k.syscr),
-        k(|k| k.syscw),
         k(|k| k.voluntary_switches),
         k(|k| k.involuntary_switches),
         k(|k| k.minor_faults),

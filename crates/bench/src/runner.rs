@@ -688,8 +688,6 @@ fn make_row(
         kernel_per_req: m.kernel.filter(|_| o.responses > 0).map(|k| {
             let n = o.responses as f64;
             crate::results::KernelPerReq {
-                syscr: k.syscr as f64 / n,
-                syscw: k.syscw as f64 / n,
                 voluntary_switches: k.voluntary_switches as f64 / n,
                 involuntary_switches: k.involuntary_switches as f64 / n,
                 minor_faults: k.minor_faults as f64 / n,

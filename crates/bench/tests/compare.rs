@@ -2,7 +2,7 @@
 //! on purpose: identical runs show no measurable change; a 20% regression is caught and exits 3;
 //! too few rounds are said, not guessed, and a gate where no cell could be judged exits 4 (the
 //! recorded 2-round static run against itself); runs of another machine are refused unless
-//! forced.
+//! forced; results written before /proc's VFS call counts were dropped still compare.
 
 use std::path::{Path, PathBuf};
 
@@ -94,6 +94,42 @@ fn a_regression_is_caught() {
     // A 2% change is inside a 5% threshold: no verdict of slower.
     let cmp = compare(&base, &slowed(&base, 1.02), 0.05, Vec::new());
     assert!(!cmp.regressed());
+}
+
+/// A results.json written before `kernel_per_req` lost /proc's `syscr`/`syscw` (every row
+/// carrying them) still reads, and compares against a run written now, in both directions: the
+/// same figures, no change, exit 0.
+#[test]
+fn results_with_the_old_proc_call_counts_still_compare() {
+    let base = recorded();
+    let mut old: serde_json::Value = serde_json::to_value(&base).unwrap();
+    for row in old["rows"].as_array_mut().unwrap() {
+        row["kernel_per_req"] = serde_json::json!({
+            "syscr": 0.0, "syscw": 0.0,
+            "voluntary_switches": 0.5, "involuntary_switches": 0.01, "minor_faults": 0.0
+        });
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let old_path = dir.path().join("old.json");
+    std::fs::write(&old_path, old.to_string()).unwrap();
+    let read_back = results::read(&old_path).unwrap_or_else(|e| panic!("{e}"));
+    let k = read_back.rows[0]
+        .kernel_per_req
+        .expect("the rest of kernel_per_req is kept");
+    assert!((k.voluntary_switches - 0.5).abs() < 1e-9, "{k:?}");
+    let new_path = write(dir.path(), "new.json", &base);
+    let (old_path, new_path) = (
+        old_path.display().to_string(),
+        new_path.display().to_string(),
+    );
+    assert_eq!(
+        cli(&["compare", &old_path, &new_path]),
+        "ExitCode(unix_exit_status(0))"
+    );
+    assert_eq!(
+        cli(&["compare", &new_path, &old_path]),
+        "ExitCode(unix_exit_status(0))"
+    );
 }
 
 /// Two rounds a side: the cells are not judged, and the text says how to fix it.

@@ -1,5 +1,5 @@
 //! Default limits on what a peer may send. Each is a named constant so that the server's flags,
-//! its README table and its tests all start from the same number.
+//! its table in docs/operations.md (Limits) and its tests all start from the same number.
 
 /// Longest request-target accepted (bytes). Longer gets `414 URI Too Long`. nginx's
 /// `large_client_header_buffers` allows 8 KiB for the request line; we match it.

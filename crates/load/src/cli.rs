@@ -24,7 +24,7 @@ use crate::progress::ProgressLine;
     disable_version_flag = true,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    about = "Generate HTTP/1.1 or HTTP/2 load (http:// and https://): wrk's flags and Lua scripts, wrk2's constant rate, pipelining",
+    about = "Generate HTTP/1.1, HTTP/2, HTTP/3 or WebSocket load (http://, https://, ws://, wss://): wrk's flags and Lua scripts, wrk2's constant rate, pipelining",
     after_help = "Examples:\n  lowlat load -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n  \
                   lowlat load -t1 -c256 --pipeline 16 -d10s http://127.0.0.1:8080/plaintext\n  \
                   lowlat load -R 5000 -c50 -d60s --hdr-log run.hlog http://127.0.0.1:8080/\n  \

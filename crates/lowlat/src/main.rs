@@ -1,18 +1,20 @@
 //! `lowlat`: one binary, three jobs. This file only parses the command line and dispatches;
 //! each subcommand's flags and its one-line error reporting live in its own crate, the manual
-//! pages in `man`.
+//! pages in `man`, the guides those pages name in `guides`.
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod guides;
 mod man;
 
 #[derive(Parser)]
 #[command(
     name = "lowlat",
     version = env!("LOWLAT_LONG_VERSION"),
-    about = "A fast, low-latency HTTP/1.1 and HTTP/2 server, load generator and benchmark harness"
+    about = "A low-latency HTTP/1.1, HTTP/2 and HTTP/3 server and reverse proxy (clear, TLS, QUIC; \
+             automatic HTTPS), a load generator and a benchmark harness"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -21,13 +23,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve HTTP/1.1 and HTTP/2, in clear and over TLS: built-in endpoints, static files, the
-    /// dynamic app.
+    /// Serve HTTP/1.1, HTTP/2 and HTTP/3 (clear, TLS, QUIC): static files and sites, a reverse
+    /// proxy, automatic HTTPS (ACME), redirects, the built-in endpoints and the dynamic app.
     Serve(Box<lowlat_server::settings::ServeArgs>),
-    /// Generate HTTP/1.1 or HTTP/2 load (wrk's flags and Lua scripts, wrk2's constant rate,
-    /// pipelining).
+    /// Generate HTTP/1.1, HTTP/2, HTTP/3 or WebSocket load (wrk's flags and Lua scripts, wrk2's
+    /// constant rate, pipelining).
     Load(Box<lowlat_load::cli::LoadArgs>),
-    /// Run benchmark sweeps from a spec and render reports.
+    /// Run benchmark sweeps of servers side by side from a spec; report and compare the results.
     Bench(lowlat_bench::cli::BenchArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {

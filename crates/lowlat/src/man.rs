@@ -3,12 +3,16 @@
 //!
 //! The top page lists its commands as `lowlat-serve(1)`, `lowlat-load(1)`, …; each of those is
 //! a page here too (`lowlat man load`, `lowlat man load merge`), and `lowlat man --dir DIR`
-//! writes every one of them, so that `man lowlat-load` works once they are installed.
+//! writes every one of them, so that `man lowlat-load` works once they are installed. Each page
+//! ends with a SEE ALSO section naming the guides under `docs/` for its command (`guides`).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Command;
+
+use crate::guides;
 
 /// Prints the page of `path` (`[]` for the top page, `["load", "merge"]` for
 /// `lowlat-load-merge(1)`), or with `dir` writes every page there and prints their paths.
@@ -36,7 +40,7 @@ pub fn run(cli: Command, path: &[String], dir: Option<&Path>) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    match page(&root, cmd).render(&mut std::io::stdout()) {
+    match render(&root, path, cmd).and_then(|text| std::io::stdout().write_all(&text)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lowlat man: {e}");
@@ -70,6 +74,14 @@ fn page(root: &Command, cmd: &Command) -> clap_mangen::Man {
     clap_mangen::Man::new(cmd.clone()).source(format!("lowlat {version}"))
 }
 
+/// The roff of the page of `words`: clap_mangen's rendering, then the guides' SEE ALSO section.
+fn render(root: &Command, words: &[String], cmd: &Command) -> std::io::Result<Vec<u8>> {
+    let mut text = Vec::new();
+    page(root, cmd).render(&mut text)?;
+    text.extend_from_slice(guides::see_also(words).as_bytes());
+    Ok(text)
+}
+
 /// Every page with the words that name it (`["load", "merge"]`), the top one first, then each
 /// command's in the order `--help` lists them.
 fn all(cmd: &Command, words: Vec<String>) -> Vec<(Vec<String>, &Command)> {
@@ -95,6 +107,10 @@ fn page_names(root: &Command) -> Vec<String> {
 fn write_all(root: &Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     all(root, Vec::new())
         .into_iter()
-        .map(|(_, cmd)| page(root, cmd).generate_to(dir))
+        .map(|(words, cmd)| {
+            let path = dir.join(page(root, cmd).get_filename());
+            std::fs::write(&path, render(root, &words, cmd)?)?;
+            Ok(path)
+        })
         .collect()
 }

@@ -170,7 +170,7 @@ fn usage_errors_name_the_flag_and_exit_2() {
 }
 
 /// `-R … -U` without `-L`: the corrected latency first, in full, then the uncorrected one, as
-/// the README says (and as `-L -U` prints them).
+/// docs/load.md says (and as `-L -U` prints them).
 #[test]
 fn uncorrected_latency_follows_the_corrected_one() {
     let serve = Serve::plain();

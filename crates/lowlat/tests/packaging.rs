@@ -1,6 +1,7 @@
 //! What a packager and an operator use: the version (with the git revision from a checkout),
-//! shell completions, the help and a man page per command, usage errors that list accepted
-//! values, and the systemd unit (checked by systemd-analyze where the machine has it).
+//! shell completions, the help and a man page per command (each naming the guides for its
+//! command), usage errors that list accepted values, and the systemd unit (checked by
+//! systemd-analyze where the machine has it).
 
 use std::process::Command;
 
@@ -107,7 +108,10 @@ fn serve_help_groups_flags_under_their_headings() {
     let (_, top) = run(&["--help"]);
     let (_, man) = run(&["man"]);
     for text in [&top, &man] {
-        assert!(text.contains("HTTP/1.1 and HTTP/2 server"), "{text}");
+        assert!(
+            text.contains("HTTP/1.1, HTTP/2 and HTTP/3 server"),
+            "{text}"
+        );
     }
 }
 
@@ -160,6 +164,65 @@ fn man_pages_for_every_command() {
             );
         }
     }
+}
+
+/// Each page ends with a SEE ALSO section naming the guides for its command, and every guide
+/// it names is a file of the source tree; `--help` says what serve and load speak today.
+#[test]
+fn man_pages_name_the_guides() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    for (page, guides) in [
+        (
+            &[][..],
+            &[
+                "serving",
+                "tls",
+                "proxy",
+                "operations",
+                "load",
+                "bench",
+                "DESIGN",
+                "PERFORMANCE",
+            ][..],
+        ),
+        (&["serve"], &["serving", "tls", "proxy", "operations"]),
+        (&["load"], &["load"]),
+        (&["load", "merge"], &["load"]),
+        (&["bench", "compare"], &["bench"]),
+    ] {
+        let mut args = vec!["man"];
+        args.extend_from_slice(page);
+        let (code, text) = run(&args);
+        assert_eq!(code, Some(0), "{page:?}");
+        let see_also = &text[text
+            .find(".SH \"SEE ALSO\"")
+            .unwrap_or_else(|| panic!("{page:?}: {text}"))..];
+        for guide in guides {
+            let path = format!("docs/{guide}.md");
+            assert!(
+                see_also.contains(&format!("\\fB{path}\\fR")),
+                "{page:?} lacks {path}: {see_also}"
+            );
+            assert!(std::path::Path::new(root).join(&path).is_file(), "{path}");
+        }
+    }
+    let (_, top) = run(&["--help"]);
+    let serve = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("serve "))
+        .unwrap();
+    assert!(
+        serve.contains("HTTP/3") && serve.contains("reverse proxy"),
+        "{serve}"
+    );
+    let load = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("load "))
+        .unwrap();
+    assert!(
+        load.contains("HTTP/3") && load.contains("WebSocket"),
+        "{load}"
+    );
 }
 
 /// The shipped unit passes `systemd-analyze verify` (with ExecStart pointed at this build).
