@@ -2,13 +2,14 @@
 //! delimiting its body (whole, chunked, or streamed to an upstream), handing it to the router,
 //! and the responses for refused requests.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{ChunkState, ClientUpload, Conn, Relay, UploadLeft, OUTPUT_HIGH_WATER};
 use crate::ctx::WorkerCtx;
+use crate::dispatch;
 use crate::handler::Response;
 use crate::proxy::headers::StreamedBody;
-use crate::proxy::upload::{Upload, STREAM_MIN_BODY};
+use crate::proxy::upload::STREAM_MIN_BODY;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
 use lowlat_http::request::{header_slots, parse_request};
 use lowlat_http::{ParseError, Status, Version};
@@ -134,25 +135,20 @@ impl Conn {
                 self.wbuf = ctx.pool.take_write();
             }
             let keep_alive = req.keep_alive && !ctx.shutting_down;
-            let mut res = Response::new(
+            let routed = dispatch::route(
+                ctx,
+                &req,
+                body,
                 &mut self.wbuf,
-                ctx.scratch,
-                ctx.date.get(),
-                req.is_head(),
+                &self.client,
                 keep_alive,
-                req.version,
+                streamed,
             );
-            let mut forward = None;
-            res.set_client(&self.client, &mut forward);
-            if let Some(framing) = streamed {
-                res.set_streamed(framing);
-            }
-            let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
-            let done = res.finish();
-            if let Some(mut job) = forward.take() {
+            let (site, done) = (routed.site, routed.done);
+            if let Some(mut job) = routed.forward {
                 if let Some(framing) = streamed {
                     // The body follows the head to the upstream as it is read (`feed_upload`).
-                    let pipe = Upload::new(framing);
+                    let pipe = dispatch::upload_for(&mut job, framing);
                     let left = match framing {
                         StreamedBody::Length(n) => UploadLeft::Length(n),
                         StreamedBody::Chunked => {
@@ -162,7 +158,6 @@ impl Conn {
                             )
                         }
                     };
-                    job.upload = Some(std::rc::Rc::clone(&pipe));
                     self.upload = Some(Box::new(ClientUpload { pipe, left }));
                     if req.expect_continue {
                         // As nginx does when it streams a body: the server asks for it.
@@ -172,10 +167,7 @@ impl Conn {
                 }
                 // Answered later, by the upstream side; what follows waits for it.
                 ctx.proxy_starts.push((ctx.token, 0, job));
-                if let Some(log) = ctx.access_log.as_deref() {
-                    let held = self.held.get_or_insert_with(Box::default);
-                    held.hold(&req, site, self.client.tls, log.config());
-                }
+                dispatch::hold(ctx, &mut self.held, &req, site, self.client.tls);
                 self.relay = Some(Relay {
                     keep_alive,
                     version: req.version,
@@ -189,29 +181,9 @@ impl Conn {
                 self.chunk = None;
                 break;
             }
-            // With metrics or a log, the clock when answered: the loop's time is the same for a
-            // request read and answered in one turn, which would time it at zero.
-            let end = if ctx.timed { Instant::now() } else { ctx.now };
-            let took = end.saturating_duration_since(self.head_started);
-            ctx.counters.response(
-                site,
-                if done.sent { done.status } else { 500 },
-                done.body_bytes,
-                took,
-            );
-            if let Some(log) = ctx.access_log.as_deref_mut() {
-                log.record(&crate::access_log::Entry::answered(
-                    &req,
-                    self.peer,
-                    if done.sent { done.status } else { 500 },
-                    done.body_bytes,
-                    done.head_bytes,
-                    took,
-                    ctx.worker,
-                    site,
-                    self.client.tls,
-                ));
-            }
+            let status = if done.sent { done.status } else { 500 };
+            let tls = self.client.tls;
+            dispatch::answered(ctx, &req, self.peer, tls, site, status, &done, self.head_started);
             let (sent, close, file) = (done.sent, done.close, done.file);
             if !sent {
                 Self::write_status(&mut self.wbuf, ctx, 500, req.version, true);
