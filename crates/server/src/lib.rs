@@ -29,6 +29,8 @@
 //! - [`quic`]: QUIC under HTTP/3 (`--h3-listen`): per-worker UDP sockets and endpoints,
 //!   connections kept on their worker, streams handed up as byte streams.
 //! - `proto`: a connection in the protocol it speaks; the switch from HTTP/1.1 to HTTP/2.
+//! - `dispatch`: the one request path: a request head from any protocol to its site, route and
+//!   handler, back as a response in HTTP/1.1 form or a request to forward.
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
@@ -55,6 +57,7 @@ pub mod compress;
 pub mod config;
 mod conn;
 mod ctx;
+mod dispatch;
 pub mod files;
 pub mod h2;
 pub mod h3;

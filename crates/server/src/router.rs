@@ -68,13 +68,28 @@ pub struct Router {
     added: Option<std::rc::Rc<[u8]>>,
     /// The site's compression on the fly, when on (lent to each response it answers).
     compress: Option<std::rc::Rc<crate::compress::CompressConfig>>,
-    /// Answers every path under its prefix before sites and routes are looked at: ACME's
-    /// HTTP-01 challenges, which a CA asks for under any of the names and which nothing (a
-    /// site's routes, a redirect to HTTPS) may hide.
-    intercept: Option<(&'static str, Box<dyn Handler>)>,
-    /// A handler asked before any route, which may leave the request unanswered for the
-    /// routes (a site's HTTP→HTTPS redirect).
-    first: Option<Box<dyn Handler>>,
+    /// Handlers asked, in order, before the sites or the routes (see [`Router::early`]).
+    hooks: Vec<EarlyHook>,
+}
+
+/// Where an early hook is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookScope {
+    /// Before a site is chosen by `Host`: every request to the server, whatever its site
+    /// (ACME's HTTP-01 challenges, which a CA asks for under any of the names and which
+    /// nothing — a site's routes, its redirect to HTTPS — may hide).
+    AllSites,
+    /// Before the routes of this router's own site, for the requests it answers (a site's
+    /// HTTP→HTTPS redirect).
+    ThisSite,
+}
+
+/// A handler asked about the paths under `prefix` before the routes; what it leaves
+/// unanswered (sends nothing for) goes on to the next hook and then to the routes.
+struct EarlyHook {
+    prefix: Box<str>,
+    scope: HookScope,
+    handler: Box<dyn Handler>,
 }
 
 impl Router {
@@ -119,9 +134,42 @@ impl Router {
             .map(|(i, (_, r))| (i, r))
     }
 
-    /// Answers every path starting with `prefix` by `handler`, before anything else.
-    pub fn intercept(&mut self, prefix: &'static str, handler: impl Handler + 'static) {
-        self.intercept = Some((prefix, Box::new(handler)));
+    /// Asks `handler` first about every path starting with `prefix` (`""`: every path), where
+    /// `scope` says, after the hooks added before it. A hook that sends nothing leaves the
+    /// request to what follows. One list for every early answer, so that their order is the
+    /// order they were added in, and a request no hook applies to pays one length check.
+    pub fn early(&mut self, prefix: &str, scope: HookScope, handler: impl Handler + 'static) {
+        self.hooks.push(EarlyHook {
+            prefix: prefix.into(),
+            scope,
+            handler: Box::new(handler),
+        });
+    }
+
+    /// Asks the hooks of `scope` that apply to `head`; whether one answered.
+    fn ask_hooks(
+        &mut self,
+        scope: HookScope,
+        head: &Request<'_, '_>,
+        body: &[u8],
+        worker: usize,
+        res: &mut Response<'_>,
+    ) -> bool {
+        for hook in &mut self.hooks {
+            if hook.scope == scope && head.path.starts_with(&*hook.prefix) {
+                let req = Req {
+                    head,
+                    body,
+                    params: &[],
+                    worker,
+                };
+                hook.handler.handle(&req, res);
+                if res.is_sent() {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Routes `GET` (and so `HEAD`) on `pattern` to `handler`.
@@ -232,17 +280,8 @@ impl Router {
         worker: usize,
         res: &mut Response<'r>,
     ) -> usize {
-        if let Some((prefix, handler)) = &mut self.intercept {
-            if head.path.starts_with(*prefix) {
-                let req = Req {
-                    head,
-                    body,
-                    params: &[],
-                    worker,
-                };
-                handler.handle(&req, res);
-                return 0;
-            }
+        if !self.hooks.is_empty() && self.ask_hooks(HookScope::AllSites, head, body, worker, res) {
+            return 0;
         }
         if !self.sites.is_empty() {
             if let Some((i, site)) = self.site_for(head.header("host")) {
@@ -292,7 +331,7 @@ impl Router {
         &mut self,
         head: &lowlat_http::head::RequestHead,
         max_body: u64,
-    ) -> Option<crate::proxy::headers::StreamedBody> {
+    ) -> Option<crate::handler::StreamedBody> {
         let method = Method::from_token(head.method().unwrap_or(""));
         let framing =
             crate::proxy::upload::streamed_framing(method, head.content_length, max_body)?;
@@ -355,12 +394,6 @@ impl Router {
         }
     }
 
-    /// Asks `handler` first about every request of this router; what it leaves unanswered is
-    /// routed as usual (a site's HTTP→HTTPS redirect answers clear-text requests only).
-    pub fn first(&mut self, handler: impl Handler + 'static) {
-        self.first = Some(Box::new(handler));
-    }
-
     fn dispatch_here(
         &mut self,
         head: &Request<'_, '_>,
@@ -368,17 +401,8 @@ impl Router {
         worker: usize,
         res: &mut Response<'_>,
     ) {
-        if let Some(first) = &mut self.first {
-            let req = Req {
-                head,
-                body,
-                params: &[],
-                worker,
-            };
-            first.handle(&req, res);
-            if res.is_sent() {
-                return;
-            }
+        if !self.hooks.is_empty() && self.ask_hooks(HookScope::ThisSite, head, body, worker, res) {
+            return;
         }
         let Self {
             tree,
@@ -392,8 +416,7 @@ impl Router {
             extra_headers: _,
             added: _,
             compress: _,
-            intercept: _,
-            first: _,
+            hooks: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,
@@ -502,12 +525,37 @@ mod tests {
         assert!(call(&mut r, "GET", "/.well-known/acme-challenge/x")
             .2
             .starts_with("site "));
-        r.intercept("/.well-known/acme-challenge/", named("challenge"));
+        r.early(
+            "/.well-known/acme-challenge/",
+            HookScope::AllSites,
+            named("challenge"),
+        );
         assert_eq!(
             call(&mut r, "GET", "/.well-known/acme-challenge/x").2,
             "challenge"
         );
         assert!(call(&mut r, "GET", "/plaintext").2.starts_with("site "));
+    }
+
+    /// Early hooks are asked in the order added and only about their prefix; one that sends
+    /// nothing leaves the request to the next and then to the routes; a site's own hooks are
+    /// not asked about the requests another site answers.
+    #[test]
+    fn early_hooks_in_order() {
+        let mut r = router();
+        r.early(
+            "",
+            HookScope::ThisSite,
+            |_: &Req<'_, '_, '_>, _: &mut Response<'_>| {},
+        );
+        r.early("/json", HookScope::ThisSite, named("first"));
+        r.early("/json", HookScope::ThisSite, named("second"));
+        assert_eq!(call(&mut r, "GET", "/json").2, "first");
+        assert_eq!(call(&mut r, "GET", "/plaintext").2, "plaintext");
+        let mut site = Router::new();
+        site.get("/json", named("site")).unwrap();
+        r.add_site(&["t".to_owned()], site);
+        assert_eq!(call(&mut r, "GET", "/json").2, "site");
     }
 
     /// The routes the cases below run against: lowlat's own shapes and a few more.

@@ -15,7 +15,9 @@ use mio::Token;
 
 use super::conn::{forget, remember, H2Conn};
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::{log_relayed, lowered_fields, Downstream, TunnelRead};
+use crate::proxy::downstream::{
+    log_relayed, lowered_fields, relayed_head, Downstream, TunnelRead,
+};
 use crate::proxy::job::RelayBody;
 
 /// Stream `id` of `conn`, receiving a relayed response.
@@ -116,15 +118,15 @@ impl Downstream for StreamRelay<'_> {
             return self.relay_error(ctx, 502);
         }
         let head_only = c.streams[i].relay.is_some_and(|r| r.head_only);
-        lowered_fields(
+        let end = relayed_head(
             fields,
             pass,
             added,
-            body.announced(head_only),
+            body,
+            head_only,
             &mut c.res_buf,
             &mut c.res_fields,
         );
-        let end = head_only || matches!(body, RelayBody::None { .. });
         c.write_head(self.id, status, end);
         if let Some(r) = &mut c.streams[i].relay {
             r.status = status;

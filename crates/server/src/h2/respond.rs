@@ -5,16 +5,17 @@ use std::time::{Duration, Instant};
 
 use lowlat_http::h2::frame::{self, ErrorCode};
 use lowlat_http::h2::RequestHead;
-use lowlat_http::request::{Header, Method, Request};
+use lowlat_http::request::Request;
 use lowlat_http::ParseError;
 use lowlat_http::Version;
 
 use super::conn::{forget, remember, H2Conn};
-use super::stream::{translate_head, Relay, State, Stream};
+use super::stream::{Relay, State, Stream};
 use crate::ctx::WorkerCtx;
+use crate::dispatch::{self, translate_head, HeadRefusal};
 use crate::handler::Response;
-use crate::proxy::headers::StreamedBody;
-use crate::proxy::upload::{Upload, UploadFeed};
+use crate::proxy::headers::{ClientInfo, StreamedBody};
+use crate::proxy::upload::UploadFeed;
 
 impl H2Conn {
     /// The request on stream `i` is complete: check its length and answer it.
@@ -51,72 +52,54 @@ impl H2Conn {
         entry: Option<usize>,
         streamed: Option<StreamedBody>,
     ) {
-        let (Some(method_token), Some(target)) = (head.method(), head.path()) else {
-            return self.stream_error(id, ErrorCode::Protocol);
-        };
-        if !(target.starts_with('/') || target == "*" && method_token == "OPTIONS") {
-            return self.stream_error(id, ErrorCode::Protocol);
+        let framing = crate::proxy::headers::request_framing(streamed, body.len());
+        let max_fields = ctx.cfg.head.max_headers;
+        let answered = dispatch::with_request(head, max_fields, Version::Http2, framing, |req| {
+            self.answer(ctx, id, req, body, started, entry, streamed);
+        });
+        match answered {
+            Ok(()) => {}
+            Err(HeadRefusal::Malformed) => self.stream_error(id, ErrorCode::Protocol),
+            Err(HeadRefusal::TooManyFields) => {
+                self.refuse(ctx, id, ParseError::TooManyHeaders, Some(head));
+            }
         }
-        // Most requests have a few fields: a small array to fill, the full one only for many.
-        let mut small = [EMPTY_HEADER; 24];
-        let mut big;
-        let slots: &mut [Header<'_>] = if head.field_count() < small.len() {
-            &mut small
-        } else {
-            big = [EMPTY_HEADER; lowlat_http::limits::MAX_HEADERS];
-            &mut big
-        };
-        let Some(n) = head.request_fields(slots, ctx.cfg.head.max_headers) else {
-            return self.refuse(ctx, id, ParseError::TooManyHeaders, Some(head));
-        };
-        let fields = &slots[..n];
-        let (path, query) = match target.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (target, None),
-        };
-        let method = Method::from_token(method_token);
-        let req = Request {
-            method,
-            method_token,
-            target,
-            path,
-            query,
-            version: Version::Http2,
-            headers: fields,
-            framing: crate::proxy::headers::request_framing(streamed, body.len()),
-            keep_alive: true,
-            expect_continue: false,
-            head_len: 0,
-            protocol: head.protocol(),
-        };
+    }
+
+    /// Answers `req` (see [`H2Conn::respond`]).
+    #[allow(clippy::too_many_arguments)]
+    fn answer(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        id: u32,
+        req: &Request<'_, '_>,
+        body: &[u8],
+        started: Instant,
+        entry: Option<usize>,
+        streamed: Option<StreamedBody>,
+    ) {
         // An extended CONNECT (RFC 8441) opened a tunnel stream; only the proxy's WebSocket
         // tunnel can take it up.
         let tunnel = entry.is_some_and(|i| self.streams[i].tunnel.is_some());
         self.res_buf.clear();
-        let mut res = Response::new(
-            &mut self.res_buf,
-            ctx.scratch,
-            ctx.date.get(),
-            req.is_head(),
-            true,
-            Version::Http2,
-        );
-        let client = crate::proxy::headers::ClientInfo {
+        let client = ClientInfo {
             peer: self.peer,
             tls: self.io.is_tls(),
             early_data: false,
         };
-        let mut forward = None;
-        res.set_client(&client, &mut forward);
-        if let Some(framing) = streamed {
-            res.set_streamed(framing);
-        }
-        let site = ctx.router.dispatch(&req, body, ctx.worker, &mut res);
-        let done = res.finish();
-        if let Some(mut job) = forward.take() {
+        let routed = dispatch::route(
+            ctx,
+            req,
+            body,
+            &mut self.res_buf,
+            &client,
+            true,
+            streamed,
+        );
+        let (site, done) = (routed.site, routed.done);
+        if let Some(mut job) = routed.forward {
             let upload = streamed.map(|framing| {
-                let pipe = Upload::new(framing);
-                job.upload = Some(std::rc::Rc::clone(&pipe));
+                let pipe = dispatch::upload_for(&mut job, framing);
                 Box::new(UploadFeed::new(pipe, framing, job.group.cfg.max_body))
             });
             // Answered as the upstream's response arrives (`super::relay`).
@@ -141,10 +124,7 @@ impl H2Conn {
             } else {
                 s.state = State::HalfClosedRemote;
             }
-            if let Some(log) = ctx.access_log.as_deref() {
-                let held = s.held.get_or_insert_with(Box::default);
-                held.hold(&req, site, client.tls, log.config());
-            }
+            dispatch::hold(ctx, &mut s.held, req, site, client.tls);
             s.relay = Some(Relay {
                 upstream: None,
                 open: true,
@@ -165,26 +145,7 @@ impl H2Conn {
         if !sent {
             self.status_page(ctx, status);
         }
-        let end = if ctx.timed {
-            std::time::Instant::now()
-        } else {
-            ctx.now
-        };
-        let took = end.saturating_duration_since(started);
-        ctx.counters.response(site, status, done.body_bytes, took);
-        if let Some(log) = ctx.access_log.as_deref_mut() {
-            log.record(&crate::access_log::Entry::answered(
-                &req,
-                self.peer,
-                status,
-                done.body_bytes,
-                done.head_bytes,
-                took,
-                ctx.worker,
-                site,
-                client.tls,
-            ));
-        }
+        dispatch::answered(ctx, req, self.peer, client.tls, site, status, &done, started);
         let file = if sent { done.file } else { None };
         if streamed.is_some() || tunnel {
             // Answered without forwarding (refused): the client may still be sending its body,
@@ -317,30 +278,8 @@ impl H2Conn {
             None => false,
         };
         self.status_page(ctx, status);
-        ctx.counters.response(0, status, 0, Duration::ZERO);
-        if let Some(log) = ctx.access_log.as_deref_mut() {
-            let field = |name: &str| {
-                head.and_then(|h| h.fields().find(|(n, _)| *n == name).map(|(_, v)| v))
-            };
-            log.record(&crate::access_log::Entry {
-                remote: self.peer,
-                method: head.and_then(RequestHead::method).unwrap_or("-"),
-                target: head.and_then(RequestHead::path).unwrap_or("-"),
-                version: Version::Http2,
-                status,
-                bytes: 0,
-                duration: Duration::ZERO,
-                user_agent: field("user-agent"),
-                referer: field("referer"),
-                worker: ctx.worker,
-                upstream: None,
-                site: None,
-                tls: self.io.is_tls(),
-                head_bytes: 0,
-                fields: crate::access_log::Fields::None,
-                received: None,
-            });
-        }
+        let tls = self.io.is_tls();
+        dispatch::refused(ctx, head, self.peer, Version::Http2, tls, status, Duration::ZERO);
         self.send_response(id, None, None);
         if still_sending {
             frame::write_rst_stream(&mut self.wbuf, id, ErrorCode::NoError);
@@ -363,8 +302,3 @@ impl H2Conn {
         let _ = res.finish();
     }
 }
-
-const EMPTY_HEADER: Header<'static> = Header {
-    name: "",
-    value: b"",
-};

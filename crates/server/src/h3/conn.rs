@@ -13,17 +13,17 @@ use lowlat_http::h3::qpack;
 use lowlat_http::h3::stream::{ControlStream, RequestStream, Role, Section, UniStreams};
 use lowlat_http::h3::{Error, ErrorCode};
 use lowlat_http::head::RequestHead;
-use lowlat_http::request::{Header, Method, Request};
+use lowlat_http::request::Method;
 use lowlat_http::{Status, Version};
 use mio::Token;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::stream::{Relay, ReqStream, UniIn};
 use crate::ctx::WorkerCtx;
-use crate::handler::Response;
+use crate::dispatch::{self, HeadRefusal};
 use crate::proxy::downstream::Wake;
 use crate::proxy::headers::{ClientInfo, StreamedBody};
-use crate::proxy::upload::{Upload, UploadFeed};
+use crate::proxy::upload::UploadFeed;
 use crate::quic::{proxy_stream, Read, StreamError, StreamIo};
 
 /// Bytes read from a stream at once.
@@ -532,127 +532,85 @@ impl H3Conn {
             self.requests.insert(id, s);
             return self.answer_status(io, id, 400, ctx);
         };
-        let (Some(method_token), Some(target)) = (head.method(), head.path()) else {
-            self.requests.insert(id, s);
-            return self.answer_status(io, id, 400, ctx);
-        };
-        if io.is_handshaking()
-            && !matches!(
-                Method::from_token(method_token),
-                Method::Get | Method::Head | Method::Options
-            )
-        {
-            // Came as 0-RTT data, which can be replayed: only safe methods are answered before
-            // the handshake completes (RFC 9114 §10.9, RFC 8470: 425 Too Early, the client
-            // sends it again after the handshake).
-            s.head = Some(head);
-            self.requests.insert(id, s);
-            return self.answer_status(io, id, 425, ctx);
-        }
-        let mut slots = [EMPTY_HEADER; lowlat_http::limits::MAX_HEADERS];
-        let Some(n) = head.request_fields(&mut slots, ctx.cfg.head.max_headers) else {
-            s.head = Some(head);
-            self.requests.insert(id, s);
-            return self.answer_status(io, id, 431, ctx);
-        };
-        let fields = &slots[..n];
-        let (path, query) = match target.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (target, None),
-        };
         let body = std::mem::take(&mut s.body);
-        let req = Request {
-            method: Method::from_token(method_token),
-            method_token,
-            target,
-            path,
-            query,
-            version: Version::Http3,
-            headers: fields,
-            framing: crate::proxy::headers::request_framing(streamed, body.len()),
-            keep_alive: true,
-            expect_continue: false,
-            head_len: 0,
-            // Extended CONNECT is not announced over HTTP/3, so no request carries `:protocol`.
-            protocol: None,
-        };
-        self.res_buf.clear();
-        let mut res = Response::new(
-            &mut self.res_buf,
-            ctx.scratch,
-            ctx.date.get(),
-            req.is_head(),
-            true,
-            Version::Http3,
-        );
-        let client = ClientInfo {
-            peer: io.peer(),
-            tls: true,
-            early_data: io.is_handshaking(),
-        };
-        let mut forward = None;
-        res.set_client(&client, &mut forward);
-        if let Some(framing) = streamed {
-            res.set_streamed(framing);
-        }
-        let site = ctx.router.dispatch(&req, &body, ctx.worker, &mut res);
-        let done = res.finish();
-        if let Some(mut job) = forward.take() {
-            let Some(n) = proxy_stream(id) else {
-                // Past what the upstream side numbers (a billion requests on one connection).
-                job.group.give_buffer(job.request);
-                self.requests.insert(id, s);
-                return self.answer_status(io, id, 503, ctx);
-            };
-            if let Some(framing) = streamed {
-                let pipe = Upload::new(framing);
-                job.upload = Some(std::rc::Rc::clone(&pipe));
-                s.upload = Some(Box::new(UploadFeed::new(
-                    pipe,
-                    framing,
-                    job.group.cfg.max_body,
-                )));
+        let framing = crate::proxy::headers::request_framing(streamed, body.len());
+        let (peer, early_data) = (io.peer(), io.is_handshaking());
+        let max_fields = ctx.cfg.head.max_headers;
+        // Ok(true): answered here, the response in `res_buf`; Ok(false): forwarded; Err: a
+        // refusal's status.
+        let routed = dispatch::with_request(&head, max_fields, Version::Http3, framing, |req| {
+            if early_data && !matches!(req.method, Method::Get | Method::Head | Method::Options) {
+                // Came as 0-RTT data, which can be replayed: only safe methods are answered
+                // before the handshake completes (RFC 9114 §10.9, RFC 8470: 425 Too Early, the
+                // client sends it again after the handshake).
+                return Err(425);
             }
-            // Answered as the upstream's response arrives (`relay`).
-            ctx.proxy_starts.push((ctx.token, n, job));
-            if let Some(log) = ctx.access_log.as_deref() {
-                let held = s.held.get_or_insert_with(Box::default);
-                held.hold(&req, site, true, log.config());
-            }
-            s.relay = Some(Relay {
-                head_request: req.is_head(),
-                ..Relay::default()
-            });
-            s.answered = true;
-            self.requests.insert(id, s);
-            return;
-        }
-        let (status, file) = if done.sent {
-            (done.status, done.file)
-        } else {
-            (500, None)
-        };
-        if !done.sent {
             self.res_buf.clear();
-            write_status_page(&mut self.res_buf, 500);
-        }
-        let took = ctx.now.saturating_duration_since(s.started);
-        ctx.counters.response(site, status, done.body_bytes, took);
-        if let Some(log) = ctx.access_log.as_deref_mut() {
-            log.record(&crate::access_log::Entry::answered(
-                &req,
-                io.peer(),
-                status,
-                done.body_bytes,
-                done.head_bytes,
-                took,
-                ctx.worker,
-                site,
+            let client = ClientInfo {
+                peer,
+                tls: true,
+                early_data,
+            };
+            let routed = dispatch::route(
+                ctx,
+                req,
+                &body,
+                &mut self.res_buf,
+                &client,
                 true,
-            ));
+                streamed,
+            );
+            if let Some(mut job) = routed.forward {
+                let Some(n) = proxy_stream(id) else {
+                    // Past what the upstream side numbers (a billion requests on one connection).
+                    job.group.give_buffer(job.request);
+                    return Err(503);
+                };
+                if let Some(framing) = streamed {
+                    let pipe = dispatch::upload_for(&mut job, framing);
+                    s.upload = Some(Box::new(UploadFeed::new(
+                        pipe,
+                        framing,
+                        job.group.cfg.max_body,
+                    )));
+                }
+                // Answered as the upstream's response arrives (`relay`).
+                ctx.proxy_starts.push((ctx.token, n, job));
+                dispatch::hold(ctx, &mut s.held, req, routed.site, true);
+                s.relay = Some(Relay {
+                    head_request: req.is_head(),
+                    ..Relay::default()
+                });
+                s.answered = true;
+                return Ok(false);
+            }
+            let done = routed.done;
+            let status = if done.sent { done.status } else { 500 };
+            if !done.sent {
+                self.res_buf.clear();
+                write_status_page(&mut self.res_buf, 500);
+            }
+            dispatch::answered(ctx, req, peer, true, routed.site, status, &done, s.started);
+            s.file = if done.sent { done.file } else { None };
+            Ok(true)
+        });
+        let refused = match routed {
+            Ok(Ok(true)) => None,
+            Ok(Ok(false)) => {
+                self.requests.insert(id, s);
+                return;
+            }
+            Ok(Err(status)) => Some(status),
+            Err(HeadRefusal::Malformed) => Some(400),
+            Err(HeadRefusal::TooManyFields) => Some(431),
+        };
+        if let Some(status) = refused {
+            // Logged with what the head tells.
+            s.head = Some(head);
+            self.requests.insert(id, s);
+            return self.answer_status(io, id, status, ctx);
         }
         self.spare_head = Some(head);
-        s.file = file;
         self.requests.insert(id, s);
         self.send_response(io, id);
         if streamed.is_some() {
@@ -676,32 +634,8 @@ impl H3Conn {
         self.res_buf.clear();
         write_status_page(&mut self.res_buf, status);
         let took = ctx.now.saturating_duration_since(s.started);
-        ctx.counters.response(0, status, 0, took);
-        if let Some(log) = ctx.access_log.as_deref_mut() {
-            // As HTTP/1.1 and HTTP/2 refusals are logged: what is known of the request.
-            let head = s.head.as_deref();
-            let field = |name: &str| {
-                head.and_then(|h| h.fields().find(|(n, _)| *n == name).map(|(_, v)| v))
-            };
-            log.record(&crate::access_log::Entry {
-                remote: io.peer(),
-                method: head.and_then(RequestHead::method).unwrap_or("-"),
-                target: head.and_then(RequestHead::path).unwrap_or("-"),
-                version: Version::Http3,
-                status,
-                bytes: 0,
-                duration: took,
-                user_agent: field("user-agent"),
-                referer: field("referer"),
-                worker: ctx.worker,
-                upstream: None,
-                received: None,
-                site: None,
-                tls: true,
-                head_bytes: 0,
-                fields: crate::access_log::Fields::None,
-            });
-        }
+        let head = s.head.as_deref();
+        dispatch::refused(ctx, head, io.peer(), Version::Http3, true, status, took);
         self.send_response(io, id);
         // RFC 9114 §4.1.2: a complete response, then STOP_SENDING with H3_NO_ERROR.
         io.stop_sending(id, ErrorCode::NoError.value());
@@ -734,7 +668,7 @@ impl H3Conn {
             let kept = self.res_buf.len().min(MAX_CACHED_HEAD);
             last_head.extend_from_slice(&self.res_buf[..kept]);
             let Some((status, body_at)) =
-                crate::h2::stream::translate_head(&mut self.res_buf, &mut self.res_fields)
+                dispatch::translate_head(&mut self.res_buf, &mut self.res_fields)
             else {
                 last_head.clear();
                 io.reset(id, ErrorCode::InternalError.value());
@@ -841,11 +775,6 @@ impl H3Conn {
         }
     }
 }
-
-const EMPTY_HEADER: Header<'static> = Header {
-    name: "",
-    value: b"",
-};
 
 /// A bare status page in HTTP/1.1 form (`413 Content Too Large`), for `send_response`.
 pub(super) fn write_status_page(out: &mut Vec<u8>, status: u16) {

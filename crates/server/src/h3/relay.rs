@@ -17,7 +17,7 @@ use mio::Token;
 
 use super::conn::{write_status_page, H3Conn};
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::{log_relayed, lowered_fields, Downstream};
+use crate::proxy::downstream::{log_relayed, relayed_head, Downstream};
 use crate::proxy::job::RelayBody;
 use crate::quic::StreamIo;
 
@@ -46,11 +46,12 @@ impl Downstream for StreamRelay<'_, '_> {
         let Some(head_request) = s.relay.map(|r| r.head_request) else {
             return;
         };
-        lowered_fields(
+        let end = relayed_head(
             fields,
             pass,
             added,
-            body.announced(head_request),
+            body,
+            head_request,
             &mut c.res_buf,
             &mut c.res_fields,
         );
@@ -66,7 +67,7 @@ impl Downstream for StreamRelay<'_, '_> {
         );
         if let Some(r) = s.relay.as_mut() {
             r.status = status;
-            r.head_only = head_request || matches!(body, RelayBody::None { .. });
+            r.head_only = end;
         }
     }
 

@@ -152,6 +152,24 @@ pub(crate) fn added_lines<'a>(
         })
 }
 
+/// A relayed response head as HTTP/2 and HTTP/3 carry it, the part the two agree on: its fields
+/// into `buf` and `ranges` ([`lowered_fields`], with the `content-length` the body announces to
+/// a request that was `head_only` or not), and whether the head ends the stream (nothing
+/// follows it: a `HEAD` request's, or a bodiless response's). What is left is each protocol's
+/// own: the field section's compression and the frame it goes in.
+pub(crate) fn relayed_head(
+    fields: &[Header<'_>],
+    pass: &dyn Fn(&str) -> bool,
+    added: &[u8],
+    body: RelayBody,
+    head_only: bool,
+    buf: &mut Vec<u8>,
+    ranges: &mut Vec<(Range<usize>, Range<usize>)>,
+) -> bool {
+    lowered_fields(fields, pass, added, body.announced(head_only), buf, ranges);
+    head_only || matches!(body, RelayBody::None { .. })
+}
+
 /// A relayed head's fields as HTTP/2 and HTTP/3 carry them: those that `pass`, then the site's
 /// `added` lines ([`added_lines`]), names in lower case, copied into `buf` (their ranges into
 /// `ranges`, both cleared first), then `content-length` when `length` is given.

@@ -7,25 +7,16 @@
 //! `Connection` and every field it names, `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`,
 //! `Upgrade`, and `Proxy-*`.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use lowlat_http::body::BodyFraming;
 use lowlat_http::request::{Method, Request};
 use lowlat_http::Version;
 
 use super::config::Cidr;
-
-/// The client side of a request, as the proxy reports it upstream.
-#[derive(Debug, Clone, Copy)]
-pub struct ClientInfo {
-    pub peer: SocketAddr,
-    /// The request came over TLS.
-    pub tls: bool,
-    /// The request came as early data (QUIC 0-RTT), which anyone who captured it can replay:
-    /// the upstream is told with `Early-Data: 1` (RFC 8470 §5.1), so that it can answer
-    /// `425 Too Early` to what it must not process twice.
-    pub early_data: bool,
-}
+// Defined with what every handler sees (`crate::handler`); named here too, where the proxy
+// reads them.
+pub use crate::handler::{ClientInfo, StreamedBody};
 
 /// Fields that are the proxy's to set, or belong to one hop only.
 fn is_hop_by_hop(name: &str) -> bool {
@@ -68,17 +59,6 @@ pub struct Target<'a> {
     /// `Host` for a request that has none (HTTP/1.0): the upstream's name, as nginx's
     /// `$proxy_host`.
     pub default_host: &'a str,
-}
-
-/// How a body that is still arriving is framed for the upstream (it follows the head as it
-/// comes, see `proxy::upload`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamedBody {
-    /// `Content-Length`: the bytes as they come.
-    Length(u64),
-    /// Chunked: each piece the client's decoder hands over becomes one chunk (the client's own
-    /// chunk sizes, extensions and trailers are not passed on).
-    Chunked,
 }
 
 /// How a request whose head came without its body (HTTP/2, HTTP/3) is framed for the handlers:

@@ -13,6 +13,9 @@ use clap::{Args, Command, FromArgMatches};
 
 use super::args::{ServeArgs, SiteArgs};
 use super::proxy::{GroupArgs, UpstreamTable};
+use super::tables::{
+    each_table, first_line, line_in_table, line_of, nth_table_line, tokens_of, TableKeys,
+};
 
 /// The flags a config file may not set: they name the file itself.
 const NOT_IN_FILE: [&str; 2] = ["config", "check-config"];
@@ -62,7 +65,7 @@ impl Loaded {
             Some(i) => {
                 let table = *self.site_tables.get(i)?;
                 let start = nth_site_line(&self.text, table);
-                let line = line_in_site(&self.text, start, key);
+                let line = line_in_table(&self.text, start, key);
                 if line != start {
                     Some(format!("{}:{line}: site[{table}].{key}", self.shown))
                 } else {
@@ -220,11 +223,6 @@ fn sites(
     errors: &mut Vec<String>,
     certs: &mut Vec<(String, String)>,
 ) -> Vec<(usize, SiteArgs)> {
-    let header = line_of(text, "[[site]]").max(1);
-    let toml::Value::Array(tables) = value else {
-        errors.push(format!("{shown}:{header}: site: must be [[site]] tables"));
-        return Vec::new();
-    };
     let allowed = site_flags();
     let keys = TableKeys {
         skip: &["server_names", "cert", "key", "acme"],
@@ -234,18 +232,8 @@ fn sites(
         unknown: "unknown key in a site (a site sets what it serves: root, index, autoindex, cache_control, the app…)",
     };
     let mut out = Vec::new();
-    for (i, t) in tables.iter().enumerate() {
-        let start = nth_site_line(text, i);
-        let at = |key: &str, reason: &str| {
-            format!(
-                "{shown}:{}: site[{i}].{key}: {reason}",
-                line_in_site(text, start, key)
-            )
-        };
-        let Some(t) = t.as_table() else {
-            errors.push(format!("{shown}:{start}: site[{i}]: must be a table"));
-            continue;
-        };
+    each_table(text, shown, "site", value, errors, |site, t, errors| {
+        let at = |key: &str, reason: &str| site.at(key, reason);
         let names: Vec<String> = match t.get("server_names") {
             Some(toml::Value::Array(a)) if !a.is_empty() => {
                 let names: Option<Vec<String>> =
@@ -254,14 +242,12 @@ fn sites(
                     n
                 } else {
                     errors.push(at("server_names", "must be a list of host names"));
-                    continue;
+                    return;
                 }
             }
             _ => {
-                errors.push(format!(
-                    "{shown}:{start}: site[{i}].server_names: missing: the host names this site answers"
-                ));
-                continue;
+                errors.push(site.missing("server_names", "the host names this site answers"));
+                return;
             }
         };
         let mut bad = false;
@@ -301,7 +287,7 @@ fn sites(
         }
         let argv = keys.argv(t, top, &at, errors);
         let Some(argv) = argv.filter(|_| !bad) else {
-            continue;
+            return;
         };
         match command()
             .try_get_matches_from(&argv)
@@ -309,7 +295,7 @@ fn sites(
             .and_then(|m| ServeArgs::from_arg_matches(&m).map_err(|e| first_line(&e)))
         {
             Ok(a) => out.push((
-                i,
+                site.i,
                 SiteArgs {
                     server_names: names,
                     files: a.files,
@@ -324,9 +310,9 @@ fn sites(
                     https_redirect: a.https_redirect,
                 },
             )),
-            Err(e) => errors.push(format!("{shown}:{start}: site[{i}]: {e}")),
+            Err(e) => errors.push(site.whole(&e)),
         }
-    }
+    });
     out
 }
 
@@ -342,7 +328,7 @@ fn named_formats(
     let mut out = Vec::new();
     for (name, value) in formats {
         let line = if header > 0 {
-            line_in_site(text, header, name)
+            line_in_table(text, header, name)
         } else {
             line_of(text, "log_format")
         };
@@ -372,15 +358,6 @@ fn nth_site_line(text: &str, i: usize) -> usize {
     nth_table_line(text, "[[site]]", i)
 }
 
-/// The line of the `i`-th `header` (`[[site]]`, `[[upstream]]`).
-fn nth_table_line(text: &str, header: &str, i: usize) -> usize {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| l.trim() == header)
-        .nth(i)
-        .map_or(0, |(n, _)| n + 1)
-}
-
 /// Reads the `[[upstream]]` tables: a `name`, its `servers` (URLs, or `{ url, weight }`
 /// tables), and any `--proxy-*` setting without its prefix (`balance = "least-conn"`), which
 /// overrides the file's top-level `proxy_*` keys for this group.
@@ -391,13 +368,6 @@ fn upstreams(
     top: &[(String, Vec<String>)],
     errors: &mut Vec<String>,
 ) -> Vec<UpstreamTable> {
-    let toml::Value::Array(tables) = value else {
-        let header = line_of(text, "[[upstream]]").max(1);
-        errors.push(format!(
-            "{shown}:{header}: upstream: must be [[upstream]] tables"
-        ));
-        return Vec::new();
-    };
     let group_cmd = || GroupArgs::augment_args(Command::new("upstream").no_binary_name(true));
     let mut allowed = group_cmd();
     allowed.build();
@@ -414,27 +384,15 @@ fn upstreams(
         unknown: "unknown key in an upstream (name, servers, balance, connect_timeout, keepalive, health_check…)",
     };
     let mut out: Vec<UpstreamTable> = Vec::new();
-    for (i, t) in tables.iter().enumerate() {
-        let start = nth_table_line(text, "[[upstream]]", i);
-        let at = |key: &str, reason: &str| {
-            format!(
-                "{shown}:{}: upstream[{i}].{key}: {reason}",
-                line_in_site(text, start, key)
-            )
-        };
-        let Some(t) = t.as_table() else {
-            errors.push(format!("{shown}:{start}: upstream[{i}]: must be a table"));
-            continue;
-        };
+    each_table(text, shown, "upstream", value, errors, |up, t, errors| {
+        let at = |key: &str, reason: &str| up.at(key, reason);
         let Some(name) = t.get("name").and_then(toml::Value::as_str) else {
-            errors.push(format!(
-                "{shown}:{start}: upstream[{i}].name: missing: the name --proxy rules use"
-            ));
-            continue;
+            errors.push(up.missing("name", "the name --proxy rules use"));
+            return;
         };
         if name.is_empty() || name.contains([':', '=', ',', '/']) {
             errors.push(at("name", "a plain name (no : = , /)"));
-            continue;
+            return;
         }
         let mut servers = Vec::new();
         let mut bad = false;
@@ -468,19 +426,17 @@ fn upstreams(
                 }
             }
             _ => {
-                errors.push(format!(
-                    "{shown}:{start}: upstream[{i}].servers: missing: a list of http://HOST:PORT or unix:/PATH"
-                ));
-                continue;
+                errors.push(up.missing("servers", "a list of http://HOST:PORT or unix:/PATH"));
+                return;
             }
         }
         let argv = keys.argv(t, top, &at, errors);
         let Some(argv) = argv.filter(|_| !bad) else {
-            continue;
+            return;
         };
         if out.iter().any(|u| u.name == name) {
             errors.push(at("name", "another [[upstream]] has this name"));
-            continue;
+            return;
         }
         match group_cmd()
             .try_get_matches_from(&argv)
@@ -491,132 +447,10 @@ fn upstreams(
                 servers,
                 group,
             }),
-            Err(e) => errors.push(format!(
-                "{shown}:{start}: upstream[{i}]: {}",
-                first_line(&e)
-            )),
+            Err(e) => errors.push(up.whole(&first_line(&e))),
         }
-    }
+    });
     out
-}
-
-/// What a kind of table (`[[site]]`, `[[upstream]]`) takes as flags, and how it is told.
-struct TableKeys<'a> {
-    /// Keys the caller reads itself.
-    skip: &'a [&'a str],
-    /// Put before a key (its `_` as `-`) to name its flag: `proxy-` for an upstream's `balance`.
-    prefix: &'a str,
-    /// The flags a table may set, or inherit from the top level.
-    allowed: &'a [String],
-    /// The command whose parsers check each flag.
-    cmd: &'a dyn Fn() -> Command,
-    /// What an unknown key is told.
-    unknown: &'a str,
-}
-
-impl TableKeys<'_> {
-    /// The command line of table `t`: the top-level settings it may inherit and does not set
-    /// itself, then its own keys. Every key refused (unknown, or a value its flag's parser
-    /// refuses) is pushed to `errors` as `at` words it; then `None`.
-    fn argv(
-        &self,
-        t: &toml::Table,
-        top: &[(String, Vec<String>)],
-        at: &dyn Fn(&str, &str) -> String,
-        errors: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
-        let mut own: Vec<(String, Vec<String>)> = Vec::new();
-        let mut bad = false;
-        for (key, value) in t {
-            if self.skip.contains(&key.as_str()) {
-                continue;
-            }
-            let flag = format!("{}{}", self.prefix, key.replace('_', "-"));
-            if !self.allowed.contains(&flag) {
-                errors.push(at(key, self.unknown));
-                bad = true;
-                continue;
-            }
-            match checked_tokens(self.cmd, &flag, value) {
-                Ok(tokens) => own.push((flag, tokens)),
-                Err(reason) => {
-                    errors.push(at(key, &reason));
-                    bad = true;
-                }
-            }
-        }
-        if bad {
-            return None;
-        }
-        let mut argv: Vec<String> = top
-            .iter()
-            .filter(|(f, _)| self.allowed.contains(f) && !own.iter().any(|(o, _)| o == f))
-            .flat_map(|(_, t)| t.iter().cloned())
-            .collect();
-        argv.extend(own.into_iter().flat_map(|(_, t)| t));
-        Some(argv)
-    }
-}
-
-/// The line on which `key` is set within the site table starting at line `start`.
-fn line_in_site(text: &str, start: usize, key: &str) -> usize {
-    text.lines()
-        .enumerate()
-        .skip(start)
-        .take_while(|(_, l)| !l.trim_start().starts_with('['))
-        .find(|(_, l)| {
-            l.trim_start()
-                .strip_prefix(key)
-                .is_some_and(|r| r.trim_start().starts_with('='))
-        })
-        .map_or(start, |(n, _)| n + 1)
-}
-
-/// The tokens one key of a table stands for, checked by its flag's own parser in `cmd`.
-fn checked_tokens(
-    cmd: impl Fn() -> Command,
-    flag: &str,
-    value: &toml::Value,
-) -> Result<Vec<String>, String> {
-    let mut built = cmd();
-    built.build();
-    let takes_value = built
-        .get_arguments()
-        .find(|a| a.get_long() == Some(flag))
-        .and_then(clap::Arg::get_num_args)
-        .is_some_and(|n| n.takes_values());
-    let tokens = tokens_of(flag, value, takes_value)?;
-    cmd()
-        .try_get_matches_from(&tokens)
-        .map_err(|e| first_line(&e))?;
-    Ok(tokens)
-}
-
-/// The command-line tokens one key stands for.
-fn tokens_of(flag: &str, value: &toml::Value, takes_value: bool) -> Result<Vec<String>, String> {
-    let scalar = |v: &toml::Value| -> Result<String, String> {
-        match v {
-            toml::Value::String(s) => Ok(s.clone()),
-            toml::Value::Integer(i) => Ok(i.to_string()),
-            toml::Value::Float(f) => Ok(f.to_string()),
-            _ => Err("must be a string or a number".into()),
-        }
-    };
-    let long = format!("--{flag}");
-    match (value, takes_value) {
-        (toml::Value::Boolean(true), false) => Ok(vec![long]),
-        (toml::Value::Boolean(false), false) => Ok(Vec::new()),
-        (_, false) => Err("is a switch: true or false".into()),
-        (toml::Value::Array(items), true) => {
-            let mut out = Vec::new();
-            for item in items {
-                out.push(long.clone());
-                out.push(scalar(item)?);
-            }
-            Ok(out)
-        }
-        (v, true) => Ok(vec![long, scalar(v)?]),
-    }
 }
 
 /// The long name of the flag a command-line token sets (`--listen`, `--listen=…`, `-l`).
@@ -661,27 +495,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
-}
-
-fn first_line(e: &clap::Error) -> String {
-    let text = e.render().to_string();
-    let line = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("invalid value");
-    line.strip_prefix("error: ").unwrap_or(line).to_owned()
-}
-
-/// The line on which `key` is set (the first `key =` at the start of a line).
-fn line_of(text: &str, key: &str) -> usize {
-    text.lines()
-        .position(|l| {
-            let l = l.trim_start();
-            l.strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with('='))
-        })
-        .map_or(0, |i| i + 1)
 }
 
 #[cfg(test)]

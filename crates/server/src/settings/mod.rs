@@ -8,6 +8,7 @@
 //! - [`proxy`]: `--proxy` rules, `--proxy-*` and `[[upstream]]` groups, checked.
 //! - [`quic`]: the `--h3-*` flags (HTTP/3 over QUIC), checked.
 //! - [`sites`]: the service: a router per worker, a site per `[[site]]`.
+//! - `tables`: one reader of the repeated tables (`[[site]]`, `[[upstream]]`) for `file`.
 //! - `check`: `--check-config`, every problem with its line.
 
 pub mod args;
@@ -16,6 +17,7 @@ pub mod file;
 pub mod proxy;
 pub mod quic;
 pub mod sites;
+mod tables;
 
 pub use args::{parse_listen, ListenAddr, ServeArgs, SiteArgs};
 pub(crate) use check::{ca_warning, check_config};

@@ -118,8 +118,9 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
             router.add_site(names, site.build(info, &worker_groups, &trusted)?);
         }
         if let Some(shared) = &http01 {
-            router.intercept(
+            router.early(
                 crate::acme::challenges::HTTP01_PREFIX,
+                crate::router::HookScope::AllSites,
                 crate::acme::challenges::Http01Handler::new(shared.clone()),
             );
         }
@@ -234,7 +235,11 @@ impl SiteService {
             crate::returns::mount(&mut router, rule, &self.context)?;
         }
         if self.https_redirect {
-            router.first(HttpsRedirect::new(self.context.clone()));
+            router.early(
+                "",
+                crate::router::HookScope::ThisSite,
+                HttpsRedirect::new(self.context.clone()),
+            );
         }
         crate::builtin::mount_some(&mut router, self.plaintext_on, self.json_on)?;
         if let Some(app) = &self.app {
