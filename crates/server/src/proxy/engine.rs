@@ -387,8 +387,25 @@ impl Upstreams {
         }
     }
 
-    /// Makes all the progress possible on connection `key` without blocking.
+    /// Makes all the progress possible on connection `key` without blocking; an exchange
+    /// whose response the cache keeps is relayed through the cache's tee.
     fn drive(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        let fill = self
+            .conns
+            .get(key)
+            .and_then(|c| c.job.as_ref())
+            .and_then(|j| j.cache.clone());
+        match fill {
+            None => self.drive_conn(key, ctx, down),
+            Some(fill) => {
+                let mut tee = crate::cache::fill::Tee { inner: down, fill };
+                self.drive_conn(key, ctx, &mut tee);
+            }
+        }
+    }
+
+    /// [`Upstreams::drive`] for whichever `down` relays.
+    fn drive_conn(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
         loop {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
