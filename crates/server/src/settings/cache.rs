@@ -18,10 +18,10 @@ pub struct CacheArgs {
     /// Largest response the cache stores; larger ones stream through unstored
     #[arg(long, value_name = "SIZE", default_value = "16m", value_parser = parse_nonzero_size)]
     pub cache_max_object: u64,
-    /// Give responses with `Last-Modified` and no explicit freshness 10% of their age as a
-    /// lifetime (RFC 9111 §4.2.2), as most caches do
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
-    pub cache_heuristic: bool,
+    /// Give no heuristic lifetime (by default a response with `Last-Modified` and no explicit
+    /// freshness is fresh for 10% of its age, at most a day: RFC 9111 §4.2.2)
+    #[arg(long)]
+    pub cache_no_heuristic: bool,
     /// Store responses that set cookies (off: a response with Set-Cookie is one user's)
     #[arg(long)]
     pub cache_set_cookie: bool,
@@ -43,7 +43,7 @@ impl CacheArgs {
             max_object: self.cache_max_object,
         });
         let mut policy = CachePolicy::default();
-        policy.heuristic.enabled = self.cache_heuristic;
+        policy.heuristic.enabled = !self.cache_no_heuristic;
         policy.store_set_cookie = self.cache_set_cookie;
         if !self.cache_purge_from.is_empty() {
             policy.purge_from.clone_from(&self.cache_purge_from);
