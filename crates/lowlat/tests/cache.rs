@@ -27,6 +27,8 @@ struct OriginState {
     counts: HashMap<String, usize>,
     /// The last request head per path.
     last: HashMap<String, String>,
+    /// Down: every connection is closed without an answer, as a crashed application's are.
+    down: bool,
 }
 
 /// An HTTP/1.1 origin on 127.0.0.1: keep-alive, a thread per connection.
@@ -44,6 +46,9 @@ impl Origin {
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
+                if shared.lock().unwrap().down {
+                    continue;
+                }
                 let state = Arc::clone(&shared);
                 std::thread::spawn(move || serve(conn, &state));
             }
@@ -89,6 +94,10 @@ impl Origin {
             .unwrap_or_default()
     }
 
+    fn go_down(&self) {
+        self.state.lock().unwrap().down = true;
+    }
+
     fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -126,6 +135,9 @@ fn serve(mut conn: TcpStream, state: &Mutex<OriginState>) {
         let path = target.split('?').next().unwrap_or("/").to_owned();
         let answer = {
             let mut s = state.lock().unwrap();
+            if s.down {
+                return;
+            }
             *s.counts.entry(format!("{method} {path}")).or_default() += 1;
             s.last.insert(path.clone(), head.clone());
             s.answers.get(&path).cloned().unwrap_or(Answer {
@@ -548,4 +560,113 @@ fn purge_from_elsewhere_is_refused() {
     get(p.addr, "/k");
     assert_eq!(request(p.addr, "PURGE", "/k", &[]).status, 403);
     assert!(get(p.addr, "/k").cache_status().contains("hit"));
+}
+
+/// A stale response with validators is revalidated: the origin gets `If-None-Match` and
+/// `If-Modified-Since`, its 304 refreshes the stored head (new fields, new lifetime) and the
+/// client gets the whole stored response.
+#[test]
+fn revalidation_with_304_refreshes_the_stored_response() {
+    let origin = Origin::start();
+    let lm = "Sun, 06 Nov 1994 08:49:37 GMT";
+    origin.set(
+        "/r",
+        200,
+        &format!("Cache-Control: max-age=1\nETag: \"v1\"\nLast-Modified: {lm}\nX-Gen: 1"),
+        b"revalidated body",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/r");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set(
+        "/r",
+        304,
+        "Cache-Control: max-age=60\nETag: \"v1\"\nX-Gen: 2",
+        b"",
+    );
+    let got = get(p.addr, "/r");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"revalidated body");
+    assert!(
+        got.cache_status().contains("fwd=stale; fwd-status=304"),
+        "{}",
+        got.head
+    );
+    assert_eq!(got.field("x-gen"), Some("2"));
+    let sent = origin.last("/r");
+    assert!(sent.contains("If-None-Match: \"v1\"\r\n"), "{sent}");
+    assert!(
+        sent.contains(&format!("If-Modified-Since: {lm}\r\n")),
+        "{sent}"
+    );
+    // Fresh again for a minute: a hit, with the refreshed field.
+    let hit = get(p.addr, "/r");
+    assert!(hit.cache_status().contains("hit"), "{}", hit.head);
+    assert_eq!(hit.field("x-gen"), Some("2"));
+    assert_eq!(hit.body, b"revalidated body");
+    assert_eq!(origin.count("GET /r"), 2);
+}
+
+/// `stale-if-error`: a stale response stands in for a 5xx, and for an origin that is down;
+/// without it (and without `--cache-grace`) the error goes through.
+#[test]
+fn stale_if_error_when_the_origin_fails_or_is_down() {
+    let origin = Origin::start();
+    origin.set(
+        "/e",
+        200,
+        "Cache-Control: max-age=1, stale-if-error=60",
+        b"still here",
+    );
+    origin.set("/plain", 200, "Cache-Control: max-age=1", b"gone soon");
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/e");
+    get(p.addr, "/plain");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set("/e", 503, "", b"down");
+    origin.set("/plain", 503, "", b"down");
+    let got = get(p.addr, "/e");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"still here");
+    assert!(
+        got.cache_status().contains("fwd-status=503"),
+        "{}",
+        got.head
+    );
+    assert_eq!(get(p.addr, "/plain").status, 503);
+    // The origin goes down: connections closed without an answer (502 from the proxy).
+    origin.go_down();
+    let got = get(p.addr, "/e");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"still here");
+    assert!(
+        got.cache_status().contains("fwd-status=502"),
+        "{}",
+        got.head
+    );
+    assert_eq!(get(p.addr, "/plain").status, 502);
+}
+
+/// `--cache-grace` lets a stale response without `stale-if-error` answer for a failing origin.
+#[test]
+fn grace_serves_stale_for_errors() {
+    let origin = Origin::start();
+    origin.set("/g", 200, "Cache-Control: max-age=1", b"graceful");
+    let p = proxy(&origin, &["--cache-grace", "60s"]);
+    get(p.addr, "/g");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set("/g", 500, "", b"broken");
+    let got = get(p.addr, "/g");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"graceful");
+    origin.set(
+        "/m",
+        200,
+        "Cache-Control: max-age=1, must-revalidate",
+        b"strict",
+    );
+    get(p.addr, "/m");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set("/m", 500, "", b"broken");
+    assert_eq!(get(p.addr, "/m").status, 500);
 }

@@ -10,8 +10,10 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use lowlat_http::cache::freshness::{lifetime, AgeBase, Stored};
+use lowlat_http::cache::revalidate::{merge, not_modified_applies, Conditional};
 use lowlat_http::cache::status::{CacheStatus, Fwd};
 use lowlat_http::cache::storable::{field_kept, storable, Policy, RequestFacts};
 use lowlat_http::cache::{invalidate, values, vary, Directives};
@@ -75,6 +77,18 @@ pub(crate) struct Fill {
     /// Why it went forward, for `Cache-Status`.
     fwd: Fwd,
     state: State,
+    /// The stored response this request found but could not use as it was (stale, or to be
+    /// revalidated): refreshed by a 304, or sent instead of an error (`stale-if-error`).
+    stale: Option<Arc<Object>>,
+    /// The request's `stale-if-error`, when request directives are honoured.
+    request_stale_if_error: Option<u64>,
+    /// The forwarded request carries the stale response's validators (ours, not the client's).
+    conditional: bool,
+    /// A stale response went to the client instead of what the upstream sent: the rest of the
+    /// upstream's response is dropped.
+    replaced: bool,
+    /// A [`Tee`] is relaying through this fill now (a second one must not be stacked on it).
+    teeing: bool,
 }
 
 impl Fill {
@@ -102,7 +116,119 @@ impl Fill {
             request_no_store: req_cc.no_store,
             fwd,
             state: State::Head,
+            stale: None,
+            request_stale_if_error: req_cc.stale_if_error,
+            conditional: false,
+            replaced: false,
+            teeing: false,
         }))
+    }
+
+    /// The stored response the request found unusable as it was: revalidated with its
+    /// validators (added to the forwarded `request` unless the client's request is itself
+    /// conditional, in which case the client's go upstream and its answer is relayed as is),
+    /// and kept for `stale-if-error`.
+    pub(crate) fn revalidating(
+        fill: &FillRef,
+        stale: Arc<Object>,
+        client: &[lowlat_http::request::Header<'_>],
+        request: &mut Vec<u8>,
+    ) {
+        let mut f = fill.borrow_mut();
+        let own = client.iter().any(|h| {
+            [
+                "if-none-match",
+                "if-modified-since",
+                "if-match",
+                "if-unmodified-since",
+                "if-range",
+                "range",
+            ]
+            .iter()
+            .any(|n| h.name.eq_ignore_ascii_case(n))
+        });
+        let cond = Conditional::of(&*stale);
+        if !own && cond.any() {
+            if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                let mut lines = Vec::new();
+                if let Some(tag) = cond.if_none_match {
+                    lines.extend_from_slice(b"If-None-Match: ");
+                    lines.extend_from_slice(tag);
+                    lines.extend_from_slice(b"\r\n");
+                }
+                if let Some(date) = cond.if_modified_since {
+                    lines.extend_from_slice(b"If-Modified-Since: ");
+                    lines.extend_from_slice(date);
+                    lines.extend_from_slice(b"\r\n");
+                }
+                let at = end + 2;
+                request.splice(at..at, lines);
+                f.conditional = true;
+            }
+        }
+        f.stale = Some(stale);
+    }
+
+    /// Whether the stale response may replace an error now (RFC 5861 §4).
+    fn stale_for_error(&self) -> Option<Arc<Object>> {
+        let o = self.stale.as_ref()?;
+        let req = Directives {
+            stale_if_error: self.request_stale_if_error,
+            ..Directives::default()
+        };
+        o.fresh
+            .usable_on_error(o.age.age_at(now_secs()), &req, self.cache.policy.grace)
+            .then(|| Arc::clone(o))
+    }
+
+    /// A 304 to our conditional request: the stored response with the 304's fields merged in
+    /// (RFC 9111 §3.2, §4.3.4), stored again with its new age and lifetime.
+    fn refreshed(&mut self, fields: &[Header<'_>]) -> Option<Arc<Object>> {
+        if !self.conditional {
+            return None;
+        }
+        let stale = self.stale.as_ref()?;
+        if !not_modified_applies(&**stale, fields) {
+            return None;
+        }
+        let connection: Vec<&[u8]> = values(fields, "connection").collect();
+        let fresh_cc = Directives::default();
+        let merged = merge(&**stale, fields, |n| {
+            crate::proxy::headers::response_field_passes(n, connection.iter().copied())
+                && field_kept(n, &connection, &fresh_cc)
+        });
+        let targeted: Vec<&str> = self
+            .cache
+            .policy
+            .targeted
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let (cc, is_targeted) = Directives::for_response(&merged[..], &targeted);
+        let response_time = now_secs();
+        let (life, _) = lifetime(
+            stale.status,
+            &merged[..],
+            &cc,
+            is_targeted,
+            response_time,
+            &self.cache.policy.heuristic,
+        );
+        let object = Arc::new(Object::new(
+            stale.status,
+            &stale.reason,
+            merged.iter().map(|(n, v)| (&**n, &**v)),
+            stale.body.clone(),
+            AgeBase::new(fields, self.request_time, response_time),
+            Stored::new(life, &cc),
+        ));
+        self.put(Entry::Object(Arc::clone(&object)), &object);
+        self.cache
+            .store
+            .counters
+            .revalidated
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(object)
     }
 
     /// A fill that invalidates what an unsafe method's response says (§4.4).
@@ -117,6 +243,11 @@ impl Fill {
             request_no_store: false,
             fwd: Fwd::Bypass,
             state: State::Off,
+            stale: None,
+            request_stale_if_error: None,
+            conditional: false,
+            replaced: false,
+            teeing: false,
         }))
     }
 
@@ -239,9 +370,21 @@ impl Fill {
             p.age,
             p.fresh,
         );
+        let object = Arc::new(object);
+        self.put(Entry::Object(Arc::clone(&object)), &object);
+        store
+            .counters
+            .stored
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Stores `entry` (holding `object`) under the primary key, or as the variant the request
+    /// selects when the response varies.
+    fn put(&self, entry: Entry, object: &Object) {
+        let store = &self.cache.store;
         let vary: Vec<u8> = {
             let mut v = Vec::new();
-            for value in values(&object, "vary") {
+            for value in values(object, "vary") {
                 if !v.is_empty() {
                     v.push(b',');
                 }
@@ -249,7 +392,6 @@ impl Fill {
             }
             v
         };
-        let entry = Entry::Object(std::sync::Arc::new(object));
         if vary.is_empty() {
             store.insert(self.key.clone(), entry);
         } else {
@@ -277,10 +419,6 @@ impl Fill {
             key::variant(&self.key, id, &secondary, &mut k);
             store.insert(k.into_boxed_slice(), entry);
         }
-        store
-            .counters
-            .stored
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The response will not be had whole.
@@ -290,10 +428,94 @@ impl Fill {
 }
 
 /// The client's [`Downstream`] with a fill beside it: every call goes on to the client; the
-/// head, body and end are also copied into the fill.
+/// head, body and end are also copied into the fill. A 304 that refreshes the stored response
+/// becomes that response for the client; an error becomes the stale response when
+/// `stale-if-error` allows.
 pub(crate) struct Tee<'a> {
-    pub(crate) inner: &'a mut dyn Downstream,
-    pub(crate) fill: FillRef,
+    inner: &'a mut dyn Downstream,
+    fill: FillRef,
+}
+
+impl<'a> Tee<'a> {
+    /// A tee over `inner` for `fill`, or `None` when one is already relaying for it.
+    pub(crate) fn new(
+        inner: &'a mut dyn Downstream,
+        fill: &FillRef,
+    ) -> Result<Self, &'a mut dyn Downstream> {
+        let mut f = fill.borrow_mut();
+        if f.teeing {
+            return Err(inner);
+        }
+        f.teeing = true;
+        drop(f);
+        Ok(Tee {
+            inner,
+            fill: Rc::clone(fill),
+        })
+    }
+
+    /// Sends `object` to the client in place of the upstream's answer, with `Cache-Status`
+    /// saying why (`fwd_status`: what the upstream said, when it said anything).
+    fn send_object(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        object: &Object,
+        added: &[u8],
+        fwd_status: Option<u16>,
+        stored: bool,
+    ) {
+        let now = now_secs();
+        let age = object.age.age_at(now);
+        let f = self.fill.borrow();
+        let mut lines = added.to_vec();
+        lines.extend_from_slice(b"Age: ");
+        lines.extend_from_slice(
+            itoa::Buffer::new()
+                .format(lowlat_http::cache::freshness::age_value(age))
+                .as_bytes(),
+        );
+        lines.extend_from_slice(b"\r\nCache-Status: ");
+        CacheStatus {
+            fwd: Some(Fwd::Stale),
+            fwd_status,
+            ttl: Some(object.fresh.ttl(age)),
+            stored,
+            ..CacheStatus::default()
+        }
+        .write(&f.cache.policy.name, &mut lines);
+        lines.extend_from_slice(b"\r\n");
+        drop(f);
+        let fields: Vec<Header<'_>> = (0..lowlat_http::cache::Fields::count(object))
+            .map(|i| {
+                let (name, value) = lowlat_http::cache::Fields::field(object, i);
+                Header { name, value }
+            })
+            .filter(|h| !h.name.eq_ignore_ascii_case("age"))
+            .collect();
+        let body = if object.body.is_empty() {
+            RelayBody::None { length: Some(0) }
+        } else {
+            RelayBody::Length(object.body.len() as u64)
+        };
+        self.inner.relay_head(
+            ctx,
+            object.status,
+            &object.reason,
+            &fields,
+            &|_| true,
+            &lines,
+            body,
+        );
+        if !object.body.is_empty() {
+            self.inner.relay_body(ctx, &object.body);
+        }
+    }
+}
+
+impl Drop for Tee<'_> {
+    fn drop(&mut self) {
+        self.fill.borrow_mut().teeing = false;
+    }
 }
 
 impl Downstream for Tee<'_> {
@@ -307,6 +529,30 @@ impl Downstream for Tee<'_> {
         added: &[u8],
         body: RelayBody,
     ) {
+        if status == 304 {
+            let refreshed = self.fill.borrow_mut().refreshed(fields);
+            if let Some(object) = refreshed {
+                self.fill.borrow_mut().replaced = true;
+                self.send_object(ctx, &object, added, Some(304), true);
+                return;
+            }
+        }
+        if status >= 500 {
+            let stale = self.fill.borrow().stale_for_error();
+            if let Some(object) = stale {
+                let mut f = self.fill.borrow_mut();
+                f.replaced = true;
+                f.state = State::Off;
+                f.cache
+                    .store
+                    .counters
+                    .stale
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                drop(f);
+                self.send_object(ctx, &object, added, Some(status), false);
+                return;
+            }
+        }
         let mut lines = added.to_vec();
         self.fill
             .borrow_mut()
@@ -316,13 +562,23 @@ impl Downstream for Tee<'_> {
     }
 
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
-        self.fill.borrow_mut().body(data);
+        let mut f = self.fill.borrow_mut();
+        if f.replaced {
+            return;
+        }
+        f.body(data);
+        drop(f);
         self.inner.relay_body(ctx, data);
     }
 
     fn relay_trailers(&mut self, ctx: &mut WorkerCtx<'_>, fields: &[(&[u8], &[u8])]) {
         // Trailers are not stored, so neither is a response that had them.
-        self.fill.borrow_mut().abandon();
+        let mut f = self.fill.borrow_mut();
+        f.abandon();
+        if f.replaced {
+            return;
+        }
+        drop(f);
         self.inner.relay_trailers(ctx, fields);
     }
 
@@ -333,6 +589,14 @@ impl Downstream for Tee<'_> {
         status: u16,
         took: std::time::Duration,
     ) {
+        let status = {
+            let f = self.fill.borrow();
+            match (&f.stale, f.replaced) {
+                // What the client got is what the access log says.
+                (Some(o), true) => o.status,
+                _ => status,
+            }
+        };
         self.fill.borrow_mut().end();
         self.inner.relay_end(ctx, upstream, status, took);
     }
@@ -344,6 +608,24 @@ impl Downstream for Tee<'_> {
 
     fn relay_error(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {
         self.fill.borrow_mut().abandon();
+        // The upstream is down or timed out: the stale response, if it may stand in.
+        let stale = self.fill.borrow().stale_for_error();
+        if let Some(object) = stale {
+            self.fill.borrow_mut().replaced = true;
+            self.fill
+                .borrow()
+                .cache
+                .store
+                .counters
+                .stale
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.send_object(ctx, &object, b"", Some(status), false);
+            self.inner
+                .relay_end(ctx, "-", object.status, std::time::Duration::ZERO);
+            // As a finished exchange is: what was relayed is written now.
+            self.inner.flush_relayed(ctx);
+            return;
+        }
         self.inner.relay_error(ctx, status);
     }
 

@@ -20,8 +20,9 @@ use crate::handler::{Req, Response};
 pub(crate) enum Lookup {
     /// Answered from the cache.
     Served,
-    /// To be forwarded, with this fill (none: the cache stays out of it).
-    Forward(Option<FillRef>),
+    /// To be forwarded, with this fill (none: the cache stays out of it), and the stored
+    /// response it found unusable as it was (to revalidate, or to stand in for an error).
+    Forward(Option<FillRef>, Option<std::sync::Arc<Object>>),
 }
 
 thread_local! {
@@ -61,11 +62,11 @@ pub(crate) fn lookup(
                 return Lookup::Served;
             }
             if matches!(head.method, Method::Options | Method::Trace) {
-                return Lookup::Forward(None);
+                return Lookup::Forward(None, None);
             }
             bump(&counters.bypass);
             let host = head.header("host").unwrap_or_default();
-            return Lookup::Forward(Some(Fill::invalidate(cache, primary, host)));
+            return Lookup::Forward(Some(Fill::invalidate(cache, primary, host)), None);
         }
         if unkeyed
             || head.protocol.is_some()
@@ -74,7 +75,7 @@ pub(crate) fn lookup(
             || head.header("upgrade").is_some()
         {
             bump(&counters.bypass);
-            return Lookup::Forward(None);
+            return Lookup::Forward(None, None);
         }
         let req_cc = if cache.policy.honour_request {
             Directives::parse(head.headers, "cache-control")
@@ -122,7 +123,7 @@ pub(crate) fn lookup(
                 fwd
             };
             bump(&counters.misses);
-            return Lookup::Forward(store_if_get(cache, head, primary, &req_cc, fwd));
+            return Lookup::Forward(store_if_get(cache, head, primary, &req_cc, fwd), Some(o));
         }
         if req_cc.only_if_cached {
             // RFC 9111 §5.2.1.7: nothing stored that may be used: 504.
@@ -130,7 +131,7 @@ pub(crate) fn lookup(
             return Lookup::Served;
         }
         bump(&counters.misses);
-        Lookup::Forward(store_if_get(cache, head, primary, &req_cc, fwd))
+        Lookup::Forward(store_if_get(cache, head, primary, &req_cc, fwd), None)
     })
 }
 

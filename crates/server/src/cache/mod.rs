@@ -56,6 +56,9 @@ pub struct CachePolicy {
     pub honour_request: bool,
     /// The name this cache gives itself in `Cache-Status`.
     pub name: String,
+    /// Seconds a stale response may still stand in for an error beyond what its own (or the
+    /// request's) `stale-if-error` allows.
+    pub grace: u64,
     /// Who may send `PURGE`.
     pub purge_from: Vec<crate::proxy::config::Cidr>,
 }
@@ -68,6 +71,7 @@ impl Default for CachePolicy {
             store_set_cookie: false,
             honour_request: true,
             name: "lowlat".to_owned(),
+            grace: 0,
             purge_from: ["127.0.0.0", "::1"]
                 .iter()
                 .map(|a| crate::proxy::config::Cidr {

@@ -134,6 +134,25 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        // A cached exchange's failures before any connection (no server up, a refused
+        // connect) go through the cache's tee too: a stale response may answer them.
+        match job.cache.clone() {
+            None => self.start_job(client, job, ctx, down),
+            Some(fill) => match crate::cache::fill::Tee::new(down, &fill) {
+                Ok(mut tee) => self.start_job(client, job, ctx, &mut tee),
+                Err(down) => self.start_job(client, job, ctx, down),
+            },
+        }
+    }
+
+    /// [`Upstreams::start`] for whichever `down` relays.
+    fn start_job(
+        &mut self,
+        client: (Token, u32),
+        job: ProxyJob,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
         let Some(server) = job.group.choose(job.hash, None, now_ms()) else {
             tracing::debug!(group = %job.group.cfg.name, "no upstream server is up");
             job.group.give_buffer(job.request);
@@ -397,10 +416,10 @@ impl Upstreams {
             .and_then(|j| j.cache.clone());
         match fill {
             None => self.drive_conn(key, ctx, down),
-            Some(fill) => {
-                let mut tee = crate::cache::fill::Tee { inner: down, fill };
-                self.drive_conn(key, ctx, &mut tee);
-            }
+            Some(fill) => match crate::cache::fill::Tee::new(down, &fill) {
+                Ok(mut tee) => self.drive_conn(key, ctx, &mut tee),
+                Err(down) => self.drive_conn(key, ctx, down),
+            },
         }
     }
 

@@ -91,12 +91,12 @@ impl Handler for ProxyHandler {
             tls: false,
             early_data: false,
         });
-        let fill = match &self.cache {
+        let (fill, stale) = match &self.cache {
             Some(cache) => match crate::cache::lookup::lookup(cache, req, res, &client) {
                 crate::cache::lookup::Lookup::Served => return,
-                crate::cache::lookup::Lookup::Forward(fill) => fill,
+                crate::cache::lookup::Lookup::Forward(fill, stale) => (fill, stale),
             },
-            None => None,
+            None => (None, None),
         };
         let seq = self.group.sequence.get().wrapping_add(1);
         self.group.sequence.set(seq);
@@ -118,6 +118,9 @@ impl Handler for ProxyHandler {
             &self.trusted,
             &id,
         );
+        if let (Some(fill), Some(stale)) = (&fill, stale) {
+            crate::cache::fill::Fill::revalidating(fill, stale, req.head.headers, &mut request);
+        }
         let upgrade = super::upgrade::is_websocket_upgrade(req.head);
         let mut ws_accept = None;
         if req.head.protocol.is_some() {

@@ -25,6 +25,10 @@ pub struct CacheArgs {
     /// Store responses that set cookies (off: a response with Set-Cookie is one user's)
     #[arg(long)]
     pub cache_set_cookie: bool,
+    /// How much longer than its `stale-if-error` allows a stale response may still answer for
+    /// an upstream that is down or answers 5xx (varnish's grace); `must-revalidate` always wins
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = lowlat_http::units::parse_duration)]
+    pub cache_grace: std::time::Duration,
     /// Networks allowed to send PURGE (repeatable, ADDR or ADDR/BITS; default loopback only)
     #[arg(long = "cache-purge-from", value_name = "NETWORK", value_parser = super::proxy::parse_cidr)]
     pub cache_purge_from: Vec<crate::proxy::config::Cidr>,
@@ -45,6 +49,7 @@ impl CacheArgs {
         let mut policy = CachePolicy::default();
         policy.heuristic.enabled = !self.cache_no_heuristic;
         policy.store_set_cookie = self.cache_set_cookie;
+        policy.grace = self.cache_grace.as_secs();
         if !self.cache_purge_from.is_empty() {
             policy.purge_from.clone_from(&self.cache_purge_from);
         }
