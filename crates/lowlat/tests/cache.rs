@@ -670,3 +670,35 @@ fn grace_serves_stale_for_errors() {
     origin.set("/m", 500, "", b"broken");
     assert_eq!(get(p.addr, "/m").status, 500);
 }
+
+/// A client's conditional request is answered 304 from the stored response when its copy is
+/// current, and 200 with the body when not; neither reaches the origin.
+#[test]
+fn clients_conditional_requests_answered_from_the_cache() {
+    let origin = Origin::start();
+    let lm = "Sun, 06 Nov 1994 08:49:37 GMT";
+    origin.set(
+        "/c",
+        200,
+        &format!("Cache-Control: max-age=60\nETag: \"c1\"\nLast-Modified: {lm}"),
+        b"conditional",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/c");
+    let cases: &[(&str, u16)] = &[
+        ("If-None-Match: \"c1\"", 304),
+        ("If-None-Match: W/\"c1\"", 304),
+        ("If-None-Match: \"other\", \"c1\"", 304),
+        ("If-None-Match: \"other\"", 200),
+        ("If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT", 304),
+        ("If-Modified-Since: Sat, 05 Nov 1994 08:49:37 GMT", 200),
+    ];
+    for (line, status) in cases {
+        let got = request(p.addr, "GET", "/c", &[line]);
+        assert_eq!(got.status, *status, "{line}: {}", got.head);
+        assert!(got.cache_status().contains("hit"), "{line}: {}", got.head);
+        let body: &[u8] = if *status == 304 { b"" } else { b"conditional" };
+        assert_eq!(got.body, body, "{line}");
+    }
+    assert_eq!(origin.count("GET /c"), 1);
+}

@@ -68,11 +68,15 @@ pub(crate) fn lookup(
             let host = head.header("host").unwrap_or_default();
             return Lookup::Forward(Some(Fill::invalidate(cache, primary, host)), None);
         }
+        // If-Match and If-Unmodified-Since guard a change the origin decides (RFC 9110
+        // §13.1.1): they go to the origin.
         if unkeyed
             || head.protocol.is_some()
             || !req.body.is_empty()
             || res.streamed().is_some()
             || head.header("upgrade").is_some()
+            || head.header("if-match").is_some()
+            || head.header("if-unmodified-since").is_some()
         {
             bump(&counters.bypass);
             return Lookup::Forward(None, None);
@@ -114,7 +118,12 @@ pub(crate) fn lookup(
                 }
                 .write(&cache.policy.name, lines);
                 lines.extend_from_slice(b"\r\n");
-                res.send_stored(o.status, &o.reason, &o.lines, lines, &o.body);
+                if o.status == 200 && not_modified(head, &o) {
+                    // The client's own copy is current (RFC 9110 §13.1.2, §13.1.3).
+                    res.send_stored(304, "Not Modified", &o.lines, lines, b"");
+                } else {
+                    res.send_stored(o.status, &o.reason, &o.lines, lines, &o.body);
+                }
                 return Lookup::Served;
             }
             let fwd = if req_cc.no_cache || req_cc.max_age.is_some() || req_cc.min_fresh.is_some() {
@@ -144,6 +153,32 @@ fn store_if_get(
     fwd: Fwd,
 ) -> Option<FillRef> {
     (head.method == Method::Get).then(|| Fill::store(cache, primary, head.headers, req_cc, fwd))
+}
+
+/// Whether the client's `If-None-Match` (else `If-Modified-Since`) says its copy of the stored
+/// response is current: evaluated as the file handler evaluates them, against the stored
+/// `ETag` (compared weakly) and `Last-Modified`.
+fn not_modified(head: &lowlat_http::request::Request<'_, '_>, o: &Object) -> bool {
+    use crate::files::conditional::{evaluate, Outcome, Preconditions, Validators};
+    let if_none_match = head.header("if-none-match");
+    let if_modified_since = head.header("if-modified-since");
+    if if_none_match.is_none() && if_modified_since.is_none() {
+        return false;
+    }
+    let etag = lowlat_http::cache::first(o, "etag").map_or(&b""[..], <[u8]>::trim_ascii);
+    let last_modified = lowlat_http::cache::first(o, "last-modified").unwrap_or(b"\0");
+    let v = Validators {
+        // If-None-Match compares weakly: a weak stored tag matches its strong spelling.
+        etag: etag.strip_prefix(b"W/").unwrap_or(etag),
+        last_modified,
+        mtime_secs: lowlat_http::cache::parse_date(last_modified).unwrap_or(u64::MAX),
+    };
+    let pre = Preconditions {
+        if_none_match,
+        if_modified_since,
+        ..Preconditions::default()
+    };
+    evaluate(&pre, &v) == Outcome::NotModified
 }
 
 /// What the store holds for a request.
