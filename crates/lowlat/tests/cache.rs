@@ -702,3 +702,29 @@ fn clients_conditional_requests_answered_from_the_cache() {
     }
     assert_eq!(origin.count("GET /c"), 1);
 }
+
+/// `/metrics` counts the cache's hits, misses, stored responses and bytes.
+#[test]
+fn metrics_count_hits_and_misses() {
+    let origin = Origin::start();
+    origin.set("/m", 200, "Cache-Control: max-age=60", b"measured");
+    let metrics_port = support::free_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let p = proxy(&origin, &["--metrics", &metrics]);
+    for _ in 0..3 {
+        get(p.addr, "/m");
+    }
+    let out = curl(&[&format!("http://{metrics}/metrics")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    assert_eq!(value("lowlat_cache_hits_total"), 2);
+    assert_eq!(value("lowlat_cache_misses_total"), 1);
+    assert_eq!(value("lowlat_cache_stored_total"), 1);
+    assert_eq!(value("lowlat_cache_objects"), 1);
+    assert!(value("lowlat_cache_bytes") > 8);
+}

@@ -20,11 +20,13 @@
 //! - `key`: the cache key of a request (scheme, host, path, query) and its variants' keys.
 //! - `lookup`: the hit path: find, decide, answer from memory or let the request go on.
 //! - `fill`: the miss path: a response relayed to its client and stored on the way.
+//! - `metrics`: the cache's families on `/metrics`.
 //! - `purge`: `PURGE` by URL, prefix or tag, from trusted networks.
 
 pub(crate) mod fill;
 pub(crate) mod key;
 pub(crate) mod lookup;
+pub(crate) mod metrics;
 pub(crate) mod object;
 pub(crate) mod purge;
 pub mod store;

@@ -184,12 +184,21 @@ impl CacheStore {
     }
 }
 
+/// The process's store, with the size settings it was made for.
+static SHARED: std::sync::Mutex<Option<(u64, u64, Arc<CacheStore>)>> = std::sync::Mutex::new(None);
+
+/// The process's store, if caching was ever turned on (for `/metrics`).
+pub(crate) fn current() -> Option<Arc<CacheStore>> {
+    SHARED
+        .lock()
+        .ok()
+        .and_then(|s| s.as_ref().map(|(_, _, store)| Arc::clone(store)))
+}
+
 /// The process's store for this configuration: the one made before when its configuration
 /// is the same (so a reload keeps what is cached), else a new one.
 #[must_use]
 pub fn shared(cfg: StoreConfig) -> Arc<CacheStore> {
-    static SHARED: std::sync::Mutex<Option<(u64, u64, Arc<CacheStore>)>> =
-        std::sync::Mutex::new(None);
     let mut slot = SHARED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
