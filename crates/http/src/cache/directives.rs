@@ -9,7 +9,7 @@
 //! stale"); a repeated one keeps its first occurrence (§4.2.1 allows either). Values above
 //! 2^31 count as 2^31 (§1.2.2). Nothing allocates: qualified forms borrow their field lists.
 
-use super::{list_elements, trim, values, Fields, DELTA_MAX};
+use super::fields::{list_elements, trim, values, Fields, DELTA_MAX};
 
 /// The directives of one message's `Cache-Control` lines (or of its targeted field).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -6,7 +6,8 @@
 //! that is heuristically cacheable, or with `public` — 10% of the time since `Last-Modified`
 //! (§4.2.2's suggestion, as squid and ATS do), capped by the caller's `heuristic_max`.
 
-use super::{first, parse_date, Directives, Fields, DELTA_MAX};
+use super::directives::Directives;
+use super::fields::{first, parse_date, trim, Fields, DELTA_MAX};
 
 /// Status codes that are cacheable by default (RFC 9110 §15.1): a response with one of them
 /// may be given a heuristic lifetime.
@@ -124,7 +125,7 @@ impl AgeBase {
 
 /// An `Age` field value: a non-negative integer (§5.1); anything else is ignored.
 fn age_field(value: &[u8]) -> Option<u64> {
-    let value = super::trim(value);
+    let value = trim(value);
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }

@@ -3,7 +3,7 @@
 //! "MUST NOT invalidate a URI ... if the host part of that URI differs from the host part in
 //! the target URI", which keeps one site from purging another's objects).
 
-use super::{first, trim, Fields};
+use super::fields::{first, trim, Fields};
 
 /// Whether a method is safe (RFC 9110 §9.2.1): its responses invalidate nothing.
 #[must_use]

@@ -2,7 +2,7 @@
 //! (§4.3.1), whether a 304 answers for the stored response (§4.3.4), and the stored fields
 //! updated from it (§3.2).
 
-use super::{first, Fields};
+use super::fields::{first, trim, Fields};
 
 /// The conditional fields for revalidating a stored response (§4.3.1): its entity-tag as
 /// `If-None-Match`, its `Last-Modified` as `If-Modified-Since` (a date the origin itself sent,
@@ -34,19 +34,18 @@ impl<'a> Conditional<'a> {
 /// stored one; a 304 with no validator applies to the one response that was revalidated.
 pub fn not_modified_applies<S: Fields + ?Sized, N: Fields + ?Sized>(stored: &S, fresh: &N) -> bool {
     if let Some(tag) = first(fresh, "etag") {
-        let tag = super::trim(tag);
+        let tag = trim(tag);
         if !tag.starts_with(b"W/") {
-            return first(stored, "etag").is_some_and(|s| super::trim(s) == tag);
+            return first(stored, "etag").is_some_and(|s| trim(s) == tag);
         }
         // A weak tag: the stored response must carry the same, weak or strong.
         return first(stored, "etag").is_some_and(|s| {
-            let s = super::trim(s);
+            let s = trim(s);
             s.strip_prefix(b"W/").unwrap_or(s) == &tag[2..]
         });
     }
     if let Some(modified) = first(fresh, "last-modified") {
-        return first(stored, "last-modified")
-            .is_some_and(|s| super::trim(s) == super::trim(modified));
+        return first(stored, "last-modified").is_some_and(|s| trim(s) == trim(modified));
     }
     true
 }

@@ -7,8 +7,9 @@
 //! request can match (§4.1), is not stored.
 
 use super::directives::names_field;
+use super::directives::Directives;
+use super::fields::{first, list_elements, values, Fields};
 use super::freshness::heuristically_cacheable;
-use super::{first, values, Directives, Fields};
 
 /// What the storing decision may be told beyond the two messages.
 #[derive(Debug, Clone, Copy)]
@@ -144,7 +145,7 @@ pub fn storable<F: Fields + ?Sized>(
     {
         return Err(NotStored::SetCookie);
     }
-    if values(fields, "vary").any(|v| super::list_elements(v).any(|e| e == b"*")) {
+    if values(fields, "vary").any(|v| list_elements(v).any(|e| e == b"*")) {
         return Err(NotStored::VaryStar);
     }
     let explicit = cc.public
@@ -178,7 +179,7 @@ pub fn field_kept(name: &str, connection: &[&[u8]], cc: &Directives<'_>) -> bool
     }
     if connection
         .iter()
-        .any(|v| super::list_elements(v).any(|e| e.eq_ignore_ascii_case(name.as_bytes())))
+        .any(|v| list_elements(v).any(|e| e.eq_ignore_ascii_case(name.as_bytes())))
     {
         return false;
     }

@@ -7,7 +7,7 @@
 //! nearly every response) the set of codings accepted, lower-cased and sorted, with `q=0`
 //! ones removed — `gzip, br` and `br,gzip;q=1` ask the same.
 
-use super::{list_elements, trim, values, Fields};
+use super::fields::{list_elements, trim, values, Fields};
 
 /// Writes the secondary key of a request for a response whose `Vary` fields are in
 /// `resp_fields` into `key` (cleared first): one `name:value\n` line per field named, in

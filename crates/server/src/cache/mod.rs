@@ -5,7 +5,7 @@
 //! response is answered on the spot from the shared [`store::CacheStore`] (head from the
 //! stored lines with `Age` and `Cache-Status`, body from the stored bytes; `HEAD` from a
 //! stored `GET`); otherwise the request is forwarded as usual, carrying a [`fill::Fill`] in
-//! its job. The worker's upstream side relays the response through [`fill::Tee`], which hands
+//! its job. The worker's upstream side relays the response through `tee::Tee`, which hands
 //! every piece on to the client unchanged and keeps a copy; when the response ends, the copy
 //! becomes an immutable [`object::Object`] in the store. The decisions (what may be stored,
 //! for how long, when it may be used) are the codec's (`lowlat_http::cache`); this module only
@@ -20,6 +20,7 @@
 //! - `key`: the cache key of a request (scheme, host, path, query) and its variants' keys.
 //! - `lookup`: the hit path: find, decide, answer from memory or let the request go on.
 //! - `fill`: the miss path: a response relayed to its client and stored on the way.
+//! - `tee`: the client's `Downstream` with the fill beside it: copies, refreshes, stands in.
 //! - `metrics`: the cache's families on `/metrics`.
 //! - `purge`: `PURGE` by URL, prefix or tag, from trusted networks.
 
@@ -30,6 +31,7 @@ pub(crate) mod metrics;
 pub(crate) mod object;
 pub(crate) mod purge;
 pub mod store;
+pub(crate) mod tee;
 
 use std::sync::Arc;
 

@@ -138,7 +138,7 @@ impl Upstreams {
         // connect) go through the cache's tee too: a stale response may answer them.
         match job.cache.clone() {
             None => self.start_job(client, job, ctx, down),
-            Some(fill) => match crate::cache::fill::Tee::new(down, &fill) {
+            Some(fill) => match crate::cache::tee::Tee::new(down, &fill) {
                 Ok(mut tee) => self.start_job(client, job, ctx, &mut tee),
                 Err(down) => self.start_job(client, job, ctx, down),
             },
@@ -416,7 +416,7 @@ impl Upstreams {
             .and_then(|j| j.cache.clone());
         match fill {
             None => self.drive_conn(key, ctx, down),
-            Some(fill) => match crate::cache::fill::Tee::new(down, &fill) {
+            Some(fill) => match crate::cache::tee::Tee::new(down, &fill) {
                 Ok(mut tee) => self.drive_conn(key, ctx, &mut tee),
                 Err(down) => self.drive_conn(key, ctx, down),
             },
