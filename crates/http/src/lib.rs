@@ -9,6 +9,8 @@
 //! - [`request`]: the request head (RFC 9112 §3–§6): method, target, version, and the framing
 //!   decision — which refuses the request-smuggling shapes of RFC 9112 §6.3.
 //! - [`response`]: encoding a response head into an output buffer; status reason phrases.
+//! - [`cache`]: HTTP caching semantics (RFC 9111): storability, freshness, age, `Vary`,
+//!   revalidation, invalidation, `Cache-Status`; the caller owns storage and the clock.
 //! - [`body`]: body framing — [`body::ChunkedDecoder`] for `Transfer-Encoding: chunked`.
 //! - [`h2`]: HTTP/2 frames, request header blocks (HPACK) and the response header block.
 //! - [`head`]: the request head HTTP/2 and HTTP/3 decode into, and the checks they share.
@@ -23,6 +25,7 @@
 //!   every command line and spec file shares.
 
 pub mod body;
+pub mod cache;
 pub mod client;
 pub mod date;
 pub mod error;

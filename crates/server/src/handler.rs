@@ -354,6 +354,50 @@ impl<'a> Response<'a> {
         self.status = status;
     }
 
+    /// Sends a stored response (the proxy's cache): status line with the stored `reason`, the
+    /// stored header `lines`, then `extra` lines (`Age`, `Cache-Status`), the length and the
+    /// body (omitted for `HEAD`). Each line ends in CRLF.
+    pub(crate) fn send_stored(
+        &mut self,
+        status: u16,
+        reason: &str,
+        lines: &[u8],
+        extra: &[u8],
+        body: &[u8],
+    ) {
+        if self.sent {
+            return;
+        }
+        self.sent = true;
+        let at = self.out.len();
+        let out = &mut *self.out;
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(reason.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(lines);
+        out.extend_from_slice(extra);
+        let bodiless = status == 204 || status == 304 || (100..200).contains(&status);
+        if !bodiless {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        match self.connection {
+            ConnectionHeader::None => {}
+            ConnectionHeader::KeepAlive => out.extend_from_slice(b"Connection: keep-alive\r\n"),
+            ConnectionHeader::Close => out.extend_from_slice(b"Connection: close\r\n"),
+        }
+        out.extend_from_slice(b"\r\n");
+        self.head_bytes = (self.out.len() - at) as u64;
+        self.status = status;
+        if !self.head_only && !bodiless {
+            self.out.extend_from_slice(body);
+            self.body_bytes = body.len() as u64;
+        }
+    }
+
     /// Renders a body with `render` into a reused scratch buffer, then sends it: for bodies built
     /// per request (JSON, templates) without an allocation per request.
     pub fn render<E>(

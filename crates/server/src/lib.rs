@@ -36,6 +36,8 @@
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
 //! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
 //! - [`builtin`]: `/plaintext` and `/json`.
+//! - [`cache`]: the proxy's cache (RFC 9111): one store per process, hits served from memory,
+//!   misses stored while they are relayed.
 //! - [`compress`]: compression on the fly (gzip, br, zstd): settings, per-worker encoders,
 //!   counts.
 //! - [`returns`]: nginx's `return` rules (redirects, fixed answers) and the HTTPS redirect.
@@ -50,6 +52,7 @@ pub mod access_log;
 pub mod acme;
 pub mod app;
 pub mod builtin;
+pub mod cache;
 pub mod cli;
 mod clients;
 mod clock;

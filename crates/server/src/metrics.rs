@@ -408,6 +408,7 @@ impl Registry {
         if let Ok(groups) = self.upstreams.lock() {
             crate::proxy::health::render(&groups, &mut s);
         }
+        crate::cache::metrics::render(&mut s);
         process(&mut s);
         s
     }

@@ -134,6 +134,25 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        // A cached exchange's failures before any connection (no server up, a refused
+        // connect) go through the cache's tee too: a stale response may answer them.
+        match job.cache.clone() {
+            None => self.start_job(client, job, ctx, down),
+            Some(fill) => match crate::cache::tee::Tee::new(down, &fill) {
+                Ok(mut tee) => self.start_job(client, job, ctx, &mut tee),
+                Err(down) => self.start_job(client, job, ctx, down),
+            },
+        }
+    }
+
+    /// [`Upstreams::start`] for whichever `down` relays.
+    fn start_job(
+        &mut self,
+        client: (Token, u32),
+        job: ProxyJob,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
         let Some(server) = job.group.choose(job.hash, None, now_ms()) else {
             tracing::debug!(group = %job.group.cfg.name, "no upstream server is up");
             job.group.give_buffer(job.request);
@@ -387,8 +406,25 @@ impl Upstreams {
         }
     }
 
-    /// Makes all the progress possible on connection `key` without blocking.
+    /// Makes all the progress possible on connection `key` without blocking; an exchange
+    /// whose response the cache keeps is relayed through the cache's tee.
     fn drive(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        let fill = self
+            .conns
+            .get(key)
+            .and_then(|c| c.job.as_ref())
+            .and_then(|j| j.cache.clone());
+        match fill {
+            None => self.drive_conn(key, ctx, down),
+            Some(fill) => match crate::cache::tee::Tee::new(down, &fill) {
+                Ok(mut tee) => self.drive_conn(key, ctx, &mut tee),
+                Err(down) => self.drive_conn(key, ctx, down),
+            },
+        }
+    }
+
+    /// [`Upstreams::drive`] for whichever `down` relays.
+    fn drive_conn(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
         loop {
             let Some(c) = self.conns.get_mut(key) else {
                 return;

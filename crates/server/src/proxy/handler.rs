@@ -24,6 +24,8 @@ pub(crate) struct ProxyHandler {
     /// `Host` for requests that have none: the group's name, or its first server's address
     /// for a group a rule made from URLs.
     default_host: String,
+    /// The rule's cache, when it caches.
+    cache: Option<crate::cache::RouteCache>,
     /// This worker's request-id prefix (random per start): ids are unique across workers and
     /// restarts without a clock read or a lock per request.
     id_seed: u64,
@@ -38,6 +40,7 @@ pub(crate) fn mount(
     route: &ProxyRoute,
     group: Rc<WorkerGroup>,
     trusted: Arc<Vec<Cidr>>,
+    cache: Option<crate::cache::RouteCache>,
 ) -> Result<(), RouteError> {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_usize(Rc::as_ptr(&group) as usize);
@@ -55,6 +58,7 @@ pub(crate) fn mount(
         prefix: route.prefix.clone(),
         rewrite: route.rewrite.clone(),
         trusted,
+        cache,
         id_seed: h.finish(),
     };
     router.prefix(&route.prefix, &Method::ALL, handler)
@@ -87,6 +91,13 @@ impl Handler for ProxyHandler {
             tls: false,
             early_data: false,
         });
+        let (fill, stale) = match &self.cache {
+            Some(cache) => match crate::cache::lookup::lookup(cache, req, res, &client) {
+                crate::cache::lookup::Lookup::Served => return,
+                crate::cache::lookup::Lookup::Forward(fill, stale) => (fill, stale),
+            },
+            None => (None, None),
+        };
         let seq = self.group.sequence.get().wrapping_add(1);
         self.group.sequence.set(seq);
         let mut id = [0u8; 24];
@@ -107,6 +118,9 @@ impl Handler for ProxyHandler {
             &self.trusted,
             &id,
         );
+        if let (Some(fill), Some(stale)) = (&fill, stale) {
+            crate::cache::fill::Fill::revalidating(fill, stale, req.head.headers, &mut request);
+        }
         let upgrade = super::upgrade::is_websocket_upgrade(req.head);
         let mut ws_accept = None;
         if req.head.protocol.is_some() {
@@ -154,6 +168,7 @@ impl Handler for ProxyHandler {
             upload: None,
             upgrade,
             ws_accept,
+            cache: fill,
         });
     }
 }

@@ -34,6 +34,9 @@ pub(crate) struct ProxyJob {
     /// The lines the site adds to every response (`add_header`, `Alt-Svc`), for the relayed
     /// one: see [`super::downstream::added_lines`].
     pub(crate) added: Option<Rc<[u8]>>,
+    /// The cache's part when the rule caches: the response is stored as it is relayed, or
+    /// what it invalidates is removed (see `crate::cache::fill`).
+    pub(crate) cache: Option<crate::cache::fill::FillRef>,
 }
 
 /// How the response body reaches the client.

@@ -177,6 +177,8 @@ pub struct ServeArgs {
     pub app: crate::app::AppArgs,
     #[command(flatten)]
     pub proxy_group: GroupArgs,
+    #[command(flatten)]
+    pub cache: super::cache::CacheArgs,
 }
 
 impl ServeArgs {

@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //! - [`args`]: the flags, one parser each, and the server configuration they describe.
+//! - [`cache`]: the `--cache*` flags: the proxy's cache on or off, its store's size.
 //! - [`file`]: `--config FILE`, every flag as a TOML key, checked by its flag's parser.
 //! - [`proxy`]: `--proxy` rules, `--proxy-*` and `[[upstream]]` groups, checked.
 //! - [`quic`]: the `--h3-*` flags (HTTP/3 over QUIC), checked.
@@ -12,6 +13,7 @@
 //! - `check`: `--check-config`, every problem with its line.
 
 pub mod args;
+pub mod cache;
 mod check;
 pub mod file;
 pub mod proxy;

@@ -71,6 +71,7 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         .map(|(g, h)| GroupView::new(g, h))
         .collect();
     let trusted = Arc::new(proxy.trusted);
+    let cache = args.cache.route_cache();
     // Active health checks start with the first worker's router, not when the service is
     // only being checked; they end when the service is replaced (their state is dropped).
     let checks_started = std::sync::atomic::AtomicBool::new(false);
@@ -113,9 +114,14 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
             .zip(&health)
             .map(|(g, h)| Rc::new(WorkerGroup::new(Arc::clone(g), Arc::clone(h))))
             .collect();
-        let mut router = sites[0].1.build(info, &worker_groups, &trusted)?;
+        let mut router = sites[0]
+            .1
+            .build(info, &worker_groups, &trusted, cache.as_ref())?;
         for (names, site) in &sites[1..] {
-            router.add_site(names, site.build(info, &worker_groups, &trusted)?);
+            router.add_site(
+                names,
+                site.build(info, &worker_groups, &trusted, cache.as_ref())?,
+            );
         }
         if let Some(shared) = &http01 {
             router.early(
@@ -221,6 +227,7 @@ impl SiteService {
         info: &WorkerInfo,
         groups: &[Rc<WorkerGroup>],
         trusted: &Arc<Vec<Cidr>>,
+        cache: Option<&crate::cache::RouteCache>,
     ) -> Result<Router, RouteError> {
         let mut router = Router::new();
         for route in &self.proxy {
@@ -229,6 +236,7 @@ impl SiteService {
                 route,
                 Rc::clone(&groups[route.group]),
                 Arc::clone(trusted),
+                cache.cloned(),
             )?;
         }
         for rule in &self.returns {

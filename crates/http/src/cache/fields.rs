@@ -1,0 +1,162 @@
+//! Header fields as the caching policy reads them ([`Fields`]: parsed heads and stored
+//! responses alike), and the pieces of RFC 9110 syntax every part of it needs: list elements,
+//! HTTP-dates, the delta-seconds ceiling.
+
+/// A list of header fields, whatever holds them: parsed heads borrow from a buffer
+/// (`httparse::Header`), stored responses own theirs.
+pub trait Fields {
+    /// How many field lines.
+    fn count(&self) -> usize;
+    /// The `i`th field line's name and value.
+    fn field(&self, i: usize) -> (&str, &[u8]);
+}
+
+impl Fields for [httparse::Header<'_>] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn field(&self, i: usize) -> (&str, &[u8]) {
+        (self[i].name, self[i].value)
+    }
+}
+
+impl<N: AsRef<str>, V: AsRef<[u8]>> Fields for [(N, V)] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn field(&self, i: usize) -> (&str, &[u8]) {
+        (self[i].0.as_ref(), self[i].1.as_ref())
+    }
+}
+
+/// The values of every field line named `name` (ASCII case-insensitive), in order.
+pub fn values<'a, F: Fields + ?Sized>(
+    fields: &'a F,
+    name: &'a str,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
+    (0..fields.count()).filter_map(move |i| {
+        let (n, v) = fields.field(i);
+        n.eq_ignore_ascii_case(name).then_some(v)
+    })
+}
+
+/// The first value of the field `name`.
+pub fn first<'a, F: Fields + ?Sized>(fields: &'a F, name: &'a str) -> Option<&'a [u8]> {
+    values(fields, name).next()
+}
+
+/// Seconds since the Unix epoch of an HTTP-date (RFC 9110 §5.6.7), if it is one.
+#[must_use]
+pub fn parse_date(value: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?;
+    let time = httpdate::parse_http_date(text.trim()).ok()?;
+    time.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
+}
+
+/// The largest delta-seconds a cache keeps (RFC 9111 §1.2.2: a larger one, or an overflow,
+/// counts as 2^31).
+pub const DELTA_MAX: u64 = 2_147_483_648;
+
+/// The elements of a comma-separated list (RFC 9110 §5.6.1), trimmed, empty ones skipped;
+/// commas inside a quoted string do not split.
+pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = value;
+    std::iter::from_fn(move || loop {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut quoted = false;
+        let mut escaped = false;
+        let mut end = rest.len();
+        for (i, &b) in rest.iter().enumerate() {
+            if escaped {
+                escaped = false;
+            } else if quoted && b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                quoted = !quoted;
+            } else if b == b',' && !quoted {
+                end = i;
+                break;
+            }
+        }
+        let element = trim(&rest[..end]);
+        rest = if end < rest.len() {
+            &rest[end + 1..]
+        } else {
+            &[]
+        };
+        if !element.is_empty() {
+            return Some(element);
+        }
+    })
+}
+
+/// `value` without leading and trailing spaces and tabs.
+pub(crate) fn trim(value: &[u8]) -> &[u8] {
+    let start = value
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(start, |e| e + 1);
+    &value[start..end.max(start)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_elements_respect_quotes() {
+        let cases: &[(&[u8], &[&[u8]])] = &[
+            (b"a, b,c", &[b"a", b"b", b"c"]),
+            (b" , a ,, ", &[b"a"]),
+            (
+                b"no-cache=\"a, b\", max-age=1",
+                &[b"no-cache=\"a, b\"", b"max-age=1"],
+            ),
+            (b"x=\"a\\\",b\", y", &[b"x=\"a\\\",b\"", b"y"]),
+            (b"", &[]),
+        ];
+        for (input, want) in cases {
+            let got: Vec<&[u8]> = list_elements(input).collect();
+            assert_eq!(&got, want, "{}", String::from_utf8_lossy(input));
+        }
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(
+            parse_date(b"Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(
+            parse_date(b" Sun, 06 Nov 1994 08:49:37 GMT "),
+            Some(784_111_777)
+        );
+        assert_eq!(
+            parse_date(b"Sunday, 06-Nov-94 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(parse_date(b"0"), None);
+        assert_eq!(parse_date(b"\xff"), None);
+    }
+
+    #[test]
+    fn fields_of_both_kinds() {
+        let owned = [("Vary", b"a".to_vec()), ("vary", b"b".to_vec())];
+        let got: Vec<&[u8]> = values(&owned[..], "VARY").collect();
+        assert_eq!(got, [b"a", b"b"]);
+        let parsed = [httparse::Header {
+            name: "ETag",
+            value: b"\"x\"",
+        }];
+        assert_eq!(first(&parsed[..], "etag"), Some(&b"\"x\""[..]));
+        assert_eq!(first(&parsed[..], "age"), None);
+    }
+}

@@ -1,0 +1,730 @@
+//! `lowlat serve --proxy … --cache` as a real process in front of an origin written here, which
+//! counts the requests it gets per path and answers each path with the head and body a test
+//! gave it. Every test asserts what the client got (status, `Age`, `Cache-Status`, body) and
+//! exactly how many requests reached the origin: a hit is one that did not.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+mod support;
+use support::{curl, field, find, Served};
+
+/// What the origin answers for a path: status, extra head lines (each ending in CRLF), body.
+#[derive(Clone)]
+struct Answer {
+    status: u16,
+    lines: String,
+    body: Vec<u8>,
+}
+
+#[derive(Default)]
+struct OriginState {
+    answers: HashMap<String, Answer>,
+    /// Requests per path (the query stripped), by method and path: `GET /a`.
+    counts: HashMap<String, usize>,
+    /// The last request head per path.
+    last: HashMap<String, String>,
+    /// Down: every connection is closed without an answer, as a crashed application's are.
+    down: bool,
+}
+
+/// An HTTP/1.1 origin on 127.0.0.1: keep-alive, a thread per connection.
+struct Origin {
+    addr: SocketAddr,
+    state: Arc<Mutex<OriginState>>,
+}
+
+impl Origin {
+    fn start() -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(OriginState::default()));
+        let shared = Arc::clone(&state);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                if shared.lock().unwrap().down {
+                    continue;
+                }
+                let state = Arc::clone(&shared);
+                std::thread::spawn(move || serve(conn, &state));
+            }
+        });
+        Origin { addr, state }
+    }
+
+    /// Answers `path` with this status, head lines (`Name: value` each, joined by `\n`) and body.
+    fn set(&self, path: &str, status: u16, lines: &str, body: &[u8]) {
+        let lines: String = lines
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| format!("{l}\r\n"))
+            .collect();
+        self.state.lock().unwrap().answers.insert(
+            path.to_owned(),
+            Answer {
+                status,
+                lines,
+                body: body.to_vec(),
+            },
+        );
+    }
+
+    /// Requests `GET path` (or another method) got so far.
+    fn count(&self, method_path: &str) -> usize {
+        *self
+            .state
+            .lock()
+            .unwrap()
+            .counts
+            .get(method_path)
+            .unwrap_or(&0)
+    }
+
+    fn last(&self, path: &str) -> String {
+        self.state
+            .lock()
+            .unwrap()
+            .last
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn go_down(&self) {
+        self.state.lock().unwrap().down = true;
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+fn serve(mut conn: TcpStream, state: &Mutex<OriginState>) {
+    let mut buf = Vec::new();
+    loop {
+        let end = loop {
+            if let Some(i) = find(&buf, b"\r\n\r\n") {
+                break i + 4;
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            match conn.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        buf.drain(..end);
+        let length: usize = field(&head, "content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        while buf.len() < length {
+            let mut chunk = [0u8; 16 * 1024];
+            match conn.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buf.drain(..length);
+        let mut words = head.split(' ');
+        let method = words.next().unwrap_or("").to_owned();
+        let target = words.next().unwrap_or("/");
+        let path = target.split('?').next().unwrap_or("/").to_owned();
+        let answer = {
+            let mut s = state.lock().unwrap();
+            if s.down {
+                return;
+            }
+            *s.counts.entry(format!("{method} {path}")).or_default() += 1;
+            s.last.insert(path.clone(), head.clone());
+            s.answers.get(&path).cloned().unwrap_or(Answer {
+                status: 404,
+                lines: String::new(),
+                body: b"no such path\n".to_vec(),
+            })
+        };
+        let mut out = format!(
+            "HTTP/1.1 {} X\r\n{}Content-Length: {}\r\n\r\n",
+            answer.status,
+            answer.lines,
+            answer.body.len()
+        )
+        .into_bytes();
+        if method != "HEAD" {
+            out.extend_from_slice(&answer.body);
+        }
+        if conn.write_all(&out).is_err() {
+            return;
+        }
+    }
+}
+
+/// A response as the client got it.
+struct Got {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Got {
+    fn field(&self, name: &str) -> Option<&str> {
+        field(&self.head, name)
+    }
+
+    fn cache_status(&self) -> &str {
+        self.field("cache-status").unwrap_or("")
+    }
+}
+
+/// One request on a new connection (`Connection: close`), with extra head lines.
+fn request(addr: SocketAddr, method: &str, target: &str, lines: &[&str]) -> Got {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req =
+        format!("{method} {target} HTTP/1.1\r\nHost: cache.test\r\nConnection: close\r\n");
+    for l in lines {
+        req.push_str(l);
+        req.push_str("\r\n");
+    }
+    if method == "POST" || method == "PUT" {
+        req.push_str("Content-Length: 0\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let end = find(&all, b"\r\n\r\n").expect("a response head") + 4;
+    let head = String::from_utf8_lossy(&all[..end]).into_owned();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    Got {
+        status,
+        head,
+        body: all[end..].to_vec(),
+    }
+}
+
+fn get(addr: SocketAddr, target: &str) -> Got {
+    request(addr, "GET", target, &[])
+}
+
+fn proxy(origin: &Origin, more: &[&str]) -> Served {
+    let rule = format!("/={}", origin.url());
+    let mut args = vec!["--proxy", &rule, "--cache"];
+    args.extend_from_slice(more);
+    Served::start(args)
+}
+
+/// A fresh response is fetched once and then served from memory: `Age` and `Cache-Status`
+/// say so, the body is the same bytes, and a `HEAD` is answered from the stored `GET`.
+#[test]
+fn miss_then_hits_with_age_and_cache_status() {
+    let origin = Origin::start();
+    origin.set(
+        "/a",
+        200,
+        "Cache-Control: max-age=60\nContent-Type: text/plain\nX-Origin: yes",
+        b"hello, cache\n",
+    );
+    let p = proxy(&origin, &[]);
+    let first = get(p.addr, "/a");
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, b"hello, cache\n");
+    assert!(
+        first.cache_status().contains("fwd=uri-miss"),
+        "{}",
+        first.head
+    );
+    assert!(first.cache_status().contains("stored"), "{}", first.head);
+    for _ in 0..3 {
+        let hit = get(p.addr, "/a");
+        assert_eq!(hit.status, 200, "{}", hit.head);
+        assert_eq!(hit.body, b"hello, cache\n");
+        assert!(
+            hit.cache_status().starts_with("lowlat; hit"),
+            "{}",
+            hit.head
+        );
+        assert!(
+            hit.field("age").is_some_and(|a| a.parse::<u64>().is_ok()),
+            "{}",
+            hit.head
+        );
+        assert_eq!(hit.field("x-origin"), Some("yes"));
+        assert_eq!(hit.field("content-type"), Some("text/plain"));
+        assert_eq!(hit.field("content-length"), Some("13"));
+    }
+    let head = request(p.addr, "HEAD", "/a", &[]);
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    assert_eq!(head.field("content-length"), Some("13"));
+    assert!(head.cache_status().contains("hit"), "{}", head.head);
+    assert_eq!(origin.count("GET /a"), 1);
+    assert_eq!(origin.count("HEAD /a"), 0);
+    // The query is part of the key.
+    assert_eq!(get(p.addr, "/a?x=1").body, b"hello, cache\n");
+    assert_eq!(get(p.addr, "/a?x=1").body, b"hello, cache\n");
+    assert_eq!(origin.count("GET /a"), 2);
+}
+
+/// What must not be stored is fetched every time: `no-store`, `private`, `Set-Cookie`, a
+/// request with `Authorization` (without `public`), a status without freshness, `Vary: *`.
+#[test]
+fn what_is_not_stored_goes_to_the_origin_every_time() {
+    let origin = Origin::start();
+    let cases = [
+        (
+            "/no-store",
+            200,
+            "Cache-Control: max-age=60, no-store",
+            "no-store",
+        ),
+        (
+            "/private",
+            200,
+            "Cache-Control: max-age=60, private",
+            "private",
+        ),
+        (
+            "/cookie",
+            200,
+            "Cache-Control: max-age=60\nSet-Cookie: id=1",
+            "set-cookie",
+        ),
+        (
+            "/vary-star",
+            200,
+            "Cache-Control: max-age=60\nVary: *",
+            "vary-star",
+        ),
+        ("/found", 302, "Location: /elsewhere", "no-freshness"),
+    ];
+    for (path, status, lines, _) in cases {
+        origin.set(path, status, lines, b"x");
+    }
+    let p = proxy(&origin, &[]);
+    for (path, status, _, detail) in cases {
+        for _ in 0..2 {
+            let got = get(p.addr, path);
+            assert_eq!(got.status, status, "{path}");
+            assert!(
+                got.cache_status().contains(&format!("detail={detail}")),
+                "{path}: {}",
+                got.head
+            );
+        }
+        assert_eq!(origin.count(&format!("GET {path}")), 2, "{path}");
+    }
+    origin.set("/auth", 200, "Cache-Control: max-age=60", b"secret");
+    for _ in 0..2 {
+        request(p.addr, "GET", "/auth", &["Authorization: Basic YTpi"]);
+    }
+    assert_eq!(origin.count("GET /auth"), 2);
+    // With `public`, a response to an authorised request may be shared (RFC 9111 §3.5).
+    origin.set(
+        "/auth-public",
+        200,
+        "Cache-Control: max-age=60, public",
+        b"shared",
+    );
+    for _ in 0..2 {
+        request(
+            p.addr,
+            "GET",
+            "/auth-public",
+            &["Authorization: Basic YTpi"],
+        );
+    }
+    assert_eq!(origin.count("GET /auth-public"), 1);
+}
+
+/// `Vary: Accept-Encoding` keeps one variant per set of accepted codings, however the
+/// request writes it.
+#[test]
+fn vary_keeps_variants_apart() {
+    let origin = Origin::start();
+    origin.set(
+        "/v",
+        200,
+        "Cache-Control: max-age=60\nVary: Accept-Encoding",
+        b"variant",
+    );
+    let p = proxy(&origin, &[]);
+    let ask = |ae: &str| request(p.addr, "GET", "/v", &[&format!("Accept-Encoding: {ae}")]);
+    assert!(ask("gzip").cache_status().contains("fwd=uri-miss"));
+    assert!(ask("gzip").cache_status().contains("hit"));
+    assert!(ask("br").cache_status().contains("fwd=vary-miss"));
+    assert!(ask("br").cache_status().contains("hit"));
+    assert!(ask("gzip, br").cache_status().contains("fwd=vary-miss"));
+    assert!(ask("BR;q=1, gzip").cache_status().contains("hit"));
+    assert!(ask("gzip").cache_status().contains("hit"));
+    assert_eq!(origin.count("GET /v"), 3);
+}
+
+/// A successful unsafe request invalidates the stored response of its target and of its
+/// `Location` on the same host (RFC 9111 §4.4); a failed one does not.
+#[test]
+fn unsafe_methods_invalidate() {
+    let origin = Origin::start();
+    origin.set("/item", 200, "Cache-Control: max-age=60", b"item");
+    origin.set("/list", 200, "Cache-Control: max-age=60", b"list");
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/item");
+    get(p.addr, "/list");
+    assert!(get(p.addr, "/item").cache_status().contains("hit"));
+    // The origin answers POST /item with the 200 set for the path, and Location: /list.
+    origin.set(
+        "/item",
+        200,
+        "Cache-Control: max-age=60\nLocation: http://cache.test/list",
+        b"item",
+    );
+    assert_eq!(request(p.addr, "POST", "/item", &[]).status, 200);
+    assert!(get(p.addr, "/item").cache_status().contains("fwd=uri-miss"));
+    assert!(get(p.addr, "/list").cache_status().contains("fwd=uri-miss"));
+    assert_eq!(origin.count("GET /item"), 2);
+    assert_eq!(origin.count("GET /list"), 2);
+    // An error answer invalidates nothing.
+    origin.set("/fails", 200, "Cache-Control: max-age=60", b"ok");
+    get(p.addr, "/fails");
+    origin.set("/fails", 500, "", b"no");
+    request(p.addr, "DELETE", "/fails", &[]);
+    assert!(get(p.addr, "/fails").cache_status().contains("hit"));
+}
+
+/// Fields that change what an application answers without being in the key make the request
+/// bypass the cache: the poisoned answer is neither stored nor served to anyone else.
+#[test]
+fn unkeyed_fields_cannot_poison() {
+    let origin = Origin::start();
+    origin.set("/p", 200, "Cache-Control: max-age=60", b"clean");
+    let p = proxy(&origin, &[]);
+    for poison in [
+        "X-Original-URL: /admin",
+        "X-Rewrite-URL: /admin",
+        "X-Host: evil.test",
+    ] {
+        let got = request(p.addr, "GET", "/p", &[poison]);
+        assert_eq!(got.status, 200);
+        assert!(
+            got.field("cache-status").is_none(),
+            "{poison}: {}",
+            got.head
+        );
+    }
+    assert_eq!(origin.count("GET /p"), 3);
+    assert!(get(p.addr, "/p").cache_status().contains("fwd=uri-miss"));
+    assert!(get(p.addr, "/p").cache_status().contains("hit"));
+    // X-Forwarded-Host from an untrusted client is not forwarded at all.
+    request(p.addr, "GET", "/p", &["X-Forwarded-Host: evil.test"]);
+    assert!(!origin.last("/p").to_ascii_lowercase().contains("evil.test"));
+}
+
+/// A stale response is fetched again; request directives are honoured: `no-cache` goes to
+/// the origin, `only-if-cached` with nothing stored is 504.
+#[test]
+fn stale_and_request_directives() {
+    let origin = Origin::start();
+    origin.set("/s", 200, "Cache-Control: max-age=1", b"short");
+    origin.set("/f", 200, "Cache-Control: max-age=60", b"long");
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/s");
+    assert!(get(p.addr, "/s").cache_status().contains("hit"));
+    std::thread::sleep(Duration::from_millis(2100));
+    assert!(get(p.addr, "/s").cache_status().contains("fwd=stale"));
+    assert_eq!(origin.count("GET /s"), 2);
+    get(p.addr, "/f");
+    let forced = request(p.addr, "GET", "/f", &["Cache-Control: no-cache"]);
+    assert!(
+        forced.cache_status().contains("fwd=request"),
+        "{}",
+        forced.head
+    );
+    assert_eq!(origin.count("GET /f"), 2);
+    let only = request(
+        p.addr,
+        "GET",
+        "/nothing",
+        &["Cache-Control: only-if-cached"],
+    );
+    assert_eq!(only.status, 504);
+    assert_eq!(origin.count("GET /nothing"), 0);
+}
+
+/// HTTP/2 clients are served from the same store: a miss over HTTP/1.1 is a hit over h2c.
+#[test]
+fn http2_clients_hit_the_same_store() {
+    let origin = Origin::start();
+    origin.set("/h2", 200, "Cache-Control: max-age=60", b"over h2\n");
+    let p = proxy(&origin, &["--h2c"]);
+    get(p.addr, "/h2");
+    let url = format!("http://{}/h2", p.addr);
+    let out = curl(&[
+        "--http2-prior-knowledge",
+        "-i",
+        "-H",
+        "Host: cache.test",
+        &url,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HTTP/2 200"), "{text}");
+    assert!(text.contains("cache-status: lowlat; hit"), "{text}");
+    assert!(text.ends_with("over h2\n"), "{text}");
+    assert_eq!(origin.count("GET /h2"), 1);
+}
+
+/// A response larger than `--cache-max-object` streams through whole and is not stored.
+#[test]
+fn large_objects_stream_through_unstored() {
+    let origin = Origin::start();
+    let big = vec![b'z'; 3 << 20];
+    origin.set("/big", 200, "Cache-Control: max-age=60", &big);
+    origin.set("/small", 200, "Cache-Control: max-age=60", b"small");
+    let p = proxy(&origin, &["--cache-max-object", "1m"]);
+    for _ in 0..2 {
+        let got = get(p.addr, "/big");
+        assert_eq!(got.body.len(), big.len());
+        assert!(got.body == big);
+    }
+    assert_eq!(origin.count("GET /big"), 2);
+    get(p.addr, "/small");
+    assert!(get(p.addr, "/small").cache_status().contains("hit"));
+}
+
+/// Without `--cache`, nothing is cached and no `Cache-Status` is added.
+#[test]
+fn without_the_flag_nothing_is_cached() {
+    let origin = Origin::start();
+    origin.set("/n", 200, "Cache-Control: max-age=60", b"n");
+    let rule = format!("/={}", origin.url());
+    let p = Served::start(["--proxy", rule.as_str()]);
+    for _ in 0..2 {
+        assert!(get(p.addr, "/n").field("cache-status").is_none());
+    }
+    assert_eq!(origin.count("GET /n"), 2);
+}
+
+/// `PURGE` removes by URL, by prefix and by tag, from loopback; what it removed is fetched
+/// again, what it did not is still a hit.
+#[test]
+fn purge_by_url_prefix_and_tag() {
+    let origin = Origin::start();
+    for (path, tag) in [
+        ("/a/1", "red"),
+        ("/a/2", "blue"),
+        ("/b/1", "red"),
+        ("/b/2", "green"),
+    ] {
+        origin.set(
+            path,
+            200,
+            &format!("Cache-Control: max-age=60\nCache-Tag: {tag}, all"),
+            b"x",
+        );
+    }
+    let p = proxy(&origin, &[]);
+    let warm = || {
+        for path in ["/a/1", "/a/2", "/b/1", "/b/2"] {
+            get(p.addr, path);
+        }
+    };
+    let hit = |path: &str| get(p.addr, path).cache_status().contains("hit");
+    warm();
+    let by_url = request(p.addr, "PURGE", "/b/2", &[]);
+    assert_eq!(by_url.status, 200);
+    assert_eq!(by_url.body, b"{\"purged\": 1}\n");
+    assert!(!hit("/b/2"));
+    assert!(hit("/a/1") && hit("/a/2") && hit("/b/1"));
+    let by_prefix = request(p.addr, "PURGE", "/a/*", &[]);
+    assert_eq!(by_prefix.body, b"{\"purged\": 2}\n");
+    assert!(!hit("/a/1") && !hit("/a/2"));
+    assert!(hit("/b/1"));
+    let by_tag = request(p.addr, "PURGE", "/", &["Cache-Tag: red"]);
+    assert_eq!(by_tag.body, b"{\"purged\": 2}\n");
+    assert!(!hit("/b/1") && !hit("/a/1"));
+    assert!(hit("/a/2"));
+    assert_eq!(origin.count("GET /a/1"), 3);
+    assert_eq!(origin.count("GET /a/2"), 2);
+    assert_eq!(origin.count("GET /b/1"), 2);
+    assert_eq!(origin.count("PURGE /b/2"), 0);
+}
+
+/// `PURGE` from a network not trusted is refused.
+#[test]
+fn purge_from_elsewhere_is_refused() {
+    let origin = Origin::start();
+    origin.set("/k", 200, "Cache-Control: max-age=60", b"kept");
+    let p = proxy(&origin, &["--cache-purge-from", "10.9.9.0/24"]);
+    get(p.addr, "/k");
+    assert_eq!(request(p.addr, "PURGE", "/k", &[]).status, 403);
+    assert!(get(p.addr, "/k").cache_status().contains("hit"));
+}
+
+/// A stale response with validators is revalidated: the origin gets `If-None-Match` and
+/// `If-Modified-Since`, its 304 refreshes the stored head (new fields, new lifetime) and the
+/// client gets the whole stored response.
+#[test]
+fn revalidation_with_304_refreshes_the_stored_response() {
+    let origin = Origin::start();
+    let lm = "Sun, 06 Nov 1994 08:49:37 GMT";
+    origin.set(
+        "/r",
+        200,
+        &format!("Cache-Control: max-age=1\nETag: \"v1\"\nLast-Modified: {lm}\nX-Gen: 1"),
+        b"revalidated body",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/r");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set(
+        "/r",
+        304,
+        "Cache-Control: max-age=60\nETag: \"v1\"\nX-Gen: 2",
+        b"",
+    );
+    let got = get(p.addr, "/r");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"revalidated body");
+    assert!(
+        got.cache_status().contains("fwd=stale; fwd-status=304"),
+        "{}",
+        got.head
+    );
+    assert_eq!(got.field("x-gen"), Some("2"));
+    let sent = origin.last("/r");
+    assert!(sent.contains("If-None-Match: \"v1\"\r\n"), "{sent}");
+    assert!(
+        sent.contains(&format!("If-Modified-Since: {lm}\r\n")),
+        "{sent}"
+    );
+    // Fresh again for a minute: a hit, with the refreshed field.
+    let hit = get(p.addr, "/r");
+    assert!(hit.cache_status().contains("hit"), "{}", hit.head);
+    assert_eq!(hit.field("x-gen"), Some("2"));
+    assert_eq!(hit.body, b"revalidated body");
+    assert_eq!(origin.count("GET /r"), 2);
+}
+
+/// `stale-if-error`: a stale response stands in for a 5xx, and for an origin that is down;
+/// without it (and without `--cache-grace`) the error goes through.
+#[test]
+fn stale_if_error_when_the_origin_fails_or_is_down() {
+    let origin = Origin::start();
+    origin.set(
+        "/e",
+        200,
+        "Cache-Control: max-age=1, stale-if-error=60",
+        b"still here",
+    );
+    origin.set("/plain", 200, "Cache-Control: max-age=1", b"gone soon");
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/e");
+    get(p.addr, "/plain");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set("/e", 503, "", b"down");
+    origin.set("/plain", 503, "", b"down");
+    let got = get(p.addr, "/e");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"still here");
+    assert!(
+        got.cache_status().contains("fwd-status=503"),
+        "{}",
+        got.head
+    );
+    assert_eq!(get(p.addr, "/plain").status, 503);
+    // The origin goes down: connections closed without an answer (502 from the proxy).
+    origin.go_down();
+    let got = get(p.addr, "/e");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"still here");
+    assert!(
+        got.cache_status().contains("fwd-status=502"),
+        "{}",
+        got.head
+    );
+    assert_eq!(get(p.addr, "/plain").status, 502);
+}
+
+/// `--cache-grace` lets a stale response without `stale-if-error` answer for a failing origin.
+#[test]
+fn grace_serves_stale_for_errors() {
+    let origin = Origin::start();
+    origin.set("/g", 200, "Cache-Control: max-age=1", b"graceful");
+    let p = proxy(&origin, &["--cache-grace", "60s"]);
+    get(p.addr, "/g");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set("/g", 500, "", b"broken");
+    let got = get(p.addr, "/g");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"graceful");
+    origin.set(
+        "/m",
+        200,
+        "Cache-Control: max-age=1, must-revalidate",
+        b"strict",
+    );
+    get(p.addr, "/m");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set("/m", 500, "", b"broken");
+    assert_eq!(get(p.addr, "/m").status, 500);
+}
+
+/// A client's conditional request is answered 304 from the stored response when its copy is
+/// current, and 200 with the body when not; neither reaches the origin.
+#[test]
+fn clients_conditional_requests_answered_from_the_cache() {
+    let origin = Origin::start();
+    let lm = "Sun, 06 Nov 1994 08:49:37 GMT";
+    origin.set(
+        "/c",
+        200,
+        &format!("Cache-Control: max-age=60\nETag: \"c1\"\nLast-Modified: {lm}"),
+        b"conditional",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/c");
+    let cases: &[(&str, u16)] = &[
+        ("If-None-Match: \"c1\"", 304),
+        ("If-None-Match: W/\"c1\"", 304),
+        ("If-None-Match: \"other\", \"c1\"", 304),
+        ("If-None-Match: \"other\"", 200),
+        ("If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT", 304),
+        ("If-Modified-Since: Sat, 05 Nov 1994 08:49:37 GMT", 200),
+    ];
+    for (line, status) in cases {
+        let got = request(p.addr, "GET", "/c", &[line]);
+        assert_eq!(got.status, *status, "{line}: {}", got.head);
+        assert!(got.cache_status().contains("hit"), "{line}: {}", got.head);
+        let body: &[u8] = if *status == 304 { b"" } else { b"conditional" };
+        assert_eq!(got.body, body, "{line}");
+    }
+    assert_eq!(origin.count("GET /c"), 1);
+}
+
+/// `/metrics` counts the cache's hits, misses, stored responses and bytes.
+#[test]
+fn metrics_count_hits_and_misses() {
+    let origin = Origin::start();
+    origin.set("/m", 200, "Cache-Control: max-age=60", b"measured");
+    let metrics_port = support::free_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let p = proxy(&origin, &["--metrics", &metrics]);
+    for _ in 0..3 {
+        get(p.addr, "/m");
+    }
+    let out = curl(&[&format!("http://{metrics}/metrics")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    assert_eq!(value("lowlat_cache_hits_total"), 2);
+    assert_eq!(value("lowlat_cache_misses_total"), 1);
+    assert_eq!(value("lowlat_cache_stored_total"), 1);
+    assert_eq!(value("lowlat_cache_objects"), 1);
+    assert!(value("lowlat_cache_bytes") > 8);
+}

@@ -1,0 +1,425 @@
+//! The miss path: a forwarded response stored while it is relayed to the client that asked.
+//!
+//! A [`Fill`] travels with the forwarded request's job (`ProxyJob::cache`). The upstream side
+//! relays the response through the cache's `Tee` (`tee.rs`), which passes every call on to the
+//! client's and hands this fill a copy: at the head it decides (RFC 9111 §3) whether the response may
+//! be stored and says so in `Cache-Status`; body bytes are copied while they fit the object
+//! limit (past it the copy is dropped and the response goes on streaming); at the end the copy
+//! becomes an [`Object`] in the store. A response that fails, is cut, or has trailers is not
+//! stored. For an unsafe method the fill only invalidates (§4.4).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use lowlat_http::cache::freshness::{lifetime, AgeBase, Stored};
+use lowlat_http::cache::revalidate::{merge, not_modified_applies, Conditional};
+use lowlat_http::cache::status::{CacheStatus, Fwd};
+use lowlat_http::cache::storable::{field_kept, storable, Policy, RequestFacts};
+use lowlat_http::cache::{invalidate, values, vary, Directives};
+use lowlat_http::client::Header;
+
+use super::object::Object;
+use super::store::Entry;
+use super::{key, now_secs, RouteCache};
+
+/// A forwarded request's part in the cache, shared by its job and the relay.
+pub(crate) type FillRef = Rc<RefCell<Fill>>;
+
+/// What the fill does with the response.
+#[derive(Debug)]
+enum Mode {
+    /// Store it if it may be.
+    Store,
+    /// Only invalidate (an unsafe method): the request's `host` for `Location` targets.
+    Invalidate { host: Box<[u8]> },
+}
+
+/// Where the copy stands.
+#[derive(Debug)]
+pub(super) enum State {
+    /// Nothing relayed yet.
+    Head,
+    /// Storing: the decided parts and the body so far.
+    Body(Box<Pending>),
+    /// Nothing (more) to do.
+    Off,
+}
+
+/// A response being copied.
+#[derive(Debug)]
+pub(super) struct Pending {
+    status: u16,
+    reason: Box<str>,
+    fields: Vec<(Box<str>, Box<[u8]>)>,
+    body: Vec<u8>,
+    age: AgeBase,
+    fresh: Stored,
+}
+
+/// One forwarded request's fill.
+#[derive(Debug)]
+pub(crate) struct Fill {
+    pub(super) cache: RouteCache,
+    mode: Mode,
+    /// The primary key.
+    key: Box<[u8]>,
+    /// The request's fields (for `Vary`): names and values, owned, as the request's head is
+    /// gone by the time the response comes.
+    request: Vec<(Box<str>, Box<[u8]>)>,
+    /// When the request was forwarded (RFC 9111 §4.2.3's `request_time`).
+    request_time: u64,
+    authorization: bool,
+    request_no_store: bool,
+    /// Why it went forward, for `Cache-Status`.
+    fwd: Fwd,
+    pub(super) state: State,
+    /// The stored response this request found but could not use as it was (stale, or to be
+    /// revalidated): refreshed by a 304, or sent instead of an error (`stale-if-error`).
+    pub(super) stale: Option<Arc<Object>>,
+    /// The request's `stale-if-error`, when request directives are honoured.
+    request_stale_if_error: Option<u64>,
+    /// The forwarded request carries the stale response's validators (ours, not the client's).
+    conditional: bool,
+    /// A stale response went to the client instead of what the upstream sent: the rest of the
+    /// upstream's response is dropped.
+    pub(super) replaced: bool,
+    /// A tee is relaying through this fill now (a second one must not be stacked on it).
+    pub(super) teeing: bool,
+}
+
+impl Fill {
+    /// A fill that stores what the response allows.
+    pub(crate) fn store(
+        cache: &RouteCache,
+        key: &[u8],
+        request: &[lowlat_http::request::Header<'_>],
+        req_cc: &Directives<'_>,
+        fwd: Fwd,
+    ) -> FillRef {
+        let authorization = request
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("authorization"));
+        Rc::new(RefCell::new(Fill {
+            cache: cache.clone(),
+            mode: Mode::Store,
+            key: key.into(),
+            request: request
+                .iter()
+                .map(|h| (Box::<str>::from(h.name), Box::<[u8]>::from(h.value)))
+                .collect(),
+            request_time: now_secs(),
+            authorization,
+            request_no_store: req_cc.no_store,
+            fwd,
+            state: State::Head,
+            stale: None,
+            request_stale_if_error: req_cc.stale_if_error,
+            conditional: false,
+            replaced: false,
+            teeing: false,
+        }))
+    }
+
+    /// The stored response the request found unusable as it was: revalidated with its
+    /// validators (added to the forwarded `request` unless the client's request is itself
+    /// conditional, in which case the client's go upstream and its answer is relayed as is),
+    /// and kept for `stale-if-error`.
+    pub(crate) fn revalidating(
+        fill: &FillRef,
+        stale: Arc<Object>,
+        client: &[lowlat_http::request::Header<'_>],
+        request: &mut Vec<u8>,
+    ) {
+        let mut f = fill.borrow_mut();
+        let own = client.iter().any(|h| {
+            [
+                "if-none-match",
+                "if-modified-since",
+                "if-match",
+                "if-unmodified-since",
+                "if-range",
+                "range",
+            ]
+            .iter()
+            .any(|n| h.name.eq_ignore_ascii_case(n))
+        });
+        let cond = Conditional::of(&*stale);
+        if !own && cond.any() {
+            if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                let mut lines = Vec::new();
+                if let Some(tag) = cond.if_none_match {
+                    lines.extend_from_slice(b"If-None-Match: ");
+                    lines.extend_from_slice(tag);
+                    lines.extend_from_slice(b"\r\n");
+                }
+                if let Some(date) = cond.if_modified_since {
+                    lines.extend_from_slice(b"If-Modified-Since: ");
+                    lines.extend_from_slice(date);
+                    lines.extend_from_slice(b"\r\n");
+                }
+                let at = end + 2;
+                request.splice(at..at, lines);
+                f.conditional = true;
+            }
+        }
+        f.stale = Some(stale);
+    }
+
+    /// Whether the stale response may replace an error now (RFC 5861 §4).
+    pub(super) fn stale_for_error(&self) -> Option<Arc<Object>> {
+        let o = self.stale.as_ref()?;
+        let req = Directives {
+            stale_if_error: self.request_stale_if_error,
+            ..Directives::default()
+        };
+        o.fresh
+            .usable_on_error(o.age.age_at(now_secs()), &req, self.cache.policy.grace)
+            .then(|| Arc::clone(o))
+    }
+
+    /// A 304 to our conditional request: the stored response with the 304's fields merged in
+    /// (RFC 9111 §3.2, §4.3.4), stored again with its new age and lifetime.
+    pub(super) fn refreshed(&mut self, fields: &[Header<'_>]) -> Option<Arc<Object>> {
+        if !self.conditional {
+            return None;
+        }
+        let stale = self.stale.as_ref()?;
+        if !not_modified_applies(&**stale, fields) {
+            return None;
+        }
+        let connection: Vec<&[u8]> = values(fields, "connection").collect();
+        let fresh_cc = Directives::default();
+        let merged = merge(&**stale, fields, |n| {
+            crate::proxy::headers::response_field_passes(n, connection.iter().copied())
+                && field_kept(n, &connection, &fresh_cc)
+        });
+        let targeted: Vec<&str> = self
+            .cache
+            .policy
+            .targeted
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let (cc, is_targeted) = Directives::for_response(&merged[..], &targeted);
+        let response_time = now_secs();
+        let (life, _) = lifetime(
+            stale.status,
+            &merged[..],
+            &cc,
+            is_targeted,
+            response_time,
+            &self.cache.policy.heuristic,
+        );
+        let object = Arc::new(Object::new(
+            stale.status,
+            &stale.reason,
+            merged.iter().map(|(n, v)| (&**n, &**v)),
+            stale.body.clone(),
+            AgeBase::new(fields, self.request_time, response_time),
+            Stored::new(life, &cc),
+        ));
+        self.put(Entry::Object(Arc::clone(&object)), &object);
+        self.cache
+            .store
+            .counters
+            .revalidated
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(object)
+    }
+
+    /// A fill that invalidates what an unsafe method's response says (§4.4).
+    pub(crate) fn invalidate(cache: &RouteCache, key: &[u8], host: &[u8]) -> FillRef {
+        Rc::new(RefCell::new(Fill {
+            cache: cache.clone(),
+            mode: Mode::Invalidate { host: host.into() },
+            key: key.into(),
+            request: Vec::new(),
+            request_time: 0,
+            authorization: false,
+            request_no_store: false,
+            fwd: Fwd::Bypass,
+            state: State::Off,
+            stale: None,
+            request_stale_if_error: None,
+            conditional: false,
+            replaced: false,
+            teeing: false,
+        }))
+    }
+
+    /// The head arrived: decide, and say so in `Cache-Status` (appended to `status_line`).
+    pub(super) fn head(
+        &mut self,
+        status: u16,
+        reason: &str,
+        fields: &[Header<'_>],
+        pass: &dyn Fn(&str) -> bool,
+        line: &mut Vec<u8>,
+    ) {
+        let counters = &self.cache.store.counters;
+        if let Mode::Invalidate { host } = &self.mode {
+            // The method was not GET/HEAD: known unsafe, or of unknown safety (§4.4).
+            if (200..400).contains(&status) {
+                let store = &self.cache.store;
+                store.remove(&self.key);
+                let origin = key::origin(&self.key);
+                for path in invalidate::other_targets(fields, host) {
+                    let mut k = origin.to_vec();
+                    k.extend_from_slice(path);
+                    store.remove(&k);
+                }
+            }
+            return;
+        }
+        let policy = &self.cache.policy;
+        let targeted: Vec<&str> = policy.targeted.iter().map(String::as_str).collect();
+        let (cc, is_targeted) = Directives::for_response(fields, &targeted);
+        let req = RequestFacts {
+            get: true,
+            authorization: self.authorization,
+            cc: Directives {
+                no_store: self.request_no_store && policy.honour_request,
+                ..Directives::default()
+            },
+        };
+        let rules = Policy {
+            store_set_cookie: policy.store_set_cookie,
+            ..Policy::default()
+        };
+        let response_time = now_secs();
+        let mut status_field = CacheStatus {
+            fwd: Some(self.fwd),
+            fwd_status: None,
+            ..CacheStatus::default()
+        };
+        match storable(&req, status, fields, &cc, &rules) {
+            Ok(()) => {
+                let (life, _) = lifetime(
+                    status,
+                    fields,
+                    &cc,
+                    is_targeted,
+                    response_time,
+                    &policy.heuristic,
+                );
+                let connection: Vec<&[u8]> = values(fields, "connection").collect();
+                let kept = fields
+                    .iter()
+                    .filter(|f| pass(f.name) && field_kept(f.name, &connection, &cc))
+                    .map(|f| (Box::<str>::from(f.name), Box::<[u8]>::from(f.value)))
+                    .collect();
+                let fresh = Stored::new(life, &cc);
+                let age = AgeBase::new(fields, self.request_time, response_time);
+                status_field.stored = true;
+                status_field.ttl = Some(fresh.ttl(age.age_at(response_time)));
+                self.state = State::Body(Box::new(Pending {
+                    status,
+                    reason: reason.into(),
+                    fields: kept,
+                    body: Vec::new(),
+                    age,
+                    fresh,
+                }));
+            }
+            Err(why) => {
+                counters
+                    .not_stored
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                status_field.detail = Some(why.token());
+                self.state = State::Off;
+            }
+        }
+        line.extend_from_slice(b"Cache-Status: ");
+        status_field.write(&policy.name, line);
+        line.extend_from_slice(b"\r\n");
+    }
+
+    /// Body bytes: copied while they fit.
+    pub(super) fn body(&mut self, data: &[u8]) {
+        if let State::Body(p) = &mut self.state {
+            let max = usize::try_from(self.cache.store.max_object).unwrap_or(usize::MAX);
+            if p.body.len() + data.len() > max {
+                self.cache
+                    .store
+                    .counters
+                    .not_stored
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.state = State::Off;
+            } else {
+                p.body.extend_from_slice(data);
+            }
+        }
+    }
+
+    /// The response ended whole: the copy is stored.
+    pub(super) fn end(&mut self) {
+        let State::Body(p) = std::mem::replace(&mut self.state, State::Off) else {
+            return;
+        };
+        let p = *p;
+        let store = &self.cache.store;
+        let object = Object::new(
+            p.status,
+            &p.reason,
+            p.fields.iter().map(|(n, v)| (&**n, &**v)),
+            bytes::Bytes::from(p.body),
+            p.age,
+            p.fresh,
+        );
+        let object = Arc::new(object);
+        self.put(Entry::Object(Arc::clone(&object)), &object);
+        store
+            .counters
+            .stored
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Stores `entry` (holding `object`) under the primary key, or as the variant the request
+    /// selects when the response varies.
+    fn put(&self, entry: Entry, object: &Object) {
+        let store = &self.cache.store;
+        let vary: Vec<u8> = {
+            let mut v = Vec::new();
+            for value in values(object, "vary") {
+                if !v.is_empty() {
+                    v.push(b',');
+                }
+                v.extend_from_slice(value);
+            }
+            v
+        };
+        if vary.is_empty() {
+            store.insert(self.key.clone(), entry);
+        } else {
+            // Reuse the marker when it names the same fields, so the other variants stay.
+            let id = match store.get(&self.key) {
+                Some(Entry::Vary { value, id }) if *value == *vary => id,
+                _ => {
+                    let id = store.marker_id();
+                    store.insert(
+                        self.key.clone(),
+                        Entry::Vary {
+                            value: vary.clone().into(),
+                            id,
+                        },
+                    );
+                    id
+                }
+            };
+            let vary_field = [("vary", &vary[..])];
+            let mut secondary = Vec::new();
+            if !vary::secondary_key(&vary_field[..], &self.request[..], &mut secondary) {
+                return;
+            }
+            let mut k = Vec::new();
+            key::variant(&self.key, id, &secondary, &mut k);
+            store.insert(k.into_boxed_slice(), entry);
+        }
+    }
+
+    /// The response will not be had whole.
+    pub(super) fn abandon(&mut self) {
+        self.state = State::Off;
+    }
+}

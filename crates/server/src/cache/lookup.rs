@@ -1,0 +1,216 @@
+//! The hit path: a cached route's request looked up before it is forwarded. A usable stored
+//! response is written from memory like a file (status line and stored lines, then `Age`,
+//! `Cache-Status` and `Content-Length`, then the body unless `HEAD`); anything else goes on to
+//! the upstream with a fill that stores what comes back.
+
+use std::cell::RefCell;
+
+use lowlat_http::cache::freshness::{age_value, Use};
+use lowlat_http::cache::status::{CacheStatus, Fwd};
+use lowlat_http::cache::{vary, Directives};
+use lowlat_http::request::Method;
+
+use super::fill::{Fill, FillRef};
+use super::object::Object;
+use super::store::Entry;
+use super::{key, now_secs, RouteCache};
+use crate::handler::{Req, Response};
+
+/// What the lookup did.
+pub(crate) enum Lookup {
+    /// Answered from the cache.
+    Served,
+    /// To be forwarded, with this fill (none: the cache stays out of it), and the stored
+    /// response it found unusable as it was (to revalidate, or to stand in for an error).
+    Forward(Option<FillRef>, Option<std::sync::Arc<Object>>),
+}
+
+thread_local! {
+    /// This worker's key and head-line buffers (reused: no allocation per hit).
+    static SCRATCH: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Fields that change what an application answers without being in the key: a request
+/// carrying one is forwarded without the cache (neither served from it nor stored), so it can
+/// neither poison an entry nor be answered with one made for another request.
+/// (`X-Forwarded-Host` reaches the upstream only from a trusted proxy, and is then in the key.)
+const UNKEYED: [&str; 3] = ["x-original-url", "x-rewrite-url", "x-host"];
+
+/// Looks `req` up in the route's cache; answers it when a stored response may be used.
+pub(crate) fn lookup(
+    cache: &RouteCache,
+    req: &Req<'_, '_, '_>,
+    res: &mut Response<'_>,
+    client: &crate::proxy::headers::ClientInfo,
+) -> Lookup {
+    let tls = client.tls;
+    let head = req.head;
+    let counters = &cache.store.counters;
+    let bump = |c: &std::sync::atomic::AtomicU64| {
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    };
+    let safe = matches!(head.method, Method::Get | Method::Head);
+    let unkeyed = head
+        .headers
+        .iter()
+        .any(|h| UNKEYED.iter().any(|u| h.name.eq_ignore_ascii_case(u)));
+    SCRATCH.with_borrow_mut(|(primary, lines)| {
+        key::primary(head, tls, primary);
+        if !safe {
+            if super::purge::is_purge(head) {
+                super::purge::purge(cache, head, primary, client.peer.ip(), res);
+                return Lookup::Served;
+            }
+            if matches!(head.method, Method::Options | Method::Trace) {
+                return Lookup::Forward(None, None);
+            }
+            bump(&counters.bypass);
+            let host = head.header("host").unwrap_or_default();
+            return Lookup::Forward(Some(Fill::invalidate(cache, primary, host)), None);
+        }
+        // If-Match and If-Unmodified-Since guard a change the origin decides (RFC 9110
+        // §13.1.1): they go to the origin.
+        if unkeyed
+            || head.protocol.is_some()
+            || !req.body.is_empty()
+            || res.streamed().is_some()
+            || head.header("upgrade").is_some()
+            || head.header("if-match").is_some()
+            || head.header("if-unmodified-since").is_some()
+        {
+            bump(&counters.bypass);
+            return Lookup::Forward(None, None);
+        }
+        let req_cc = if cache.policy.honour_request {
+            Directives::parse(head.headers, "cache-control")
+        } else {
+            Directives::default()
+        };
+        let (object, fwd) = match find(cache, primary, head.headers, lines) {
+            Found::Object(o) => (Some(o), Fwd::Stale),
+            Found::VaryMiss => (None, Fwd::VaryMiss),
+            Found::Nothing => (None, Fwd::UriMiss),
+        };
+        let now = now_secs();
+        if let Some(o) = object {
+            let age = o.age.age_at(now);
+            let usable = match o.fresh.use_for(age, &req_cc) {
+                Use::Fresh => true,
+                Use::Stale { refresh } => {
+                    bump(&counters.stale);
+                    // A background refresh (stale-while-revalidate) is not made yet: the
+                    // stale copy is served until it is past its window, then revalidated.
+                    let _ = refresh;
+                    true
+                }
+                Use::Revalidate => false,
+            };
+            if usable {
+                bump(&counters.hits);
+                lines.clear();
+                lines.extend_from_slice(b"Age: ");
+                lines.extend_from_slice(itoa::Buffer::new().format(age_value(age)).as_bytes());
+                lines.extend_from_slice(b"\r\nCache-Status: ");
+                CacheStatus {
+                    hit: true,
+                    ttl: Some(o.fresh.ttl(age)),
+                    ..CacheStatus::default()
+                }
+                .write(&cache.policy.name, lines);
+                lines.extend_from_slice(b"\r\n");
+                if o.status == 200 && not_modified(head, &o) {
+                    // The client's own copy is current (RFC 9110 §13.1.2, §13.1.3).
+                    res.send_stored(304, "Not Modified", &o.lines, lines, b"");
+                } else {
+                    res.send_stored(o.status, &o.reason, &o.lines, lines, &o.body);
+                }
+                return Lookup::Served;
+            }
+            let fwd = if req_cc.no_cache || req_cc.max_age.is_some() || req_cc.min_fresh.is_some() {
+                Fwd::Request
+            } else {
+                fwd
+            };
+            bump(&counters.misses);
+            return Lookup::Forward(store_if_get(cache, head, primary, &req_cc, fwd), Some(o));
+        }
+        if req_cc.only_if_cached {
+            // RFC 9111 §5.2.1.7: nothing stored that may be used: 504.
+            res.send_status(504);
+            return Lookup::Served;
+        }
+        bump(&counters.misses);
+        Lookup::Forward(store_if_get(cache, head, primary, &req_cc, fwd), None)
+    })
+}
+
+/// A fill for a `GET` (a `HEAD` miss goes on as it is: its answer has no body to store).
+fn store_if_get(
+    cache: &RouteCache,
+    head: &lowlat_http::request::Request<'_, '_>,
+    primary: &[u8],
+    req_cc: &Directives<'_>,
+    fwd: Fwd,
+) -> Option<FillRef> {
+    (head.method == Method::Get).then(|| Fill::store(cache, primary, head.headers, req_cc, fwd))
+}
+
+/// Whether the client's `If-None-Match` (else `If-Modified-Since`) says its copy of the stored
+/// response is current: evaluated as the file handler evaluates them, against the stored
+/// `ETag` (compared weakly) and `Last-Modified`.
+fn not_modified(head: &lowlat_http::request::Request<'_, '_>, o: &Object) -> bool {
+    use crate::files::conditional::{evaluate, Outcome, Preconditions, Validators};
+    let if_none_match = head.header("if-none-match");
+    let if_modified_since = head.header("if-modified-since");
+    if if_none_match.is_none() && if_modified_since.is_none() {
+        return false;
+    }
+    let etag = lowlat_http::cache::first(o, "etag").map_or(&b""[..], <[u8]>::trim_ascii);
+    let last_modified = lowlat_http::cache::first(o, "last-modified").unwrap_or(b"\0");
+    let v = Validators {
+        // If-None-Match compares weakly: a weak stored tag matches its strong spelling.
+        etag: etag.strip_prefix(b"W/").unwrap_or(etag),
+        last_modified,
+        mtime_secs: lowlat_http::cache::parse_date(last_modified).unwrap_or(u64::MAX),
+    };
+    let pre = Preconditions {
+        if_none_match,
+        if_modified_since,
+        ..Preconditions::default()
+    };
+    evaluate(&pre, &v) == Outcome::NotModified
+}
+
+/// What the store holds for a request.
+enum Found {
+    Object(std::sync::Arc<Object>),
+    /// Variants are stored for this URL, but not this one.
+    VaryMiss,
+    Nothing,
+}
+
+/// Finds the response stored for the request: the primary key's, or the variant its `Vary`
+/// fields select.
+fn find(
+    cache: &RouteCache,
+    primary: &[u8],
+    request: &[lowlat_http::request::Header<'_>],
+    buf: &mut Vec<u8>,
+) -> Found {
+    match cache.store.get(primary) {
+        None => Found::Nothing,
+        Some(Entry::Object(o)) => Found::Object(o),
+        Some(Entry::Vary { value, id }) => {
+            let vary_field = [("vary", &value[..])];
+            let mut secondary = Vec::new();
+            if !vary::secondary_key(&vary_field[..], request, &mut secondary) {
+                return Found::VaryMiss;
+            }
+            key::variant(primary, id, &secondary, buf);
+            match cache.store.get(buf) {
+                Some(Entry::Object(o)) => Found::Object(o),
+                _ => Found::VaryMiss,
+            }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! `PURGE`: removing stored responses on request, as varnish and CDNs take it, from the
+//! networks `--cache-purge-from` trusts (loopback by default) and no one else (403).
+//!
+//! - `PURGE /path?query` removes that URL (all its variants: the `Vary` marker goes, so they
+//!   can no longer be found, and are evicted in time).
+//! - `PURGE /prefix/*` removes every URL of the host under `/prefix/`.
+//! - `PURGE /` with `Cache-Tag: a, b` (or `Surrogate-Key: a b`) removes every response stored
+//!   with one of those tags.
+//!
+//! The answer is `200` with `{"purged": N}`. Prefix and tag purges walk the whole store, shard by
+//! shard, each shard locked only for its own walk.
+
+use std::net::IpAddr;
+
+use lowlat_http::request::Request;
+
+use super::store::Entry;
+use super::{key, RouteCache};
+use crate::handler::Response;
+
+/// Whether a request is a purge.
+pub(crate) fn is_purge(head: &Request<'_, '_>) -> bool {
+    head.method_token == "PURGE"
+}
+
+/// Answers a purge from `peer`; `primary` is its target's key.
+pub(crate) fn purge(
+    cache: &RouteCache,
+    head: &Request<'_, '_>,
+    primary: &[u8],
+    peer: IpAddr,
+    res: &mut Response<'_>,
+) {
+    if !cache.policy.purge_from.iter().any(|c| c.contains(peer)) {
+        res.send_status(403);
+        return;
+    }
+    let store = &cache.store;
+    let tags: Vec<&[u8]> = head
+        .headers
+        .iter()
+        .filter(|h| {
+            h.name.eq_ignore_ascii_case("cache-tag") || h.name.eq_ignore_ascii_case("surrogate-key")
+        })
+        .flat_map(|h| h.value.split(|&b| b == b',' || b == b' '))
+        .filter(|t| !t.is_empty())
+        .collect();
+    let purged = if !tags.is_empty() {
+        store.remove_where(|_, e| match e {
+            Entry::Object(o) => o.tags.iter().any(|t| tags.contains(&&t[..])),
+            Entry::Vary { .. } => false,
+        })
+    } else if let Some(prefix) = primary.strip_suffix(b"*") {
+        let origin_len = key::origin(primary).len();
+        // Only the host's own keys: the prefix holds at least the path's slash.
+        let prefix = if prefix.len() > origin_len {
+            prefix
+        } else {
+            primary
+        };
+        store.remove_where(|k, _| k.starts_with(prefix))
+    } else {
+        u64::from(store.remove(primary))
+    };
+    let mut body = Vec::with_capacity(24);
+    body.extend_from_slice(b"{\"purged\": ");
+    body.extend_from_slice(itoa::Buffer::new().format(purged).as_bytes());
+    body.extend_from_slice(b"}\n");
+    res.send(200, b"application/json", &body);
+}

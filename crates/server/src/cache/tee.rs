@@ -1,0 +1,261 @@
+//! The cache's [`Downstream`] for an exchange it takes part in ([`Tee`]): the client's own,
+//! with the exchange's [`Fill`] beside it.
+
+use std::rc::Rc;
+
+use lowlat_http::cache::status::{CacheStatus, Fwd};
+use lowlat_http::client::Header;
+
+use super::fill::{FillRef, State};
+use super::now_secs;
+use super::object::Object;
+use crate::ctx::WorkerCtx;
+use crate::proxy::downstream::{Downstream, TunnelRead};
+use crate::proxy::job::RelayBody;
+
+/// The client's [`Downstream`] with a fill beside it: every call goes on to the client; the
+/// head, body and end are also copied into the fill. A 304 that refreshes the stored response
+/// becomes that response for the client; an error becomes the stale response when
+/// `stale-if-error` allows.
+pub(crate) struct Tee<'a> {
+    inner: &'a mut dyn Downstream,
+    fill: FillRef,
+}
+
+impl<'a> Tee<'a> {
+    /// A tee over `inner` for `fill`, or `None` when one is already relaying for it.
+    pub(crate) fn new(
+        inner: &'a mut dyn Downstream,
+        fill: &FillRef,
+    ) -> Result<Self, &'a mut dyn Downstream> {
+        let mut f = fill.borrow_mut();
+        if f.teeing {
+            return Err(inner);
+        }
+        f.teeing = true;
+        drop(f);
+        Ok(Tee {
+            inner,
+            fill: Rc::clone(fill),
+        })
+    }
+
+    /// Sends `object` to the client in place of the upstream's answer, with `Cache-Status`
+    /// saying why (`fwd_status`: what the upstream said, when it said anything).
+    fn send_object(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        object: &Object,
+        added: &[u8],
+        fwd_status: Option<u16>,
+        stored: bool,
+    ) {
+        let now = now_secs();
+        let age = object.age.age_at(now);
+        let f = self.fill.borrow();
+        let mut lines = added.to_vec();
+        lines.extend_from_slice(b"Age: ");
+        lines.extend_from_slice(
+            itoa::Buffer::new()
+                .format(lowlat_http::cache::freshness::age_value(age))
+                .as_bytes(),
+        );
+        lines.extend_from_slice(b"\r\nCache-Status: ");
+        CacheStatus {
+            fwd: Some(Fwd::Stale),
+            fwd_status,
+            ttl: Some(object.fresh.ttl(age)),
+            stored,
+            ..CacheStatus::default()
+        }
+        .write(&f.cache.policy.name, &mut lines);
+        lines.extend_from_slice(b"\r\n");
+        drop(f);
+        let fields: Vec<Header<'_>> = (0..lowlat_http::cache::Fields::count(object))
+            .map(|i| {
+                let (name, value) = lowlat_http::cache::Fields::field(object, i);
+                Header { name, value }
+            })
+            .filter(|h| !h.name.eq_ignore_ascii_case("age"))
+            .collect();
+        let body = if object.body.is_empty() {
+            RelayBody::None { length: Some(0) }
+        } else {
+            RelayBody::Length(object.body.len() as u64)
+        };
+        self.inner.relay_head(
+            ctx,
+            object.status,
+            &object.reason,
+            &fields,
+            &|_| true,
+            &lines,
+            body,
+        );
+        if !object.body.is_empty() {
+            self.inner.relay_body(ctx, &object.body);
+        }
+    }
+}
+
+impl Drop for Tee<'_> {
+    fn drop(&mut self) {
+        self.fill.borrow_mut().teeing = false;
+    }
+}
+
+impl Downstream for Tee<'_> {
+    fn relay_head(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        status: u16,
+        reason: &str,
+        fields: &[Header<'_>],
+        pass: &dyn Fn(&str) -> bool,
+        added: &[u8],
+        body: RelayBody,
+    ) {
+        if status == 304 {
+            let refreshed = self.fill.borrow_mut().refreshed(fields);
+            if let Some(object) = refreshed {
+                self.fill.borrow_mut().replaced = true;
+                self.send_object(ctx, &object, added, Some(304), true);
+                return;
+            }
+        }
+        if status >= 500 {
+            let stale = self.fill.borrow().stale_for_error();
+            if let Some(object) = stale {
+                let mut f = self.fill.borrow_mut();
+                f.replaced = true;
+                f.state = State::Off;
+                f.cache
+                    .store
+                    .counters
+                    .stale
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                drop(f);
+                self.send_object(ctx, &object, added, Some(status), false);
+                return;
+            }
+        }
+        let mut lines = added.to_vec();
+        self.fill
+            .borrow_mut()
+            .head(status, reason, fields, pass, &mut lines);
+        self.inner
+            .relay_head(ctx, status, reason, fields, pass, &lines, body);
+    }
+
+    fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
+        let mut f = self.fill.borrow_mut();
+        if f.replaced {
+            return;
+        }
+        f.body(data);
+        drop(f);
+        self.inner.relay_body(ctx, data);
+    }
+
+    fn relay_trailers(&mut self, ctx: &mut WorkerCtx<'_>, fields: &[(&[u8], &[u8])]) {
+        // Trailers are not stored, so neither is a response that had them.
+        let mut f = self.fill.borrow_mut();
+        f.abandon();
+        if f.replaced {
+            return;
+        }
+        drop(f);
+        self.inner.relay_trailers(ctx, fields);
+    }
+
+    fn relay_end(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        upstream: &str,
+        status: u16,
+        took: std::time::Duration,
+    ) {
+        let status = {
+            let f = self.fill.borrow();
+            match (&f.stale, f.replaced) {
+                // What the client got is what the access log says.
+                (Some(o), true) => o.status,
+                _ => status,
+            }
+        };
+        self.fill.borrow_mut().end();
+        self.inner.relay_end(ctx, upstream, status, took);
+    }
+
+    fn relay_abort(&mut self, ctx: &mut WorkerCtx<'_>) {
+        self.fill.borrow_mut().abandon();
+        self.inner.relay_abort(ctx);
+    }
+
+    fn relay_error(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {
+        self.fill.borrow_mut().abandon();
+        // The upstream is down or timed out: the stale response, if it may stand in.
+        let stale = self.fill.borrow().stale_for_error();
+        if let Some(object) = stale {
+            self.fill.borrow_mut().replaced = true;
+            self.fill
+                .borrow()
+                .cache
+                .store
+                .counters
+                .stale
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.send_object(ctx, &object, b"", Some(status), false);
+            self.inner
+                .relay_end(ctx, "-", object.status, std::time::Duration::ZERO);
+            // As a finished exchange is: what was relayed is written now.
+            self.inner.flush_relayed(ctx);
+            return;
+        }
+        self.inner.relay_error(ctx, status);
+    }
+
+    fn backlog(&self) -> usize {
+        self.inner.backlog()
+    }
+
+    fn relay_link(&mut self, upstream: mio::Token) {
+        self.inner.relay_link(upstream);
+    }
+
+    fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>) {
+        self.inner.flush_relayed(ctx);
+    }
+
+    fn upload_drained(&mut self, ctx: &mut WorkerCtx<'_>) {
+        self.inner.upload_drained(ctx);
+    }
+
+    fn tunnel_open(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        reason: &str,
+        fields: &[Header<'_>],
+        pass: &dyn Fn(&str) -> bool,
+        upstream: &str,
+    ) -> bool {
+        self.fill.borrow_mut().abandon();
+        self.inner.tunnel_open(ctx, reason, fields, pass, upstream)
+    }
+
+    fn tunnel_read(&mut self, ctx: &mut WorkerCtx<'_>, buf: &mut [u8]) -> TunnelRead {
+        self.inner.tunnel_read(ctx, buf)
+    }
+
+    fn tunnel_write(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
+        self.inner.tunnel_write(ctx, data);
+    }
+
+    fn tunnel_shutdown(&mut self, ctx: &mut WorkerCtx<'_>) {
+        self.inner.tunnel_shutdown(ctx);
+    }
+
+    fn tunnel_end(&mut self, ctx: &mut WorkerCtx<'_>) {
+        self.inner.tunnel_end(ctx);
+    }
+}
