@@ -25,7 +25,8 @@ mod support;
 
 use chaos::upstream::{body_for, Act, Chaos, Flapper};
 use chaos::{
-    assert_answer, assert_cut, assert_cut_of, connect, get, read_outcome, HealthyLoop, Outcome, Rig,
+    assert_answer, assert_cut, assert_cut_of, connect, get, read_outcome, read_outcome_of,
+    HealthyLoop, Outcome, Rig,
 };
 use support::{curl, BIN};
 
@@ -144,6 +145,45 @@ fn a_body_longer_than_its_length_is_cut_to_it_and_the_connection_dropped() {
     drop(s);
     healthy.finish();
     rig.assert_freed(bad.port(), 0);
+}
+
+/// An upstream that sends a body with its answer to `HEAD` (as many applications do): the
+/// client gets the head alone, and the GET that follows on the same connection gets its own
+/// body, never the `HEAD`'s (the connection the body came on is not pooled).
+#[test]
+fn a_body_sent_to_head_never_answers_the_next_request() {
+    let bad = Chaos::start(Act::Echo);
+    let rig = rig(&bad, &[]);
+    let healthy = HealthyLoop::start(rig.addr());
+    let mut s = connect(rig.addr());
+    let mut pending = Vec::new();
+    for i in 0..6 {
+        let (method, target) = if i % 2 == 0 {
+            ("HEAD", format!("/bad/head/{i}"))
+        } else {
+            ("GET", format!("/bad/get/{i}"))
+        };
+        write!(s, "{method} {target} HTTP/1.1\r\nHost: chaos.test\r\n\r\n").unwrap();
+        let o = read_outcome_of(&mut s, &mut pending, method == "HEAD");
+        if method == "HEAD" {
+            assert_eq!(o.status(), Some(200), "{target}: {o:?}");
+            // What the client would take for the next response.
+            thread::sleep(Duration::from_millis(50));
+            s.set_nonblocking(true).unwrap();
+            let mut more = [0u8; 256];
+            let extra = std::io::Read::read(&mut s, &mut more);
+            s.set_nonblocking(false).unwrap();
+            assert!(
+                pending.is_empty() && extra.is_err(),
+                "{target}: bytes after the head: {pending:?} {extra:?}"
+            );
+        } else {
+            assert_answer(&o, 200, &target);
+        }
+    }
+    drop(s);
+    healthy.finish();
+    rig.assert_freed(bad.port(), 1);
 }
 
 /// Surplus bytes that come 30 ms after a complete response, while the connection sits in the
@@ -360,6 +400,10 @@ fn an_endless_stream_of_100_continues_is_504_and_starves_no_one() {
     assert_answer(&o, 504, "/bad/flood");
     assert!(took < Duration::from_secs(3), "504 after {took:?}");
     let report = healthy.finish();
+    eprintln!(
+        "1xx flood: 504 after {took:?}; {} healthy requests meanwhile, the slowest {:?}",
+        report.ok, report.slowest
+    );
     assert!(
         report.slowest < Duration::from_millis(500),
         "a healthy request waited {:?} behind the flood",
@@ -394,6 +438,10 @@ fn an_endless_fast_body_starves_no_one() {
     thread::sleep(Duration::from_millis(1000));
     let report = healthy.finish();
     let relayed = reader.join().unwrap();
+    eprintln!(
+        "fast body: {relayed} bytes relayed; {} healthy requests meanwhile, the slowest {:?}",
+        report.ok, report.slowest
+    );
     assert!(relayed > 1 << 20, "only {relayed} bytes relayed");
     assert!(
         report.slowest < Duration::from_millis(500),
@@ -676,4 +724,46 @@ fn http2_clients_get_clean_answers_from_every_misbehaving_upstream() {
         &format!("http://{addr}/ok/after"),
     ]);
     assert_eq!(out.stdout, body_for("/ok/after"));
+    // Every case and five healthy requests as streams of one connection: the healthy ones are
+    // answered whole, none waiting for the never-answering stream's 504.
+    let mut uris: Vec<String> = (0..cases.len())
+        .map(|n| format!("http://{addr}/c{n}/multiplexed"))
+        .collect();
+    uris.extend((0..5).map(|i| format!("http://{addr}/ok/multiplexed/{i}")));
+    let out = Command::new("nghttp")
+        .args(["-n", "-s", "-t", "10"])
+        .args(&uris)
+        .output()
+        .expect("run nghttp (scripts/test-deps.sh installs it)");
+    let stats = String::from_utf8_lossy(&out.stdout);
+    for i in 0..5 {
+        let path = format!("/ok/multiplexed/{i}");
+        let size = body_for(&path).len().to_string();
+        // id responseEnd requestStart process code size path
+        let line = stats
+            .lines()
+            .find(|l| l.ends_with(&format!(" {path}")))
+            .unwrap_or_else(|| panic!("{path} not answered: {stats}"));
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!((cols[4], cols[5]), ("200", size.as_str()), "{line}");
+        let took = nghttp_duration(cols[3]);
+        assert!(
+            took < Duration::from_millis(500),
+            "{path} took {took:?}: {stats}"
+        );
+    }
+}
+
+/// A duration as nghttp's statistics print it: `812us`, `2.26ms`, `1.02s`.
+fn nghttp_duration(text: &str) -> Duration {
+    let (number, scale) = if let Some(n) = text.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = text.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        panic!("not an nghttp duration: {text}")
+    };
+    Duration::from_secs_f64(number.parse::<f64>().unwrap() * scale)
 }

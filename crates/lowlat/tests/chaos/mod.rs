@@ -71,6 +71,12 @@ fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
 /// keeping those after the response). A response framed wrongly by the proxy panics: the
 /// client must always be able to tell a whole response from a cut one.
 pub fn read_outcome(s: &mut TcpStream, pending: &mut Vec<u8>) -> Outcome {
+    read_outcome_of(s, pending, false)
+}
+
+/// [`read_outcome`] for a request that was `HEAD` (`head_request`) or not: the answer to a
+/// `HEAD` has no body, whatever its Content-Length says.
+pub fn read_outcome_of(s: &mut TcpStream, pending: &mut Vec<u8>, head_request: bool) -> Outcome {
     let end = loop {
         if let Some(i) = find(pending, b"\r\n\r\n") {
             break i + 4;
@@ -86,6 +92,13 @@ pub fn read_outcome(s: &mut TcpStream, pending: &mut Vec<u8>) -> Outcome {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("not a status line: {head}"));
+    if head_request {
+        return Outcome::Complete {
+            status,
+            head,
+            body: Vec::new(),
+        };
+    }
     if field(&head, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         let mut body = Vec::new();
         loop {
