@@ -12,8 +12,12 @@
 //! `/metrics`, no CLOSE-WAIT socket); and a healthy route on the same proxy (one worker) answers
 //! every request meanwhile.
 //!
+//! Two more check the relay itself under a fast upstream: an endless body and an endless run of
+//! `100 Continue` must not keep the worker from the healthy route (the relay yields every 512
+//! KiB), and a large body must cross byte-exact through those turns.
+//!
 //! Timeouts are short (`--proxy-first-byte-timeout 1s` and the like), so the file takes about
-//! 10 s with the tests side by side.
+//! 20 s with the tests side by side on two busy cores.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -23,7 +27,7 @@ use std::time::{Duration, Instant};
 mod chaos;
 mod support;
 
-use chaos::upstream::{body_for, Act, Chaos, Flapper};
+use chaos::upstream::{body_for, pattern, Act, Chaos, Flapper};
 use chaos::{
     assert_answer, assert_cut, assert_cut_of, connect, get, read_outcome, read_outcome_of,
     HealthyLoop, Outcome, Rig,
@@ -450,6 +454,49 @@ fn an_endless_fast_body_starves_no_one() {
         report.ok
     );
     rig.assert_freed(bad.port(), 0);
+}
+
+/// A large body sent as fast as the socket takes it crosses byte-exact through the relay's
+/// turns (it yields the worker every 512 KiB and reads on at the next turn), to an HTTP/1.1
+/// client that reads as fast, to one that reads slowly (the relay pauses and resumes), and to
+/// an HTTP/2 client.
+#[test]
+fn a_large_fast_body_crosses_whole_through_the_relay_turns() {
+    const LEN: usize = 48 << 20;
+    let bad = Chaos::start(Act::BigBody(LEN));
+    let rig = rig(&bad, &["--h2c"]);
+    let want = pattern(0, LEN);
+    for slow in [false, true] {
+        let mut s = connect(rig.addr());
+        write!(s, "GET /bad/big HTTP/1.1\r\nHost: chaos.test\r\n\r\n").unwrap();
+        if slow {
+            // The proxy's backlog for this client fills: its relay pauses, then resumes.
+            thread::sleep(Duration::from_millis(300));
+        }
+        match read_outcome(&mut s, &mut Vec::new()) {
+            Outcome::Complete {
+                status: 200, body, ..
+            } => assert!(
+                body == want,
+                "slow {slow}: {} bytes, not the pattern",
+                body.len()
+            ),
+            other => panic!("slow {slow}: {:?}", other.status()),
+        }
+    }
+    let out = support::curl(&[
+        "--http2-prior-knowledge",
+        "-o",
+        "-",
+        &format!("http://{}/bad/big", rig.addr()),
+    ]);
+    assert!(
+        out.status.success() && out.stdout == want,
+        "HTTP/2: {:?}, {} bytes",
+        out.status,
+        out.stdout.len()
+    );
+    rig.assert_freed(bad.port(), 2);
 }
 
 /// A head of 1 MiB (1024 fields of 1 KiB): 502, none of its fields relayed.

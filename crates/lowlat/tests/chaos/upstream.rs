@@ -56,6 +56,16 @@ pub enum Act {
     TrickleBody(Duration),
     /// A body with no length (close-delimited) sent without end, as fast as the socket takes.
     FloodBody,
+    /// A well-behaved `200` of this many bytes of [`pattern`], as fast as the socket takes it.
+    BigBody(usize),
+}
+
+/// The bytes `offset..offset + len` of the pattern [`Act::BigBody`] sends: byte `i` is `i % 251`
+/// (a prime, so that no power-of-two split of the stream lines up with the pattern).
+pub fn pattern(offset: usize, len: usize) -> Vec<u8> {
+    (offset..offset + len)
+        .map(|i| u8::try_from(i % 251).unwrap())
+        .collect()
 }
 
 /// The body a well-behaved answer to `target` carries.
@@ -313,6 +323,18 @@ fn serve(mut conn: TcpStream, act: Act, sh: &Shared) {
             Act::TrickleBody(every) => {
                 let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
                 conn.write_all(head.as_bytes()).is_ok() && trickle(&mut conn, &body, every, sh)
+            }
+            Act::BigBody(len) => {
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n");
+                let mut ok = conn.write_all(head.as_bytes()).is_ok();
+                let mut sent = 0;
+                while ok && sent < len {
+                    // 251 × 1024 bytes: a whole number of periods, so each block is the same.
+                    let n = (len - sent).min(251 * 1024);
+                    ok = conn.write_all(&pattern(sent, n)).is_ok();
+                    sent += n;
+                }
+                ok
             }
             Act::FloodBody => {
                 let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
