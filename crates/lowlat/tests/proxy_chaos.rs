@@ -61,6 +61,12 @@ fn flags(extra: &[&str]) -> Vec<String> {
     out
 }
 
+/// Longer than a healthy request may wait behind a relay's turn. A turn is 512 KiB; in a debug
+/// build on two busy cores it has taken up to 300 ms (a run of 1xx heads, each parsed and moved
+/// on its own, costs the most). Before a relay yielded its turns, a request waited for the
+/// whole flood: 1.4 s for one second of relaying.
+const STARVED: Duration = Duration::from_secs(1);
+
 /// A rig whose `/bad/` route goes to `bad`, with [`FAST`] timeouts but where `extra` says
 /// otherwise.
 fn rig(bad: &Chaos, extra: &[&str]) -> Rig {
@@ -391,7 +397,7 @@ fn two_100_continues_are_dropped_and_the_final_response_relayed() {
 
 /// `100 Continue` without end, as fast as the socket takes it: 504 once the first-byte timeout
 /// has passed (1xx responses are not the response), and the worker (there is one) keeps
-/// answering the healthy route meanwhile, each request within half a second.
+/// answering the healthy route meanwhile, each request well within a second.
 #[test]
 fn an_endless_stream_of_100_continues_is_504_and_starves_no_one() {
     let bad = Chaos::start(Act::InterimFlood);
@@ -409,7 +415,7 @@ fn an_endless_stream_of_100_continues_is_504_and_starves_no_one() {
         report.ok, report.slowest
     );
     assert!(
-        report.slowest < Duration::from_millis(500),
+        report.slowest < STARVED,
         "a healthy request waited {:?} behind the flood",
         report.slowest
     );
@@ -417,7 +423,7 @@ fn an_endless_stream_of_100_continues_is_504_and_starves_no_one() {
 }
 
 /// A body without end, as fast as the socket takes it, to a client that reads as fast: the
-/// relay shares the worker — healthy requests meanwhile answer within half a second.
+/// relay shares the worker — healthy requests meanwhile answer well within a second.
 #[test]
 fn an_endless_fast_body_starves_no_one() {
     let bad = Chaos::start(Act::FloodBody);
@@ -448,7 +454,7 @@ fn an_endless_fast_body_starves_no_one() {
     );
     assert!(relayed > 1 << 20, "only {relayed} bytes relayed");
     assert!(
-        report.slowest < Duration::from_millis(500),
+        report.slowest < STARVED,
         "a healthy request waited {:?} behind the flood ({} answered, {relayed} bytes relayed)",
         report.slowest,
         report.ok
@@ -709,7 +715,9 @@ fn http2_clients_get_clean_answers_from_every_misbehaving_upstream() {
         (Act::CloseAfterOne(0), &[200]),
     ];
     let bads: Vec<Chaos> = cases.iter().map(|(a, _)| Chaos::start(*a)).collect();
-    let mut args = flags(&[]);
+    // The never-answering stream's 504 comes after 3 s: the healthy streams beside it must be
+    // answered long before.
+    let mut args = flags(&["--proxy-first-byte-timeout", "3s"]);
     args.push("--h2c".to_owned());
     for (n, bad) in bads.iter().enumerate() {
         args.push("--proxy".to_owned());
@@ -730,7 +738,7 @@ fn http2_clients_get_clean_answers_from_every_misbehaving_upstream() {
                     let out = curl(&[
                         "--http2-prior-knowledge",
                         "--max-time",
-                        "5",
+                        "10",
                         "-o",
                         "-",
                         "-w",
@@ -794,10 +802,7 @@ fn http2_clients_get_clean_answers_from_every_misbehaving_upstream() {
         let cols: Vec<&str> = line.split_whitespace().collect();
         assert_eq!((cols[4], cols[5]), ("200", size.as_str()), "{line}");
         let took = nghttp_duration(cols[3]);
-        assert!(
-            took < Duration::from_millis(500),
-            "{path} took {took:?}: {stats}"
-        );
+        assert!(took < STARVED, "{path} took {took:?}: {stats}");
     }
 }
 
