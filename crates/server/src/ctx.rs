@@ -31,7 +31,8 @@ pub(crate) struct WorkerCtx<'a> {
     pub(crate) proxy_starts: &'a mut Vec<(Token, u32, ProxyJob)>,
     /// Upstream exchanges whose client went away (a connection closed, a stream reset).
     pub(crate) proxy_cancels: &'a mut Vec<Token>,
-    /// Connections to drive again after this turn (their file send yielded).
+    /// Connections to drive again after this turn (their file send yielded), and upstream
+    /// connections whose relay yielded its turn.
     pub(crate) deferred: &'a mut Vec<Token>,
     /// The connection being driven.
     pub(crate) token: Token,

@@ -274,9 +274,20 @@ impl Worker {
                 clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
             }
 
-            // File sends that yielded their turn continue now.
+            // File sends and upstream relays that yielded their turn continue now.
             std::mem::swap(&mut deferred, &mut deferred_now);
             for token in deferred_now.drain(..) {
+                if is_upstream(token) {
+                    // Still marked readable: the drive reads on where it stopped.
+                    let mut ctx = worker_ctx!(token, now, shutting_down);
+                    let again = Readiness {
+                        readable: false,
+                        writable: false,
+                        closed: false,
+                    };
+                    clients.upstream_event(&mut upstreams, token, again, &mut ctx, &mut relays);
+                    continue;
+                }
                 let Some(conn) = clients.conns.get_mut(token.0 - FIRST_CONN) else {
                     continue;
                 };

@@ -43,6 +43,13 @@ pub(crate) use super::upstream::TOKEN_BASE;
 const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
+/// Reads of one response a drive makes (each at most a 16 KiB buffer: 512 KiB, the turn a file
+/// send or a tunnel gets) before the worker turns to its other connections and timers; the
+/// relay reads on at the next turn. An upstream that sends faster than the relay goes — a body
+/// to a client that keeps up, an endless run of `100 Continue` — left the socket never
+/// drained, so one drive looped until the upstream stopped: every other connection of the
+/// worker waited, and the first-byte timeout, checked between turns, never fired.
+const RELAY_TURN_READS: usize = 32;
 
 /// What writing a streaming body achieved.
 enum Sent {
@@ -425,6 +432,7 @@ impl Upstreams {
 
     /// [`Upstreams::drive`] for whichever `down` relays.
     fn drive_conn(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        let mut reads = 0;
         loop {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
@@ -484,12 +492,13 @@ impl Upstreams {
                         }
                         // Nothing to write now: an upstream may answer before the body ends.
                         let c = &mut self.conns[key];
-                        if c.phase == Phase::Sending
-                            && c.readable
-                            && !c.paused
-                            && self.read_response(key, ctx, down)
-                        {
-                            continue;
+                        if c.phase == Phase::Sending && c.readable && !c.paused {
+                            if yield_turn(&mut reads, key, ctx) {
+                                return;
+                            }
+                            if self.read_response(key, ctx, down) {
+                                continue;
+                            }
                         }
                         return;
                     }
@@ -526,7 +535,7 @@ impl Upstreams {
                     }
                 }
                 Phase::Waiting | Phase::Body => {
-                    if c.paused || !c.readable {
+                    if c.paused || !c.readable || yield_turn(&mut reads, key, ctx) {
                         return;
                     }
                     if !self.read_response(key, ctx, down) {
@@ -1124,6 +1133,18 @@ fn relay_trailers(
     if !fields.is_empty() {
         down.relay_trailers(ctx, &fields);
     }
+}
+
+/// Counts one more read of connection `key` in this drive; past [`RELAY_TURN_READS`] the
+/// connection is deferred to the next turn of the loop (still marked readable) and true says
+/// to stop.
+fn yield_turn(reads: &mut usize, key: usize, ctx: &mut WorkerCtx<'_>) -> bool {
+    if *reads == RELAY_TURN_READS {
+        ctx.deferred.push(Token(TOKEN_BASE + key));
+        return true;
+    }
+    *reads += 1;
+    false
 }
 
 /// Publishes this worker's connections to `server` (in an exchange, idle) for `/metrics`.
