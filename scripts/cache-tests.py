@@ -37,6 +37,8 @@ import time
 
 PACKAGE = "http-cache-tests"
 VERSION = "0.4.5"
+# Its dependencies, pinned too (it asks for ranges): the versions it was first run with here.
+DEPENDENCIES = {"node-fetch": "2.7.0", "liquidjs": "9.43.0", "npm": "6.14.18"}
 # The suite's client takes about 20 s against its origin alone; a cache that answers slowly or
 # holds a request open would otherwise hold the run for ever.
 CLIENT_TIMEOUT_S = 600
@@ -92,7 +94,7 @@ def install(install_dir):
     manifest = os.path.join(install_dir, "package.json")
     with open(manifest, "w") as f:
         json.dump({"name": "lowlat-cache-tests", "private": True,
-                   "dependencies": {PACKAGE: VERSION}}, f)
+                   "dependencies": {PACKAGE: VERSION}, "overrides": DEPENDENCIES}, f)
     done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--no-package-lock",
                            "--prefix", install_dir], capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or installed_version(install_dir) != VERSION:
@@ -462,6 +464,8 @@ def main(argv=None):
     print(f"{PACKAGE} {VERSION}, " + summary(name, c))
     print("required not passed: " + (" ".join(c["required_not_passed"]) or "none"))
     print("optimal not passed: " + (" ".join(c["optimal_not_passed"]) or "none"))
+    if not args.run_dir:
+        shutil.rmtree(run, ignore_errors=True)  # kept only when something went wrong, or asked for
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"suite": PACKAGE, "version": VERSION, "name": name,
