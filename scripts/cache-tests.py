@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import shutil
+import shlex
 import signal
 import socket
 import subprocess
@@ -328,12 +329,15 @@ def wait_listening(proc, port, what, log_path):
 
 
 def last_line(path):
+    """What a process's log says in one line: its first line that names an error (a command-line
+    parser prints its usage after it), else its last line."""
     try:
         with open(path, errors="replace") as f:
             lines = [line.strip() for line in f if line.strip()]
     except OSError:
         return "no output"
-    return lines[-1][:300] if lines else "no output"
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["no output"])[0 if errors else -1][:300]
 
 
 def start(argv, log_path, cwd=None, env=None):
@@ -447,7 +451,7 @@ def main(argv=None):
         if args.target:
             cmd = PEERS[args.target](run, port, origin)
         else:
-            cmd = args.cache.format(port=port, origin=origin, run_dir=run).split()
+            cmd = shlex.split(args.cache.format(port=port, origin=origin, run_dir=run))
         out = run_suite(pkg, cmd, run, origin_port, port, args.timeout, args.id)
     except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
         print(f"cache-tests: {name}: {e} (files in {run})", file=sys.stderr)

@@ -88,6 +88,20 @@ class ClientOutput(unittest.TestCase):
                 cache_tests.parse_client_output(text)
 
 
+class LogLine(unittest.TestCase):
+    def test_table(self):
+        clap = ("error: unexpected argument '--cache' found\n\n  tip: to pass '--cache' as a value, use '-- --cache'"
+                "\n\nUsage: lowlat serve [OPTIONS]\n\nFor more information, try '--help'.\n")
+        cases = [("a parser's error before its usage", clap, "error: unexpected argument '--cache' found"),
+                 ("no error: the last line", "starting\nbind: address in use\n", "bind: address in use"),
+                 ("empty", "", "no output")]
+        for name, text, line in cases:
+            with self.subTest(name), tempfile.NamedTemporaryFile("w") as f:
+                f.write(text)
+                f.flush()
+                self.assertEqual(cache_tests.last_line(f.name), line)
+
+
 class Published(unittest.TestCase):
     def test_folder_counted_per_file(self):
         with tempfile.TemporaryDirectory() as d:
