@@ -465,15 +465,15 @@ def main(argv=None):
         print(f"cache-tests: {name}: {e} (files in {run})", file=sys.stderr)
         return 1
     c = count(tests, results)
-    print(f"{PACKAGE} {VERSION}, " + summary(name, c))
-    print("required not passed: " + (" ".join(c["required_not_passed"]) or "none"))
-    print("optimal not passed: " + (" ".join(c["optimal_not_passed"]) or "none"))
     if not args.run_dir:
         shutil.rmtree(run, ignore_errors=True)  # kept only when something went wrong, or asked for
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"suite": PACKAGE, "version": VERSION, "name": name,
                        "command": args.target or args.cache, "counts": c, "results": results}, f, indent=1)
+    print(f"{PACKAGE} {VERSION}, " + summary(name, c))
+    print("required not passed: " + (" ".join(c["required_not_passed"]) or "none"))
+    print("optimal not passed: " + (" ".join(c["optimal_not_passed"]) or "none"))
     if c["ran"] < c["expected"]:
         print(f"cache-tests: {name}: only {c['ran']} of the {c['expected']} tests ran", file=sys.stderr)
         return 1
