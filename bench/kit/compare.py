@@ -359,7 +359,7 @@ def make_server(name, args, run_dir, www):
 def trafficserver_runroot(run_dir, www):
     """A runroot of its own for traffic_server in run_dir/ats: the package's programs and plugins
     and a copy of its default configuration (/etc/trafficserver, only read), with
-    bench/conf/trafficserver/*.in rendered into it, so that nothing outside the run directory is
+    bench/conf/trafficserver-*.in rendered into it, so that nothing outside the run directory is
     written. Returns the runroot's path."""
     if not shutil.which("traffic_server"):
         raise RuntimeError("traffic_server not found: run setup.sh first")
@@ -375,7 +375,7 @@ def trafficserver_runroot(run_dir, www):
                 f"libdir: /usr/lib/trafficserver\nlibexecdir: /usr/lib/trafficserver/modules\n"
                 f"localstatedir: {root}/var\nruntimedir: {root}/run\nlogdir: {root}/log\ncachedir: {cache}\n")
     for name in ("records.config", "remap.config", "storage.config"):
-        render(f"trafficserver/{name}.in", run_dir, www, os.path.join(etc, name))
+        render(f"trafficserver-{name}.in", run_dir, www, os.path.join(etc, name))
     with open(os.path.join(cache, "cache.db"), "ab") as f:
         f.truncate(64 << 20)  # the volume storage.config names: traffic_server does not make it
     return root
