@@ -141,7 +141,10 @@ fn the_kit_renders_every_configuration() {
         ("trafficserver-remap.config", "http://127.0.0.1:8077/"),
         ("squid.conf", "parent 8077 "),
     ] {
-        assert!(read(&run.join(file)).contains(origin), "{file} lacks {origin}");
+        assert!(
+            read(&run.join(file)).contains(origin),
+            "{file} lacks {origin}"
+        );
     }
 }
 
