@@ -84,6 +84,11 @@ class CacheLines(unittest.TestCase):
              ["origin requests for /cache/100.html over the cache scenario (1 = every other request a hit): "
               "lowlat 1, nginx 41230 (NOT ALL HITS)",
               "lowlat c=16: server µs per cache hit ÷ per the same bytes as a file (cache-static) = 1.25"]),
+            ("lowlat's ratio is not a hit's when lowlat did not store", {"lowlat": 1042, "nginx": 1},
+             ["origin requests for /cache/100.html over the cache scenario (1 = every other request a hit): "
+              "lowlat 1042 (NOT ALL HITS), nginx 1",
+              "lowlat c=16: server µs per cache hit ÷ per the same bytes as a file (cache-static) = 1.25 "
+              "-- NOT hits: the origin was asked 1042 times"]),
         ]
         for name, fetched, lines in cases:
             with self.subTest(name):

@@ -712,8 +712,10 @@ def cache_lines(results, fetched):
         hit, file = cost_us(results[("cache", conns, "lowlat")]), cost_us(results.get(("cache-static", conns,
                                                                                            "lowlat"), []))
         if hit and file:
+            asked = fetched.get("lowlat", 1)
             lines.append(f"lowlat c={conns}: server µs per cache hit ÷ per the same bytes as a file "
-                         f"(cache-static) = {hit / file:.2f}")
+                         f"(cache-static) = {hit / file:.2f}"
+                         + ("" if asked == 1 else f" -- NOT hits: the origin was asked {asked} times"))
     return lines
 
 
