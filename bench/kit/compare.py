@@ -313,6 +313,13 @@ def make_server(name, args, run_dir, www):
                                   cache_upstream=f"127.0.0.1:{CACHE_UPSTREAM_PORT}").split()
         return Server(name, argv, run_dir)
     if name == "nginx":
+        # the cache scenario's parts only when it runs (nginx.conf.in says why)
+        for part in ("http", "server"):
+            path = os.path.join(run_dir, f"nginx-cache-{part}.conf")
+            if args is not None and "cache" in args.scenarios.split(","):
+                render(f"nginx-cache-{part}.conf.in", run_dir, www, path)
+            elif os.path.exists(path):
+                os.remove(path)
         conf = render("nginx.conf.in", run_dir, www)
         return Server(name, ["nginx", "-p", run_dir, "-c", conf, "-e", f"{run_dir}/nginx-error.log"],
                       run_dir)

@@ -137,7 +137,7 @@ fn the_kit_renders_every_configuration() {
     assert!(read(&run.join("cert+key.pem")).contains("PRIVATE KEY"));
     // The caches point at the cache scenario's origin.
     for (file, origin) in [
-        ("nginx.conf", "127.0.0.1:8077"),
+        ("nginx-cache-http.conf", "127.0.0.1:8077"),
         ("trafficserver-remap.config", "http://127.0.0.1:8077/"),
         ("squid.conf", "parent 8077 "),
     ] {
