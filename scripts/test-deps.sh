@@ -29,6 +29,9 @@ command -v go >/dev/null 2>&1 || { command -v h2spec >/dev/null 2>&1 && command 
     || need+=(golang-go)
 # lowlat bench's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# The cache's conformance test runs the HTTP caching test suite, a Node.js package (below).
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -106,3 +109,7 @@ if ! cmp -s "$requirements" "$venv/requirements.txt" \
     "$venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$requirements"
     cp "$requirements" "$venv/requirements.txt"
 fi
+# The HTTP caching test suite (npm's http-cache-tests at the version pinned in
+# scripts/cache-tests.py) for crates/lowlat/tests/cache_conformance.rs, into
+# lowlat-cache-tests in the cache directory, where the test and the script look for it.
+"$(dirname "$0")/cache-tests.py" --install >/dev/null

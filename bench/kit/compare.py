@@ -25,8 +25,14 @@ streams per connection): h3-static, lowlat (`--h3-listen`) beside caddy. For TLS
 {tls_port}, {cert} and {key} (a self-signed ECDSA P-256 pair made in the run directory). As a reverse
 proxy: proxy, proxy-tls (GET /up/plaintext forwarded to an upstream `ceiling` on {upstream}, pinned to
 CPU 1 beside wrk; keep-alive upstream connections), and h2-proxy, h3-proxy (the same over HTTP/2 and
-HTTP/3, loaded as h2-* and h3-* are). Peers: nginx, lighttpd, h2o, caddy, haproxy
-(proxy only), varnish (caching a file from a throw-away origin), may-minihttp, and "ceiling"
+HTTP/3, loaded as h2-* and h3-* are). As a cache: cache (GET /cache/100.html through each cache
+from cache-origin.py on {cache_upstream}, pinned to CPU 1, which marks it cacheable; the cache asks
+for it once, then every request is a hit -- checked by counting the origin's requests), beside
+cache-static (lowlat serving the same 100 bytes as a file, /100.html), so that lowlat's "hit ÷ the
+same bytes as a file" comes out of one run; --lowlat then needs both, e.g. `--root {www} --proxy
+/cache/=http://{cache_upstream} --cache`. Peers: nginx, lighttpd, h2o, caddy, haproxy
+(proxy only), varnish (caching from cache-origin.py), squid and Apache Traffic Server (cache only),
+may-minihttp, and "ceiling"
 (ceiling/ceiling.c: no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh
 first. The peers' configurations are bench/conf/*.in, the ones the specs in bench/specs/ use too.
 A target that does not start (say, a --lowlat without the feature a scenario needs) is skipped
@@ -45,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLK = os.sysconf("SC_CLK_TCK")
@@ -90,13 +97,22 @@ SCENARIOS = {
     # the floor for any proxy's cost per request on this kernel
     "proxy": ("/up/plaintext", 1, [16, 256], ["lowlat", "nginx", "haproxy", "h2o", "caddy", "ceiling-proxy"]),
     "proxy-tls": ("/up/plaintext", 1, [256], ["lowlat", "nginx", "haproxy", "h2o", "caddy"]),
+    # as a cache: /cache/100.html through each cache from an origin that marks it cacheable
+    # (cache-origin.py on {cache_upstream}); primed by one request, so every later one is a hit;
+    # nginx proxy_cache, varnish -s malloc, squid and ATS in memory
+    "cache": ("/cache/100.html", 1, [16, 256], ["lowlat", "nginx", "varnish", "squid", "trafficserver"]),
+    # the same 100 bytes as a file from lowlat: the denominator of "hit ÷ the same bytes as a file"
+    "cache-static": ("/100.html", 1, [16, 256], ["lowlat"]),
 }
 # Request headers a scenario adds to HEADERS.
 SCENARIO_HEADERS = {"gzip": ["-H", "Accept-Encoding: gzip"]}
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
-         "varnish": 8084, "haproxy": 8086, "caddy": 8087, "ceiling-proxy": 8088}
+         "varnish": 8084, "haproxy": 8086, "caddy": 8087, "ceiling-proxy": 8088, "squid": 8091,
+         "trafficserver": 8092}
 UPSTREAM_PORT = 8078  # the proxy scenarios' upstream: {upstream} in --lowlat
+CACHE_UPSTREAM_PORT = 8077  # the caches' origin (cache-origin.py): {cache_upstream} in --lowlat
+CACHE_PATH = SCENARIOS["cache"][0]  # what the origin must be asked for once per cache
 UPSTREAM_PIDS = set()  # not counted as a neighbour's CPU
 CONF = os.path.join(HERE, "..", "conf")  # the peers' configurations, shared with bench/specs
 
@@ -262,7 +278,8 @@ def conf_values(run_dir, www):
     certificate made in it, the upstream, and every peer's ports (clear and TLS)."""
     values = {"run_dir": run_dir, "www": www, "cert": os.path.join(run_dir, "cert.pem"),
               "key": os.path.join(run_dir, "key.pem"), "cert_and_key": os.path.join(run_dir, "cert+key.pem"),
-              "upstream": f"127.0.0.1:{UPSTREAM_PORT}"}
+              "upstream": f"127.0.0.1:{UPSTREAM_PORT}", "cache_upstream": f"127.0.0.1:{CACHE_UPSTREAM_PORT}",
+              "cache_upstream_port": CACHE_UPSTREAM_PORT}
     for name, port in PORTS.items():
         values[f"{name}_port"] = port
         values[f"{name}_tls_port"] = port + TLS_PORT_OFFSET
@@ -271,7 +288,9 @@ def conf_values(run_dir, www):
     return values
 
 
-def render(template, run_dir, www):
+def render(template, run_dir, www, out=None):
+    """Fills in bench/conf/`template` and writes it to `out` (default: the run directory, under
+    the template's name less .in); returns where."""
     with open(os.path.join(CONF, template)) as f:
         text = f.read()
     make_cert(run_dir)  # the configurations' TLS listeners need it, whatever the scenario
@@ -279,7 +298,7 @@ def render(template, run_dir, www):
         with open(os.path.join(run_dir, "cert+key.pem"), "w") as f:
             f.write(open(os.path.join(run_dir, "cert.pem")).read() + open(os.path.join(run_dir, "key.pem")).read())
     text = expand(text, conf_values(run_dir, www))
-    path = os.path.join(run_dir, template[:-3])
+    path = out or os.path.join(run_dir, template[:-3])
     with open(path, "w") as f:
         f.write(text)
     return path
@@ -290,9 +309,17 @@ def make_server(name, args, run_dir, www):
         argv = args.lowlat.format(port=PORTS["lowlat"], www=www, tls_port=PORTS["lowlat"] + TLS_PORT_OFFSET,
                                   cert=os.path.join(run_dir, "cert.pem"),
                                   key=os.path.join(run_dir, "key.pem"),
-                                  upstream=f"127.0.0.1:{UPSTREAM_PORT}").split()
+                                  upstream=f"127.0.0.1:{UPSTREAM_PORT}",
+                                  cache_upstream=f"127.0.0.1:{CACHE_UPSTREAM_PORT}").split()
         return Server(name, argv, run_dir)
     if name == "nginx":
+        # the cache scenario's parts only when it runs (nginx.conf.in says why)
+        for part in ("http", "server"):
+            path = os.path.join(run_dir, f"nginx-cache-{part}.conf")
+            if args is not None and "cache" in args.scenarios.split(","):
+                render(f"nginx-cache-{part}.conf.in", run_dir, www, path)
+            elif os.path.exists(path):
+                os.remove(path)
         conf = render("nginx.conf.in", run_dir, www)
         return Server(name, ["nginx", "-p", run_dir, "-c", conf, "-e", f"{run_dir}/nginx-error.log"],
                       run_dir)
@@ -306,11 +333,16 @@ def make_server(name, args, run_dir, www):
             raise RuntimeError(f"{exe} missing: run setup.sh first")
         return Server(name, [exe, f"127.0.0.1:{PORTS[name]}"], run_dir)
     if name == "varnish":
-        # varnish caches the file from a throw-away origin (Python's http.server, hit once)
-        origin = (f"python3 -m http.server 8079 --bind 127.0.0.1 -d {www} >/dev/null 2>&1 & "
-                  f"exec varnishd -F -a 127.0.0.1:{PORTS[name]} -b 127.0.0.1:8079 -s malloc,64m "
-                  f"-n {run_dir}/varnish -p thread_pools=1 -p thread_pool_min=10")
-        return Server(name, ["sh", "-c", origin], run_dir, ("python3",))
+        # varnish caches what the caches' origin (cache-origin.py, on CPU 1) serves: the files, and
+        # /cache/100.html for the cache scenario; the built-in VCL, storage in memory
+        return Server(name, ["varnishd", "-F", "-a", f"127.0.0.1:{PORTS[name]}", "-b", f"127.0.0.1:{CACHE_UPSTREAM_PORT}",
+                             "-s", "malloc,64m", "-n", f"{run_dir}/varnish", "-p", "thread_pools=1",
+                             "-p", "thread_pool_min=10"], run_dir)
+    if name == "squid":
+        return Server(name, ["squid", "-N", "-f", render("squid.conf.in", run_dir, www)], run_dir)
+    if name == "trafficserver":
+        return Server(name, ["traffic_server", f"--run-root={trafficserver_runroot(run_dir, www)}"], run_dir,
+                      ("traffic_crashlo",))
     if name == "haproxy":
         return Server(name, ["haproxy", "-db", "-f", render("haproxy.cfg.in", run_dir, www)], run_dir)
     if name == "caddy":
@@ -329,6 +361,52 @@ def make_server(name, args, run_dir, www):
             raise RuntimeError(f"{exe} missing: run setup.sh first")
         return Server(name, [exe, str(PORTS[name]), str(UPSTREAM_PORT)], run_dir)
     raise ValueError(name)
+
+
+def trafficserver_runroot(run_dir, www):
+    """A runroot of its own for traffic_server in run_dir/ats: the package's programs and plugins
+    and a copy of its default configuration (/etc/trafficserver, only read), with
+    bench/conf/trafficserver-*.in rendered into it, so that nothing outside the run directory is
+    written. Returns the runroot's path."""
+    if not shutil.which("traffic_server"):
+        raise RuntimeError("traffic_server not found: run setup.sh first")
+    root = os.path.join(run_dir, "ats")
+    etc, cache = os.path.join(root, "etc"), os.path.join(root, "cache")
+    if not os.path.isdir(etc):
+        shutil.copytree("/etc/trafficserver", etc)
+    for d in ("cache", "run", "log", "var"):
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    with open(os.path.join(root, "runroot.yaml"), "w") as f:
+        f.write(f"prefix: {root}\nexec_prefix: /usr\nbindir: /usr/bin\nsbindir: /usr/sbin\n"
+                f"sysconfdir: {etc}\ndatadir: {root}/var\nincludedir: /usr/include\n"
+                f"libdir: /usr/lib/trafficserver\nlibexecdir: /usr/lib/trafficserver/modules\n"
+                f"localstatedir: {root}/var\nruntimedir: {root}/run\nlogdir: {root}/log\ncachedir: {cache}\n")
+    for name in ("records.config", "remap.config", "storage.config"):
+        render(f"trafficserver-{name}.in", run_dir, www, os.path.join(etc, name))
+    with open(os.path.join(cache, "cache.db"), "ab") as f:
+        f.truncate(64 << 20)  # the volume storage.config names: traffic_server does not make it
+    return root
+
+
+# ------------------------------------------------------------------ the caches' origin
+def origin_requests(path):
+    """How many times cache-origin.py was asked for `path` (None when it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{CACHE_UPSTREAM_PORT}/_origin/requests", timeout=5) as r:
+            return json.load(r).get(path, 0)
+    except (OSError, ValueError):
+        return None
+
+
+def prime(url):
+    """One request before the warm-up, so that a cache that does not collapse concurrent misses
+    (nginx without proxy_cache_lock, say) still asks the origin once; True on a 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            r.read()
+            return r.status == 200
+    except OSError:
+        return False
 
 
 # ------------------------------------------------------------------ load
@@ -506,6 +584,8 @@ def main():
     os.makedirs(www, exist_ok=True)
     shutil.copy(os.path.join(HERE, "..", "www", "100.html"), www)
     shutil.copy(os.path.join(HERE, "..", "www", "10k.html"), www)
+    os.makedirs(os.path.join(www, "cache"), exist_ok=True)
+    shutil.copy(os.path.join(HERE, "..", "www", "100.html"), os.path.join(www, "cache"))
     with open(os.path.join(www, "1m.bin"), "wb") as f:
         f.write(bytes(range(256)) * 4096)
     raw = open(args.raw, "a") if args.raw else None
@@ -520,18 +600,36 @@ def main():
                                     stderr=subprocess.DEVNULL, start_new_session=True)
         UPSTREAM_PIDS.add(upstream.pid)
         time.sleep(0.3)
+    origin = None
+    if "cache" in scenarios or "varnish" in targets_of(scenarios, only):
+        origin = subprocess.Popen(["taskset", "-c", "1", sys.executable, os.path.join(HERE, "cache-origin.py"),
+                                   str(CACHE_UPSTREAM_PORT), www], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        UPSTREAM_PIDS.add(origin.pid)
+        deadline = time.time() + 10
+        while origin_requests(CACHE_PATH) is None:
+            if time.time() > deadline or origin.poll() is not None:
+                sys.exit(f"cache-origin.py did not answer on port {CACHE_UPSTREAM_PORT}")
+            time.sleep(0.1)
     try:
         run_all(args, scenarios, only, www, raw)
     finally:
-        if upstream:
-            os.killpg(upstream.pid, signal.SIGTERM)
-            upstream.wait()
+        for p in (upstream, origin):
+            if p:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait()
+
+
+def targets_of(scenarios, only):
+    """The targets that serve any of `scenarios`, in PORTS order, narrowed to `only` if given."""
+    return [t for t in PORTS if any(t in SCENARIOS[s][3] for s in scenarios) and (not only or t in only)]
 
 
 def run_all(args, scenarios, only, www, raw):
     results = {}  # (scenario, conns, target) -> [records]
     skipped = []  # (target, why): targets that did not start
-    targets = [t for t in PORTS if any(t in SCENARIOS[s][3] for s in scenarios) and (not only or t in only)]
+    fetched = {}  # target -> origin requests for CACHE_PATH over the cache scenario (1: all hits)
+    targets = targets_of(scenarios, only)
     if "lowlat" in targets and not args.lowlat:
         log("no --lowlat given: measuring the peers only")
         targets.remove("lowlat")
@@ -561,6 +659,9 @@ def run_all(args, scenarios, only, www, raw):
                 elif h2 or h1:
                     subprocess.run(h2load_argv(url, 16, 10, 2), capture_output=True, timeout=60)  # warm-up
                 else:
+                    before = origin_requests(CACHE_PATH) if s == "cache" else None
+                    if s == "cache" and not prime(url):
+                        log(f"  {target} did not answer 200 to {url}")
                     subprocess.run(wrk_argv(url, 64, 1, 2, close, SCENARIO_HEADERS.get(s, ())),
                                    capture_output=True, timeout=60)  # warm-up
                 runs = [(c, m) for c in ([int(c) for c in args.conns.split()] if args.conns else levels)
@@ -590,14 +691,39 @@ def run_all(args, scenarios, only, www, raw):
                         log(f"  {target:12s} {label:14s} c={conns:<5d} rps={rec['rps']} p99={rec['p99_ms']}ms "
                             f"cpu={rec['server_cpu_pct']}% rss={rec['server_rss_kb']}kB "
                             f"errors={rec['socket_errors'] + rec['non_2xx']}")
+                if s == "cache":
+                    after = origin_requests(CACHE_PATH)
+                    fetched[target] = after - before if None not in (before, after) else None
+                    log(f"  {target} asked the origin for {CACHE_PATH} {fetched[target]} time(s)")
         finally:
             srv.stop()
             time.sleep(1)
 
     labels = list(dict.fromkeys(sc for (sc, _, _) in results))
     print(table(results, labels, targets))
+    for line in cache_lines(results, fetched):
+        print(line)
     for target, why in skipped:
         print(f"skipped {target}: {why}")
+
+
+def cache_lines(results, fetched):
+    """What the cache scenario adds below the table: how often each cache asked the origin (once
+    is right: every other request was a hit), and lowlat's hit ÷ the same bytes as a file."""
+    lines = []
+    if fetched:
+        said = ", ".join(f"{t} {n}" if n == 1 else f"{t} {n} (NOT ALL HITS)" for t, n in fetched.items())
+        lines.append(f"origin requests for {CACHE_PATH} over the cache scenario (1 = every other request a hit): "
+                     + said)
+    for conns in sorted({c for (sc, c, t) in results if sc == "cache" and t == "lowlat"}):
+        hit, file = cost_us(results[("cache", conns, "lowlat")]), cost_us(results.get(("cache-static", conns,
+                                                                                           "lowlat"), []))
+        if hit and file:
+            asked = fetched.get("lowlat", 1)
+            lines.append(f"lowlat c={conns}: server µs per cache hit ÷ per the same bytes as a file "
+                         f"(cache-static) = {hit / file:.2f}"
+                         + ("" if asked == 1 else f" -- NOT hits: the origin was asked {asked} times"))
+    return lines
 
 
 def median(recs, key):

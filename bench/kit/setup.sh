@@ -1,15 +1,16 @@
 #!/bin/sh
 # Installs the peer servers and load tools that lowlat is measured against:
-# wrk, nginx, lighttpd, h2o, varnish, haproxy, caddy, ab and h2load from Debian, and a one-worker may-minihttp
-# TechEmpower app (bench/peers/may-mini) built with cargo, and the ceiling responder (ceiling/ceiling.c),
-# both into $ANCHORS_BUILD; and wrk2 from the source tarball here.
+# wrk, nginx, lighttpd, h2o, varnish, haproxy, caddy, squid, Apache Traffic Server, ab and h2load
+# from Debian, and a one-worker may-minihttp TechEmpower app (bench/peers/may-mini) built with
+# cargo, and the ceiling responder (ceiling/ceiling.c), both into $ANCHORS_BUILD; and wrk2 from the
+# source tarball here.
 # Safe to run again; it only installs what is missing.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${ANCHORS_BUILD:-${XDG_CACHE_HOME:-$HOME/.cache}/lowlat-anchors}
 
 need=""
-for pair in wrk:wrk nginx:nginx-light lighttpd:lighttpd h2o:h2o varnishd:varnish haproxy:haproxy caddy:caddy ab:apache2-utils h2load:nghttp2-client taskset:util-linux; do
+for pair in wrk:wrk nginx:nginx-light lighttpd:lighttpd h2o:h2o varnishd:varnish haproxy:haproxy caddy:caddy squid:squid traffic_server:trafficserver ab:apache2-utils h2load:nghttp2-client taskset:util-linux; do
     cmd=${pair%%:*}
     pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need="$need $pkg"
@@ -22,7 +23,7 @@ if [ -n "$need" ]; then
 fi
 
 # Debian starts the packaged daemons on install; the kit runs its own copies.
-for svc in nginx lighttpd h2o varnish haproxy caddy; do
+for svc in nginx lighttpd h2o varnish haproxy caddy squid trafficserver; do
     if command -v systemctl >/dev/null 2>&1; then systemctl stop "$svc" 2>/dev/null || true; fi
     if [ -x "/etc/init.d/$svc" ]; then "/etc/init.d/$svc" stop >/dev/null 2>&1 || true; fi
 done

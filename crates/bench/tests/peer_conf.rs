@@ -122,6 +122,9 @@ fn the_kit_renders_every_configuration() {
         ("h2o.conf", "8083"),
         ("haproxy.cfg", "8086"),
         ("Caddyfile", "8087"),
+        ("squid.conf", "8091"),
+        ("trafficserver-records.config", "8092"),
+        ("trafficserver-remap.config", "8092"),
     ] {
         let text = read(&run.join(file));
         assert!(!text.contains("${"), "{file} left unfilled:\n{text}");
@@ -132,6 +135,17 @@ fn the_kit_renders_every_configuration() {
         assert!(read(&run.join(file)).contains("127.0.0.1:8078"), "{file}");
     }
     assert!(read(&run.join("cert+key.pem")).contains("PRIVATE KEY"));
+    // The caches point at the cache scenario's origin.
+    for (file, origin) in [
+        ("nginx-cache-http.conf", "127.0.0.1:8077"),
+        ("trafficserver-remap.config", "http://127.0.0.1:8077/"),
+        ("squid.conf", "parent 8077 "),
+    ] {
+        assert!(
+            read(&run.join(file)).contains(origin),
+            "{file} lacks {origin}"
+        );
+    }
 }
 
 fn read(p: &Path) -> String {
