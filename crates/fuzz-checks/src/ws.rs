@@ -28,7 +28,6 @@ pub fn frames(data: &[u8]) {
     if payload.len() == len {
         roundtrip(op, &payload, [control, 0x5a, 0xa5, control ^ 0xff]);
     }
-    static LONG: std::sync::Once = std::sync::Once::new();
     LONG.call_once(|| roundtrip(opcode::BINARY, &vec![7; 65_536 + 3], [1, 2, 3, 4]));
 }
 
@@ -43,6 +42,9 @@ fn roundtrip(op: u8, payload: &[u8], mask: [u8; 4]) {
     assert!(head.fin && head.opcode == op && head.len == payload.len() as u64);
     assert_eq!(&server_view[head.head_len..], payload);
 }
+
+/// The 64-bit length's round trip, done once per process.
+static LONG: std::sync::Once = std::sync::Once::new();
 
 type Walked = (Vec<FrameHead>, Option<FrameError>);
 
