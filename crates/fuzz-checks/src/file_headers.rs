@@ -12,7 +12,11 @@ pub fn range(data: &[u8]) {
     };
     // Small lengths most of the time, where the edges are.
     let raw = u64::from_le_bytes(*len_bytes);
-    let len = if raw & 1 == 0 { (raw >> 1) % 4096 } else { raw >> 1 };
+    let len = if raw & 1 == 0 {
+        (raw >> 1) % 4096
+    } else {
+        raw >> 1
+    };
     match range::evaluate(field, len) {
         RangeOutcome::Partial { start, end } => {
             assert!(start <= end && end < len, "{start}-{end} of {len}");
@@ -35,8 +39,12 @@ pub fn conditional(data: &[u8]) {
         if_modified_since: next(),
     };
     let if_range = next();
-    let mtime_secs = data.iter().fold(0u64, |n, &b| n.wrapping_mul(31) ^ u64::from(b)) % (1 << 34);
-    let date = httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime_secs));
+    let mtime_secs = data
+        .iter()
+        .fold(0u64, |n, &b| n.wrapping_mul(31) ^ u64::from(b))
+        % (1 << 34);
+    let date =
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime_secs));
     let v = Validators {
         etag: b"\"5f-1a2b\"",
         last_modified: date.as_bytes(),

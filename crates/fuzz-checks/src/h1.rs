@@ -35,7 +35,13 @@ pub fn request(data: &[u8]) {
     assert_eq!(re.head_len, again.len());
     assert_eq!(
         (re.method, re.method_token, re.target, re.path, re.query),
-        (req.method, req.method_token, req.target, req.path, req.query)
+        (
+            req.method,
+            req.method_token,
+            req.target,
+            req.path,
+            req.query
+        )
     );
     assert_eq!(re.version, req.version);
     assert_eq!(re.framing, req.framing);
@@ -103,7 +109,8 @@ pub fn response(data: &[u8]) {
         if again.len() <= lowlat_http::limits::MAX_HEAD_BYTES {
             let mut again_slots =
                 [const { std::mem::MaybeUninit::uninit() }; lowlat_http::limits::MAX_HEADERS];
-            let Ok(Status::Complete(re)) = client::parse_response(&again, was_head, &mut again_slots)
+            let Ok(Status::Complete(re)) =
+                client::parse_response(&again, was_head, &mut again_slots)
             else {
                 panic!("the response head written out again does not parse: {again:?}");
             };

@@ -23,7 +23,10 @@ enum Step {
         streaming: bool,
     },
     /// The upstream's frames, read in pieces of `piece` bytes.
-    Receive { frames: Vec<Frame>, piece: u16 },
+    Receive {
+        frames: Vec<Frame>,
+        piece: u16,
+    },
     Cancel(StreamId),
     Release(StreamId, u16),
     SendData(StreamId, u16),
@@ -60,11 +63,7 @@ pub fn check(data: &[u8]) {
                 }
                 let head = list.iter().map(|(n, v)| (n.as_slice(), v.as_slice()));
                 let body = vec![b'b'; usize::from(body)];
-                let trailers: &[(&[u8], &[u8])] = if trailers {
-                    &[(b"x-t", b"1")]
-                } else {
-                    &[]
-                };
+                let trailers: &[(&[u8], &[u8])] = if trailers { &[(b"x-t", b"1")] } else { &[] };
                 let opened = if streaming {
                     conn.open_streaming(head)
                 } else {
@@ -147,7 +146,11 @@ fn on_event(e: &Event<'_>, streams: &mut HashMap<u32, Seen>, release: &mut Vec<(
             }
         }
         Event::Trailers { stream, fields } => {
-            assert_eq!(streams.get(stream), Some(&Seen::Head), "trailers on {stream}");
+            assert_eq!(
+                streams.get(stream),
+                Some(&Seen::Head),
+                "trailers on {stream}"
+            );
             assert!(fields.iter().all(|(n, _)| !n.starts_with(b":")));
             streams.remove(stream);
         }

@@ -86,7 +86,11 @@ impl Field {
             ),
             Self::Scheme(tls) => (
                 b":scheme",
-                if *tls { b"https".to_vec() } else { b"http".to_vec() },
+                if *tls {
+                    b"https".to_vec()
+                } else {
+                    b"http".to_vec()
+                },
             ),
             Self::Authority(a) => (b":authority", a.clone()),
             Self::Path(p) => (

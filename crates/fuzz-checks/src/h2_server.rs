@@ -43,12 +43,21 @@ fn server() -> SocketAddr {
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_IGN);
         }
+        // Timeouts of a second: a connection left waiting after the client's end (a response
+        // stalled on a window the client never opens, a body that never comes) is ended by
+        // them, and at the defaults (10-30 s) one such input would cost the fuzzer 10^4 others.
+        let second = Duration::from_secs(1);
         let mut cfg = ServerConfig {
             listen: vec!["127.0.0.1:0".parse().expect("an address")],
             workers: 1,
+            keepalive_timeout: second,
+            header_timeout: second,
+            body_timeout: second,
+            write_timeout: second,
             ..ServerConfig::default()
         };
         cfg.h2.h2c = true;
+        cfg.h2.settings_timeout = second;
         let running = Server::bind(cfg, lowlat_server::builtin_service())
             .and_then(Server::start)
             .expect("the server starts");
@@ -119,6 +128,8 @@ fn exchange(input: &[u8]) -> Vec<u8> {
                 Ok(0) => break,
                 Ok(n) => answer.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                // libFuzzer's timer signal (for `-timeout`) interrupts a blocked read.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => panic!("the server did not end the connection: {e}"),
             }
         }
@@ -141,7 +152,10 @@ fn check_answer(answer: &[u8], max_frame: u32) {
         let payload = &answer[at + HEADER_LEN..end];
         at = end;
         if first {
-            assert!(h.kind == kind::SETTINGS && !h.has(flag::ACK), "SETTINGS first");
+            assert!(
+                h.kind == kind::SETTINGS && !h.has(flag::ACK),
+                "SETTINGS first"
+            );
             first = false;
         }
         assert!(h.len <= max_frame, "a frame past the client's size");

@@ -66,7 +66,6 @@ pub fn frames(data: &[u8]) {
     assert_eq!(whole, parts);
 }
 
-
 const MAX_SECTION: usize = 4096;
 
 /// The QPACK decoder on any bytes: the input is cut into an encoder stream (fed in two pieces)
@@ -100,7 +99,9 @@ pub fn qpack_decoder(data: &[u8]) {
     let mut out = Vec::new();
     let check = |d: &mut Decoder, stream: u64, section: &[u8]| -> bool {
         let mut size = 0usize;
-        match d.decode_section(stream, section, |f| size += f.name.len() + f.value.len() + 32) {
+        match d.decode_section(stream, section, |f| {
+            size += f.name.len() + f.value.len() + 32
+        }) {
             Ok(Decoded::Done) => {
                 assert!(size <= MAX_SECTION);
                 true

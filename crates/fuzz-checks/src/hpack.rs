@@ -94,7 +94,10 @@ pub fn roundtrip(data: &[u8]) {
             encoder.set_peer_table_size(u32::from(size));
         }
         out.clear();
-        let fields = block.fields.iter().map(|(n, v)| (n.as_slice(), v.as_slice()));
+        let fields = block
+            .fields
+            .iter()
+            .map(|(n, v)| (n.as_slice(), v.as_slice()));
         let mut expected: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         match block.status {
             Some(status) => {

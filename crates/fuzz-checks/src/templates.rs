@@ -19,7 +19,10 @@ pub fn check(data: &[u8]) {
     };
     let (text, request) = match data.iter().position(|&b| b == 0xff) {
         Some(at) => (&data[..at], &data[at + 1..]),
-        None => (data, &b"GET /a/b?c=d HTTP/1.1\r\nHost: example.com\r\n\r\n"[..]),
+        None => (
+            data,
+            &b"GET /a/b?c=d HTTP/1.1\r\nHost: example.com\r\n\r\n"[..],
+        ),
     };
     let Ok(text) = std::str::from_utf8(text) else {
         return;

@@ -70,7 +70,9 @@ fn walk(input: &[u8], piece: usize) -> Walked {
                     assert!(h.head_len <= pending.len() && h.head_len <= MAX_FRAME_HEAD);
                     assert!(!h.is_control() || (h.fin && h.len <= ws::MAX_CONTROL_PAYLOAD));
                     pending.drain(..h.head_len);
-                    let s = usize::try_from(h.len).unwrap_or(usize::MAX).min(pending.len());
+                    let s = usize::try_from(h.len)
+                        .unwrap_or(usize::MAX)
+                        .min(pending.len());
                     pending.drain(..s);
                     skip = h.len - s as u64;
                     heads.push(h);

@@ -47,9 +47,12 @@ fn targets_and_checks_agree() {
     for (name, _) in TARGETS {
         assert!(!seeds(name).is_empty(), "no seeds for {name}");
         let file = fuzz_dir().join("fuzz_targets").join(format!("{name}.rs"));
-        let text = std::fs::read_to_string(&file)
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        assert!(text.contains("lowlat_fuzz_checks::"), "{name} calls no check");
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert!(
+            text.contains("lowlat_fuzz_checks::"),
+            "{name} calls no check"
+        );
     }
     for entry in std::fs::read_dir(fuzz_dir().join("fuzz_targets")).expect("fuzz_targets") {
         let path = entry.expect("an entry").path();
