@@ -43,11 +43,11 @@ pub fn conditional(data: &[u8]) {
         .iter()
         .fold(0u64, |n, &b| n.wrapping_mul(31) ^ u64::from(b))
         % (1 << 34);
-    let date =
+    let http_date =
         httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime_secs));
     let v = Validators {
         etag: b"\"5f-1a2b\"",
-        last_modified: date.as_bytes(),
+        last_modified: http_date.as_bytes(),
         mtime_secs,
     };
     let outcome = conditional::evaluate(&pre, &v);

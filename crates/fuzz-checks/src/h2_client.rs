@@ -82,16 +82,12 @@ pub fn check(data: &[u8]) {
                     pending.extend_from_slice(chunk);
                     let mut ended = Vec::new();
                     let got = conn.receive(&pending, |e| on_event(&e, &mut streams, &mut ended));
-                    match got {
-                        Ok(n) => {
-                            assert!(n <= pending.len());
-                            pending.drain(..n);
-                        }
-                        Err(_) => {
-                            check_output(&conn.out, &mut written);
-                            return;
-                        }
-                    }
+                    let Ok(n) = got else {
+                        check_output(&conn.out, &mut written);
+                        return;
+                    };
+                    assert!(n <= pending.len());
+                    pending.drain(..n);
                     for (id, n) in ended {
                         conn.release(id, n);
                     }

@@ -189,55 +189,7 @@ pub fn write(frames: &[Frame], encoder: &mut Encoder, out: &mut Vec<u8>) {
 
 fn write_one(f: &Frame, encoder: &mut Encoder, out: &mut Vec<u8>) {
     match f {
-        Frame::Headers {
-            stream,
-            fields,
-            end_stream,
-            continuations,
-            padding,
-            priority,
-        } => {
-            let mut list = Vec::new();
-            for field in fields {
-                field.write_to(&mut list);
-            }
-            let mut block = Vec::new();
-            encoder.encode_fields(
-                list.iter().map(|(n, v)| (n.as_slice(), v.as_slice())),
-                &mut block,
-            );
-            let pieces = usize::from(*continuations % 8) + 1;
-            let cut = block.len().div_ceil(pieces).max(1);
-            let mut chunks: Vec<&[u8]> = block.chunks(cut).collect();
-            if chunks.is_empty() {
-                chunks.push(&[]);
-            }
-            let last = chunks.len() - 1;
-            for (i, chunk) in chunks.iter().enumerate() {
-                let end_headers = if i == last { flag::END_HEADERS } else { 0 };
-                if i == 0 {
-                    let mut payload = Vec::new();
-                    let mut flags = end_headers;
-                    if *end_stream {
-                        flags |= flag::END_STREAM;
-                    }
-                    if let Some(p) = padding {
-                        flags |= flag::PADDED;
-                        payload.push(*p);
-                    }
-                    if let Some(dep) = priority {
-                        flags |= flag::PRIORITY;
-                        payload.extend_from_slice(&dep.to_be_bytes());
-                        payload.push(16);
-                    }
-                    payload.extend_from_slice(chunk);
-                    payload.resize(payload.len() + padding.map_or(0, usize::from), 0);
-                    raw(out, kind::HEADERS, flags, stream.get(), &payload);
-                } else {
-                    raw(out, kind::CONTINUATION, end_headers, stream.get(), chunk);
-                }
-            }
-        }
+        Frame::Headers { .. } => write_headers(f, encoder, out),
         Frame::Data {
             stream,
             len,
@@ -301,6 +253,66 @@ fn write_one(f: &Frame, encoder: &mut Encoder, out: &mut Vec<u8>) {
             stream,
             payload,
         } => raw(out, *kind % 12, *flags, stream.get(), payload),
+    }
+}
+
+/// A HEADERS frame's header block, on HEADERS (padded and with a priority as asked) and as
+/// many CONTINUATION frames as it says.
+fn write_headers(f: &Frame, encoder: &mut Encoder, out: &mut Vec<u8>) {
+    let Frame::Headers {
+        stream,
+        fields,
+        end_stream,
+        continuations,
+        padding,
+        priority,
+    } = f
+    else {
+        return;
+    };
+    let mut list = Vec::new();
+    for field in fields {
+        field.write_to(&mut list);
+    }
+    let mut block = Vec::new();
+    encoder.encode_fields(
+        list.iter().map(|(n, v)| (n.as_slice(), v.as_slice())),
+        &mut block,
+    );
+    let pieces = usize::from(*continuations % 8) + 1;
+    let cut = block.len().div_ceil(pieces).max(1);
+    let mut chunks: Vec<&[u8]> = block.chunks(cut).collect();
+    if chunks.is_empty() {
+        chunks.push(&[]);
+    }
+    let final_piece = chunks.len() - 1;
+    for (i, chunk) in chunks.iter().enumerate() {
+        let end_headers = if i == final_piece {
+            flag::END_HEADERS
+        } else {
+            0
+        };
+        if i == 0 {
+            let mut payload = Vec::new();
+            let mut flags = end_headers;
+            if *end_stream {
+                flags |= flag::END_STREAM;
+            }
+            if let Some(p) = padding {
+                flags |= flag::PADDED;
+                payload.push(*p);
+            }
+            if let Some(dep) = priority {
+                flags |= flag::PRIORITY;
+                payload.extend_from_slice(&dep.to_be_bytes());
+                payload.push(16);
+            }
+            payload.extend_from_slice(chunk);
+            payload.resize(payload.len() + padding.map_or(0, usize::from), 0);
+            raw(out, kind::HEADERS, flags, stream.get(), &payload);
+        } else {
+            raw(out, kind::CONTINUATION, end_headers, stream.get(), chunk);
+        }
     }
 }
 

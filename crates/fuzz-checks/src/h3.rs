@@ -100,7 +100,7 @@ pub fn qpack_decoder(data: &[u8]) {
     let check = |d: &mut Decoder, stream: u64, section: &[u8]| -> bool {
         let mut size = 0usize;
         match d.decode_section(stream, section, |f| {
-            size += f.name.len() + f.value.len() + 32
+            size += f.name.len() + f.value.len() + 32;
         }) {
             Ok(Decoded::Done) => {
                 assert!(size <= MAX_SECTION);

@@ -8,7 +8,7 @@ use lowlat_http::h2::{Decoder, Encoder, RequestHead};
 /// Separates header blocks in a decoder input.
 const BLOCK_END: [u8; 2] = [0xfe, 0xfe];
 
-/// The list limit (RFC 9113 SETTINGS_MAX_HEADER_LIST_SIZE) these checks decode under.
+/// The list limit (RFC 9113 `SETTINGS_MAX_HEADER_LIST_SIZE`) these checks decode under.
 pub const MAX_LIST: usize = 4096;
 
 /// Header blocks on any bytes (cut at `0xfe 0xfe`), decoded in turn by one connection's decoder
@@ -37,15 +37,12 @@ pub(crate) fn blocks(data: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut rest = Some(data);
     std::iter::from_fn(move || {
         let r = rest?;
-        match r.windows(2).position(|w| w == BLOCK_END) {
-            Some(at) => {
-                rest = Some(&r[at + 2..]);
-                Some(&r[..at])
-            }
-            None => {
-                rest = None;
-                Some(r)
-            }
+        if let Some(at) = r.windows(2).position(|w| w == BLOCK_END) {
+            rest = Some(&r[at + 2..]);
+            Some(&r[..at])
+        } else {
+            rest = None;
+            Some(r)
         }
     })
 }

@@ -24,6 +24,7 @@
 
 // Every check panics when what it checks does not hold: that is its job, said once here rather
 // than in a `# Panics` section on each.
+#![warn(clippy::pedantic)]
 #![allow(clippy::missing_panics_doc)]
 
 pub mod h1;

@@ -2,6 +2,8 @@
 //! every `cargo test`: the inputs the fuzzer started from, and every crash it found (kept there
 //! as `crash-*`, named for what it broke), must pass.
 
+#![warn(clippy::pedantic)]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
