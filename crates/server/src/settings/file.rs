@@ -85,7 +85,15 @@ impl Loaded {
 pub fn load(path: &Path, cli: &[String]) -> Result<Loaded, Vec<String>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| vec![format!("cannot read {}: {e}", path.display())])?;
-    let shown = path.display().to_string();
+    load_text(text, path.display().to_string(), cli)
+}
+
+/// [`load`] for a file's `text`, named `shown` in messages: what a config file is checked by,
+/// without the file (the fuzz target for config files feeds it directly).
+///
+/// # Errors
+/// As [`load`], bar reading.
+pub fn load_text(text: String, shown: String, cli: &[String]) -> Result<Loaded, Vec<String>> {
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         let line = e.span().map_or(0, |s| {
             text[..s.start.min(text.len())].matches('\n').count() + 1
