@@ -1,5 +1,6 @@
 //! TLS settings for `https://` targets: the rustls client configuration a run uses (trust
-//! anchors, verification, resumption, ALPN), made from [`TlsOptions`] before the run starts.
+//! anchors, verification, resumption, ALPN), made from [`TlsOptions`] before the run starts by
+//! the setup the server's proxy shares (`lowlat-tlsclient`).
 //!
 //! What this module does not do: moving bytes (the `transport` module drives each connection's
 //! rustls state machine from the thread's event loop), or counting what the sessions negotiated
@@ -15,15 +16,12 @@
 //! - `--h3`: the same trust, TLS 1.3 only (QUIC's), ALPN `h3`, and always a session cache with
 //!   early data, so that a reconnection resumes and may send its first requests as 0-RTT.
 
-use std::path::Path;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use lowlat_tlsclient::{ClientTlsError, Setup, Trust};
 use rustls::client::Resumption;
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 
 use crate::config::TlsOptions;
 use crate::error::LoadError;
@@ -68,37 +66,38 @@ pub fn h3_client_config(
 }
 
 fn rustls_config(opts: &TlsOptions, h2: bool, tls13_only: bool) -> Result<ClientConfig, LoadError> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider));
-    let builder = if tls13_only {
-        builder.with_protocol_versions(&[&rustls::version::TLS13])
-    } else {
-        builder.with_safe_default_protocol_versions()
-    }
-    .map_err(|e| LoadError::Tls(e.to_string()))?;
-    let mut cfg = if opts.insecure {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate { provider }))
-            .with_no_client_auth()
-    } else {
-        builder
-            .with_root_certificates(roots(opts.cacert.as_deref())?)
-            .with_no_client_auth()
+    let trust = match (opts.insecure, opts.cacert.as_deref()) {
+        (true, _) => Trust::AnyCertificate,
+        (false, Some(ca)) => Trust::CaFile(ca),
+        (false, None) => Trust::System,
     };
-    // With --h2 only h2 is offered: a server that cannot speak it fails the run clearly
-    // rather than measuring HTTP/1.1 under an HTTP/2 label.
-    cfg.alpn_protocols = vec![if h2 {
-        b"h2".to_vec()
-    } else {
-        b"http/1.1".to_vec()
-    }];
-    cfg.resumption = if opts.resume {
-        Resumption::in_memory_sessions(SESSION_CACHE)
-    } else {
-        Resumption::disabled()
-    };
-    Ok(cfg)
+    lowlat_tlsclient::client_config(&Setup {
+        trust,
+        tls13_only,
+        // With --h2 only h2 is offered: a server that cannot speak it fails the run clearly
+        // rather than measuring HTTP/1.1 under an HTTP/2 label.
+        alpn: vec![if h2 {
+            b"h2".to_vec()
+        } else {
+            b"http/1.1".to_vec()
+        }],
+        resumption: if opts.resume {
+            Resumption::in_memory_sessions(SESSION_CACHE)
+        } else {
+            Resumption::disabled()
+        },
+        client_cert: None,
+    })
+    .map_err(|e| {
+        LoadError::Tls(match e {
+            ClientTlsError::NoRoots(_) => {
+                "no trusted root certificates on this system (give --cacert FILE, or --insecure)"
+                    .to_owned()
+            }
+            ClientTlsError::Read { .. } | ClientTlsError::Pem { .. } => format!("--cacert {e}"),
+            ClientTlsError::Setup(e) => e.to_string(),
+        })
+    })
 }
 
 /// The name a connection asks for (SNI) and verifies the certificate against: the URL's host.
@@ -107,93 +106,6 @@ fn rustls_config(opts: &TlsOptions, h2: bool, tls13_only: bool) -> Result<Client
 /// # Errors
 /// A host that is neither a DNS name nor an IP address.
 pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    ServerName::try_from(bare.to_owned()).map_err(|e| e.to_string())
-}
-
-fn roots(cacert: Option<&Path>) -> Result<RootCertStore, LoadError> {
-    let mut store = RootCertStore::empty();
-    if let Some(path) = cacert {
-        let bytes = std::fs::read(path)
-            .map_err(|e| LoadError::Tls(format!("cannot read --cacert {}: {e}", path.display())))?;
-        for cert in CertificateDer::pem_slice_iter(&bytes) {
-            let cert =
-                cert.map_err(|e| LoadError::Tls(format!("--cacert {}: {e}", path.display())))?;
-            store.add(cert).map_err(|e| {
-                LoadError::Tls(format!(
-                    "--cacert {}: unusable certificate: {e}",
-                    path.display()
-                ))
-            })?;
-        }
-        if store.is_empty() {
-            return Err(LoadError::Tls(format!(
-                "--cacert {}: no CERTIFICATE in it",
-                path.display()
-            )));
-        }
-        return Ok(store);
-    }
-    let found = rustls_native_certs::load_native_certs();
-    let (added, _ignored) = store.add_parsable_certificates(found.certs);
-    if added == 0 {
-        return Err(LoadError::Tls(
-            "no trusted root certificates on this system (give --cacert FILE, or --insecure)"
-                .into(),
-        ));
-    }
-    Ok(store)
-}
-
-/// `--insecure`: any certificate for any name, but signatures made with the presented key.
-#[derive(Debug)]
-struct AcceptAnyCertificate {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    lowlat_tlsclient::server_name(host)
+        .ok_or_else(|| format!("{host:?} is neither a DNS name nor an IP address"))
 }

@@ -33,6 +33,7 @@
 //!   handler, back as a response in HTTP/1.1 form or a request to forward.
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
+//! - [`incoming`]: what is known of a request beyond its head (the client, a streamed body).
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
 //! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
 //! - [`builtin`]: `/plaintext` and `/json`.
@@ -65,6 +66,7 @@ pub mod files;
 pub mod h2;
 pub mod h3;
 pub mod handler;
+pub mod incoming;
 mod listener;
 pub mod log_format;
 pub mod metrics;

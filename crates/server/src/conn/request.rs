@@ -183,7 +183,16 @@ impl Conn {
             }
             let status = if done.sent { done.status } else { 500 };
             let tls = self.client.tls;
-            dispatch::answered(ctx, &req, self.peer, tls, site, status, &done, self.head_started);
+            dispatch::answered(
+                ctx,
+                &req,
+                self.peer,
+                tls,
+                site,
+                status,
+                &done,
+                self.head_started,
+            );
             let (sent, close, file) = (done.sent, done.close, done.file);
             if !sent {
                 Self::write_status(&mut self.wbuf, ctx, 500, req.version, true);

@@ -15,9 +15,7 @@ use mio::Token;
 
 use super::conn::{forget, remember, H2Conn};
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::{
-    log_relayed, lowered_fields, relayed_head, Downstream, TunnelRead,
-};
+use crate::proxy::downstream::{log_relayed, lowered_fields, relayed_head, Downstream, TunnelRead};
 use crate::proxy::job::RelayBody;
 
 /// Stream `id` of `conn`, receiving a relayed response.

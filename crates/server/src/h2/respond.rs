@@ -87,15 +87,7 @@ impl H2Conn {
             tls: self.io.is_tls(),
             early_data: false,
         };
-        let routed = dispatch::route(
-            ctx,
-            req,
-            body,
-            &mut self.res_buf,
-            &client,
-            true,
-            streamed,
-        );
+        let routed = dispatch::route(ctx, req, body, &mut self.res_buf, &client, true, streamed);
         let (site, done) = (routed.site, routed.done);
         if let Some(mut job) = routed.forward {
             let upload = streamed.map(|framing| {
@@ -145,7 +137,9 @@ impl H2Conn {
         if !sent {
             self.status_page(ctx, status);
         }
-        dispatch::answered(ctx, req, self.peer, client.tls, site, status, &done, started);
+        dispatch::answered(
+            ctx, req, self.peer, client.tls, site, status, &done, started,
+        );
         let file = if sent { done.file } else { None };
         if streamed.is_some() || tunnel {
             // Answered without forwarding (refused): the client may still be sending its body,
@@ -279,7 +273,15 @@ impl H2Conn {
         };
         self.status_page(ctx, status);
         let tls = self.io.is_tls();
-        dispatch::refused(ctx, head, self.peer, Version::Http2, tls, status, Duration::ZERO);
+        dispatch::refused(
+            ctx,
+            head,
+            self.peer,
+            Version::Http2,
+            tls,
+            status,
+            Duration::ZERO,
+        );
         self.send_response(id, None, None);
         if still_sending {
             frame::write_rst_stream(&mut self.wbuf, id, ErrorCode::NoError);

@@ -551,15 +551,8 @@ impl H3Conn {
                 tls: true,
                 early_data,
             };
-            let routed = dispatch::route(
-                ctx,
-                req,
-                &body,
-                &mut self.res_buf,
-                &client,
-                true,
-                streamed,
-            );
+            let routed =
+                dispatch::route(ctx, req, &body, &mut self.res_buf, &client, true, streamed);
             if let Some(mut job) = routed.forward {
                 let Some(n) = proxy_stream(id) else {
                     // Past what the upstream side numbers (a billion requests on one connection).

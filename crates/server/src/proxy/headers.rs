@@ -14,9 +14,9 @@ use lowlat_http::request::{Method, Request};
 use lowlat_http::Version;
 
 use super::config::Cidr;
-// Defined with what every handler sees (`crate::handler`); named here too, where the proxy
-// reads them.
-pub use crate::handler::{ClientInfo, StreamedBody};
+// Defined with what every handler sees (`crate::incoming`, re-exported by `crate::handler`);
+// named here too, where the proxy reads them.
+pub use crate::incoming::{ClientInfo, StreamedBody};
 
 /// Fields that are the proxy's to set, or belong to one hop only.
 fn is_hop_by_hop(name: &str) -> bool {

@@ -1,7 +1,8 @@
 //! TLS to `https://` upstream servers: the client configuration a group shares (whose roots
 //! are trusted, the name checked, an optional client certificate, the session cache that makes
-//! a pooled reconnect an abbreviated handshake), the non-blocking TLS socket the engine drives
-//! beside TCP and Unix ones ([`TlsSock`]), and the one-line reasons a handshake fails.
+//! a pooled reconnect an abbreviated handshake; made by `lowlat-tlsclient`, which the load
+//! generator uses too), the non-blocking TLS socket the engine drives beside TCP and Unix ones
+//! ([`TlsSock`]), and the one-line reasons a handshake fails.
 //!
 //! What this module does not do: decide when to read or write — the engine does, from the
 //! worker's event loop, exactly as for a clear connection. rustls is sans-I/O, so the handshake
@@ -20,14 +21,13 @@
 //!   who the peer is goes unchecked.
 
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use lowlat_tlsclient::{ClientTlsError, Setup, Trust};
 use mio::net::TcpStream;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, ClientConnection, DigitallySignedStruct};
+use rustls::pki_types::ServerName;
+use rustls::{CertificateError, ClientConfig, ClientConnection};
 
 /// Most encrypted bytes rustls may hold unsent per upstream connection: the engine's request
 /// writes stop there until the socket drains (the same bound the server side uses is 128 KiB;
@@ -88,16 +88,15 @@ impl TlsTarget {
         options: &UpstreamTlsOptions,
     ) -> Result<Self, UpstreamTlsError> {
         let name = options.server_name.as_deref().unwrap_or(host);
-        // `[::1]` in a URL is `::1` to the certificate.
-        let bare = name.trim_start_matches('[').trim_end_matches(']');
-        let name = ServerName::try_from(bare.to_owned())
-            .map_err(|_| UpstreamTlsError::ServerName(name.to_owned()))?;
+        let name = lowlat_tlsclient::server_name(name)
+            .ok_or_else(|| UpstreamTlsError::ServerName(name.to_owned()))?;
         Ok(Self { config, name })
     }
 }
 
 /// The rustls client configuration of a group's `https://` servers, offering HTTP/2 alone by
-/// ALPN when `h2`, else HTTP/1.1 alone.
+/// ALPN when `h2`, else HTTP/1.1 alone (the setup shared with the load generator,
+/// `lowlat-tlsclient`).
 ///
 /// # Errors
 /// An unreadable or empty CA file, no system roots, a client certificate or key that does not
@@ -106,127 +105,31 @@ pub fn client_config(
     options: &UpstreamTlsOptions,
     h2: bool,
 ) -> Result<Arc<ClientConfig>, UpstreamTlsError> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()?;
-    let builder = if options.insecure_skip_verify {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
-    } else {
-        builder.with_root_certificates(roots(options.ca.as_deref())?)
+    let trust = match (options.insecure_skip_verify, options.ca.as_deref()) {
+        (true, _) => Trust::AnyCertificate,
+        (false, Some(ca)) => Trust::CaFile(ca),
+        (false, None) => Trust::System,
     };
-    let mut config = match &options.client_cert {
-        Some((cert, key)) => {
-            let chain = read_certs(cert)?;
-            let pem = read(key)?;
-            let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| UpstreamTlsError::Pem {
-                path: key.clone(),
-                reason: format!("no private key: {e}"),
-            })?;
-            builder.with_client_auth_cert(chain, key)?
-        }
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![if h2 { ALPN_H2 } else { ALPN_HTTP1 }.to_vec()];
+    let config = lowlat_tlsclient::client_config(&Setup {
+        trust,
+        alpn: vec![if h2 { ALPN_H2 } else { ALPN_HTTP1 }.to_vec()],
+        client_cert: options
+            .client_cert
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path())),
+        ..Setup::default()
+    })?;
     Ok(Arc::new(config))
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, UpstreamTlsError> {
-    std::fs::read(path).map_err(|source| UpstreamTlsError::Read {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, UpstreamTlsError> {
-    let pem = read(path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| UpstreamTlsError::Pem {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(UpstreamTlsError::Pem {
-            path: path.to_owned(),
-            reason: "no certificate in it (expected PEM: -----BEGIN CERTIFICATE-----)".into(),
-        });
-    }
-    Ok(certs)
-}
-
-/// The CA file's certificates, or the system's roots.
-fn roots(ca: Option<&Path>) -> Result<rustls::RootCertStore, UpstreamTlsError> {
-    let mut store = rustls::RootCertStore::empty();
-    if let Some(path) = ca {
-        for cert in read_certs(path)? {
-            store.add(cert).map_err(|e| UpstreamTlsError::Pem {
-                path: path.to_owned(),
-                reason: format!("not a usable CA certificate: {}", describe(&e)),
-            })?;
+impl From<ClientTlsError> for UpstreamTlsError {
+    fn from(e: ClientTlsError) -> Self {
+        match e {
+            ClientTlsError::Read { path, source } => Self::Read { path, source },
+            ClientTlsError::Pem { path, reason } => Self::Pem { path, reason },
+            ClientTlsError::NoRoots(why) => Self::NoRoots(why),
+            ClientTlsError::Setup(e) => Self::Setup(e),
         }
-        return Ok(store);
-    }
-    let found = rustls_native_certs::load_native_certs();
-    let (added, _) = store.add_parsable_certificates(found.certs);
-    if added == 0 {
-        let why = found
-            .errors
-            .first()
-            .map_or_else(|| "none found".to_owned(), ToString::to_string);
-        return Err(UpstreamTlsError::NoRoots(why));
-    }
-    Ok(store)
-}
-
-/// A verifier that accepts any certificate but still checks the handshake's signatures (so the
-/// peer holds the key of the certificate it showed): `tls_insecure_skip_verify`.
-#[derive(Debug)]
-struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -26,7 +26,10 @@ impl Located<'_> {
     /// `FILE:LINE: kind[i].key: reason`, at the line that sets `key` (the header's if none does).
     pub(super) fn at(&self, key: &str, reason: &str) -> String {
         let line = line_in_table(self.text, self.start, key);
-        format!("{}:{line}: {}[{}].{key}: {reason}", self.shown, self.kind, self.i)
+        format!(
+            "{}:{line}: {}[{}].{key}: {reason}",
+            self.shown, self.kind, self.i
+        )
     }
 
     /// `FILE:LINE: kind[i].key: reason`, at the header: for a key that is missing.
@@ -175,7 +178,11 @@ fn checked_tokens(
 }
 
 /// The command-line tokens one key stands for.
-pub(super) fn tokens_of(flag: &str, value: &toml::Value, takes_value: bool) -> Result<Vec<String>, String> {
+pub(super) fn tokens_of(
+    flag: &str,
+    value: &toml::Value,
+    takes_value: bool,
+) -> Result<Vec<String>, String> {
     let scalar = |v: &toml::Value| -> Result<String, String> {
         match v {
             toml::Value::String(s) => Ok(s.clone()),
