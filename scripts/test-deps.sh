@@ -11,6 +11,8 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 # lowlat bench's sweep test runs nginx beside lowlat; its lifecycle tests use python3's http.server.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# CI's instructions gate (scripts/instructions.py) counts the server's instructions under callgrind.
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 # lowlat bench's service test builds the ceiling responder (bench/kit/ceiling/ceiling.c) as an upstream.
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 # The proxy's upstreams run in a virtual environment (below); Debian's python3 makes one only with
