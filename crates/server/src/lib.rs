@@ -1,5 +1,6 @@
-//! lowlat's HTTP/1.1 and HTTP/2 server, in clear and over TLS: a thread-per-core engine and the
-//! handlers mounted on it.
+//! lowlat's HTTP/1.1, HTTP/2 and HTTP/3 server, in clear, over TLS and over QUIC: a
+//! thread-per-core engine and the handlers mounted on it (files, the app, the reverse proxy and
+//! its cache).
 //!
 //! Each worker thread owns an event loop, its listening sockets (`SO_REUSEPORT`), its connections
 //! and their buffers; a request never crosses threads. The codec (`lowlat-http`) parses and
