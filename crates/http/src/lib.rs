@@ -16,6 +16,7 @@
 //! - [`head`]: the request head HTTP/2 and HTTP/3 decode into, and the checks they share.
 //! - [`h3`]: HTTP/3 frames, QPACK, and field sections to and from heads; QUIC is the caller's.
 //! - [`client`]: the other side — parsing response heads, for the load generator.
+//! - [`fastcgi`]: FastCGI records, parameters and the CGI response head, the web server's side.
 //! - [`ws`]: WebSocket frame heads (RFC 6455 §5), the client's side, for the load generator.
 //! - [`date`]: the `Date` header value, formatted at most once per second.
 //! - [`limits`]: the default size limits, each a named constant.
@@ -29,6 +30,7 @@ pub mod cache;
 pub mod client;
 pub mod date;
 pub mod error;
+pub mod fastcgi;
 pub mod h2;
 pub mod h3;
 pub mod head;
