@@ -22,6 +22,10 @@ const PROXY: Guide = Guide {
     path: "docs/proxy.md",
     about: "the reverse proxy: balancing, health checks, HTTP/2 and TLS upstreams, gRPC, WebSocket",
 };
+const PROTECTION: Guide = Guide {
+    path: "docs/protection.md",
+    about: "access rules by network and rate limits, per site and per path",
+};
 const OPERATIONS: Guide = Guide {
     path: "docs/operations.md",
     about: "install, the configuration file and reload, error and access logs, metrics, limits",
@@ -52,13 +56,14 @@ pub fn for_page(words: &[String]) -> &'static [Guide] {
             SERVING,
             TLS,
             PROXY,
+            PROTECTION,
             OPERATIONS,
             LOAD,
             BENCH,
             DESIGN,
             PERFORMANCE,
         ],
-        Some("serve") => &[SERVING, TLS, PROXY, OPERATIONS],
+        Some("serve") => &[SERVING, TLS, PROXY, PROTECTION, OPERATIONS],
         Some("load") => &[LOAD],
         Some("bench") => &[BENCH, PERFORMANCE],
         Some(_) => &[OPERATIONS],

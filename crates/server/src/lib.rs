@@ -45,6 +45,7 @@
 //! - [`returns`]: nginx's `return` rules (redirects, fixed answers) and the HTTPS redirect.
 //! - [`template`]: texts with `$variables`, compiled once, expanded per request.
 //! - [`files`]: static files under a document root (or the embedded default site).
+//! - [`guard`]: access rules and rate limits, asked before a site's routes.
 //! - [`app`]: the dynamic app, 1000 prefix-routed responders as JSON or HTML.
 //! - [`settings`]: the flags and the config file, parsed and checked; the service built from
 //!   them. Nothing it builds on (workers, protocols, handlers) imports it back.
@@ -64,6 +65,7 @@ mod conn;
 mod ctx;
 mod dispatch;
 pub mod files;
+pub mod guard;
 pub mod h2;
 pub mod h3;
 pub mod handler;

@@ -409,6 +409,7 @@ impl Registry {
             crate::proxy::health::render(&groups, &mut s);
         }
         crate::cache::metrics::render(&mut s);
+        crate::guard::metrics::render(&mut s);
         process(&mut s);
         s
     }

@@ -179,6 +179,8 @@ pub struct ServeArgs {
     pub proxy_group: GroupArgs,
     #[command(flatten)]
     pub cache: super::cache::CacheArgs,
+    #[command(flatten)]
+    pub guard: super::guard::GuardArgs,
 }
 
 impl ServeArgs {
@@ -551,6 +553,8 @@ pub struct SiteArgs {
     pub returns: Vec<crate::returns::ReturnRule>,
     /// Redirect the site's clear-text requests to HTTPS.
     pub https_redirect: bool,
+    /// The site's access rules and rate limits.
+    pub guard: super::guard::GuardArgs,
 }
 
 impl ServeArgs {
@@ -569,6 +573,7 @@ impl ServeArgs {
             own_cert: false,
             returns: self.returns.clone(),
             https_redirect: self.https_redirect,
+            guard: self.guard.clone(),
         }
     }
 }

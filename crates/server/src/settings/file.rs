@@ -4,6 +4,9 @@
 //! is checked by the very parser of its flag. Flags on the command line override the file (a
 //! list flag replaces the file's whole list).
 //!
+//! Keys are read in the order the file writes them (`allow` before `deny` applies the allow
+//! rules first, as the same flags on a command line would).
+//!
 //! Errors name the file, the line and the key, all of them at once, for `--check-config` (as
 //! `nginx -t`) as much as for a start.
 
@@ -216,6 +219,10 @@ fn site_flags() -> Vec<String> {
             "proxy".to_owned(),
             "return".to_owned(),
             "https-redirect".to_owned(),
+            "allow".to_owned(),
+            "deny".to_owned(),
+            "access".to_owned(),
+            "rate-limit".to_owned(),
         ])
         .filter(|f| f != "help")
         .collect()
@@ -316,6 +323,7 @@ fn sites(
                     own_cert,
                     returns: a.returns,
                     https_redirect: a.https_redirect,
+                    guard: a.guard,
                 },
             )),
             Err(e) => errors.push(site.whole(&e)),

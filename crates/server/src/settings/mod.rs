@@ -6,6 +6,7 @@
 //! - [`args`]: the flags, one parser each, and the server configuration they describe.
 //! - [`cache`]: the `--cache*` flags: the proxy's cache on or off, its store's size.
 //! - [`file`]: `--config FILE`, every flag as a TOML key, checked by its flag's parser.
+//! - [`guard`]: `--allow`, `--deny` and `--rate-limit`, in order, checked.
 //! - [`proxy`]: `--proxy` rules, `--proxy-*` and `[[upstream]]` groups, checked.
 //! - [`quic`]: the `--h3-*` flags (HTTP/3 over QUIC), checked.
 //! - [`sites`]: the service: a router per worker, a site per `[[site]]`.
@@ -16,6 +17,7 @@ pub mod args;
 pub mod cache;
 mod check;
 pub mod file;
+pub mod guard;
 pub mod proxy;
 pub mod quic;
 pub mod sites;

@@ -96,6 +96,12 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
             })
             .collect::<Result<_, _>>()?
     };
+    // Zones of the settings before, gone from these, stop being reported.
+    let zones: Vec<_> = sites
+        .iter()
+        .flat_map(|(_, s)| s.zones.iter().cloned())
+        .collect();
+    crate::guard::metrics::retain(&zones);
     // The first site is the default (a request naming no listed site goes to it); the others
     // are chosen by Host. Check once, here, that the routes fit together, so the per-worker
     // builds cannot fail.
@@ -156,6 +162,9 @@ struct SiteService {
     https_redirect: bool,
     /// What the site's returns and its HTTPS redirect expand `$host` and the port from.
     context: SiteContext,
+    /// Access rules and rate-limit zones (one per process, shared by the workers' routers).
+    access: Arc<[crate::guard::access::AccessRule]>,
+    zones: Vec<Arc<crate::guard::ratelimit::Zone>>,
 }
 
 impl SiteService {
@@ -219,6 +228,13 @@ impl SiteService {
                 ports,
                 server_name: site.server_names.first().cloned(),
             },
+            access: site.guard.access.clone().into(),
+            zones: site
+                .guard
+                .rate_limit
+                .iter()
+                .map(|spec| crate::guard::metrics::zone(spec.clone()))
+                .collect(),
         })
     }
 
@@ -248,6 +264,13 @@ impl SiteService {
                 crate::router::HookScope::ThisSite,
                 HttpsRedirect::new(self.context.clone()),
             );
+        }
+        if let Some(guard) = crate::guard::Guard::new(
+            Arc::clone(&self.access),
+            self.zones.clone(),
+            Arc::clone(trusted),
+        ) {
+            router.early("", crate::router::HookScope::ThisSite, guard);
         }
         crate::builtin::mount_some(&mut router, self.plaintext_on, self.json_on)?;
         if let Some(app) = &self.app {

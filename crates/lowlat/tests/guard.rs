@@ -1,0 +1,309 @@
+//! Access rules and rate limits of `lowlat serve` as clients meet them: `--allow`/`--deny` in
+//! order (IPv4, IPv6, IPv4-mapped, per path, behind a trusted proxy, per site in a config
+//! file, over HTTP/1.1, HTTP/2 and HTTP/3), and `--rate-limit` zones holding their rate against
+//! a client far over it while another client is never refused, a bounded number of keys under a
+//! flood of distinct ones, and their counts on `/metrics`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+mod support;
+use support::{curl, Served, BIN};
+
+/// The status of `GET path` sent to `addr` with extra head lines.
+fn status(addr: SocketAddr, path: &str, lines: &[&str]) -> u16 {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: guard.test\r\nConnection: close\r\n");
+    for l in lines {
+        req.push_str(l);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    reply
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {reply:?}"))
+}
+
+/// `lowlat serve` on both loopbacks, with `args`.
+fn serve_dual(args: &[&str]) -> (Served, u16) {
+    let port = support::free_port();
+    let v4 = format!("127.0.0.1:{port}");
+    let v6 = format!("[::1]:{port}");
+    let mut all = vec!["--listen", &v6, "--listen", &v4];
+    all.extend_from_slice(args);
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--workers", "1"]).args(&all);
+    (Served::spawn(cmd), port)
+}
+
+/// nginx's example order: one host denied inside an allowed network, an IPv6 network
+/// allowed, everyone else denied — the first match decides, over both address families.
+#[test]
+fn allow_and_deny_in_order_over_ipv4_and_ipv6() {
+    let (_s, port) = serve_dual(&[
+        "--deny",
+        "127.0.0.1",
+        "--allow",
+        "127.0.0.0/8",
+        "--deny",
+        "all",
+    ]);
+    let v4: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let v6: SocketAddr = format!("[::1]:{port}").parse().unwrap();
+    assert_eq!(status(v4, "/plaintext", &[]), 403);
+    assert_eq!(
+        status(v6, "/plaintext", &[]),
+        403,
+        "::1 matches only `deny all`"
+    );
+    let (_s, port) = serve_dual(&["--allow", "::1/128", "--deny", "127.0.0.1"]);
+    let v4: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let v6: SocketAddr = format!("[::1]:{port}").parse().unwrap();
+    assert_eq!(status(v6, "/plaintext", &[]), 200);
+    assert_eq!(status(v4, "/plaintext", &[]), 403);
+}
+
+/// An IPv4-mapped IPv6 address (as a dual-stack proxy in front writes its IPv4 clients) is
+/// the IPv4 address it maps, for the rules.
+#[test]
+fn ipv4_mapped_addresses_match_ipv4_rules() {
+    let s = Served::start([
+        "--allow",
+        "10.0.0.0/8",
+        "--deny",
+        "all",
+        "--proxy-trusted",
+        "127.0.0.1",
+    ]);
+    let mapped = "X-Forwarded-For: ::ffff:10.1.2.3";
+    assert_eq!(status(s.addr, "/plaintext", &[mapped]), 200);
+    let outside = "X-Forwarded-For: ::ffff:192.0.2.1";
+    assert_eq!(status(s.addr, "/plaintext", &[outside]), 403);
+}
+
+/// Rules under a path prefix apply there only; behind a trusted proxy the client is the one
+/// `X-Forwarded-For` names, and an untrusted peer's `X-Forwarded-For` proves nothing.
+#[test]
+fn per_path_rules_and_the_address_behind_a_trusted_proxy() {
+    let s = Served::start([
+        "--allow",
+        "/json=10.0.0.0/8",
+        "--deny",
+        "/json=all",
+        "--proxy-trusted",
+        "127.0.0.1",
+    ]);
+    assert_eq!(status(s.addr, "/plaintext", &[]), 200);
+    assert_eq!(status(s.addr, "/json", &[]), 403);
+    assert_eq!(status(s.addr, "/json", &["X-Forwarded-For: 10.1.2.3"]), 200);
+    assert_eq!(
+        status(s.addr, "/json", &["X-Forwarded-For: 10.1.2.3, 203.0.113.5"]),
+        403,
+        "the rightmost untrusted hop is the client"
+    );
+    let untrusted = Served::start(["--allow", "/json=10.0.0.0/8", "--deny", "/json=all"]);
+    assert_eq!(
+        status(untrusted.addr, "/json", &["X-Forwarded-For: 10.1.2.3"]),
+        403
+    );
+}
+
+/// HTTP/2 and HTTP/3 requests meet the same rules (the one request path).
+#[test]
+fn rules_hold_over_http2_and_http3() {
+    let s = Served::start(["--h2c", "--deny", "/json=all"]);
+    let url = |p: &str| format!("http://{}{p}", s.addr);
+    let code = |p: &str| {
+        let out = curl(&[
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--http2-prior-knowledge",
+            &url(p),
+        ]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(code("/json"), "403");
+    assert_eq!(code("/plaintext"), "200");
+    let (_pki, cert) = support::h3::cert();
+    let served = support::h3::serve(&cert, &["--deny", "/json=all"]);
+    let got = support::h3::client(&served, &["get", "GET", "/json", "/plaintext"]);
+    assert_eq!(got["responses"][0]["status"], 403, "{got}");
+    assert_eq!(got["responses"][1]["status"], 200, "{got}");
+}
+
+/// Per site in a config file: `allow` and `deny` keys apply in the file's order, and `access`
+/// holds rules that alternate.
+#[test]
+fn rules_per_site_in_a_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("lowlat.toml");
+    std::fs::write(
+        &cfg,
+        "workers = 1\n\
+         proxy_trusted = [\"127.0.0.1\"]\n\
+         [[site]]\nserver_names = [\"open.test\"]\n\
+         [[site]]\nserver_names = [\"closed.test\"]\nallow = [\"10.0.0.0/8\"]\ndeny = [\"all\"]\n\
+         [[site]]\nserver_names = [\"mixed.test\"]\naccess = [\"deny 10.0.0.1\", \"allow 10.0.0.0/8\", \"deny all\"]\n",
+    )
+    .unwrap();
+    let config = cfg.display().to_string();
+    let s = Served::start(["--config", &config]);
+    let code = |host: &str, from: &str| {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        write!(
+            c,
+            "GET /plaintext HTTP/1.1\r\nHost: {host}\r\nX-Forwarded-For: {from}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).unwrap();
+        reply.split(' ').nth(1).unwrap_or_default().to_owned()
+    };
+    assert_eq!(code("open.test", "192.0.2.1"), "200");
+    assert_eq!(code("closed.test", "192.0.2.1"), "403");
+    assert_eq!(code("closed.test", "10.0.0.1"), "200");
+    assert_eq!(code("mixed.test", "10.0.0.1"), "403");
+    assert_eq!(code("mixed.test", "10.0.0.2"), "200");
+    assert_eq!(code("mixed.test", "192.0.2.1"), "403");
+}
+
+/// A `lowlat load` run: (2xx, 429) responses.
+fn load(url: &str, rate: &str, seconds: &str, header: &str) -> (u64, u64) {
+    let out = Command::new(BIN)
+        .args([
+            "load", "-t1", "-c4", "-R", rate, "-d", seconds, "--json", "-H", header, url,
+        ])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let ok = report["status"]["2xx"].as_u64().unwrap();
+    let refused = report["status_codes"]["429"].as_u64().unwrap_or(0);
+    (ok, refused)
+}
+
+/// 100 r/s with a burst of 20 against one client asking 2,000 r/s for 5 s: what passes is the
+/// rate times the time plus the burst, within 10%; a second client (another address behind
+/// the trusted proxy) at 50 r/s meanwhile is never refused. `/metrics` counts the refusals.
+#[test]
+fn a_rate_limit_holds_against_one_client_and_spares_another() {
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let s = Served::start([
+        "--rate-limit",
+        "100r/s,burst=20",
+        "--proxy-trusted",
+        "127.0.0.1",
+        "--metrics",
+        &metrics,
+    ]);
+    let url = format!("http://{}/plaintext", s.addr);
+    let quiet_url = url.clone();
+    let quiet =
+        std::thread::spawn(move || load(&quiet_url, "50", "5s", "X-Forwarded-For: 10.0.0.2"));
+    let (passed, refused) = load(&url, "2000", "5s", "X-Forwarded-For: 10.0.0.1");
+    let (quiet_passed, quiet_refused) = quiet.join().unwrap();
+    let expected = 100.0 * 5.0 + 20.0;
+    assert!(
+        (passed as f64 - expected).abs() <= expected * 0.1,
+        "{passed} passed, {refused} refused; {expected} expected"
+    );
+    assert!(refused > 5000, "{refused}");
+    assert_eq!(quiet_refused, 0, "{quiet_passed} passed");
+    assert!(quiet_passed >= 200, "{quiet_passed}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let out = curl(&["-s", &format!("http://{metrics}/metrics")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("lowlat_rate_limit_refused_total{"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let counted: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    // The server also counts what was in flight when the loader stopped counting (4
+    // connections each).
+    assert!(
+        (refused..=refused + 8).contains(&counted),
+        "{line}: the loader saw {refused}"
+    );
+}
+
+/// A flood of distinct keys (spoofed addresses behind a trusted proxy) keeps the zone within
+/// its `keys=` bound; a dry run refuses nothing but counts what it would have.
+#[test]
+fn keys_stay_bounded_and_a_dry_run_refuses_nothing() {
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let s = Served::start([
+        "--rate-limit",
+        "1r/m,keys=500,dry-run",
+        "--proxy-trusted",
+        "127.0.0.1",
+        "--metrics",
+        &metrics,
+    ]);
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_nodelay(true).unwrap();
+    let mut reader = std::io::BufReader::new(c.try_clone().unwrap());
+    for i in 0..5000u32 {
+        let [_, a, b, d] = i.to_be_bytes();
+        let req = format!(
+            "GET /plaintext HTTP/1.1\r\nHost: g\r\nX-Forwarded-For: 10.{a}.{b}.{d}\r\n\r\n"
+        );
+        c.write_all(req.as_bytes()).unwrap();
+        // Two requests from one address: the second is over 1r/m.
+        c.write_all(req.as_bytes()).unwrap();
+        for _ in 0..2 {
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+                head.push_str(&line);
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            let mut body = [0u8; 13];
+            reader.read_exact(&mut body).unwrap();
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    let out = curl(&["-s", &format!("http://{metrics}/metrics")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = |prefix: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+    };
+    let keys = value("lowlat_rate_limit_keys{");
+    assert!(keys <= 600, "{keys} keys held for a bound of 500");
+    assert_eq!(value("lowlat_rate_limit_refused_total{"), 5000);
+}
+
+/// Bad rules are one-line errors naming the flag.
+#[test]
+fn bad_rules_are_refused_at_start() {
+    for args in [
+        ["--deny", "10.0.0.0/40"],
+        ["--allow", "nowhere"],
+        ["--rate-limit", "10r/h"],
+        ["--rate-limit", "10r/s,burst=-1"],
+        ["--rate-limit", "10r/s,key=ip"],
+    ] {
+        let out = Command::new(BIN).arg("serve").args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains(args[0]), "{text}");
+    }
+}

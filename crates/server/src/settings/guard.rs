@@ -1,0 +1,302 @@
+//! The protection flags: `--allow` / `--deny` (access rules, in the order given) and
+//! `--rate-limit` (zones), for the whole server or per `[[site]]`.
+//!
+//! `--allow` and `--deny` are two flags whose values make one list in command-line order (the
+//! first match wins, as nginx's `allow`/`deny`), so this group reads them with their positions
+//! rather than through the derive. A config file applies its `allow` and `deny` keys in the
+//! order it writes them; rules that alternate (deny one host, allow its network, deny the
+//! rest) are one list: `access = ["deny …", "allow …", "deny all"]`.
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+
+use crate::guard::access::AccessRule;
+use crate::guard::ratelimit::{KeyPart, ZoneSpec};
+
+/// The protection flags.
+#[derive(Debug, Clone, Default)]
+pub struct GuardArgs {
+    /// Access rules, in order.
+    pub access: Vec<AccessRule>,
+    pub rate_limit: Vec<ZoneSpec>,
+}
+
+/// The flags whose values join the ordered access list.
+const ACCESS_FLAGS: [&str; 3] = ["allow", "deny", "access"];
+
+impl clap::FromArgMatches for GuardArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut args = GuardArgs::default();
+        args.update_from_arg_matches(m)?;
+        Ok(args)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        let mut placed: Vec<(usize, AccessRule)> = Vec::new();
+        for id in ACCESS_FLAGS {
+            if let (Some(values), Some(at)) = (m.get_many::<AccessRule>(id), m.indices_of(id)) {
+                placed.extend(at.zip(values.cloned()));
+            }
+        }
+        if !placed.is_empty() {
+            placed.sort_by_key(|(at, _)| *at);
+            self.access = placed.into_iter().map(|(_, r)| r).collect();
+        }
+        if let Some(zones) = m.get_many::<ZoneSpec>("rate_limit") {
+            self.rate_limit = zones.cloned().collect();
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for GuardArgs {
+    fn augment_args(cmd: Command) -> Command {
+        cmd.arg(
+            Arg::new("allow")
+                .long("allow")
+                .value_name("[PREFIX=]NETWORK")
+                .action(ArgAction::Append)
+                .value_parser(|s: &str| parse_access(s, Some(true)))
+                .help("Allow clients in NETWORK (ADDR, ADDR/BITS or all), under PREFIX if given; with --deny, in order, the first match wins (repeatable)"),
+        )
+        .arg(
+            Arg::new("deny")
+                .long("deny")
+                .value_name("[PREFIX=]NETWORK")
+                .action(ArgAction::Append)
+                .value_parser(|s: &str| parse_access(s, Some(false)))
+                .help("Refuse clients in NETWORK (ADDR, ADDR/BITS or all) with 403, under PREFIX if given; in order with --allow (repeatable)"),
+        )
+        .arg(
+            Arg::new("access")
+                .long("access")
+                .value_name("RULE")
+                .action(ArgAction::Append)
+                .value_parser(|s: &str| parse_access(s, None))
+                .help("An access rule as a config file writes it: \"allow [PREFIX=]NETWORK\" or \"deny [PREFIX=]NETWORK\" (repeatable, in order with --allow and --deny)"),
+        )
+        .arg(
+            Arg::new("rate_limit")
+                .long("rate-limit")
+                .value_name("[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,dry-run]")
+                .action(ArgAction::Append)
+                .value_parser(parse_rate_limit)
+                .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more at once (0), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
+        )
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// `[PREFIX=]NETWORK` for `--allow`/`--deny` (`allow` given), or `allow|deny [PREFIX=]NETWORK`.
+fn parse_access(text: &str, allow: Option<bool>) -> Result<AccessRule, String> {
+    let (allow, rest) = match allow {
+        Some(a) => (a, text.trim()),
+        None => match text.trim().split_once(char::is_whitespace) {
+            Some(("allow", rest)) => (true, rest.trim()),
+            Some(("deny", rest)) => (false, rest.trim()),
+            _ => {
+                return Err(format!(
+                    "{text:?}: an access rule is \"allow NETWORK\" or \"deny NETWORK\" (NETWORK: ADDR, ADDR/BITS or all, after PREFIX= for some paths)"
+                ))
+            }
+        },
+    };
+    let (prefix, net) = match rest.split_once('=') {
+        Some((p, n)) if p.starts_with('/') => (p.to_owned(), n.trim()),
+        Some((p, _)) => return Err(format!("{p:?}: a path prefix starts with /")),
+        None => (String::new(), rest),
+    };
+    let net = if net == "all" {
+        None
+    } else {
+        Some(super::proxy::parse_cidr(net)?)
+    };
+    Ok(AccessRule { prefix, allow, net })
+}
+
+/// Default and largest number of keys a zone keeps.
+const DEFAULT_KEYS: usize = 100_000;
+const MAX_KEYS: u64 = 100_000_000;
+
+/// `[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,dry-run][,nodelay]`.
+fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
+    let at = |reason: String| reason;
+    let (prefix, rest) = match text.split_once('=') {
+        Some((p, r)) if p.starts_with('/') => (p.to_owned(), r),
+        _ => (String::new(), text),
+    };
+    let mut parts = rest.split(',').map(str::trim);
+    let rate = parts.next().unwrap_or_default();
+    let per_ks = parse_rate(rate).map_err(at)?;
+    let mut spec = ZoneSpec {
+        prefix,
+        per_ks,
+        burst: 0,
+        key: vec![KeyPart::Addr],
+        status: 429,
+        dry_run: false,
+        keys: DEFAULT_KEYS,
+        text: text.to_owned(),
+    };
+    for part in parts {
+        let (name, value) = part.split_once('=').unwrap_or((part, ""));
+        match name {
+            "burst" => {
+                spec.burst = value
+                    .parse()
+                    .ok()
+                    .filter(|&b| b <= 1_000_000)
+                    .ok_or_else(|| at(format!("burst={value}: a count from 0 to 1000000")))?;
+            }
+            "key" => spec.key = parse_key(value).map_err(at)?,
+            "status" => {
+                spec.status = match value {
+                    "429" => 429,
+                    "503" => 503,
+                    _ => return Err(at(format!("status={value}: 429 or 503"))),
+                }
+            }
+            "keys" => {
+                let n = lowlat_http::units::parse_count(value).map_err(at)?;
+                if n == 0 || n > MAX_KEYS {
+                    return Err(at(format!("keys={value}: from 1 to 100m")));
+                }
+                spec.keys = n as usize;
+            }
+            "dry-run" if value.is_empty() => spec.dry_run = true,
+            // What is over the rate within the burst passes at once (nginx's nodelay): the
+            // only way this zone admits, so the word is accepted and changes nothing.
+            "nodelay" if value.is_empty() => {}
+            "delay" => {
+                return Err(at(
+                    "delay= is not supported: requests within the burst pass at once (nodelay)"
+                        .to_owned(),
+                ))
+            }
+            _ => {
+                return Err(at(format!(
+                    "unknown part {part:?} (burst=, key=, status=, keys=, dry-run, nodelay)"
+                )))
+            }
+        }
+    }
+    Ok(spec)
+}
+
+/// `100r/s`, `30r/m` → thousandths of a request per second.
+fn parse_rate(text: &str) -> Result<u64, String> {
+    let (n, per) = text
+        .strip_suffix("r/s")
+        .map(|n| (n, 1000))
+        .or_else(|| text.strip_suffix("r/m").map(|n| (n, 1000 / 60)))
+        .ok_or_else(|| format!("{text:?}: a rate is Nr/s or Nr/m (e.g. 100r/s)"))?;
+    let n: u64 = n
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&n| n > 0 && n <= 10_000_000)
+        .ok_or_else(|| format!("{text:?}: the count is from 1 to 10000000"))?;
+    // 30r/m is 500 thousandths a second: n × 1000 / 60, not n × (1000 / 60).
+    Ok(if per == 1000 {
+        n * 1000
+    } else {
+        (n * 1000 / 60).max(1)
+    })
+}
+
+/// `addr`, `host`, `path`, `header:NAME`, `cookie:NAME`, joined by `+`.
+fn parse_key(text: &str) -> Result<Vec<KeyPart>, String> {
+    text.split('+')
+        .map(|part| match part.trim() {
+            "addr" => Ok(KeyPart::Addr),
+            "host" => Ok(KeyPart::Host),
+            "path" => Ok(KeyPart::Path),
+            p => match p.split_once(':') {
+                Some(("header", n)) if !n.is_empty() => Ok(KeyPart::Header(n.to_ascii_lowercase())),
+                Some(("cookie", n)) if !n.is_empty() => Ok(KeyPart::Cookie(n.to_owned())),
+                _ => Err(format!(
+                    "key={text}: the key is addr, host, path, header:NAME or cookie:NAME, joined by +"
+                )),
+            },
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Args, FromArgMatches};
+
+    fn parse(argv: &[&str]) -> Result<GuardArgs, String> {
+        let cmd = GuardArgs::augment_args(Command::new("t").no_binary_name(true));
+        cmd.try_get_matches_from(argv)
+            .map_err(|e| e.to_string())
+            .and_then(|m| GuardArgs::from_arg_matches(&m).map_err(|e| e.to_string()))
+    }
+
+    #[test]
+    fn allow_and_deny_keep_their_order() {
+        let g = parse(&[
+            "--deny",
+            "192.168.1.1",
+            "--allow",
+            "192.168.1.0/24",
+            "--access",
+            "allow /admin/=10.0.0.0/8",
+            "--deny",
+            "all",
+        ])
+        .unwrap();
+        let order: Vec<(bool, &str)> = g
+            .access
+            .iter()
+            .map(|r| (r.allow, r.prefix.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [(false, ""), (true, ""), (true, "/admin/"), (false, "")]
+        );
+        assert!(g.access[3].net.is_none());
+        assert!(parse(&["--allow", "10.0.0.0/33"]).is_err());
+        assert!(parse(&["--access", "permit 10.0.0.1"]).is_err());
+        assert!(parse(&["--deny", "admin=all"]).is_err());
+    }
+
+    #[test]
+    fn rate_limits() {
+        let g = parse(&[
+            "--rate-limit",
+            "100r/s,burst=20",
+            "--rate-limit",
+            "/login=30r/m,key=addr+cookie:session,status=503,keys=1k,dry-run",
+        ])
+        .unwrap();
+        let (a, b) = (&g.rate_limit[0], &g.rate_limit[1]);
+        assert_eq!(
+            (a.per_ks, a.burst, a.status, a.prefix.as_str()),
+            (100_000, 20, 429, "")
+        );
+        assert_eq!(a.key, [KeyPart::Addr]);
+        assert_eq!(
+            (b.per_ks, b.status, b.keys, b.dry_run),
+            (500, 503, 1000, true)
+        );
+        assert_eq!(b.prefix, "/login");
+        assert_eq!(b.key, [KeyPart::Addr, KeyPart::Cookie("session".into())]);
+        for bad in [
+            "100",
+            "0r/s",
+            "10r/h",
+            "10r/s,burst=x",
+            "10r/s,key=ip",
+            "10r/s,status=404",
+            "10r/s,delay=5",
+            "10r/s,keys=0",
+            "10r/s,what",
+        ] {
+            assert!(parse(&["--rate-limit", bad]).is_err(), "{bad}");
+        }
+    }
+}
