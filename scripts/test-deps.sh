@@ -31,6 +31,8 @@ command -v go >/dev/null 2>&1 || { command -v h2spec >/dev/null 2>&1 && command 
     || need+=(golang-go)
 # lowlat bench's report test opens the HTML report in headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# The Basic authentication tests write their htpasswd files with Apache's own htpasswd.
+command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
 # The cache's conformance test runs the HTTP caching test suite, a Node.js package (below).
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)

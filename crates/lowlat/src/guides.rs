@@ -24,7 +24,7 @@ const PROXY: Guide = Guide {
 };
 const PROTECTION: Guide = Guide {
     path: "docs/protection.md",
-    about: "access rules by network and rate limits, per site and per path",
+    about: "access rules by network, rate limits and Basic authentication, per site and path",
 };
 const OPERATIONS: Guide = Guide {
     path: "docs/operations.md",

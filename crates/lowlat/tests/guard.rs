@@ -307,3 +307,153 @@ fn bad_rules_are_refused_at_start() {
         assert!(text.contains(args[0]), "{text}");
     }
 }
+
+/// `GET path` with an `Authorization: Basic` for `user:password` (none when `None`): the
+/// status and the head.
+fn with_basic(addr: SocketAddr, path: &str, cred: Option<&str>) -> (u16, String) {
+    use base64::Engine as _;
+    let line = cred.map(|c| {
+        format!(
+            "Authorization: Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(c)
+        )
+    });
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: g\r\nConnection: close\r\n");
+    if let Some(l) = &line {
+        req.push_str(l);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let code = reply
+        .split(' ')
+        .nth(1)
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or(0);
+    (code, reply)
+}
+
+/// Apache's own `htpasswd` writes the file, in each of its formats.
+fn htpasswd(file: &std::path::Path, flags: &[&str], user: &str, password: &str) {
+    let mut args = vec!["-b"];
+    if !file.exists() {
+        args.push("-c");
+    }
+    args.extend_from_slice(flags);
+    let ok = Command::new("htpasswd")
+        .args(&args)
+        .arg(file)
+        .args([user, password])
+        .output()
+        .expect("htpasswd (apache2-utils): run scripts/test-deps.sh");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
+/// Basic authentication under a prefix, against users `htpasswd` wrote with bcrypt, APR1-MD5
+/// and SHA-1: no or bad credentials get 401 with the challenge, good ones pass; paths outside
+/// the prefix ask for nothing; a flood of wrong passwords from one client turns to 429 after a
+/// few checks; a user added to the file counts after SIGHUP.
+#[test]
+fn basic_auth_against_apache_htpasswd_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("www");
+    std::fs::create_dir_all(root.join("private")).unwrap();
+    std::fs::write(root.join("private/secret.txt"), "secret\n").unwrap();
+    std::fs::write(root.join("open.txt"), "open\n").unwrap();
+    let file = dir.path().join("users");
+    htpasswd(&file, &["-B", "-C", "4"], "bee", "bcrypt-pass");
+    htpasswd(&file, &["-m"], "em", "md5-pass");
+    htpasswd(&file, &["-s"], "es", "sha-pass");
+    let cfg = dir.path().join("lowlat.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "workers = 1\nroot = \"{}\"\nbasic_auth = [\"/private/={},realm=Staff only\"]\n",
+            root.display(),
+            file.display()
+        ),
+    )
+    .unwrap();
+    let config = cfg.display().to_string();
+    let s = Served::start(["--config", &config]);
+    let secret = "/private/secret.txt";
+    let (code, head) = with_basic(s.addr, secret, None);
+    assert_eq!(code, 401);
+    assert!(
+        head.contains("WWW-Authenticate: Basic realm=\"Staff only\", charset=\"UTF-8\""),
+        "{head}"
+    );
+    assert_eq!(with_basic(s.addr, "/open.txt", None).0, 200);
+    for good in ["bee:bcrypt-pass", "em:md5-pass", "es:sha-pass"] {
+        let (code, reply) = with_basic(s.addr, secret, Some(good));
+        assert_eq!(code, 200, "{good}: {reply}");
+        assert!(reply.ends_with("secret\n"));
+    }
+    assert_eq!(with_basic(s.addr, secret, Some("bee:wrong")).0, 401);
+    assert_eq!(
+        with_basic(s.addr, secret, Some("nobody:bcrypt-pass")).0,
+        401
+    );
+    // Not Basic, not base64, no colon: 401, never an error.
+    for bad in ["Bearer abc", "Basic !!!", "Basic Zm9v", "Basic"] {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        write!(
+            c,
+            "GET {secret} HTTP/1.1\r\nHost: g\r\nAuthorization: {bad}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 401"), "{bad}: {reply}");
+    }
+    // A flood of wrong passwords: checks stop within the burst, then 429.
+    let codes: Vec<u16> = (0..40)
+        .map(|i| with_basic(s.addr, secret, Some(&format!("bee:guess{i}"))).0)
+        .collect();
+    assert!(
+        codes.iter().filter(|&&c| c == 401).count() <= 12,
+        "{codes:?}"
+    );
+    assert!(
+        codes.iter().filter(|&&c| c == 429).count() >= 28,
+        "{codes:?}"
+    );
+    let (_, refused) = with_basic(s.addr, secret, Some("bee:again"));
+    assert!(refused.contains("Retry-After: "), "{refused}");
+    // A user remembered from before still passes from memory, without a check.
+    assert_eq!(with_basic(s.addr, secret, Some("em:md5-pass")).0, 200);
+    // A user added, a reload: the new file counts (a new rule: its own attempts).
+    htpasswd(&file, &["-B", "-C", "4"], "new", "new-pass");
+    std::fs::write(
+        &cfg,
+        format!(
+            "workers = 1\nroot = \"{}\"\nbasic_auth = [\"/private/={},realm=Staff\"]\n",
+            root.display(),
+            file.display()
+        ),
+    )
+    .unwrap();
+    s.signal("HUP");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !with_basic(s.addr, secret, None)
+        .1
+        .contains("realm=\"Staff\"")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload did not apply"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The flood's client may check again once its bucket has drained one (30 a minute).
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(with_basic(s.addr, secret, Some("new:new-pass")).0, 200);
+}

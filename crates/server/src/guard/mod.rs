@@ -4,11 +4,13 @@
 //!
 //! # Layout
 //! - [`access`]: `allow` / `deny` rules, first match wins (403).
+//! - [`basic`]: HTTP Basic authentication against htpasswd files (401).
 //! - [`ratelimit`]: `limit_req` zones: leaky buckets per key, shared by every worker (429).
 //! - `client`: the client's address after trusted proxies, which both judge.
 //! - `metrics`: the zones' counts on `/metrics`.
 
 pub mod access;
+pub mod basic;
 mod client;
 pub(crate) mod metrics;
 pub mod ratelimit;
@@ -20,10 +22,12 @@ use crate::proxy::config::Cidr;
 use access::AccessRule;
 use ratelimit::{Verdict, Zone};
 
-/// A site's guard: its access rules, then its rate-limit zones.
+/// A site's guard: its rate-limit zones, then its access rules, then its Basic
+/// authentication (nginx's order: `limit_req` before `allow`/`deny` and `auth_basic`).
 pub struct Guard {
     rules: Arc<[AccessRule]>,
     zones: Vec<Arc<Zone>>,
+    auth: Vec<Arc<basic::BasicAuth>>,
     trusted: Arc<Vec<Cidr>>,
     /// Reused for `Retry-After` lines.
     line: Vec<u8>,
@@ -35,43 +39,68 @@ impl Guard {
     pub fn new(
         rules: Arc<[AccessRule]>,
         zones: Vec<Arc<Zone>>,
+        auth: Vec<Arc<basic::BasicAuth>>,
         trusted: Arc<Vec<Cidr>>,
     ) -> Option<Guard> {
-        (!rules.is_empty() || !zones.is_empty()).then(|| Guard {
+        (!rules.is_empty() || !zones.is_empty() || !auth.is_empty()).then(|| Guard {
             rules,
             zones,
+            auth,
             trusted,
             line: Vec::new(),
         })
     }
+
+    fn too_many(&mut self, res: &mut Response<'_>, status: u16, retry_after: u64) {
+        self.line.clear();
+        self.line.extend_from_slice(b"Retry-After: ");
+        self.line
+            .extend_from_slice(itoa::Buffer::new().format(retry_after).as_bytes());
+        self.line.extend_from_slice(b"\r\n");
+        res.send_status_with(status, &self.line);
+    }
 }
 
 impl Handler for Guard {
-    /// Refuses what the rules deny (403) and what a zone finds over its limit; leaves the rest
-    /// to the routes (sends nothing).
+    /// Refuses what a zone finds over its limit (429), what the rules deny (403) and what
+    /// lacks good credentials (401); leaves the rest to the routes (sends nothing).
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
         let Some(peer) = res.client().map(|c| c.peer.ip()) else {
             return;
         };
         let head = req.head;
         let ip = client::address(peer, head.headers, &self.trusted);
-        if !access::allowed(&self.rules, ip, head.path.as_bytes()) {
-            res.send_status(403);
-            return;
-        }
         let now = crate::clock::loop_now();
-        for zone in &self.zones {
+        for i in 0..self.zones.len() {
+            let zone = &self.zones[i];
             if !head.path.starts_with(&zone.spec.prefix) {
                 continue;
             }
             if let Verdict::Refuse { retry_after } = zone.check(head, ip, now) {
-                self.line.clear();
-                self.line.extend_from_slice(b"Retry-After: ");
-                self.line
-                    .extend_from_slice(itoa::Buffer::new().format(retry_after).as_bytes());
-                self.line.extend_from_slice(b"\r\n");
-                res.send_status_with(zone.spec.status, &self.line);
+                let status = zone.spec.status;
+                self.too_many(res, status, retry_after);
                 return;
+            }
+        }
+        if !access::allowed(&self.rules, ip, head.path.as_bytes()) {
+            res.send_status(403);
+            return;
+        }
+        for i in 0..self.auth.len() {
+            let auth = Arc::clone(&self.auth[i]);
+            if !head.path.starts_with(&auth.prefix) {
+                continue;
+            }
+            match auth.check(head, ip, now, crate::cache::now_secs()) {
+                basic::Outcome::Pass => {}
+                basic::Outcome::Challenge => {
+                    res.send_status_with(401, auth.challenge());
+                    return;
+                }
+                basic::Outcome::TooMany { retry_after } => {
+                    self.too_many(res, 429, retry_after);
+                    return;
+                }
             }
         }
     }

@@ -18,6 +18,50 @@ pub struct GuardArgs {
     /// Access rules, in order.
     pub access: Vec<AccessRule>,
     pub rate_limit: Vec<ZoneSpec>,
+    pub basic_auth: Vec<BasicAuthSpec>,
+}
+
+/// A `--basic-auth` rule as written: the paths, the htpasswd file, the realm, plain text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BasicAuthSpec {
+    pub prefix: String,
+    pub file: std::path::PathBuf,
+    pub realm: String,
+    pub plain: bool,
+}
+
+impl BasicAuthSpec {
+    /// Reads the file into the rule the workers use, its checks rate-limited per client.
+    ///
+    /// # Errors
+    /// The file cannot be read, or a line of it does not check (named with the file).
+    pub fn build(&self) -> Result<crate::guard::basic::BasicAuth, String> {
+        let shown = self.file.display();
+        let text = std::fs::read_to_string(&self.file)
+            .map_err(|e| format!("--basic-auth: cannot read {shown}: {e}"))?;
+        let users = crate::guard::basic::Htpasswd::parse(&text, self.plain)
+            .map_err(|e| format!("--basic-auth: {shown}: {e}"))?;
+        if users.is_empty() {
+            return Err(format!("--basic-auth: {shown} has no users"));
+        }
+        // Checks not answered from memory: 30 a minute per client, 10 at once.
+        let attempts = crate::guard::metrics::zone(ZoneSpec {
+            prefix: self.prefix.clone(),
+            per_ks: 30 * 1000 / 60,
+            burst: 10,
+            key: vec![KeyPart::Addr],
+            status: 429,
+            dry_run: false,
+            keys: DEFAULT_KEYS,
+            text: format!("basic-auth {}={shown}", self.prefix),
+        });
+        Ok(crate::guard::basic::BasicAuth::new(
+            self.prefix.clone(),
+            &self.realm,
+            users,
+            attempts,
+        ))
+    }
 }
 
 /// The flags whose values join the ordered access list.
@@ -43,6 +87,9 @@ impl clap::FromArgMatches for GuardArgs {
         }
         if let Some(zones) = m.get_many::<ZoneSpec>("rate_limit") {
             self.rate_limit = zones.cloned().collect();
+        }
+        if let Some(rules) = m.get_many::<BasicAuthSpec>("basic_auth") {
+            self.basic_auth = rules.cloned().collect();
         }
         Ok(())
     }
@@ -82,6 +129,14 @@ impl clap::Args for GuardArgs {
                 .value_parser(parse_rate_limit)
                 .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more at once (0), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
         )
+        .arg(
+            Arg::new("basic_auth")
+                .long("basic-auth")
+                .value_name("PREFIX=HTPASSWD[,realm=NAME][,plain]")
+                .action(ArgAction::Append)
+                .value_parser(parse_basic_auth)
+                .help("Ask for a user and password (HTTP Basic) under PREFIX, checked against an htpasswd file as Apache's htpasswd writes it (bcrypt, APR1-MD5, SHA-1; plain text only with ,plain); re-read on SIGHUP (repeatable)"),
+        )
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {
@@ -114,6 +169,37 @@ fn parse_access(text: &str, allow: Option<bool>) -> Result<AccessRule, String> {
         Some(super::proxy::parse_cidr(net)?)
     };
     Ok(AccessRule { prefix, allow, net })
+}
+
+/// `PREFIX=FILE[,realm=NAME][,plain]`.
+fn parse_basic_auth(text: &str) -> Result<BasicAuthSpec, String> {
+    let (prefix, rest) = text
+        .split_once('=')
+        .filter(|(p, _)| p.starts_with('/'))
+        .ok_or_else(|| format!("{text:?}: PREFIX=HTPASSWD_FILE, the prefix starting with /"))?;
+    let mut parts = rest.split(',');
+    let file = parts.next().unwrap_or_default().trim();
+    if file.is_empty() {
+        return Err(format!("{text:?}: no htpasswd file"));
+    }
+    let mut spec = BasicAuthSpec {
+        prefix: prefix.to_owned(),
+        file: file.into(),
+        realm: "restricted".to_owned(),
+        plain: false,
+    };
+    for part in parts.map(str::trim) {
+        match part.split_once('=') {
+            Some(("realm", r)) if !r.is_empty() => spec.realm = r.to_owned(),
+            None if part == "plain" => spec.plain = true,
+            _ => {
+                return Err(format!(
+                    "{text:?}: unknown part {part:?} (realm=NAME, plain)"
+                ))
+            }
+        }
+    }
+    Ok(spec)
 }
 
 /// Default and largest number of keys a zone keeps.

@@ -165,6 +165,7 @@ struct SiteService {
     /// Access rules and rate-limit zones (one per process, shared by the workers' routers).
     access: Arc<[crate::guard::access::AccessRule]>,
     zones: Vec<Arc<crate::guard::ratelimit::Zone>>,
+    auth: Vec<Arc<crate::guard::basic::BasicAuth>>,
 }
 
 impl SiteService {
@@ -235,6 +236,12 @@ impl SiteService {
                 .iter()
                 .map(|spec| crate::guard::metrics::zone(spec.clone()))
                 .collect(),
+            auth: site
+                .guard
+                .basic_auth
+                .iter()
+                .map(|a| a.build().map(Arc::new))
+                .collect::<Result<_, _>>()?,
         })
     }
 
@@ -268,6 +275,7 @@ impl SiteService {
         if let Some(guard) = crate::guard::Guard::new(
             Arc::clone(&self.access),
             self.zones.clone(),
+            self.auth.clone(),
             Arc::clone(trusted),
         ) {
             router.early("", crate::router::HookScope::ThisSite, guard);
