@@ -12,12 +12,26 @@ use std::time::Duration;
 mod support;
 use support::{curl, field, find, Served};
 
-/// What the origin answers for a path: status, extra head lines (each ending in CRLF), body.
+/// What the origin answers for a path: status, extra head lines (each ending in CRLF), body,
+/// and how the body is framed and sent.
 #[derive(Clone)]
 struct Answer {
     status: u16,
     lines: String,
     body: Vec<u8>,
+    framing: Framing,
+}
+
+/// How the origin sends a body.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// `Content-Length`, head and body in one write.
+    Length,
+    /// `Content-Length`, the body a moment after the head: the proxy reads it on a later event.
+    Late,
+    /// No length: the body, a moment after the head, ends when the origin closes the
+    /// connection (RFC 9112 §6.3 ¶8).
+    Close,
 }
 
 #[derive(Default)]
@@ -58,6 +72,11 @@ impl Origin {
 
     /// Answers `path` with this status, head lines (`Name: value` each, joined by `\n`) and body.
     fn set(&self, path: &str, status: u16, lines: &str, body: &[u8]) {
+        self.set_framed(path, status, lines, body, Framing::Length);
+    }
+
+    /// [`Origin::set`], with the body sent as `framing` says.
+    fn set_framed(&self, path: &str, status: u16, lines: &str, body: &[u8], framing: Framing) {
         let lines: String = lines
             .lines()
             .filter(|l| !l.is_empty())
@@ -69,6 +88,7 @@ impl Origin {
                 status,
                 lines,
                 body: body.to_vec(),
+                framing,
             },
         );
     }
@@ -144,19 +164,29 @@ fn serve(mut conn: TcpStream, state: &Mutex<OriginState>) {
                 status: 404,
                 lines: String::new(),
                 body: b"no such path\n".to_vec(),
+                framing: Framing::Length,
             })
         };
+        let length = match answer.framing {
+            Framing::Close => String::new(),
+            _ => format!("Content-Length: {}\r\n", answer.body.len()),
+        };
         let mut out = format!(
-            "HTTP/1.1 {} X\r\n{}Content-Length: {}\r\n\r\n",
-            answer.status,
-            answer.lines,
-            answer.body.len()
+            "HTTP/1.1 {} X\r\n{}{length}\r\n",
+            answer.status, answer.lines
         )
         .into_bytes();
+        if answer.framing != Framing::Length {
+            if conn.write_all(&out).is_err() {
+                return;
+            }
+            out.clear();
+            std::thread::sleep(Duration::from_millis(200));
+        }
         if method != "HEAD" {
             out.extend_from_slice(&answer.body);
         }
-        if conn.write_all(&out).is_err() {
+        if conn.write_all(&out).is_err() || answer.framing == Framing::Close {
             return;
         }
     }
@@ -267,6 +297,39 @@ fn miss_then_hits_with_age_and_cache_status() {
     assert_eq!(get(p.addr, "/a?x=1").body, b"hello, cache\n");
     assert_eq!(get(p.addr, "/a?x=1").body, b"hello, cache\n");
     assert_eq!(origin.count("GET /a"), 2);
+}
+
+/// A body that reaches the proxy after its head (on a later read), or that ends when the origin
+/// closes the connection (complete, RFC 9111 §3.3), is stored like one read at once; the
+/// hop-by-hop `Transfer-Encoding` of the latter is not kept (§3.1).
+#[test]
+fn bodies_read_over_several_events_are_stored() {
+    let origin = Origin::start();
+    origin.set_framed(
+        "/late",
+        200,
+        "Cache-Control: max-age=60",
+        b"late body",
+        Framing::Late,
+    );
+    origin.set_framed(
+        "/close",
+        200,
+        "Cache-Control: max-age=60\nTransfer-Encoding: x-unknown",
+        b"until close",
+        Framing::Close,
+    );
+    let p = proxy(&origin, &[]);
+    for (path, body) in [("/late", &b"late body"[..]), ("/close", b"until close")] {
+        let first = get(p.addr, path);
+        assert_eq!(first.status, 200, "{path}: {}", first.head);
+        assert!(first.cache_status().contains("stored"), "{}", first.head);
+        let hit = get(p.addr, path);
+        assert!(hit.cache_status().contains("hit"), "{path}: {}", hit.head);
+        assert_eq!(hit.body, body, "{path}");
+        assert_eq!(hit.field("transfer-encoding"), None, "{}", hit.head);
+        assert_eq!(origin.count(&format!("GET {path}")), 1, "{path}");
+    }
 }
 
 /// What must not be stored is fetched every time: `no-store`, `private`, `Set-Cookie`, a
