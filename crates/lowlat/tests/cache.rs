@@ -332,6 +332,48 @@ fn bodies_read_over_several_events_are_stored() {
     }
 }
 
+/// An upstream's valid `Age` counts in the stored response's age; one that is not a single
+/// delta-seconds (a list, two lines, a sign, a fraction) leaves the age unknown, so the
+/// response is stored stale and revalidated before any reuse (with its validators, when it
+/// has them).
+#[test]
+fn an_invalid_age_makes_the_response_stale() {
+    let origin = Origin::start();
+    origin.set("/aged", 200, "Cache-Control: max-age=60\nAge: 30", b"aged");
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/aged");
+    let hit = get(p.addr, "/aged");
+    assert!(hit.cache_status().contains("hit"), "{}", hit.head);
+    let age: u64 = hit.field("age").unwrap().parse().unwrap();
+    assert!((30..40).contains(&age), "{}", hit.head);
+    for (i, age) in ["0, 0", "0\nAge: 0", "-1", "1.0", "0;a=b", "abc"]
+        .iter()
+        .enumerate()
+    {
+        let path = format!("/bad{i}");
+        origin.set(
+            &path,
+            200,
+            &format!("Cache-Control: max-age=3600\nETag: \"b{i}\"\nAge: {age}"),
+            b"unknown age",
+        );
+        let first = get(p.addr, &path);
+        assert!(first.cache_status().contains("stored"), "{}", first.head);
+        let again = get(p.addr, &path);
+        assert!(
+            again.cache_status().contains("fwd=stale"),
+            "Age: {age}: {}",
+            again.head
+        );
+        assert_eq!(origin.count(&format!("GET {path}")), 2, "Age: {age}");
+        let sent = origin.last(&path);
+        assert!(
+            sent.contains(&format!("If-None-Match: \"b{i}\"\r\n")),
+            "{sent}"
+        );
+    }
+}
+
 /// What must not be stored is fetched every time: `no-store`, `private`, `Set-Cookie`, a
 /// request with `Authorization` (without `public`), a status without freshness, `Vary: *`.
 #[test]
