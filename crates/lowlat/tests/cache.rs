@@ -677,7 +677,10 @@ fn revalidation_with_304_refreshes_the_stored_response() {
     origin.set(
         "/r",
         200,
-        &format!("Cache-Control: max-age=1\nETag: \"v1\"\nLast-Modified: {lm}\nX-Gen: 1"),
+        &format!(
+            "Cache-Control: max-age=1\nETag: \"v1\"\nLast-Modified: {lm}\nX-Gen: 1\n\
+             Content-MD5: AAAA"
+        ),
         b"revalidated body",
     );
     let p = proxy(&origin, &[]);
@@ -686,7 +689,7 @@ fn revalidation_with_304_refreshes_the_stored_response() {
     origin.set(
         "/r",
         304,
-        "Cache-Control: max-age=60\nETag: \"v1\"\nX-Gen: 2",
+        "Cache-Control: max-age=60\nETag: \"v1\"\nX-Gen: 2\nContent-MD5: BBBB",
         b"",
     );
     let got = get(p.addr, "/r");
@@ -698,6 +701,8 @@ fn revalidation_with_304_refreshes_the_stored_response() {
         got.head
     );
     assert_eq!(got.field("x-gen"), Some("2"));
+    // The checksum is the stored body's, which the 304 does not replace.
+    assert_eq!(got.field("content-md5"), Some("AAAA"));
     let sent = origin.last("/r");
     assert!(sent.contains("If-None-Match: \"v1\"\r\n"), "{sent}");
     assert!(
@@ -710,6 +715,43 @@ fn revalidation_with_304_refreshes_the_stored_response() {
     assert_eq!(hit.field("x-gen"), Some("2"));
     assert_eq!(hit.body, b"revalidated body");
     assert_eq!(origin.count("GET /r"), 2);
+}
+
+/// A 304 whose entity-tag is not the stored response's updates nothing (RFC 9111 §4.3.4); the
+/// client, whose request was not conditional, gets the stored response, never the 304.
+#[test]
+fn a_304_with_another_validator_updates_nothing() {
+    let origin = Origin::start();
+    origin.set(
+        "/t",
+        200,
+        "Cache-Control: max-age=1\nETag: \"one\"\nX-Gen: 1",
+        b"tagged body",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/t");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set(
+        "/t",
+        304,
+        "Cache-Control: max-age=60\nETag: \"two\"\nX-Gen: 2",
+        b"",
+    );
+    let got = get(p.addr, "/t");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"tagged body");
+    assert_eq!(got.field("etag"), Some("\"one\""));
+    assert_eq!(got.field("x-gen"), Some("1"));
+    assert!(
+        got.cache_status().contains("fwd=stale; fwd-status=304"),
+        "{}",
+        got.head
+    );
+    assert!(origin.last("/t").contains("If-None-Match: \"one\"\r\n"));
+    // Not refreshed: still stale, so asked again.
+    let again = get(p.addr, "/t");
+    assert_eq!(again.field("x-gen"), Some("1"), "{}", again.head);
+    assert_eq!(origin.count("GET /t"), 3);
 }
 
 /// `stale-if-error`: a stale response stands in for a 5xx, and for an origin that is down;
