@@ -794,7 +794,9 @@ fn stale_if_error_when_the_origin_fails_or_is_down() {
     assert_eq!(get(p.addr, "/plain").status, 502);
 }
 
-/// `--cache-grace` lets a stale response without `stale-if-error` answer for a failing origin.
+/// `--cache-grace` lets a stale response without `stale-if-error` answer for a failing origin,
+/// unless a directive forbids serving it stale (RFC 9111 §4.2.4): `must-revalidate`,
+/// `no-cache`, `proxy-revalidate`, `s-maxage`; whether the origin answers 500 or closes.
 #[test]
 fn grace_serves_stale_for_errors() {
     let origin = Origin::start();
@@ -816,6 +818,28 @@ fn grace_serves_stale_for_errors() {
     std::thread::sleep(Duration::from_millis(2100));
     origin.set("/m", 500, "", b"broken");
     assert_eq!(get(p.addr, "/m").status, 500);
+    let strict = [
+        "max-age=1, no-cache",
+        "max-age=1, proxy-revalidate",
+        "s-maxage=1",
+        "max-age=1, must-revalidate",
+    ];
+    for (i, cc) in strict.iter().enumerate() {
+        origin.set(
+            &format!("/x{i}"),
+            200,
+            &format!("Cache-Control: {cc}"),
+            b"x",
+        );
+        get(p.addr, &format!("/x{i}"));
+    }
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.go_down();
+    for (i, cc) in strict.iter().enumerate() {
+        let got = get(p.addr, &format!("/x{i}"));
+        assert_eq!(got.status, 502, "{cc}: {}", got.head);
+    }
+    assert_eq!(get(p.addr, "/g").status, 200);
 }
 
 /// A client's conditional request is answered 304 from the stored response when its copy is

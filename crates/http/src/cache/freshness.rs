@@ -260,8 +260,10 @@ impl Stored {
     /// response's `stale-if-error` (or the request's, which may ask for more or less).
     #[must_use]
     pub fn usable_on_error(&self, age: u64, req: &Directives<'_>, grace: u64) -> bool {
-        if self.no_stale {
-            // must-revalidate: "MUST NOT ... even if the origin is unavailable" (§5.2.2.2).
+        if self.no_stale || self.no_cache {
+            // must-revalidate: "MUST NOT ... even if the origin is unavailable" (§5.2.2.2);
+            // no-cache: never used "without successful validation" (§5.2.2.4). §4.2.4 names
+            // both, with s-maxage and proxy-revalidate, as forbidding a stale response.
             return false;
         }
         let stale_for = age.saturating_sub(self.lifetime);
@@ -622,6 +624,17 @@ mod tests {
                 30,
                 false,
             ),
+            ("max-age=60, no-cache", 60, 61, "", 30, false),
+            (
+                "max-age=60, no-cache",
+                60,
+                30,
+                "stale-if-error=60",
+                30,
+                false,
+            ),
+            ("s-maxage=60, stale-if-error=100", 60, 61, "", 30, false),
+            ("max-age=60, proxy-revalidate", 60, 61, "", 30, false),
         ];
         for (resp_cc, lifetime, age, req_cc, grace, want) in cases {
             let stored = Stored::new(*lifetime, &req(resp_cc));
