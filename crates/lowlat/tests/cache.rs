@@ -874,6 +874,105 @@ fn clients_conditional_requests_answered_from_the_cache() {
     assert_eq!(origin.count("GET /c"), 1);
 }
 
+/// A `Range` is answered from a stored complete response: one range is a 206 with its slice,
+/// none satisfiable a 416; several ranges, or an `If-Range` that does not hold, get the whole
+/// response. None of them reaches the origin.
+#[test]
+fn ranges_answered_from_the_stored_response() {
+    let origin = Origin::start();
+    let lm = "Sun, 06 Nov 1994 08:49:37 GMT";
+    origin.set(
+        "/r",
+        200,
+        &format!("Cache-Control: max-age=60\nETag: \"r1\"\nLast-Modified: {lm}\nX-Kept: yes"),
+        b"0123456789A",
+    );
+    origin.set(
+        "/weak",
+        200,
+        "Cache-Control: max-age=60\nETag: W/\"w1\"",
+        b"0123456789",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/r");
+    get(p.addr, "/weak");
+    let cases: &[(&[&str], u16, &[u8], Option<&str>)] = &[
+        (&["Range: bytes=0-1"], 206, b"01", Some("bytes 0-1/11")),
+        (
+            &["Range: bytes=1-"],
+            206,
+            b"123456789A",
+            Some("bytes 1-10/11"),
+        ),
+        (&["Range: bytes=-1"], 206, b"A", Some("bytes 10-10/11")),
+        (
+            &["Range: bytes=5-100"],
+            206,
+            b"56789A",
+            Some("bytes 5-10/11"),
+        ),
+        (&["Range: bytes=20-"], 416, b"", Some("bytes */11")),
+        (&["Range: bytes=0-1,4-5"], 200, b"0123456789A", None),
+        (&["Range: lines=1-2"], 200, b"0123456789A", None),
+        (
+            &["Range: bytes=0-1", "If-Range: \"r1\""],
+            206,
+            b"01",
+            Some("bytes 0-1/11"),
+        ),
+        (
+            &["Range: bytes=0-1", &*format!("If-Range: {lm}")],
+            206,
+            b"01",
+            Some("bytes 0-1/11"),
+        ),
+        (
+            &["Range: bytes=0-1", "If-Range: \"other\""],
+            200,
+            b"0123456789A",
+            None,
+        ),
+        (
+            &["Range: bytes=0-1", "If-Range: W/\"r1\""],
+            200,
+            b"0123456789A",
+            None,
+        ),
+    ];
+    for (lines, status, body, content_range) in cases {
+        let got = request(p.addr, "GET", "/r", lines);
+        assert_eq!(got.status, *status, "{lines:?}: {}", got.head);
+        assert_eq!(got.body, *body, "{lines:?}");
+        assert_eq!(got.field("content-range"), *content_range, "{lines:?}");
+        assert_eq!(
+            got.field("content-length"),
+            Some(&*body.len().to_string()),
+            "{lines:?}"
+        );
+        assert!(
+            got.cache_status().contains("hit"),
+            "{lines:?}: {}",
+            got.head
+        );
+        if *status != 416 {
+            assert_eq!(got.field("x-kept"), Some("yes"), "{lines:?}");
+        }
+    }
+    // A weak validator never lets If-Range hold; HEAD ignores Range.
+    let weak = request(
+        p.addr,
+        "GET",
+        "/weak",
+        &["Range: bytes=0-1", "If-Range: W/\"w1\""],
+    );
+    assert_eq!(weak.status, 200, "{}", weak.head);
+    let head = request(p.addr, "HEAD", "/r", &["Range: bytes=0-1"]);
+    assert_eq!(head.status, 200, "{}", head.head);
+    assert_eq!(head.field("content-length"), Some("11"));
+    assert_eq!(origin.count("GET /r"), 1);
+    assert_eq!(origin.count("GET /weak"), 1);
+}
+
 /// `/metrics` counts the cache's hits, misses, stored responses and bytes.
 #[test]
 fn metrics_count_hits_and_misses() {
