@@ -896,7 +896,9 @@ fn ranges_answered_from_the_stored_response() {
     let p = proxy(&origin, &[]);
     get(p.addr, "/r");
     get(p.addr, "/weak");
-    let cases: &[(&[&str], u16, &[u8], Option<&str>)] = &[
+    // (request lines, status, body, Content-Range)
+    type Case<'a> = (&'a [&'a str], u16, &'a [u8], Option<&'a str>);
+    let cases: &[Case<'_>] = &[
         (&["Range: bytes=0-1"], 206, b"01", Some("bytes 0-1/11")),
         (
             &["Range: bytes=1-"],
