@@ -12,12 +12,26 @@ use std::time::Duration;
 mod support;
 use support::{curl, field, find, Served};
 
-/// What the origin answers for a path: status, extra head lines (each ending in CRLF), body.
+/// What the origin answers for a path: status, extra head lines (each ending in CRLF), body,
+/// and how the body is framed and sent.
 #[derive(Clone)]
 struct Answer {
     status: u16,
     lines: String,
     body: Vec<u8>,
+    framing: Framing,
+}
+
+/// How the origin sends a body.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// `Content-Length`, head and body in one write.
+    Length,
+    /// `Content-Length`, the body a moment after the head: the proxy reads it on a later event.
+    Late,
+    /// No length: the body, a moment after the head, ends when the origin closes the
+    /// connection (RFC 9112 §6.3 ¶8).
+    Close,
 }
 
 #[derive(Default)]
@@ -58,6 +72,11 @@ impl Origin {
 
     /// Answers `path` with this status, head lines (`Name: value` each, joined by `\n`) and body.
     fn set(&self, path: &str, status: u16, lines: &str, body: &[u8]) {
+        self.set_framed(path, status, lines, body, Framing::Length);
+    }
+
+    /// [`Origin::set`], with the body sent as `framing` says.
+    fn set_framed(&self, path: &str, status: u16, lines: &str, body: &[u8], framing: Framing) {
         let lines: String = lines
             .lines()
             .filter(|l| !l.is_empty())
@@ -69,6 +88,7 @@ impl Origin {
                 status,
                 lines,
                 body: body.to_vec(),
+                framing,
             },
         );
     }
@@ -144,19 +164,29 @@ fn serve(mut conn: TcpStream, state: &Mutex<OriginState>) {
                 status: 404,
                 lines: String::new(),
                 body: b"no such path\n".to_vec(),
+                framing: Framing::Length,
             })
         };
+        let length = match answer.framing {
+            Framing::Close => String::new(),
+            _ => format!("Content-Length: {}\r\n", answer.body.len()),
+        };
         let mut out = format!(
-            "HTTP/1.1 {} X\r\n{}Content-Length: {}\r\n\r\n",
-            answer.status,
-            answer.lines,
-            answer.body.len()
+            "HTTP/1.1 {} X\r\n{}{length}\r\n",
+            answer.status, answer.lines
         )
         .into_bytes();
+        if answer.framing != Framing::Length {
+            if conn.write_all(&out).is_err() {
+                return;
+            }
+            out.clear();
+            std::thread::sleep(Duration::from_millis(200));
+        }
         if method != "HEAD" {
             out.extend_from_slice(&answer.body);
         }
-        if conn.write_all(&out).is_err() {
+        if conn.write_all(&out).is_err() || answer.framing == Framing::Close {
             return;
         }
     }
@@ -267,6 +297,81 @@ fn miss_then_hits_with_age_and_cache_status() {
     assert_eq!(get(p.addr, "/a?x=1").body, b"hello, cache\n");
     assert_eq!(get(p.addr, "/a?x=1").body, b"hello, cache\n");
     assert_eq!(origin.count("GET /a"), 2);
+}
+
+/// A body that reaches the proxy after its head (on a later read), or that ends when the origin
+/// closes the connection (complete, RFC 9111 §3.3), is stored like one read at once; the
+/// hop-by-hop `Transfer-Encoding` of the latter is not kept (§3.1).
+#[test]
+fn bodies_read_over_several_events_are_stored() {
+    let origin = Origin::start();
+    origin.set_framed(
+        "/late",
+        200,
+        "Cache-Control: max-age=60",
+        b"late body",
+        Framing::Late,
+    );
+    origin.set_framed(
+        "/close",
+        200,
+        "Cache-Control: max-age=60\nTransfer-Encoding: x-unknown",
+        b"until close",
+        Framing::Close,
+    );
+    let p = proxy(&origin, &[]);
+    for (path, body) in [("/late", &b"late body"[..]), ("/close", b"until close")] {
+        let first = get(p.addr, path);
+        assert_eq!(first.status, 200, "{path}: {}", first.head);
+        assert!(first.cache_status().contains("stored"), "{}", first.head);
+        let hit = get(p.addr, path);
+        assert!(hit.cache_status().contains("hit"), "{path}: {}", hit.head);
+        assert_eq!(hit.body, body, "{path}");
+        assert_eq!(hit.field("transfer-encoding"), None, "{}", hit.head);
+        assert_eq!(origin.count(&format!("GET {path}")), 1, "{path}");
+    }
+}
+
+/// An upstream's valid `Age` counts in the stored response's age; one that is not a single
+/// delta-seconds (a list, two lines, a sign, a fraction) leaves the age unknown, so the
+/// response is stored stale and revalidated before any reuse (with its validators, when it
+/// has them).
+#[test]
+fn an_invalid_age_makes_the_response_stale() {
+    let origin = Origin::start();
+    origin.set("/aged", 200, "Cache-Control: max-age=60\nAge: 30", b"aged");
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/aged");
+    let hit = get(p.addr, "/aged");
+    assert!(hit.cache_status().contains("hit"), "{}", hit.head);
+    let age: u64 = hit.field("age").unwrap().parse().unwrap();
+    assert!((30..40).contains(&age), "{}", hit.head);
+    for (i, age) in ["0, 0", "0\nAge: 0", "-1", "1.0", "0;a=b", "abc"]
+        .iter()
+        .enumerate()
+    {
+        let path = format!("/bad{i}");
+        origin.set(
+            &path,
+            200,
+            &format!("Cache-Control: max-age=3600\nETag: \"b{i}\"\nAge: {age}"),
+            b"unknown age",
+        );
+        let first = get(p.addr, &path);
+        assert!(first.cache_status().contains("stored"), "{}", first.head);
+        let again = get(p.addr, &path);
+        assert!(
+            again.cache_status().contains("fwd=stale"),
+            "Age: {age}: {}",
+            again.head
+        );
+        assert_eq!(origin.count(&format!("GET {path}")), 2, "Age: {age}");
+        let sent = origin.last(&path);
+        assert!(
+            sent.contains(&format!("If-None-Match: \"b{i}\"\r\n")),
+            "{sent}"
+        );
+    }
 }
 
 /// What must not be stored is fetched every time: `no-store`, `private`, `Set-Cookie`, a
@@ -572,7 +677,10 @@ fn revalidation_with_304_refreshes_the_stored_response() {
     origin.set(
         "/r",
         200,
-        &format!("Cache-Control: max-age=1\nETag: \"v1\"\nLast-Modified: {lm}\nX-Gen: 1"),
+        &format!(
+            "Cache-Control: max-age=1\nETag: \"v1\"\nLast-Modified: {lm}\nX-Gen: 1\n\
+             Content-MD5: AAAA"
+        ),
         b"revalidated body",
     );
     let p = proxy(&origin, &[]);
@@ -581,7 +689,7 @@ fn revalidation_with_304_refreshes_the_stored_response() {
     origin.set(
         "/r",
         304,
-        "Cache-Control: max-age=60\nETag: \"v1\"\nX-Gen: 2",
+        "Cache-Control: max-age=60\nETag: \"v1\"\nX-Gen: 2\nContent-MD5: BBBB",
         b"",
     );
     let got = get(p.addr, "/r");
@@ -593,6 +701,8 @@ fn revalidation_with_304_refreshes_the_stored_response() {
         got.head
     );
     assert_eq!(got.field("x-gen"), Some("2"));
+    // The checksum is the stored body's, which the 304 does not replace.
+    assert_eq!(got.field("content-md5"), Some("AAAA"));
     let sent = origin.last("/r");
     assert!(sent.contains("If-None-Match: \"v1\"\r\n"), "{sent}");
     assert!(
@@ -605,6 +715,43 @@ fn revalidation_with_304_refreshes_the_stored_response() {
     assert_eq!(hit.field("x-gen"), Some("2"));
     assert_eq!(hit.body, b"revalidated body");
     assert_eq!(origin.count("GET /r"), 2);
+}
+
+/// A 304 whose entity-tag is not the stored response's updates nothing (RFC 9111 §4.3.4); the
+/// client, whose request was not conditional, gets the stored response, never the 304.
+#[test]
+fn a_304_with_another_validator_updates_nothing() {
+    let origin = Origin::start();
+    origin.set(
+        "/t",
+        200,
+        "Cache-Control: max-age=1\nETag: \"one\"\nX-Gen: 1",
+        b"tagged body",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/t");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set(
+        "/t",
+        304,
+        "Cache-Control: max-age=60\nETag: \"two\"\nX-Gen: 2",
+        b"",
+    );
+    let got = get(p.addr, "/t");
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.body, b"tagged body");
+    assert_eq!(got.field("etag"), Some("\"one\""));
+    assert_eq!(got.field("x-gen"), Some("1"));
+    assert!(
+        got.cache_status().contains("fwd=stale; fwd-status=304"),
+        "{}",
+        got.head
+    );
+    assert!(origin.last("/t").contains("If-None-Match: \"one\"\r\n"));
+    // Not refreshed: still stale, so asked again.
+    let again = get(p.addr, "/t");
+    assert_eq!(again.field("x-gen"), Some("1"), "{}", again.head);
+    assert_eq!(origin.count("GET /t"), 3);
 }
 
 /// `stale-if-error`: a stale response stands in for a 5xx, and for an origin that is down;
@@ -647,7 +794,9 @@ fn stale_if_error_when_the_origin_fails_or_is_down() {
     assert_eq!(get(p.addr, "/plain").status, 502);
 }
 
-/// `--cache-grace` lets a stale response without `stale-if-error` answer for a failing origin.
+/// `--cache-grace` lets a stale response without `stale-if-error` answer for a failing origin,
+/// unless a directive forbids serving it stale (RFC 9111 §4.2.4): `must-revalidate`,
+/// `no-cache`, `proxy-revalidate`, `s-maxage`; whether the origin answers 500 or closes.
 #[test]
 fn grace_serves_stale_for_errors() {
     let origin = Origin::start();
@@ -669,6 +818,28 @@ fn grace_serves_stale_for_errors() {
     std::thread::sleep(Duration::from_millis(2100));
     origin.set("/m", 500, "", b"broken");
     assert_eq!(get(p.addr, "/m").status, 500);
+    let strict = [
+        "max-age=1, no-cache",
+        "max-age=1, proxy-revalidate",
+        "s-maxage=1",
+        "max-age=1, must-revalidate",
+    ];
+    for (i, cc) in strict.iter().enumerate() {
+        origin.set(
+            &format!("/x{i}"),
+            200,
+            &format!("Cache-Control: {cc}"),
+            b"x",
+        );
+        get(p.addr, &format!("/x{i}"));
+    }
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.go_down();
+    for (i, cc) in strict.iter().enumerate() {
+        let got = get(p.addr, &format!("/x{i}"));
+        assert_eq!(got.status, 502, "{cc}: {}", got.head);
+    }
+    assert_eq!(get(p.addr, "/g").status, 200);
 }
 
 /// A client's conditional request is answered 304 from the stored response when its copy is
@@ -701,6 +872,107 @@ fn clients_conditional_requests_answered_from_the_cache() {
         assert_eq!(got.body, body, "{line}");
     }
     assert_eq!(origin.count("GET /c"), 1);
+}
+
+/// A `Range` is answered from a stored complete response: one range is a 206 with its slice,
+/// none satisfiable a 416; several ranges, or an `If-Range` that does not hold, get the whole
+/// response. None of them reaches the origin.
+#[test]
+fn ranges_answered_from_the_stored_response() {
+    let origin = Origin::start();
+    let lm = "Sun, 06 Nov 1994 08:49:37 GMT";
+    origin.set(
+        "/r",
+        200,
+        &format!("Cache-Control: max-age=60\nETag: \"r1\"\nLast-Modified: {lm}\nX-Kept: yes"),
+        b"0123456789A",
+    );
+    origin.set(
+        "/weak",
+        200,
+        "Cache-Control: max-age=60\nETag: W/\"w1\"",
+        b"0123456789",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/r");
+    get(p.addr, "/weak");
+    // (request lines, status, body, Content-Range)
+    type Case<'a> = (&'a [&'a str], u16, &'a [u8], Option<&'a str>);
+    let cases: &[Case<'_>] = &[
+        (&["Range: bytes=0-1"], 206, b"01", Some("bytes 0-1/11")),
+        (
+            &["Range: bytes=1-"],
+            206,
+            b"123456789A",
+            Some("bytes 1-10/11"),
+        ),
+        (&["Range: bytes=-1"], 206, b"A", Some("bytes 10-10/11")),
+        (
+            &["Range: bytes=5-100"],
+            206,
+            b"56789A",
+            Some("bytes 5-10/11"),
+        ),
+        (&["Range: bytes=20-"], 416, b"", Some("bytes */11")),
+        (&["Range: bytes=0-1,4-5"], 200, b"0123456789A", None),
+        (&["Range: lines=1-2"], 200, b"0123456789A", None),
+        (
+            &["Range: bytes=0-1", "If-Range: \"r1\""],
+            206,
+            b"01",
+            Some("bytes 0-1/11"),
+        ),
+        (
+            &["Range: bytes=0-1", &*format!("If-Range: {lm}")],
+            206,
+            b"01",
+            Some("bytes 0-1/11"),
+        ),
+        (
+            &["Range: bytes=0-1", "If-Range: \"other\""],
+            200,
+            b"0123456789A",
+            None,
+        ),
+        (
+            &["Range: bytes=0-1", "If-Range: W/\"r1\""],
+            200,
+            b"0123456789A",
+            None,
+        ),
+    ];
+    for (lines, status, body, content_range) in cases {
+        let got = request(p.addr, "GET", "/r", lines);
+        assert_eq!(got.status, *status, "{lines:?}: {}", got.head);
+        assert_eq!(got.body, *body, "{lines:?}");
+        assert_eq!(got.field("content-range"), *content_range, "{lines:?}");
+        assert_eq!(
+            got.field("content-length"),
+            Some(&*body.len().to_string()),
+            "{lines:?}"
+        );
+        assert!(
+            got.cache_status().contains("hit"),
+            "{lines:?}: {}",
+            got.head
+        );
+        if *status != 416 {
+            assert_eq!(got.field("x-kept"), Some("yes"), "{lines:?}");
+        }
+    }
+    // A weak validator never lets If-Range hold; HEAD ignores Range.
+    let weak = request(
+        p.addr,
+        "GET",
+        "/weak",
+        &["Range: bytes=0-1", "If-Range: W/\"w1\""],
+    );
+    assert_eq!(weak.status, 200, "{}", weak.head);
+    let head = request(p.addr, "HEAD", "/r", &["Range: bytes=0-1"]);
+    assert_eq!(head.status, 200, "{}", head.head);
+    assert_eq!(head.field("content-length"), Some("11"));
+    assert_eq!(origin.count("GET /r"), 1);
+    assert_eq!(origin.count("GET /weak"), 1);
 }
 
 /// `/metrics` counts the cache's hits, misses, stored responses and bytes.

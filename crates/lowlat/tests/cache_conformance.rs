@@ -5,19 +5,22 @@
 //! as the suite's README runs it against a reverse proxy.
 //!
 //! The bars hold what the cache reaches today, so that no change loses a test it passes: at most
-//! 20 tests of kind "required" not passed and at least 72 of the 88 tests of kind "optimal"
-//! passed (docs/PERFORMANCE.md, "Cache conformance", lists the ones not passed). The cache is
-//! built to reach at most 5 and at least 70; lower the first bar as tests are won. For scale, the
-//! peers measured on this kind of machine with the same script: squid 23 required not passed,
-//! Apache Traffic Server 32, varnish 38, nginx 61; optimal passed ATS 69, nginx 57, squid 49,
-//! varnish 44.
+//! 8 tests of kind "required" not passed and at least 75 of the 88 tests of kind "optimal"
+//! passed. docs/PERFORMANCE.md, "Cache conformance", argues each of the 8: 4 no cache can pass
+//! (`stale-close-*`: the origin closes the connection, and the test wants a field of the answer
+//! it never sent), 2 follow from not storing `Set-Cookie` responses by default, 1 RFC 9111
+//! §4.3.4 forbids (`304-etag-update-response-ETag`), 1 contradicts its neighbours
+//! (`age-parse-prefix`). The cache was built for at most 5 and at least 70; the first is out of
+//! reach without giving up one of those rules. For scale, the peers measured on this kind of
+//! machine with the same script: squid 23 required not passed, Apache Traffic Server 32, varnish
+//! 38, nginx 61; optimal passed ATS 69, nginx 57, squid 49, varnish 44.
 
 use std::path::Path;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lowlat");
-const MAX_REQUIRED_NOT_PASSED: usize = 20;
-const MIN_OPTIMAL_PASSED: usize = 72;
+const MAX_REQUIRED_NOT_PASSED: usize = 8;
+const MIN_OPTIMAL_PASSED: usize = 75;
 /// The suite's client takes about 20 s against a cache that answers at once; a request the cache
 /// holds open must not hold the test for ever.
 const CLIENT_TIMEOUT_S: &str = "300";

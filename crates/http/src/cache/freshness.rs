@@ -7,7 +7,7 @@
 //! (§4.2.2's suggestion, as squid and ATS do), capped by the caller's `heuristic_max`.
 
 use super::directives::Directives;
-use super::fields::{first, parse_date, trim, Fields, DELTA_MAX};
+use super::fields::{first, parse_date, trim, values, Fields, DELTA_MAX};
 
 /// Status codes that are cacheable by default (RFC 9110 §15.1): a response with one of them
 /// may be given a heuristic lifetime.
@@ -101,10 +101,21 @@ pub struct AgeBase {
 
 impl AgeBase {
     /// From the response's `Date` and `Age` fields and the times the request was sent and the
-    /// response received (RFC 9111 §4.2.3).
+    /// response received (RFC 9111 §4.2.3). An `Age` that is not one delta-seconds
+    /// ([`AgeField::Invalid`]) makes the age unknown, and an unknown age is taken as the
+    /// largest there is: the response is stale at once, so it is revalidated before any reuse.
     #[must_use]
     pub fn new<F: Fields + ?Sized>(fields: &F, request_time: u64, response_time: u64) -> Self {
-        let age_value = first(fields, "age").and_then(age_field).unwrap_or(0);
+        let age_value = match age_field(fields) {
+            AgeField::Absent => 0,
+            AgeField::Valid(age) => age,
+            AgeField::Invalid => {
+                return AgeBase {
+                    initial: DELTA_MAX,
+                    response_time,
+                };
+            }
+        };
         let date_value = first(fields, "date").and_then(parse_date);
         let apparent_age = date_value.map_or(0, |d| response_time.saturating_sub(d));
         let response_delay = response_time.saturating_sub(request_time);
@@ -123,13 +134,37 @@ impl AgeBase {
     }
 }
 
-/// An `Age` field value: a non-negative integer (§5.1); anything else is ignored.
-fn age_field(value: &[u8]) -> Option<u64> {
+/// What a response's `Age` field says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgeField {
+    /// No `Age`: the response comes straight from the origin (or says nothing of its age).
+    Absent,
+    /// One field line holding one delta-seconds (RFC 9111 §5.1), in seconds (at most 2^31).
+    Valid(u64),
+    /// Anything else: several lines or list members (`0, 7200`), a sign, a fraction, a
+    /// parameter, no digits. §5.1 would take the first member, or ignore an invalid value
+    /// (an age of 0), but nothing says which of two ages is true, and an age taken as 0 makes
+    /// a response fresh that an intermediary may have held for hours. So the age is not
+    /// guessed: the caller treats the response as already stale, which costs one
+    /// revalidation and never serves a response longer than it may be.
+    Invalid,
+}
+
+/// The `Age` of a response's fields.
+#[must_use]
+pub fn age_field<F: Fields + ?Sized>(fields: &F) -> AgeField {
+    let mut lines = values(fields, "age");
+    let Some(value) = lines.next() else {
+        return AgeField::Absent;
+    };
+    if lines.next().is_some() {
+        return AgeField::Invalid;
+    }
     let value = trim(value);
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-        return None;
+        return AgeField::Invalid;
     }
-    Some(
+    AgeField::Valid(
         value
             .iter()
             .try_fold(0u64, |n, &b| {
@@ -225,8 +260,10 @@ impl Stored {
     /// response's `stale-if-error` (or the request's, which may ask for more or less).
     #[must_use]
     pub fn usable_on_error(&self, age: u64, req: &Directives<'_>, grace: u64) -> bool {
-        if self.no_stale {
-            // must-revalidate: "MUST NOT ... even if the origin is unavailable" (§5.2.2.2).
+        if self.no_stale || self.no_cache {
+            // must-revalidate: "MUST NOT ... even if the origin is unavailable" (§5.2.2.2);
+            // no-cache: never used "without successful validation" (§5.2.2.4). §4.2.4 names
+            // both, with s-maxage and proxy-revalidate, as forbidding a stale response.
             return false;
         }
         let stale_for = age.saturating_sub(self.lifetime);
@@ -418,9 +455,12 @@ mod tests {
                 NOW,
                 0,
             ),
-            // Invalid Age ignored.
-            (&[("Age", "-5")], NOW, NOW, NOW, 0),
-            (&[("Age", "1.5")], NOW, NOW, NOW, 0),
+            // An Age that is not one delta-seconds: an unknown age, taken as the largest.
+            (&[("Age", "-5")], NOW, NOW, NOW, DELTA_MAX),
+            (&[("Age", "1.5")], NOW, NOW, NOW + 5, DELTA_MAX + 5),
+            (&[("Age", "0, 0")], NOW, NOW, NOW, DELTA_MAX),
+            (&[("Age", "0"), ("Age", "0")], NOW, NOW, NOW, DELTA_MAX),
+            // Past 2^31 (or past u64): 2^31 (§1.2.2).
             (
                 &[("Age", "99999999999999999999999")],
                 NOW,
@@ -436,6 +476,48 @@ mod tests {
             assert_eq!(base.age_at(*now), *want, "{fields:?}");
         }
         assert_eq!(age_value(u64::MAX), DELTA_MAX);
+    }
+
+    #[test]
+    fn age_field_table() {
+        type Pairs = &'static [(&'static str, &'static str)];
+        let cases: &[(Pairs, AgeField)] = &[
+            (&[], AgeField::Absent),
+            (&[("Date", DATE_NOW)], AgeField::Absent),
+            (&[("Age", "0")], AgeField::Valid(0)),
+            (&[("age", " 7200 ")], AgeField::Valid(7200)),
+            (&[("Age", "2147483649")], AgeField::Valid(DELTA_MAX)),
+            (&[("Age", "")], AgeField::Invalid),
+            (&[("Age", "abc")], AgeField::Invalid),
+            (&[("Age", "-7200")], AgeField::Invalid),
+            (&[("Age", "+1")], AgeField::Invalid),
+            (&[("Age", "7200.0")], AgeField::Invalid),
+            (&[("Age", "7200,0")], AgeField::Invalid),
+            (&[("Age", "0,7200")], AgeField::Invalid),
+            (&[("Age", "0, 0")], AgeField::Invalid),
+            (&[("Age", "3600, 3600")], AgeField::Invalid),
+            (&[("Age", "7200;foo=bar")], AgeField::Invalid),
+            (&[("Age", "7200;foo=111")], AgeField::Invalid),
+            (&[("Age", "7200"), ("Age", "0")], AgeField::Invalid),
+            (&[("Age", "0"), ("AGE", "0")], AgeField::Invalid),
+        ];
+        for (fields, want) in cases {
+            let fields: Vec<(&str, &[u8])> =
+                fields.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+            assert_eq!(age_field(&fields[..]), *want, "{fields:?}");
+        }
+    }
+
+    /// A response whose age is unknown is stale however long its lifetime.
+    #[test]
+    fn unknown_age_is_stale() {
+        let fields: &[(&str, &[u8])] = &[("Cache-Control", b"max-age=3600"), ("Age", b"0, 0")];
+        let base = AgeBase::new(fields, NOW, NOW);
+        let stored = Stored::new(3600, &Directives::default());
+        assert_eq!(
+            stored.use_for(base.age_at(NOW), &Directives::default()),
+            Use::Revalidate
+        );
     }
 
     fn req(line: &'static str) -> Directives<'static> {
@@ -542,6 +624,17 @@ mod tests {
                 30,
                 false,
             ),
+            ("max-age=60, no-cache", 60, 61, "", 30, false),
+            (
+                "max-age=60, no-cache",
+                60,
+                30,
+                "stale-if-error=60",
+                30,
+                false,
+            ),
+            ("s-maxage=60, stale-if-error=100", 60, 61, "", 30, false),
+            ("max-age=60, proxy-revalidate", 60, 61, "", 30, false),
         ];
         for (resp_cc, lifetime, age, req_cc, grace, want) in cases {
             let stored = Stored::new(*lifetime, &req(resp_cc));

@@ -52,14 +52,21 @@ pub fn not_modified_applies<S: Fields + ?Sized, N: Fields + ?Sized>(stored: &S, 
 
 /// Whether a 304's field replaces the stored ones of that name (§3.2): every field but the
 /// framing (`Content-Length` and `Transfer-Encoding` describe the 304's own empty body) and
-/// those that describe the stored body's bytes (`Content-Encoding`, `Content-Range`).
+/// those that describe the stored body's bytes (`Content-Encoding`, `Content-Range`) or
+/// vouch for them (`Content-MD5`, `Digest`, `Content-Digest`, `Repr-Digest`): the body is
+/// not replaced, so a checksum of other bytes would make the stored response fail its own
+/// check (§3.2 lets a cache keep the fields that assure the stored response's integrity).
 #[must_use]
 pub fn updates(name: &str) -> bool {
-    const KEEP: [&str; 4] = [
+    const KEEP: [&str; 8] = [
         "content-length",
         "content-encoding",
         "content-range",
         "transfer-encoding",
+        "content-md5",
+        "digest",
+        "content-digest",
+        "repr-digest",
     ];
     !KEEP.iter().any(|k| name.eq_ignore_ascii_case(k))
 }
@@ -154,12 +161,15 @@ mod tests {
             ("X-A", b"1"),
             ("X-A", b"2"),
             ("ETag", b"\"v1\""),
+            ("Content-MD5", b"rL0Y20zC+Fzt72VPzMSk2A=="),
         ];
         let fresh: &F = &[
             ("Cache-Control", b"max-age=60"),
             ("X-A", b"3"),
             ("Content-Length", b"0"),
             ("Content-Encoding", b"br"),
+            ("Content-MD5", b"N7UdGUp1E+RbVvZSTy1R8g=="),
+            ("Content-Digest", b"sha-256=:x:"),
             ("Connection", b"close"),
             ("X-New", b"n"),
         ];
@@ -169,6 +179,7 @@ mod tests {
             ("Content-Type", b"text/plain"),
             ("Content-Encoding", b"gzip"),
             ("ETag", b"\"v1\""),
+            ("Content-MD5", b"rL0Y20zC+Fzt72VPzMSk2A=="),
             ("Cache-Control", b"max-age=60"),
             ("X-A", b"3"),
             ("X-New", b"n"),

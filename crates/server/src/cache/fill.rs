@@ -57,6 +57,16 @@ pub(super) struct Pending {
     fresh: Stored,
 }
 
+/// What a 304 from the upstream becomes (see [`Fill::not_modified`]).
+pub(super) enum NotModified {
+    /// The client's: relayed as it is.
+    Relay,
+    /// The stored response, refreshed and stored again: sent instead.
+    Refreshed(Arc<Object>),
+    /// The stored response, which the 304 does not match: sent as it was, not updated.
+    Unmatched(Arc<Object>),
+}
+
 /// One forwarded request's fill.
 #[derive(Debug)]
 pub(crate) struct Fill {
@@ -178,15 +188,18 @@ impl Fill {
             .then(|| Arc::clone(o))
     }
 
-    /// A 304 to our conditional request: the stored response with the 304's fields merged in
-    /// (RFC 9111 §3.2, §4.3.4), stored again with its new age and lifetime.
-    pub(super) fn refreshed(&mut self, fields: &[Header<'_>]) -> Option<Arc<Object>> {
-        if !self.conditional {
-            return None;
-        }
-        let stale = self.stale.as_ref()?;
+    /// A 304 arrived. To the client's own conditional request it is the client's answer. To
+    /// ours it refreshes the stored response: the 304's fields merged in (RFC 9111 §3.2,
+    /// §4.3.4), stored again with its new age and lifetime. A 304 whose validator is not the
+    /// stored response's must not update it (§4.3.4); the client, which asked for the whole
+    /// response, gets the stored one as it was (the 304 still says the validator sent is
+    /// current), and it stays as stale as it was.
+    pub(super) fn not_modified(&mut self, fields: &[Header<'_>]) -> NotModified {
+        let Some(stale) = self.stale.as_ref().filter(|_| self.conditional) else {
+            return NotModified::Relay;
+        };
         if !not_modified_applies(&**stale, fields) {
-            return None;
+            return NotModified::Unmatched(Arc::clone(stale));
         }
         let connection: Vec<&[u8]> = values(fields, "connection").collect();
         let fresh_cc = Directives::default();
@@ -225,7 +238,7 @@ impl Fill {
             .counters
             .revalidated
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Some(object)
+        NotModified::Refreshed(object)
     }
 
     /// A fill that invalidates what an unsafe method's response says (§4.4).

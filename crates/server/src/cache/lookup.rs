@@ -1,7 +1,8 @@
 //! The hit path: a cached route's request looked up before it is forwarded. A usable stored
 //! response is written from memory like a file (status line and stored lines, then `Age`,
-//! `Cache-Status` and `Content-Length`, then the body unless `HEAD`); anything else goes on to
-//! the upstream with a fill that stores what comes back.
+//! `Cache-Status` and `Content-Length`, then the body unless `HEAD`; a 304 for a client's
+//! current copy, a part of it for a `Range`); anything else goes on to the upstream with a
+//! fill that stores what comes back.
 
 use std::cell::RefCell;
 
@@ -121,7 +122,7 @@ pub(crate) fn lookup(
                 if o.status == 200 && not_modified(head, &o) {
                     // The client's own copy is current (RFC 9110 §13.1.2, §13.1.3).
                     res.send_stored(304, "Not Modified", &o.lines, lines, b"");
-                } else {
+                } else if !super::partial::send_range(head, &o, lines, res) {
                     res.send_stored(o.status, &o.reason, &o.lines, lines, &o.body);
                 }
                 return Lookup::Served;

@@ -19,6 +19,7 @@
 //! - `object`: one stored response, immutable, shared as an `Arc`.
 //! - `key`: the cache key of a request (scheme, host, path, query) and its variants' keys.
 //! - `lookup`: the hit path: find, decide, answer from memory or let the request go on.
+//! - `partial`: a `Range` answered from a stored complete response (206, 416).
 //! - `fill`: the miss path: a response relayed to its client and stored on the way.
 //! - `tee`: the client's `Downstream` with the fill beside it: copies, refreshes, stands in.
 //! - `metrics`: the cache's families on `/metrics`.
@@ -29,6 +30,7 @@ pub(crate) mod key;
 pub(crate) mod lookup;
 pub(crate) mod metrics;
 pub(crate) mod object;
+pub(crate) mod partial;
 pub(crate) mod purge;
 pub mod store;
 pub(crate) mod tee;

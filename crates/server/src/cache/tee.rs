@@ -6,7 +6,7 @@ use std::rc::Rc;
 use lowlat_http::cache::status::{CacheStatus, Fwd};
 use lowlat_http::client::Header;
 
-use super::fill::{FillRef, State};
+use super::fill::{FillRef, NotModified, State};
 use super::now_secs;
 use super::object::Object;
 use crate::ctx::WorkerCtx;
@@ -14,9 +14,9 @@ use crate::proxy::downstream::{Downstream, TunnelRead};
 use crate::proxy::job::RelayBody;
 
 /// The client's [`Downstream`] with a fill beside it: every call goes on to the client; the
-/// head, body and end are also copied into the fill. A 304 that refreshes the stored response
-/// becomes that response for the client; an error becomes the stale response when
-/// `stale-if-error` allows.
+/// head, body and end are also copied into the fill. A 304 to the cache's own conditional
+/// request becomes the stored response for the client; an error becomes the stale response
+/// when `stale-if-error` allows.
 pub(crate) struct Tee<'a> {
     inner: &'a mut dyn Downstream,
     fill: FillRef,
@@ -116,10 +116,18 @@ impl Downstream for Tee<'_> {
         body: RelayBody,
     ) {
         if status == 304 {
-            let refreshed = self.fill.borrow_mut().refreshed(fields);
-            if let Some(object) = refreshed {
-                self.fill.borrow_mut().replaced = true;
-                self.send_object(ctx, &object, added, Some(304), true);
+            let answer = self.fill.borrow_mut().not_modified(fields);
+            let (object, stored) = match answer {
+                NotModified::Relay => (None, false),
+                NotModified::Refreshed(object) => (Some(object), true),
+                NotModified::Unmatched(object) => (Some(object), false),
+            };
+            if let Some(object) = object {
+                let mut f = self.fill.borrow_mut();
+                f.replaced = true;
+                f.state = State::Off;
+                drop(f);
+                self.send_object(ctx, &object, added, Some(304), stored);
                 return;
             }
         }

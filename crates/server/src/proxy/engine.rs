@@ -237,6 +237,7 @@ impl Upstreams {
                 phase: Phase::Connecting,
                 client: None,
                 job: None,
+                fill: None,
                 wpos: 0,
                 rbuf: Vec::new(),
                 rlen: 0,
@@ -414,13 +415,13 @@ impl Upstreams {
     }
 
     /// Makes all the progress possible on connection `key` without blocking; an exchange
-    /// whose response the cache keeps is relayed through the cache's tee.
+    /// whose response the cache keeps is relayed through the cache's tee (the job's fill
+    /// until the head is relayed, the connection's while the body is).
     fn drive(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
-        let fill = self
-            .conns
-            .get(key)
-            .and_then(|c| c.job.as_ref())
-            .and_then(|j| j.cache.clone());
+        let fill = self.conns.get(key).and_then(|c| match &c.job {
+            Some(j) => j.cache.clone(),
+            None => c.fill.clone(),
+        });
         match fill {
             None => self.drive_conn(key, ctx, down),
             Some(fill) => match crate::cache::tee::Tee::new(down, &fill) {
@@ -855,7 +856,9 @@ impl Upstreams {
                 c.rlen -= head_len;
                 c.rbuf = rbuf;
                 c.head_relayed = true;
-                if let Some(job) = c.job.take() {
+                if let Some(mut job) = c.job.take() {
+                    // The body's later reads are copied too, until the exchange ends.
+                    c.fill = job.cache.take();
                     if let Some(up) = &job.upload {
                         let mut pipe = up.borrow_mut();
                         if !pipe.done() {
@@ -940,6 +943,7 @@ impl Upstreams {
         down.flush_relayed(ctx);
         c.group.active.borrow_mut()[c.server] -= 1;
         c.client = None;
+        c.fill = None;
         if !c.rbuf.is_empty() {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
         }
@@ -1100,6 +1104,7 @@ impl Upstreams {
         if let Some(job) = c.job.take() {
             job.group.give_buffer(job.request);
         }
+        c.fill = None;
         self.remove(key, ctx);
     }
 

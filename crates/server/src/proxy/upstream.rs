@@ -161,6 +161,9 @@ pub(crate) struct UpConn {
     pub(crate) client: Option<(Token, u32)>,
     /// The request, kept until the first response byte (a retry sends it again).
     pub(crate) job: Option<ProxyJob>,
+    /// The cache's fill of a response whose body is being relayed: the job is gone by then,
+    /// and every later read of the body must still go through the cache's tee.
+    pub(crate) fill: Option<crate::cache::fill::FillRef>,
     pub(crate) wpos: usize,
     /// Read buffer (from the worker's pool, only during an exchange); `rlen` bytes hold data.
     pub(crate) rbuf: Vec<u8>,
