@@ -18,6 +18,11 @@ struct Answer {
     status: u16,
     lines: String,
     body: Vec<u8>,
+    /// How long the origin takes before it answers (a slow application).
+    delay: Duration,
+    /// How long it pauses after the head and the first half of the body (a body that arrives
+    /// in more than one read).
+    pause: Duration,
 }
 
 #[derive(Default)]
@@ -58,6 +63,20 @@ impl Origin {
 
     /// Answers `path` with this status, head lines (`Name: value` each, joined by `\n`) and body.
     fn set(&self, path: &str, status: u16, lines: &str, body: &[u8]) {
+        self.set_slow(path, status, lines, body, Duration::ZERO, Duration::ZERO);
+    }
+
+    /// As [`Origin::set`], the answer taking `delay` to start and pausing for `pause` halfway
+    /// through its body.
+    fn set_slow(
+        &self,
+        path: &str,
+        status: u16,
+        lines: &str,
+        body: &[u8],
+        delay: Duration,
+        pause: Duration,
+    ) {
         let lines: String = lines
             .lines()
             .filter(|l| !l.is_empty())
@@ -69,6 +88,8 @@ impl Origin {
                 status,
                 lines,
                 body: body.to_vec(),
+                delay,
+                pause,
             },
         );
     }
@@ -144,8 +165,11 @@ fn serve(mut conn: TcpStream, state: &Mutex<OriginState>) {
                 status: 404,
                 lines: String::new(),
                 body: b"no such path\n".to_vec(),
+                delay: Duration::ZERO,
+                pause: Duration::ZERO,
             })
         };
+        std::thread::sleep(answer.delay);
         let mut out = format!(
             "HTTP/1.1 {} X\r\n{}Content-Length: {}\r\n\r\n",
             answer.status,
@@ -153,11 +177,18 @@ fn serve(mut conn: TcpStream, state: &Mutex<OriginState>) {
             answer.body.len()
         )
         .into_bytes();
+        let half = answer.body.len() / 2;
         if method != "HEAD" {
-            out.extend_from_slice(&answer.body);
+            out.extend_from_slice(&answer.body[..half]);
         }
         if conn.write_all(&out).is_err() {
             return;
+        }
+        if method != "HEAD" {
+            std::thread::sleep(answer.pause);
+            if conn.write_all(&answer.body[half..]).is_err() {
+                return;
+            }
         }
     }
 }
@@ -727,4 +758,28 @@ fn metrics_count_hits_and_misses() {
     assert_eq!(value("lowlat_cache_stored_total"), 1);
     assert_eq!(value("lowlat_cache_objects"), 1);
     assert!(value("lowlat_cache_bytes") > 8);
+}
+
+/// A body that arrives in more than one read (the head and half of it, a pause, the rest) is
+/// stored whole, not only one that comes with its head.
+#[test]
+fn a_body_arriving_in_pieces_is_stored() {
+    let origin = Origin::start();
+    let body: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    origin.set_slow(
+        "/pieces",
+        200,
+        "Cache-Control: max-age=60",
+        &body,
+        Duration::ZERO,
+        Duration::from_millis(200),
+    );
+    let p = proxy(&origin, &[]);
+    let first = get(p.addr, "/pieces");
+    assert!(first.body == body, "{} bytes", first.body.len());
+    assert!(first.cache_status().contains("stored"), "{}", first.head);
+    let second = get(p.addr, "/pieces");
+    assert!(second.cache_status().contains("hit"), "{}", second.head);
+    assert!(second.body == body);
+    assert_eq!(origin.count("GET /pieces"), 1);
 }

@@ -253,6 +253,7 @@ impl Upstreams {
                 deadline: now + group.cfg.timeouts.connect,
                 sent_at: now,
                 tunnel: None,
+                cache: None,
             };
             if ctx
                 .registry
@@ -286,6 +287,7 @@ impl Upstreams {
         c.status = 0;
         c.paused = false;
         c.sent_at = now;
+        c.cache = None;
         if c.phase == Phase::Sending {
             c.deadline = now + group.cfg.timeouts.write;
             // A pooled connection is writable (its edge was used long ago): try at once.
@@ -416,11 +418,12 @@ impl Upstreams {
     /// Makes all the progress possible on connection `key` without blocking; an exchange
     /// whose response the cache keeps is relayed through the cache's tee.
     fn drive(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
-        let fill = self
-            .conns
-            .get(key)
-            .and_then(|c| c.job.as_ref())
-            .and_then(|j| j.cache.clone());
+        let fill = self.conns.get(key).and_then(|c| {
+            c.job
+                .as_ref()
+                .map_or(c.cache.as_ref(), |j| j.cache.as_ref())
+                .cloned()
+        });
         match fill {
             None => self.drive_conn(key, ctx, down),
             Some(fill) => match crate::cache::tee::Tee::new(down, &fill) {
@@ -855,7 +858,9 @@ impl Upstreams {
                 c.rlen -= head_len;
                 c.rbuf = rbuf;
                 c.head_relayed = true;
-                if let Some(job) = c.job.take() {
+                if let Some(mut job) = c.job.take() {
+                    // The body is still to come, in this read or later ones.
+                    c.cache = job.cache.take();
                     if let Some(up) = &job.upload {
                         let mut pipe = up.borrow_mut();
                         if !pipe.done() {
@@ -940,6 +945,7 @@ impl Upstreams {
         down.flush_relayed(ctx);
         c.group.active.borrow_mut()[c.server] -= 1;
         c.client = None;
+        c.cache = None;
         if !c.rbuf.is_empty() {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
         }

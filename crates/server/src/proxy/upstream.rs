@@ -187,6 +187,9 @@ pub(crate) struct UpConn {
     pub(crate) sent_at: Instant,
     /// The client-to-upstream side of a tunnel (only in [`Phase::Tunnel`]).
     pub(crate) tunnel: Option<Box<Tunnel>>,
+    /// The cache's part in the response being relayed, once the job (which carried it) is
+    /// gone at the head: the body reads that follow are copied through it too.
+    pub(crate) cache: Option<crate::cache::fill::FillRef>,
 }
 
 /// The client-to-upstream half of a WebSocket tunnel (driven by `tunnel::pump`), and where each
