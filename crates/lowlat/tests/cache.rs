@@ -783,3 +783,175 @@ fn a_body_arriving_in_pieces_is_stored() {
     assert!(second.body == body);
     assert_eq!(origin.count("GET /pieces"), 1);
 }
+
+/// Reads `/metrics` at `addr` and returns the value of `name`.
+fn metric(addr: &str, name: &str) -> u64 {
+    let out = curl(&[&format!("http://{addr}/metrics")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// `n` clients, each on its own thread and connection, ask for `target` at once (as near as
+/// threads can); their answers, in no order.
+fn at_once(addr: SocketAddr, target: &str, n: usize) -> Vec<Got> {
+    at_once_with(addr, target, &[], n)
+}
+
+/// As [`at_once`], each request with these extra head lines.
+fn at_once_with(addr: SocketAddr, target: &str, lines: &[&str], n: usize) -> Vec<Got> {
+    let start = Arc::new(std::sync::Barrier::new(n));
+    let lines: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let start = Arc::clone(&start);
+            let target = target.to_owned();
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+                start.wait();
+                request(addr, "GET", &target, &lines)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// Request collapsing: 100 clients miss one URL at once, on two workers, while the origin takes
+/// 300 ms to answer: the origin gets one request, every client the whole response — the one
+/// that went forward stored it, the others waited for it (`collapsed` in `Cache-Status`).
+#[test]
+fn concurrent_misses_make_one_upstream_request() {
+    let origin = Origin::start();
+    let body: Vec<u8> = (0..50_000u32).map(|i| b'0' + (i % 10) as u8).collect();
+    origin.set_slow(
+        "/hot",
+        200,
+        "Cache-Control: max-age=60",
+        &body,
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let p = proxy(&origin, &["--workers", "2", "--metrics", &metrics]);
+    let got = at_once(p.addr, "/hot", 100);
+    for g in &got {
+        assert_eq!(g.status, 200, "{}", g.head);
+        assert!(g.body == body, "{} bytes: {}", g.body.len(), g.head);
+    }
+    assert_eq!(origin.count("GET /hot"), 1);
+    let collapsed = got
+        .iter()
+        .filter(|g| g.cache_status().contains("collapsed"))
+        .count();
+    assert!(collapsed > 0, "none waited");
+    for g in got
+        .iter()
+        .filter(|g| g.cache_status().contains("collapsed"))
+    {
+        let status = g.cache_status();
+        assert!(
+            status.starts_with("lowlat; fwd=uri-miss; ttl=") && status.ends_with("; collapsed"),
+            "{}",
+            g.head
+        );
+    }
+    // Each request is one of: the fetch, a wait answered by it, a hit after it.
+    assert_eq!(metric(&metrics, "lowlat_cache_misses_total"), 1);
+    assert_eq!(
+        metric(&metrics, "lowlat_cache_collapsed_total"),
+        collapsed as u64
+    );
+    assert_eq!(
+        metric(&metrics, "lowlat_cache_hits_total"),
+        99 - collapsed as u64
+    );
+}
+
+/// Once a URL's responses are known to vary, concurrent misses wait for a fetch of their own
+/// variant only: after a first wave of one language (one request), a wave of two other
+/// languages at once makes one request per language, not one plus one per request of the
+/// language that did not lead.
+#[test]
+fn collapsing_keeps_variants_apart() {
+    let origin = Origin::start();
+    origin.set_slow(
+        "/lang",
+        200,
+        "Cache-Control: max-age=60\nVary: Accept-Language",
+        b"words",
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
+    let p = proxy(&origin, &["--workers", "2"]);
+    for g in at_once_with(p.addr, "/lang", &["Accept-Language: en"], 20) {
+        assert_eq!(g.status, 200, "{}", g.head);
+    }
+    assert_eq!(origin.count("GET /lang"), 1);
+    let addr = p.addr;
+    let de = std::thread::spawn(move || at_once_with(addr, "/lang", &["Accept-Language: de"], 10));
+    let es = at_once_with(p.addr, "/lang", &["Accept-Language: es"], 10);
+    for g in es.iter().chain(&de.join().unwrap()) {
+        assert_eq!(g.status, 200, "{}", g.head);
+        assert_eq!(g.body, b"words");
+    }
+    assert_eq!(origin.count("GET /lang"), 3);
+}
+
+/// Requests that waited for a response that could not be stored (`no-store`) go to the origin
+/// themselves, each getting its own answer, at once: none hangs, none waits for another twice.
+#[test]
+fn waiters_for_what_is_not_stored_go_forward_themselves() {
+    let origin = Origin::start();
+    origin.set_slow(
+        "/private",
+        200,
+        "Cache-Control: no-store",
+        b"for you only",
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
+    let p = proxy(&origin, &["--workers", "2"]);
+    let started = std::time::Instant::now();
+    let got = at_once(p.addr, "/private", 20);
+    let took = started.elapsed();
+    for g in &got {
+        assert_eq!(g.status, 200, "{}", g.head);
+        assert_eq!(g.body, b"for you only");
+        assert!(!g.cache_status().contains("collapsed"), "{}", g.head);
+    }
+    // The first fetch, then every waiter's own (in parallel): two rounds, not twenty.
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(origin.count("GET /private") >= 2);
+    assert!(origin.count("GET /private") <= 20);
+}
+
+/// A fetch that fails (the origin is slower than the first-byte timeout) releases its waiters,
+/// which try on their own and get their own answer (504 here) within their time limit.
+#[test]
+fn waiters_of_a_failed_fetch_are_answered_in_time() {
+    let origin = Origin::start();
+    origin.set_slow(
+        "/slow",
+        200,
+        "Cache-Control: max-age=60",
+        b"too late",
+        Duration::from_secs(3),
+        Duration::ZERO,
+    );
+    let p = proxy(
+        &origin,
+        &["--workers", "2", "--proxy-first-byte-timeout", "1s"],
+    );
+    let started = std::time::Instant::now();
+    let got = at_once(p.addr, "/slow", 10);
+    let took = started.elapsed();
+    for g in &got {
+        assert_eq!(g.status, 504, "{}", g.head);
+    }
+    // The fetch times out after 1 s, its waiters' own after 1 s more; timeouts are found by
+    // the worker's sweep, up to a second apart: at most 4 s, never the origin's 3 s each.
+    assert!(took < Duration::from_millis(5500), "took {took:?}");
+}

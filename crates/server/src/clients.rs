@@ -179,6 +179,33 @@ impl Clients {
         }
     }
 
+    /// The cache rang this worker: the requests whose flight ended are released.
+    pub(crate) fn cache_news(
+        &mut self,
+        upstreams: &mut Upstreams,
+        ctx: &mut WorkerCtx<'_>,
+        relays: &mut Vec<(Token, u32)>,
+    ) {
+        self.release_waiters(upstreams, ctx, relays);
+    }
+
+    /// Parked requests whose wait is over (their flight ended, or their time is up) are
+    /// answered from the cache or forwarded on their own, each on its client's behalf.
+    pub(crate) fn release_waiters(
+        &mut self,
+        upstreams: &mut Upstreams,
+        ctx: &mut WorkerCtx<'_>,
+        relays: &mut Vec<(Token, u32)>,
+    ) {
+        for ((client, stream), job) in upstreams.released(ctx.now) {
+            self.with_downstream(client, stream, ctx, |down, ctx| match down {
+                Some(down) => upstreams.unpark((client, stream), job, ctx, down),
+                None => job.group.give_buffer(job.request),
+            });
+            self.settle(upstreams, client, ctx, relays);
+        }
+    }
+
     /// A closed TCP connection leaves; the exchanges it abandoned are cancelled.
     fn remove(&mut self, upstreams: &mut Upstreams, key: usize, ctx: &mut WorkerCtx<'_>) {
         self.conns.remove(key);

@@ -29,7 +29,7 @@ pub(crate) fn render(s: &mut String) {
         (
             "collapsed",
             &c.collapsed,
-            "Requests that waited for another's fetch.",
+            "Misses answered from another request's fetch, which they waited for.",
         ),
         (
             "bypass",

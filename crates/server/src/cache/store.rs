@@ -94,6 +94,8 @@ pub struct CacheStore {
     /// The largest object stored (bytes of body), capped to what one shard can hold.
     pub(crate) max_object: u64,
     pub counters: CacheCounters,
+    /// The fills in progress (request collapsing, background refreshes).
+    pub(crate) flights: super::inflight::Flights,
 }
 
 impl std::fmt::Debug for CacheStore {
@@ -134,6 +136,7 @@ impl CacheStore {
             map,
             max_object,
             counters,
+            flights: super::inflight::Flights::default(),
         }
     }
 
