@@ -955,3 +955,92 @@ fn waiters_of_a_failed_fetch_are_answered_in_time() {
     // the worker's sweep, up to a second apart: at most 4 s, never the origin's 3 s each.
     assert!(took < Duration::from_millis(5500), "took {took:?}");
 }
+
+/// `stale-while-revalidate` (RFC 5861 §3): within the window a stale response is sent at once
+/// while one conditional request refreshes it in the background; later requests in the
+/// meantime are sent the stale response too, without another refresh; once the refresh is in,
+/// the new response is a hit.
+#[test]
+fn stale_while_revalidate_refreshes_in_the_background() {
+    let origin = Origin::start();
+    origin.set(
+        "/swr",
+        200,
+        "Cache-Control: max-age=1, stale-while-revalidate=30\nETag: \"v1\"",
+        b"version 1",
+    );
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let p = proxy(&origin, &["--workers", "2", "--metrics", &metrics]);
+    assert_eq!(get(p.addr, "/swr").body, b"version 1");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set_slow(
+        "/swr",
+        200,
+        "Cache-Control: max-age=60, stale-while-revalidate=30\nETag: \"v2\"",
+        b"version 2",
+        Duration::from_millis(500),
+        Duration::ZERO,
+    );
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let stale = get(p.addr, "/swr");
+        let took = started.elapsed();
+        assert_eq!(stale.status, 200);
+        assert_eq!(stale.body, b"version 1");
+        assert!(took < Duration::from_millis(250), "took {took:?}");
+        let status = stale.cache_status();
+        assert!(status.starts_with("lowlat; hit; ttl=-"), "{}", stale.head);
+        assert!(status.contains("detail=stale-while-revalidate"), "{status}");
+    }
+    // The refresh reached the origin once, with the stored validator.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(origin.count("GET /swr"), 2);
+    assert!(
+        origin.last("/swr").contains("If-None-Match: \"v1\"\r\n"),
+        "{}",
+        origin.last("/swr")
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let fresh = get(p.addr, "/swr");
+    assert_eq!(fresh.body, b"version 2");
+    assert!(
+        fresh.cache_status().starts_with("lowlat; hit"),
+        "{}",
+        fresh.head
+    );
+    assert_eq!(fresh.field("etag"), Some("\"v2\""));
+    assert_eq!(origin.count("GET /swr"), 2);
+    assert_eq!(metric(&metrics, "lowlat_cache_refreshes_total"), 1);
+}
+
+/// A background refresh answered 304 refreshes the stored response in place: the body stays,
+/// the head takes the 304's fields and lifetime.
+#[test]
+fn stale_while_revalidate_with_a_304() {
+    let origin = Origin::start();
+    origin.set(
+        "/swr304",
+        200,
+        "Cache-Control: max-age=1, stale-while-revalidate=30\nETag: \"same\"\nX-Gen: 1",
+        b"kept body",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/swr304");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set(
+        "/swr304",
+        304,
+        "Cache-Control: max-age=60\nETag: \"same\"\nX-Gen: 2",
+        b"",
+    );
+    let stale = get(p.addr, "/swr304");
+    assert_eq!(stale.body, b"kept body");
+    assert_eq!(stale.field("x-gen"), Some("1"));
+    std::thread::sleep(Duration::from_millis(300));
+    let fresh = get(p.addr, "/swr304");
+    assert_eq!(fresh.body, b"kept body");
+    assert_eq!(fresh.field("x-gen"), Some("2"), "{}", fresh.head);
+    assert!(fresh.cache_status().contains("hit"), "{}", fresh.head);
+    assert!(!fresh.cache_status().contains("ttl=-"), "{}", fresh.head);
+    assert_eq!(origin.count("GET /swr304"), 2);
+}

@@ -1,5 +1,6 @@
 //! Fills in progress ([`Flights`]), one per key across the process: concurrent misses of one
-//! key make one upstream request (request collapsing).
+//! key make one upstream request (request collapsing), and a stale response is refreshed once
+//! (stale-while-revalidate).
 //!
 //! A miss enters the table ([`enter`]). The first for a key leads: its fill is the flight, and
 //! its [`Leader`] ends the flight when dropped — when the response is stored, found not
@@ -30,7 +31,7 @@ thread_local! {
     static WAKER: OnceCell<Arc<mio::Waker>> = const { OnceCell::new() };
 }
 
-/// Makes `waker` this thread's: its loop handles what a ring brings (`collapse`).
+/// Makes `waker` this thread's: its loop handles what a ring brings (`collapse`, `refresh`).
 pub(crate) fn set_waker(waker: Arc<mio::Waker>) {
     WAKER.with(|w| {
         let _ = w.set(waker);
@@ -40,6 +41,11 @@ pub(crate) fn set_waker(waker: Arc<mio::Waker>) {
 /// This thread's waker, when it runs a worker loop.
 fn own_waker() -> Option<Arc<mio::Waker>> {
     WAKER.with(|w| w.get().cloned())
+}
+
+/// Rings this thread's own worker (news queued for its next turn). False when it has none.
+pub(crate) fn wake_own() -> bool {
+    WAKER.with(|w| w.get().is_some_and(|w| w.wake().is_ok()))
 }
 
 /// The fills in progress, by key.

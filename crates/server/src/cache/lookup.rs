@@ -2,7 +2,9 @@
 //! response is written from memory like a file (status line and stored lines, then `Age`,
 //! `Cache-Status` and `Content-Length`, then the body unless `HEAD`); anything else goes on to
 //! the upstream with a fill that stores what comes back, after entering the flight of its key
-//! (`inflight`): a miss of a key another request is fetching waits for that fetch.
+//! (`inflight`): a miss of a key another request is fetching waits for that fetch. A stale
+//! response within its `stale-while-revalidate` window is sent at once and refreshed in the
+//! background (`refresh`).
 
 use std::cell::RefCell;
 
@@ -22,6 +24,10 @@ use crate::handler::{Req, Response};
 pub(crate) enum Lookup {
     /// Answered from the cache.
     Served,
+    /// Answered with a stale response within its `stale-while-revalidate` window: it is to be
+    /// refreshed in the background with this fill (which leads the flight of its key), from
+    /// the stale response it holds (for its validators).
+    Refresh(FillRef, std::sync::Arc<Object>),
     /// To be forwarded, with this fill (none: the cache stays out of it), and the stored
     /// response it found unusable as it was (to revalidate, or to stand in for an error).
     Forward(Option<FillRef>, Option<std::sync::Arc<Object>>),
@@ -37,6 +43,9 @@ thread_local! {
 /// neither poison an entry nor be answered with one made for another request.
 /// (`X-Forwarded-Host` reaches the upstream only from a trusted proxy, and is then in the key.)
 const UNKEYED: [&str; 3] = ["x-original-url", "x-rewrite-url", "x-host"];
+
+/// `Cache-Status`'s `detail` on a stale response sent while it is refreshed.
+const REVALIDATING: &str = "stale-while-revalidate";
 
 /// Looks `req` up in the route's cache; answers it when a stored response may be used.
 pub(crate) fn lookup(
@@ -97,26 +106,31 @@ pub(crate) fn lookup(
         let now = now_secs();
         if let Some(o) = object {
             let age = o.age.age_at(now);
-            let usable = match o.fresh.use_for(age, &req_cc) {
-                Use::Fresh => true,
+            let (usable, refresh) = match o.fresh.use_for(age, &req_cc) {
+                Use::Fresh => (true, false),
                 Use::Stale { refresh } => {
                     bump(&counters.stale);
-                    // A background refresh (stale-while-revalidate) is not made yet: the
-                    // stale copy is served until it is past its window, then revalidated.
-                    let _ = refresh;
-                    true
+                    (true, refresh)
                 }
-                Use::Revalidate => false,
+                Use::Revalidate => (false, false),
             };
             if usable {
+                // The flight key is the variant's, in `lines` until the head is written there.
+                let background = refresh
+                    .then(|| refresh_fill(cache, head, primary, variant.then_some(&lines[..])))
+                    .flatten();
                 bump(&counters.hits);
                 let status = CacheStatus {
                     hit: true,
                     ttl: Some(o.fresh.ttl(age)),
+                    detail: refresh.then_some(REVALIDATING),
                     ..CacheStatus::default()
                 };
                 send(cache, head, res, &o, age, &status, lines);
-                return Lookup::Served;
+                return match background {
+                    Some(fill) => Lookup::Refresh(fill, o),
+                    None => Lookup::Served,
+                };
             }
             let fwd = if req_cc.no_cache || req_cc.max_age.is_some() || req_cc.min_fresh.is_some() {
                 Fwd::Request
@@ -226,6 +240,40 @@ fn miss(
     }
     let fill = Fill::store(cache, primary, head.headers, req_cc, fwd, role);
     Lookup::Forward(Some(fill), stale)
+}
+
+/// The fill of a background refresh of the stale response `head` found, when no other fill
+/// of its key (`variant`'s, when the response varies) is in progress: it leads the flight, so
+/// that the refresh is made once, and requests that cannot use the stale response wait for
+/// it. It carries the request's fields but not its conditionals or `Range`: what comes back
+/// is for the store, not for this client.
+fn refresh_fill(
+    cache: &RouteCache,
+    head: &lowlat_http::request::Request<'_, '_>,
+    primary: &[u8],
+    variant: Option<&[u8]>,
+) -> Option<FillRef> {
+    if head.method != Method::Get {
+        return None;
+    }
+    let role = super::inflight::enter(&cache.store, variant.unwrap_or(primary), false);
+    if !matches!(role, Role::Lead(_)) {
+        return None;
+    }
+    let fields = super::refresh::request_fields(head.headers);
+    let req_cc = if cache.policy.honour_request {
+        Directives::parse(&fields[..], "cache-control")
+    } else {
+        Directives::default()
+    };
+    Some(Fill::store(
+        cache,
+        primary,
+        &fields,
+        &req_cc,
+        Fwd::Stale,
+        role,
+    ))
 }
 
 /// What a request that waited for another's fill may be answered with now: the response its

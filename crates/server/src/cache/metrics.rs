@@ -32,6 +32,11 @@ pub(crate) fn render(s: &mut String) {
             "Misses answered from another request's fetch, which they waited for.",
         ),
         (
+            "refreshes",
+            &c.refreshes,
+            "Background refreshes started (stale-while-revalidate).",
+        ),
+        (
             "bypass",
             &c.bypass,
             "Requests the cache stayed out of (method, unkeyed fields, purge).",

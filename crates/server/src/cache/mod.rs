@@ -14,6 +14,8 @@
 //! Concurrent misses of one key make one upstream request: the first leads the key's flight
 //! ([`inflight`]), the others are parked by their worker until its fill ends and are then
 //! answered from the store, or sent on their own when nothing usable was stored (`collapse`).
+//! A stale response within its `stale-while-revalidate` window is sent at once and refreshed
+//! by one request in the background, which has no client (`refresh`).
 //!
 //! A route without a cache pays one `Option` test in the proxy handler and one in the
 //! upstream side per event; nothing else on the request path changes. A hit never touches the
@@ -29,6 +31,7 @@
 //! - `send`: a stored response relayed through a `Downstream` (standing in, after a wait).
 //! - `inflight`: the fills in progress, one per key, and the wake-up of those waiting.
 //! - `collapse`: a worker's requests parked while another's fill of their key is made.
+//! - `refresh`: background refreshes (`stale-while-revalidate`): queued, and their sink.
 //! - `metrics`: the cache's families on `/metrics`.
 //! - `purge`: `PURGE` by URL, prefix or tag, from trusted networks.
 
@@ -40,6 +43,7 @@ pub(crate) mod lookup;
 pub(crate) mod metrics;
 pub(crate) mod object;
 pub(crate) mod purge;
+pub(crate) mod refresh;
 pub(crate) mod send;
 pub mod store;
 pub(crate) mod tee;

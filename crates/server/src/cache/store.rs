@@ -66,6 +66,7 @@ pub struct CacheCounters {
     pub stale: AtomicU64,
     pub revalidated: AtomicU64,
     pub collapsed: AtomicU64,
+    pub refreshes: AtomicU64,
     pub bypass: AtomicU64,
     pub stored: AtomicU64,
     pub not_stored: AtomicU64,
