@@ -19,6 +19,11 @@ struct Answer {
     status: u16,
     lines: String,
     body: Vec<u8>,
+    /// How long the origin takes before it answers (a slow application).
+    delay: Duration,
+    /// How long it pauses after the head and the first half of the body (a body that arrives
+    /// in more than one read).
+    pause: Duration,
     framing: Framing,
 }
 
@@ -72,11 +77,55 @@ impl Origin {
 
     /// Answers `path` with this status, head lines (`Name: value` each, joined by `\n`) and body.
     fn set(&self, path: &str, status: u16, lines: &str, body: &[u8]) {
-        self.set_framed(path, status, lines, body, Framing::Length);
+        self.set_answer(
+            path,
+            status,
+            lines,
+            body,
+            Framing::Length,
+            Duration::ZERO,
+            Duration::ZERO,
+        );
     }
 
     /// [`Origin::set`], with the body sent as `framing` says.
     fn set_framed(&self, path: &str, status: u16, lines: &str, body: &[u8], framing: Framing) {
+        self.set_answer(
+            path,
+            status,
+            lines,
+            body,
+            framing,
+            Duration::ZERO,
+            Duration::ZERO,
+        );
+    }
+
+    /// As [`Origin::set`], the answer taking `delay` to start and pausing for `pause` halfway
+    /// through its body.
+    fn set_slow(
+        &self,
+        path: &str,
+        status: u16,
+        lines: &str,
+        body: &[u8],
+        delay: Duration,
+        pause: Duration,
+    ) {
+        self.set_answer(path, status, lines, body, Framing::Length, delay, pause);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn set_answer(
+        &self,
+        path: &str,
+        status: u16,
+        lines: &str,
+        body: &[u8],
+        framing: Framing,
+        delay: Duration,
+        pause: Duration,
+    ) {
         let lines: String = lines
             .lines()
             .filter(|l| !l.is_empty())
@@ -89,6 +138,8 @@ impl Origin {
                 lines,
                 body: body.to_vec(),
                 framing,
+                delay,
+                pause,
             },
         );
     }
@@ -165,8 +216,11 @@ fn serve(mut conn: TcpStream, state: &Mutex<OriginState>) {
                 lines: String::new(),
                 body: b"no such path\n".to_vec(),
                 framing: Framing::Length,
+                delay: Duration::ZERO,
+                pause: Duration::ZERO,
             })
         };
+        std::thread::sleep(answer.delay);
         let length = match answer.framing {
             Framing::Close => String::new(),
             _ => format!("Content-Length: {}\r\n", answer.body.len()),
@@ -183,10 +237,20 @@ fn serve(mut conn: TcpStream, state: &Mutex<OriginState>) {
             out.clear();
             std::thread::sleep(Duration::from_millis(200));
         }
+        let half = answer.body.len() / 2;
         if method != "HEAD" {
-            out.extend_from_slice(&answer.body);
+            out.extend_from_slice(&answer.body[..half]);
         }
-        if conn.write_all(&out).is_err() || answer.framing == Framing::Close {
+        if conn.write_all(&out).is_err() {
+            return;
+        }
+        if method != "HEAD" {
+            std::thread::sleep(answer.pause);
+            if conn.write_all(&answer.body[half..]).is_err() {
+                return;
+            }
+        }
+        if answer.framing == Framing::Close {
             return;
         }
     }
@@ -999,4 +1063,289 @@ fn metrics_count_hits_and_misses() {
     assert_eq!(value("lowlat_cache_stored_total"), 1);
     assert_eq!(value("lowlat_cache_objects"), 1);
     assert!(value("lowlat_cache_bytes") > 8);
+}
+
+/// A body that arrives in more than one read (the head and half of it, a pause, the rest) is
+/// stored whole, not only one that comes with its head.
+#[test]
+fn a_body_arriving_in_pieces_is_stored() {
+    let origin = Origin::start();
+    let body: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    origin.set_slow(
+        "/pieces",
+        200,
+        "Cache-Control: max-age=60",
+        &body,
+        Duration::ZERO,
+        Duration::from_millis(200),
+    );
+    let p = proxy(&origin, &[]);
+    let first = get(p.addr, "/pieces");
+    assert!(first.body == body, "{} bytes", first.body.len());
+    assert!(first.cache_status().contains("stored"), "{}", first.head);
+    let second = get(p.addr, "/pieces");
+    assert!(second.cache_status().contains("hit"), "{}", second.head);
+    assert!(second.body == body);
+    assert_eq!(origin.count("GET /pieces"), 1);
+}
+
+/// Reads `/metrics` at `addr` and returns the value of `name`.
+fn metric(addr: &str, name: &str) -> u64 {
+    let out = curl(&[&format!("http://{addr}/metrics")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// `n` clients, each on its own thread and connection, ask for `target` at once (as near as
+/// threads can); their answers, in no order.
+fn at_once(addr: SocketAddr, target: &str, n: usize) -> Vec<Got> {
+    at_once_with(addr, target, &[], n)
+}
+
+/// As [`at_once`], each request with these extra head lines.
+fn at_once_with(addr: SocketAddr, target: &str, lines: &[&str], n: usize) -> Vec<Got> {
+    let start = Arc::new(std::sync::Barrier::new(n));
+    let lines: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let start = Arc::clone(&start);
+            let target = target.to_owned();
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+                start.wait();
+                request(addr, "GET", &target, &lines)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// Request collapsing: 100 clients miss one URL at once, on two workers, while the origin takes
+/// 300 ms to answer: the origin gets one request, every client the whole response — the one
+/// that went forward stored it, the others waited for it (`collapsed` in `Cache-Status`).
+#[test]
+fn concurrent_misses_make_one_upstream_request() {
+    let origin = Origin::start();
+    let body: Vec<u8> = (0..50_000u32).map(|i| b'0' + (i % 10) as u8).collect();
+    origin.set_slow(
+        "/hot",
+        200,
+        "Cache-Control: max-age=60",
+        &body,
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let p = proxy(&origin, &["--workers", "2", "--metrics", &metrics]);
+    let got = at_once(p.addr, "/hot", 100);
+    for g in &got {
+        assert_eq!(g.status, 200, "{}", g.head);
+        assert!(g.body == body, "{} bytes: {}", g.body.len(), g.head);
+    }
+    assert_eq!(origin.count("GET /hot"), 1);
+    let collapsed = got
+        .iter()
+        .filter(|g| g.cache_status().contains("collapsed"))
+        .count();
+    assert!(collapsed > 0, "none waited");
+    for g in got
+        .iter()
+        .filter(|g| g.cache_status().contains("collapsed"))
+    {
+        let status = g.cache_status();
+        assert!(
+            status.starts_with("lowlat; fwd=uri-miss; ttl=") && status.ends_with("; collapsed"),
+            "{}",
+            g.head
+        );
+    }
+    // Each request is one of: the fetch, a wait answered by it, a hit after it.
+    assert_eq!(metric(&metrics, "lowlat_cache_misses_total"), 1);
+    assert_eq!(
+        metric(&metrics, "lowlat_cache_collapsed_total"),
+        collapsed as u64
+    );
+    assert_eq!(
+        metric(&metrics, "lowlat_cache_hits_total"),
+        99 - collapsed as u64
+    );
+}
+
+/// Once a URL's responses are known to vary, concurrent misses wait for a fetch of their own
+/// variant only: after a first wave of one language (one request), a wave of two other
+/// languages at once makes one request per language, not one plus one per request of the
+/// language that did not lead.
+#[test]
+fn collapsing_keeps_variants_apart() {
+    let origin = Origin::start();
+    origin.set_slow(
+        "/lang",
+        200,
+        "Cache-Control: max-age=60\nVary: Accept-Language",
+        b"words",
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
+    let p = proxy(&origin, &["--workers", "2"]);
+    for g in at_once_with(p.addr, "/lang", &["Accept-Language: en"], 20) {
+        assert_eq!(g.status, 200, "{}", g.head);
+    }
+    assert_eq!(origin.count("GET /lang"), 1);
+    let addr = p.addr;
+    let de = std::thread::spawn(move || at_once_with(addr, "/lang", &["Accept-Language: de"], 10));
+    let es = at_once_with(p.addr, "/lang", &["Accept-Language: es"], 10);
+    for g in es.iter().chain(&de.join().unwrap()) {
+        assert_eq!(g.status, 200, "{}", g.head);
+        assert_eq!(g.body, b"words");
+    }
+    assert_eq!(origin.count("GET /lang"), 3);
+}
+
+/// Requests that waited for a response that could not be stored (`no-store`) go to the origin
+/// themselves, each getting its own answer, at once: none hangs, none waits for another twice.
+#[test]
+fn waiters_for_what_is_not_stored_go_forward_themselves() {
+    let origin = Origin::start();
+    origin.set_slow(
+        "/private",
+        200,
+        "Cache-Control: no-store",
+        b"for you only",
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
+    let p = proxy(&origin, &["--workers", "2"]);
+    let started = std::time::Instant::now();
+    let got = at_once(p.addr, "/private", 20);
+    let took = started.elapsed();
+    for g in &got {
+        assert_eq!(g.status, 200, "{}", g.head);
+        assert_eq!(g.body, b"for you only");
+        assert!(!g.cache_status().contains("collapsed"), "{}", g.head);
+    }
+    // The first fetch, then every waiter's own (in parallel): two rounds, not twenty.
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(origin.count("GET /private") >= 2);
+    assert!(origin.count("GET /private") <= 20);
+}
+
+/// A fetch that fails (the origin is slower than the first-byte timeout) releases its waiters,
+/// which try on their own and get their own answer (504 here) within their time limit.
+#[test]
+fn waiters_of_a_failed_fetch_are_answered_in_time() {
+    let origin = Origin::start();
+    origin.set_slow(
+        "/slow",
+        200,
+        "Cache-Control: max-age=60",
+        b"too late",
+        Duration::from_secs(3),
+        Duration::ZERO,
+    );
+    let p = proxy(
+        &origin,
+        &["--workers", "2", "--proxy-first-byte-timeout", "1s"],
+    );
+    let started = std::time::Instant::now();
+    let got = at_once(p.addr, "/slow", 10);
+    let took = started.elapsed();
+    for g in &got {
+        assert_eq!(g.status, 504, "{}", g.head);
+    }
+    // The fetch times out after 1 s, its waiters' own after 1 s more; timeouts are found by
+    // the worker's sweep, up to a second apart: at most 4 s, never the origin's 3 s each.
+    assert!(took < Duration::from_millis(5500), "took {took:?}");
+}
+
+/// `stale-while-revalidate` (RFC 5861 §3): within the window a stale response is sent at once
+/// while one conditional request refreshes it in the background; later requests in the
+/// meantime are sent the stale response too, without another refresh; once the refresh is in,
+/// the new response is a hit.
+#[test]
+fn stale_while_revalidate_refreshes_in_the_background() {
+    let origin = Origin::start();
+    origin.set(
+        "/swr",
+        200,
+        "Cache-Control: max-age=1, stale-while-revalidate=30\nETag: \"v1\"",
+        b"version 1",
+    );
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let p = proxy(&origin, &["--workers", "2", "--metrics", &metrics]);
+    assert_eq!(get(p.addr, "/swr").body, b"version 1");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set_slow(
+        "/swr",
+        200,
+        "Cache-Control: max-age=60, stale-while-revalidate=30\nETag: \"v2\"",
+        b"version 2",
+        Duration::from_millis(500),
+        Duration::ZERO,
+    );
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let stale = get(p.addr, "/swr");
+        let took = started.elapsed();
+        assert_eq!(stale.status, 200);
+        assert_eq!(stale.body, b"version 1");
+        assert!(took < Duration::from_millis(250), "took {took:?}");
+        let status = stale.cache_status();
+        assert!(status.starts_with("lowlat; hit; ttl=-"), "{}", stale.head);
+        assert!(status.contains("detail=stale-while-revalidate"), "{status}");
+    }
+    // The refresh reached the origin once, with the stored validator.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(origin.count("GET /swr"), 2);
+    assert!(
+        origin.last("/swr").contains("If-None-Match: \"v1\"\r\n"),
+        "{}",
+        origin.last("/swr")
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let fresh = get(p.addr, "/swr");
+    assert_eq!(fresh.body, b"version 2");
+    assert!(
+        fresh.cache_status().starts_with("lowlat; hit"),
+        "{}",
+        fresh.head
+    );
+    assert_eq!(fresh.field("etag"), Some("\"v2\""));
+    assert_eq!(origin.count("GET /swr"), 2);
+    assert_eq!(metric(&metrics, "lowlat_cache_refreshes_total"), 1);
+}
+
+/// A background refresh answered 304 refreshes the stored response in place: the body stays,
+/// the head takes the 304's fields and lifetime.
+#[test]
+fn stale_while_revalidate_with_a_304() {
+    let origin = Origin::start();
+    origin.set(
+        "/swr304",
+        200,
+        "Cache-Control: max-age=1, stale-while-revalidate=30\nETag: \"same\"\nX-Gen: 1",
+        b"kept body",
+    );
+    let p = proxy(&origin, &[]);
+    get(p.addr, "/swr304");
+    std::thread::sleep(Duration::from_millis(2100));
+    origin.set(
+        "/swr304",
+        304,
+        "Cache-Control: max-age=60\nETag: \"same\"\nX-Gen: 2",
+        b"",
+    );
+    let stale = get(p.addr, "/swr304");
+    assert_eq!(stale.body, b"kept body");
+    assert_eq!(stale.field("x-gen"), Some("1"));
+    std::thread::sleep(Duration::from_millis(300));
+    let fresh = get(p.addr, "/swr304");
+    assert_eq!(fresh.body, b"kept body");
+    assert_eq!(fresh.field("x-gen"), Some("2"), "{}", fresh.head);
+    assert!(fresh.cache_status().contains("hit"), "{}", fresh.head);
+    assert!(!fresh.cache_status().contains("ttl=-"), "{}", fresh.head);
+    assert_eq!(origin.count("GET /swr304"), 2);
 }

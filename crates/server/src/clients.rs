@@ -10,6 +10,7 @@
 use mio::Token;
 use slab::Slab;
 
+use crate::cache::refresh;
 use crate::ctx::WorkerCtx;
 use crate::proto::Connection;
 use crate::proxy::downstream::{Downstream, Wake};
@@ -48,6 +49,8 @@ impl Clients {
         } else {
             match self.conn_mut(client) {
                 Some(conn) => conn.with_downstream(stream, |down| f(down, ctx)),
+                // A background refresh: its response goes into the cache only.
+                None if client == refresh::CLIENT => f(Some(&mut refresh::Sink), ctx),
                 None => f(None, ctx),
             }
         }
@@ -56,6 +59,9 @@ impl Clients {
 
     /// Whether the connection `client` names is still open.
     fn exists(&self, client: Token) -> bool {
+        if client == refresh::CLIENT {
+            return true;
+        }
         if owns_client(client) {
             self.quic.as_ref().is_some_and(|q| q.has_client(client))
         } else {
@@ -176,6 +182,40 @@ impl Clients {
                     upstreams.resume(up, ctx, down);
                 }
             });
+        }
+    }
+
+    /// The cache rang this worker: the background refreshes its handlers queued are started,
+    /// and the requests whose flight ended are released.
+    pub(crate) fn cache_news(
+        &mut self,
+        upstreams: &mut Upstreams,
+        ctx: &mut WorkerCtx<'_>,
+        relays: &mut Vec<(Token, u32)>,
+    ) {
+        for job in refresh::take_queued() {
+            self.with_downstream(refresh::CLIENT, 0, ctx, |down, ctx| match down {
+                Some(down) => upstreams.start((refresh::CLIENT, 0), job, ctx, down),
+                None => job.group.give_buffer(job.request),
+            });
+        }
+        self.release_waiters(upstreams, ctx, relays);
+    }
+
+    /// Parked requests whose wait is over (their flight ended, or their time is up) are
+    /// answered from the cache or forwarded on their own, each on its client's behalf.
+    pub(crate) fn release_waiters(
+        &mut self,
+        upstreams: &mut Upstreams,
+        ctx: &mut WorkerCtx<'_>,
+        relays: &mut Vec<(Token, u32)>,
+    ) {
+        for ((client, stream), job) in upstreams.released(ctx.now) {
+            self.with_downstream(client, stream, ctx, |down, ctx| match down {
+                Some(down) => upstreams.unpark((client, stream), job, ctx, down),
+                None => job.group.give_buffer(job.request),
+            });
+            self.settle(upstreams, client, ctx, relays);
         }
     }
 

@@ -141,8 +141,9 @@ impl Server {
             let waker = Arc::new(
                 mio::Waker::new(poll.registry(), worker::WAKER).map_err(ServerError::Worker)?,
             );
-            wakers.push(waker);
+            wakers.push(Arc::clone(&waker));
             let worker = worker::Worker {
+                waker,
                 index,
                 cfg: Arc::clone(&self.cfg),
                 poll,

@@ -54,6 +54,9 @@ pub(crate) struct Worker {
     pub(crate) services: Arc<crate::service::ServiceSlot>,
     /// This worker's QUIC socket and what its endpoint is built from (`--h3-listen`).
     pub(crate) quic: Option<(std::net::UdpSocket, Arc<crate::quic::QuicShared>)>,
+    /// What wakes this worker's loop ([`WAKER`]): shutdown and reload ring it, and the cache
+    /// (a flight a request of this worker waits for ended; a background refresh was queued).
+    pub(crate) waker: Arc<mio::Waker>,
 }
 
 impl Worker {
@@ -61,6 +64,7 @@ impl Worker {
     pub(crate) fn run(mut self, mut router: Router) -> io::Result<()> {
         let cfg = Arc::clone(&self.cfg);
         let cfg = &*cfg;
+        crate::cache::inflight::set_waker(Arc::clone(&self.waker));
         for (i, l) in self.listeners.iter_mut().enumerate() {
             self.poll
                 .registry()
@@ -192,9 +196,13 @@ impl Worker {
                 }
             }
 
+            // The waker rang: shutdown and reload are flags read above; the cache's news (a
+            // flight ended, a refresh queued) is handled after this turn's events.
+            let mut rung = false;
             for event in &events {
                 let token = event.token();
                 if token == WAKER {
+                    rung = true;
                     continue;
                 }
                 if token == QUIC {
@@ -262,6 +270,9 @@ impl Worker {
             {
                 let mut ctx = worker_ctx!(Token(0), now, shutting_down);
                 clients.deliver_touched(&mut upstreams, &mut ctx, &mut relays);
+                if rung {
+                    clients.cache_news(&mut upstreams, &mut ctx, &mut relays);
+                }
             }
 
             // QUIC: datagrams left over from a busy turn, then the timers due.
@@ -327,6 +338,8 @@ impl Worker {
                 for up in upstreams.expired(now) {
                     clients.upstream_expired(&mut upstreams, up, &mut ctx, &mut relays);
                 }
+                // Requests that waited for another's fill past their time go on their own.
+                clients.release_waiters(&mut upstreams, &mut ctx, &mut relays);
                 clients.deliver_touched(&mut upstreams, &mut ctx, &mut relays);
                 if let Some(registry) = &cfg.metrics {
                     counters.open = clients.conns.len() as u64;

@@ -7,6 +7,10 @@
 //! limit (past it the copy is dropped and the response goes on streaming); at the end the copy
 //! becomes an [`Object`] in the store. A response that fails, is cut, or has trailers is not
 //! stored. For an unsafe method the fill only invalidates (§4.4).
+//!
+//! A fill also holds its request's part in the flight of its key (`inflight`): the leader's is
+//! let go as soon as the outcome is known (stored, not storable, too large, cut), so that the
+//! requests waiting for it go on; a waiter's ticket is taken when its job is parked.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -19,6 +23,7 @@ use lowlat_http::cache::storable::{field_kept, storable, Policy, RequestFacts};
 use lowlat_http::cache::{invalidate, values, vary, Directives};
 use lowlat_http::client::Header;
 
+use super::inflight::{Role, Ticket};
 use super::object::Object;
 use super::store::Entry;
 use super::{key, now_secs, RouteCache};
@@ -73,16 +78,16 @@ pub(crate) struct Fill {
     pub(super) cache: RouteCache,
     mode: Mode,
     /// The primary key.
-    key: Box<[u8]>,
+    pub(super) key: Box<[u8]>,
     /// The request's fields (for `Vary`): names and values, owned, as the request's head is
     /// gone by the time the response comes.
-    request: Vec<(Box<str>, Box<[u8]>)>,
+    pub(super) request: Vec<(Box<str>, Box<[u8]>)>,
     /// When the request was forwarded (RFC 9111 §4.2.3's `request_time`).
     request_time: u64,
     authorization: bool,
     request_no_store: bool,
     /// Why it went forward, for `Cache-Status`.
-    fwd: Fwd,
+    pub(super) fwd: Fwd,
     pub(super) state: State,
     /// The stored response this request found but could not use as it was (stale, or to be
     /// revalidated): refreshed by a 304, or sent instead of an error (`stale-if-error`).
@@ -96,16 +101,19 @@ pub(crate) struct Fill {
     pub(super) replaced: bool,
     /// A tee is relaying through this fill now (a second one must not be stacked on it).
     pub(super) teeing: bool,
+    /// Its part in the flight of its key: leading it, waiting for it, or neither.
+    role: Role,
 }
 
 impl Fill {
-    /// A fill that stores what the response allows.
+    /// A fill that stores what the response allows, in `role` in the flight of its key.
     pub(crate) fn store(
         cache: &RouteCache,
         key: &[u8],
         request: &[lowlat_http::request::Header<'_>],
         req_cc: &Directives<'_>,
         fwd: Fwd,
+        role: Role,
     ) -> FillRef {
         let authorization = request
             .iter()
@@ -128,7 +136,25 @@ impl Fill {
             conditional: false,
             replaced: false,
             teeing: false,
+            role,
         }))
+    }
+
+    /// The ticket of a request that is to wait for another's fill, taken (once) by the upstream
+    /// side, which parks the request instead of forwarding it.
+    pub(crate) fn take_ticket(&mut self) -> Option<Ticket> {
+        match std::mem::replace(&mut self.role, Role::Alone) {
+            Role::Wait(ticket) => Some(ticket),
+            role => {
+                self.role = role;
+                None
+            }
+        }
+    }
+
+    /// The outcome is known: the requests waiting for this fill go on.
+    fn let_go(&mut self) {
+        self.role = Role::Alone;
     }
 
     /// The stored response the request found unusable as it was: revalidated with its
@@ -258,6 +284,7 @@ impl Fill {
             conditional: false,
             replaced: false,
             teeing: false,
+            role: Role::Alone,
         }))
     }
 
@@ -341,6 +368,8 @@ impl Fill {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 status_field.detail = Some(why.token());
                 self.state = State::Off;
+                // What waits for this fill goes on now (as `let_go`, with `policy` borrowed).
+                self.role = Role::Alone;
             }
         }
         line.extend_from_slice(b"Cache-Status: ");
@@ -359,14 +388,21 @@ impl Fill {
                     .not_stored
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 self.state = State::Off;
+                self.let_go();
             } else {
                 p.body.extend_from_slice(data);
             }
         }
     }
 
-    /// The response ended whole: the copy is stored.
+    /// The response ended whole: the copy is stored (and what waited for it goes on).
     pub(super) fn end(&mut self) {
+        self.store_copy();
+        self.let_go();
+    }
+
+    /// Stores the copy, when there is one.
+    fn store_copy(&mut self) {
         let State::Body(p) = std::mem::replace(&mut self.state, State::Off) else {
             return;
         };
@@ -434,5 +470,6 @@ impl Fill {
     /// The response will not be had whole.
     pub(super) fn abandon(&mut self) {
         self.state = State::Off;
+        self.let_go();
     }
 }

@@ -2,7 +2,9 @@
 //! response is written from memory like a file (status line and stored lines, then `Age`,
 //! `Cache-Status` and `Content-Length`, then the body unless `HEAD`; a 304 for a client's
 //! current copy, a part of it for a `Range`); anything else goes on to the upstream with a
-//! fill that stores what comes back.
+//! fill that stores what comes back, after entering the flight of its key (`inflight`): a miss
+//! of a key another request is fetching waits for that fetch. A stale response within its
+//! `stale-while-revalidate` window is sent at once and refreshed in the background (`refresh`).
 
 use std::cell::RefCell;
 
@@ -12,6 +14,7 @@ use lowlat_http::cache::{vary, Directives};
 use lowlat_http::request::Method;
 
 use super::fill::{Fill, FillRef};
+use super::inflight::Role;
 use super::object::Object;
 use super::store::Entry;
 use super::{key, now_secs, RouteCache};
@@ -21,6 +24,10 @@ use crate::handler::{Req, Response};
 pub(crate) enum Lookup {
     /// Answered from the cache.
     Served,
+    /// Answered with a stale response within its `stale-while-revalidate` window: it is to be
+    /// refreshed in the background with this fill (which leads the flight of its key), from
+    /// the stale response it holds (for its validators).
+    Refresh(FillRef, std::sync::Arc<Object>),
     /// To be forwarded, with this fill (none: the cache stays out of it), and the stored
     /// response it found unusable as it was (to revalidate, or to stand in for an error).
     Forward(Option<FillRef>, Option<std::sync::Arc<Object>>),
@@ -36,6 +43,9 @@ thread_local! {
 /// neither poison an entry nor be answered with one made for another request.
 /// (`X-Forwarded-Host` reaches the upstream only from a trusted proxy, and is then in the key.)
 const UNKEYED: [&str; 3] = ["x-original-url", "x-rewrite-url", "x-host"];
+
+/// `Cache-Status`'s `detail` on a stale response sent while it is refreshed.
+const REVALIDATING: &str = "stale-while-revalidate";
 
 /// Looks `req` up in the route's cache; answers it when a stored response may be used.
 pub(crate) fn lookup(
@@ -87,7 +97,8 @@ pub(crate) fn lookup(
         } else {
             Directives::default()
         };
-        let (object, fwd) = match find(cache, primary, head.headers, lines) {
+        let (found, variant) = find(cache, primary, head.headers, lines);
+        let (object, fwd) = match found {
             Found::Object(o) => (Some(o), Fwd::Stale),
             Found::VaryMiss => (None, Fwd::VaryMiss),
             Found::Nothing => (None, Fwd::UriMiss),
@@ -95,74 +106,208 @@ pub(crate) fn lookup(
         let now = now_secs();
         if let Some(o) = object {
             let age = o.age.age_at(now);
-            let usable = match o.fresh.use_for(age, &req_cc) {
-                Use::Fresh => true,
+            let (usable, refresh) = match o.fresh.use_for(age, &req_cc) {
+                Use::Fresh => (true, false),
                 Use::Stale { refresh } => {
                     bump(&counters.stale);
-                    // A background refresh (stale-while-revalidate) is not made yet: the
-                    // stale copy is served until it is past its window, then revalidated.
-                    let _ = refresh;
-                    true
+                    (true, refresh)
                 }
-                Use::Revalidate => false,
+                Use::Revalidate => (false, false),
             };
             if usable {
+                // The flight key is the variant's, in `lines` until the head is written there.
+                let background = refresh
+                    .then(|| refresh_fill(cache, head, primary, variant.then_some(&lines[..])))
+                    .flatten();
                 bump(&counters.hits);
-                lines.clear();
-                lines.extend_from_slice(b"Age: ");
-                lines.extend_from_slice(itoa::Buffer::new().format(age_value(age)).as_bytes());
-                lines.extend_from_slice(b"\r\nCache-Status: ");
-                CacheStatus {
+                let status = CacheStatus {
                     hit: true,
                     ttl: Some(o.fresh.ttl(age)),
+                    detail: refresh.then_some(REVALIDATING),
                     ..CacheStatus::default()
-                }
-                .write(&cache.policy.name, lines);
-                lines.extend_from_slice(b"\r\n");
-                if o.status == 200 && not_modified(head, &o) {
-                    // The client's own copy is current (RFC 9110 §13.1.2, §13.1.3).
-                    res.send_stored(304, "Not Modified", &o.lines, lines, b"");
-                } else if !super::partial::send_range(head, &o, lines, res) {
-                    res.send_stored(o.status, &o.reason, &o.lines, lines, &o.body);
-                }
-                return Lookup::Served;
+                };
+                send(cache, head, res, &o, age, &status, lines);
+                return match background {
+                    Some(fill) => Lookup::Refresh(fill, o),
+                    None => Lookup::Served,
+                };
             }
             let fwd = if req_cc.no_cache || req_cc.max_age.is_some() || req_cc.min_fresh.is_some() {
                 Fwd::Request
             } else {
                 fwd
             };
-            bump(&counters.misses);
-            return Lookup::Forward(store_if_get(cache, head, primary, &req_cc, fwd), Some(o));
+            return miss(
+                cache,
+                head,
+                primary,
+                &req_cc,
+                fwd,
+                variant,
+                Some(o),
+                res,
+                lines,
+            );
         }
         if req_cc.only_if_cached {
             // RFC 9111 §5.2.1.7: nothing stored that may be used: 504.
             res.send_status(504);
             return Lookup::Served;
         }
-        bump(&counters.misses);
-        Lookup::Forward(store_if_get(cache, head, primary, &req_cc, fwd), None)
+        miss(
+            cache, head, primary, &req_cc, fwd, variant, None, res, lines,
+        )
     })
 }
 
-/// A fill for a `GET` (a `HEAD` miss goes on as it is: its answer has no body to store).
-fn store_if_get(
+/// Writes a stored response for the request: the status line and stored lines, `Age` and
+/// `Cache-Status` (`lines` is the buffer they are written in), then the body — or a 304 when
+/// the client's own copy is current (RFC 9110 §13.1.2, §13.1.3).
+#[inline]
+fn send(
+    cache: &RouteCache,
+    head: &lowlat_http::request::Request<'_, '_>,
+    res: &mut Response<'_>,
+    o: &Object,
+    age: u64,
+    status: &CacheStatus<'_>,
+    lines: &mut Vec<u8>,
+) {
+    lines.clear();
+    lines.extend_from_slice(b"Age: ");
+    lines.extend_from_slice(itoa::Buffer::new().format(age_value(age)).as_bytes());
+    lines.extend_from_slice(b"\r\nCache-Status: ");
+    status.write(&cache.policy.name, lines);
+    lines.extend_from_slice(b"\r\n");
+    if o.status == 200 && not_modified(|name| head.header(name), o) {
+        // The client's own copy is current (RFC 9110 §13.1.2, §13.1.3).
+        res.send_stored(304, "Not Modified", &o.lines, lines, b"");
+    } else if !super::partial::send_range(head, o, lines, res) {
+        res.send_stored(o.status, &o.reason, &o.lines, lines, &o.body);
+    }
+}
+
+/// A request that found nothing it may use: forwarded with a fill that stores the answer
+/// (a `GET`; a `HEAD` miss goes on as it is, its answer having no body to store), after it
+/// entered the flight of its key — to lead it, or to wait for it (the upstream side parks it
+/// then). A request whose own directives ask for the origin (`fwd=request`) does not wait for
+/// a fetch that began before it.
+#[allow(clippy::too_many_arguments)]
+fn miss(
     cache: &RouteCache,
     head: &lowlat_http::request::Request<'_, '_>,
     primary: &[u8],
     req_cc: &Directives<'_>,
     fwd: Fwd,
+    variant: bool,
+    stale: Option<std::sync::Arc<Object>>,
+    res: &mut Response<'_>,
+    lines: &mut Vec<u8>,
+) -> Lookup {
+    let counters = &cache.store.counters;
+    if head.method != Method::Get {
+        counters
+            .misses
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Lookup::Forward(None, stale);
+    }
+    let flight_key = if variant { &lines[..] } else { primary };
+    let role = super::inflight::enter(&cache.store, flight_key, fwd != Fwd::Request);
+    if matches!(role, Role::Lead(_)) && fwd != Fwd::Request {
+        // The flight before this one may have ended between the look-up and the entry: what
+        // it stored is used (it is stored before its flight ends, so it is found now).
+        if let (Found::Object(o), _) = find(cache, primary, head.headers, lines) {
+            let age = o.age.age_at(now_secs());
+            if o.fresh.use_for(age, req_cc) == Use::Fresh {
+                drop(role);
+                counters
+                    .hits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let status = CacheStatus {
+                    hit: true,
+                    ttl: Some(o.fresh.ttl(age)),
+                    ..CacheStatus::default()
+                };
+                send(cache, head, res, &o, age, &status, lines);
+                return Lookup::Served;
+            }
+        }
+    }
+    // A waiter is a miss only if it goes upstream after all (`collapse::answer`).
+    if !matches!(role, Role::Wait(_)) {
+        counters
+            .misses
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let fill = Fill::store(cache, primary, head.headers, req_cc, fwd, role);
+    Lookup::Forward(Some(fill), stale)
+}
+
+/// The fill of a background refresh of the stale response `head` found, when no other fill
+/// of its key (`variant`'s, when the response varies) is in progress: it leads the flight, so
+/// that the refresh is made once, and requests that cannot use the stale response wait for
+/// it. It carries the request's fields but not its conditionals or `Range`: what comes back
+/// is for the store, not for this client.
+fn refresh_fill(
+    cache: &RouteCache,
+    head: &lowlat_http::request::Request<'_, '_>,
+    primary: &[u8],
+    variant: Option<&[u8]>,
 ) -> Option<FillRef> {
-    (head.method == Method::Get).then(|| Fill::store(cache, primary, head.headers, req_cc, fwd))
+    if head.method != Method::Get {
+        return None;
+    }
+    let role = super::inflight::enter(&cache.store, variant.unwrap_or(primary), false);
+    if !matches!(role, Role::Lead(_)) {
+        return None;
+    }
+    let fields = super::refresh::request_fields(head.headers);
+    let req_cc = if cache.policy.honour_request {
+        Directives::parse(&fields[..], "cache-control")
+    } else {
+        Directives::default()
+    };
+    Some(Fill::store(
+        cache,
+        primary,
+        &fields,
+        &req_cc,
+        Fwd::Stale,
+        role,
+    ))
+}
+
+/// What a request that waited for another's fill may be answered with now: the response its
+/// fields select in the store, when it may be used without the origin (fresh, or stale where
+/// its directives or the response's allow). `None`: it goes upstream on its own.
+pub(crate) fn after_wait(fill: &Fill) -> Option<(std::sync::Arc<Object>, u64)> {
+    let cache = &fill.cache;
+    let mut buf = Vec::new();
+    let (Found::Object(o), _) = find(cache, &fill.key, &fill.request[..], &mut buf) else {
+        return None;
+    };
+    let req_cc = if cache.policy.honour_request {
+        Directives::parse(&fill.request[..], "cache-control")
+    } else {
+        Directives::default()
+    };
+    let age = o.age.age_at(now_secs());
+    match o.fresh.use_for(age, &req_cc) {
+        Use::Fresh | Use::Stale { .. } => Some((o, age)),
+        Use::Revalidate => None,
+    }
 }
 
 /// Whether the client's `If-None-Match` (else `If-Modified-Since`) says its copy of the stored
 /// response is current: evaluated as the file handler evaluates them, against the stored
 /// `ETag` (compared weakly) and `Last-Modified`.
-fn not_modified(head: &lowlat_http::request::Request<'_, '_>, o: &Object) -> bool {
+pub(super) fn not_modified<'h>(
+    header: impl Fn(&'static str) -> Option<&'h [u8]>,
+    o: &Object,
+) -> bool {
     use crate::files::conditional::{evaluate, Outcome, Preconditions, Validators};
-    let if_none_match = head.header("if-none-match");
-    let if_modified_since = head.header("if-modified-since");
+    let if_none_match = header("if-none-match");
+    let if_modified_since = header("if-modified-since");
     if if_none_match.is_none() && if_modified_since.is_none() {
         return false;
     }
@@ -191,26 +336,26 @@ enum Found {
 }
 
 /// Finds the response stored for the request: the primary key's, or the variant its `Vary`
-/// fields select.
-fn find(
+/// fields select. True beside it when the response varies and `buf` holds the variant's key.
+fn find<F: lowlat_http::cache::Fields + ?Sized>(
     cache: &RouteCache,
     primary: &[u8],
-    request: &[lowlat_http::request::Header<'_>],
+    request: &F,
     buf: &mut Vec<u8>,
-) -> Found {
+) -> (Found, bool) {
     match cache.store.get(primary) {
-        None => Found::Nothing,
-        Some(Entry::Object(o)) => Found::Object(o),
+        None => (Found::Nothing, false),
+        Some(Entry::Object(o)) => (Found::Object(o), false),
         Some(Entry::Vary { value, id }) => {
             let vary_field = [("vary", &value[..])];
             let mut secondary = Vec::new();
             if !vary::secondary_key(&vary_field[..], request, &mut secondary) {
-                return Found::VaryMiss;
+                return (Found::VaryMiss, false);
             }
             key::variant(primary, id, &secondary, buf);
             match cache.store.get(buf) {
-                Some(Entry::Object(o)) => Found::Object(o),
-                _ => Found::VaryMiss,
+                Some(Entry::Object(o)) => (Found::Object(o), true),
+                _ => (Found::VaryMiss, true),
             }
         }
     }

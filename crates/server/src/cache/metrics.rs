@@ -29,7 +29,12 @@ pub(crate) fn render(s: &mut String) {
         (
             "collapsed",
             &c.collapsed,
-            "Requests that waited for another's fetch.",
+            "Misses answered from another request's fetch, which they waited for.",
+        ),
+        (
+            "refreshes",
+            &c.refreshes,
+            "Background refreshes started (stale-while-revalidate).",
         ),
         (
             "bypass",

@@ -11,8 +11,15 @@
 //! for how long, when it may be used) are the codec's (`lowlat_http::cache`); this module only
 //! applies them.
 //!
+//! Concurrent misses of one key make one upstream request: the first leads the key's flight
+//! ([`inflight`]), the others are parked by their worker until its fill ends and are then
+//! answered from the store, or sent on their own when nothing usable was stored (`collapse`).
+//! A stale response within its `stale-while-revalidate` window is sent at once and refreshed
+//! by one request in the background, which has no client (`refresh`).
+//!
 //! A route without a cache pays one `Option` test in the proxy handler and one in the
-//! upstream side per event; nothing else on the request path changes.
+//! upstream side per event; nothing else on the request path changes. A hit never touches the
+//! flights.
 //!
 //! # Layout
 //! - [`store`]: the shared store: sharded, weighted by bytes, scan-resistant eviction.
@@ -22,16 +29,24 @@
 //! - `partial`: a `Range` answered from a stored complete response (206, 416).
 //! - `fill`: the miss path: a response relayed to its client and stored on the way.
 //! - `tee`: the client's `Downstream` with the fill beside it: copies, refreshes, stands in.
+//! - `send`: a stored response relayed through a `Downstream` (standing in, after a wait).
+//! - `inflight`: the fills in progress, one per key, and the wake-up of those waiting.
+//! - `collapse`: a worker's requests parked while another's fill of their key is made.
+//! - `refresh`: background refreshes (`stale-while-revalidate`): queued, and their sink.
 //! - `metrics`: the cache's families on `/metrics`.
 //! - `purge`: `PURGE` by URL, prefix or tag, from trusted networks.
 
+pub(crate) mod collapse;
 pub(crate) mod fill;
+pub(crate) mod inflight;
 pub(crate) mod key;
 pub(crate) mod lookup;
 pub(crate) mod metrics;
 pub(crate) mod object;
 pub(crate) mod partial;
 pub(crate) mod purge;
+pub(crate) mod refresh;
+pub(crate) mod send;
 pub mod store;
 pub(crate) mod tee;
 

@@ -66,6 +66,7 @@ pub struct CacheCounters {
     pub stale: AtomicU64,
     pub revalidated: AtomicU64,
     pub collapsed: AtomicU64,
+    pub refreshes: AtomicU64,
     pub bypass: AtomicU64,
     pub stored: AtomicU64,
     pub not_stored: AtomicU64,
@@ -94,6 +95,8 @@ pub struct CacheStore {
     /// The largest object stored (bytes of body), capped to what one shard can hold.
     pub(crate) max_object: u64,
     pub counters: CacheCounters,
+    /// The fills in progress (request collapsing, background refreshes).
+    pub(crate) flights: super::inflight::Flights,
 }
 
 impl std::fmt::Debug for CacheStore {
@@ -134,6 +137,7 @@ impl CacheStore {
             map,
             max_object,
             counters,
+            flights: super::inflight::Flights::default(),
         }
     }
 

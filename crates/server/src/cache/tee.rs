@@ -50,51 +50,25 @@ impl<'a> Tee<'a> {
         fwd_status: Option<u16>,
         stored: bool,
     ) {
-        let now = now_secs();
-        let age = object.age.age_at(now);
-        let f = self.fill.borrow();
-        let mut lines = added.to_vec();
-        lines.extend_from_slice(b"Age: ");
-        lines.extend_from_slice(
-            itoa::Buffer::new()
-                .format(lowlat_http::cache::freshness::age_value(age))
-                .as_bytes(),
-        );
-        lines.extend_from_slice(b"\r\nCache-Status: ");
-        CacheStatus {
+        let age = object.age.age_at(now_secs());
+        let status = CacheStatus {
             fwd: Some(Fwd::Stale),
             fwd_status,
             ttl: Some(object.fresh.ttl(age)),
             stored,
             ..CacheStatus::default()
-        }
-        .write(&f.cache.policy.name, &mut lines);
-        lines.extend_from_slice(b"\r\n");
-        drop(f);
-        let fields: Vec<Header<'_>> = (0..lowlat_http::cache::Fields::count(object))
-            .map(|i| {
-                let (name, value) = lowlat_http::cache::Fields::field(object, i);
-                Header { name, value }
-            })
-            .filter(|h| !h.name.eq_ignore_ascii_case("age"))
-            .collect();
-        let body = if object.body.is_empty() {
-            RelayBody::None { length: Some(0) }
-        } else {
-            RelayBody::Length(object.body.len() as u64)
         };
-        self.inner.relay_head(
+        let policy = std::sync::Arc::clone(&self.fill.borrow().cache.policy);
+        super::send::relay_object(
+            &mut *self.inner,
             ctx,
-            object.status,
-            &object.reason,
-            &fields,
-            &|_| true,
-            &lines,
-            body,
+            object,
+            age,
+            added,
+            &status,
+            &policy.name,
+            false,
         );
-        if !object.body.is_empty() {
-            self.inner.relay_body(ctx, &object.body);
-        }
     }
 }
 

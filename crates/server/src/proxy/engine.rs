@@ -91,6 +91,8 @@ pub(crate) struct Upstreams {
     conns: Slab<UpConn>,
     /// HTTP/2 upstreams: connections carrying many exchanges (tokens of their own).
     h2: H2Upstreams,
+    /// Requests waiting for another's fill of their cache key (tokens of their own).
+    parked: crate::cache::collapse::Parked,
 }
 
 impl Upstreams {
@@ -145,11 +147,41 @@ impl Upstreams {
         // connect) go through the cache's tee too: a stale response may answer them.
         match job.cache.clone() {
             None => self.start_job(client, job, ctx, down),
-            Some(fill) => match crate::cache::tee::Tee::new(down, &fill) {
-                Ok(mut tee) => self.start_job(client, job, ctx, &mut tee),
-                Err(down) => self.start_job(client, job, ctx, down),
-            },
+            Some(fill) => {
+                // A miss of a key another request is fetching waits for that fetch.
+                let ticket = fill.borrow_mut().take_ticket();
+                if let Some(ticket) = ticket {
+                    return self.parked.park(client, job, ticket, ctx, down);
+                }
+                match crate::cache::tee::Tee::new(down, &fill) {
+                    Ok(mut tee) => self.start_job(client, job, ctx, &mut tee),
+                    Err(down) => self.start_job(client, job, ctx, down),
+                }
+            }
         }
+    }
+
+    /// Parked requests whose wait is over at `now` (the fill they waited for ended, or their
+    /// time is up), for the worker to hand each its client through [`Upstreams::unpark`].
+    pub(crate) fn released(&mut self, now: Instant) -> Vec<crate::cache::collapse::Released> {
+        self.parked.released(now)
+    }
+
+    /// A parked request whose wait is over: answered from the cache when what it finds there
+    /// may be used, else forwarded on its own.
+    pub(crate) fn unpark(
+        &mut self,
+        client: (Token, u32),
+        job: ProxyJob,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        if crate::cache::collapse::answer(&job, ctx, down) {
+            job.group.give_buffer(job.request);
+            return;
+        }
+        // Its ticket is taken: it goes, and is not parked again.
+        self.start(client, job, ctx, down);
     }
 
     /// [`Upstreams::start`] for whichever `down` relays.
@@ -287,6 +319,7 @@ impl Upstreams {
         c.status = 0;
         c.paused = false;
         c.sent_at = now;
+        c.fill = None;
         if c.phase == Phase::Sending {
             c.deadline = now + group.cfg.timeouts.write;
             // A pooled connection is writable (its edge was used long ago): try at once.
@@ -361,6 +394,9 @@ impl Upstreams {
     pub(crate) fn cancel(&mut self, token: Token, ctx: &mut WorkerCtx<'_>) {
         if h2up::owns(token) {
             return self.h2.cancel(token, ctx);
+        }
+        if crate::cache::collapse::owns(token) {
+            return self.parked.cancel(token);
         }
         let key = token.0 - TOKEN_BASE;
         if let Some(c) = self.conns.get(key) {

@@ -94,6 +94,9 @@ impl Handler for ProxyHandler {
         let (fill, stale) = match &self.cache {
             Some(cache) => match crate::cache::lookup::lookup(cache, req, res, &client) {
                 crate::cache::lookup::Lookup::Served => return,
+                crate::cache::lookup::Lookup::Refresh(fill, stale) => {
+                    return self.refresh(req, &client, fill, stale);
+                }
                 crate::cache::lookup::Lookup::Forward(fill, stale) => (fill, stale),
             },
             None => (None, None),
@@ -137,15 +140,7 @@ impl Handler for ProxyHandler {
         } else if upgrade {
             super::upgrade::add_upgrade_fields(&mut request, None);
         }
-        let hash = match &self.group.cfg.balance {
-            Balance::Hash(HashKey::Client) => match client.peer.ip() {
-                std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
-                std::net::IpAddr::V6(ip) => fnv(&ip.octets()),
-            },
-            Balance::Hash(HashKey::Header(name)) => fnv(req.header(name).unwrap_or_default()),
-            Balance::Hash(HashKey::Cookie(name)) => fnv(cookie(req, name).unwrap_or_default()),
-            _ => 0,
-        };
+        let hash = self.hash(req, &client);
         let method = req.method();
         res.forward(ProxyJob {
             added: None,
@@ -169,6 +164,75 @@ impl Handler for ProxyHandler {
             upgrade,
             ws_accept,
             cache: fill,
+        });
+    }
+}
+
+impl ProxyHandler {
+    /// The request's key under consistent hashing (0 when the group does not hash).
+    fn hash(&self, req: &Req<'_, '_, '_>, client: &ClientInfo) -> u64 {
+        match &self.group.cfg.balance {
+            Balance::Hash(HashKey::Client) => match client.peer.ip() {
+                std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
+                std::net::IpAddr::V6(ip) => fnv(&ip.octets()),
+            },
+            Balance::Hash(HashKey::Header(name)) => fnv(req.header(name).unwrap_or_default()),
+            Balance::Hash(HashKey::Cookie(name)) => fnv(cookie(req, name).unwrap_or_default()),
+            _ => 0,
+        }
+    }
+
+    /// A request already answered with a stale response (`stale-while-revalidate`) goes
+    /// upstream once more in the background, for the cache: written as it would be forwarded
+    /// (same rule, rewrite and forwarding fields, same server choice) but without the client's
+    /// conditionals and `Range`, with the stale response's validators instead, and handed to
+    /// the worker's upstream side with no client behind it.
+    fn refresh(
+        &self,
+        req: &Req<'_, '_, '_>,
+        client: &ClientInfo,
+        fill: crate::cache::fill::FillRef,
+        stale: Arc<crate::cache::object::Object>,
+    ) {
+        let fields = crate::cache::refresh::request_fields(req.head.headers);
+        let head = lowlat_http::request::Request {
+            headers: &fields,
+            ..*req.head
+        };
+        let seq = self.group.sequence.get().wrapping_add(1);
+        self.group.sequence.set(seq);
+        let mut id = [0u8; 24];
+        hex(self.id_seed, &mut id[..16]);
+        hex(seq, &mut id[16..]);
+        let mut request = self.group.take_buffer();
+        write_request(
+            &mut request,
+            &head,
+            b"",
+            None,
+            &Target {
+                prefix: &self.prefix,
+                rewrite: self.rewrite.as_deref(),
+                default_host: &self.default_host,
+            },
+            client,
+            &self.trusted,
+            &id,
+        );
+        crate::cache::fill::Fill::revalidating(&fill, stale, &fields, &mut request);
+        crate::cache::refresh::queue(ProxyJob {
+            added: None,
+            group: Rc::clone(&self.group),
+            request,
+            head_request: false,
+            idempotent: true,
+            hash: self.hash(req, client),
+            retried: false,
+            stale_retried: false,
+            upload: None,
+            upgrade: false,
+            ws_accept: None,
+            cache: Some(fill),
         });
     }
 }

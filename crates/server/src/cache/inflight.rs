@@ -1,0 +1,217 @@
+//! Fills in progress ([`Flights`]), one per key across the process: concurrent misses of one
+//! key make one upstream request (request collapsing), and a stale response is refreshed once
+//! (stale-while-revalidate).
+//!
+//! A miss enters the table ([`enter`]). The first for a key leads: its fill is the flight, and
+//! its [`Leader`] ends the flight when dropped — when the response is stored, found not
+//! storable, cut, failed, or its exchange abandoned, whichever comes first, so a flight can
+//! never outlive its fill. Later misses of the key get a [`Ticket`] and wait, parked by their
+//! own worker (`collapse`); the table keeps, per flight, the waker of each worker with a
+//! waiter. The leader's end removes the flight, marks its tickets done and wakes each of those
+//! workers once; a woken worker looks its waiters up again.
+//!
+//! The lock is held for one look-up and insert or one removal, never while a socket is
+//! written or a worker is woken, and only on a miss: a hit never touches the table.
+//!
+//! The key is the primary key, or the variant's key when the store already holds a `Vary`
+//! marker for the URL (`lookup`), so that requests for different variants do not wait for each
+//! other once the response is known to vary.
+
+use std::cell::OnceCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::store::CacheStore;
+
+thread_local! {
+    /// This worker's waker, set when its loop starts: what a flight rings to say a waiter of
+    /// this worker may go on. A thread without one (no event loop to park a request in) never
+    /// waits for a flight.
+    static WAKER: OnceCell<Arc<mio::Waker>> = const { OnceCell::new() };
+}
+
+/// Makes `waker` this thread's: its loop handles what a ring brings (`collapse`, `refresh`).
+pub(crate) fn set_waker(waker: Arc<mio::Waker>) {
+    WAKER.with(|w| {
+        let _ = w.set(waker);
+    });
+}
+
+/// This thread's waker, when it runs a worker loop.
+fn own_waker() -> Option<Arc<mio::Waker>> {
+    WAKER.with(|w| w.get().cloned())
+}
+
+/// Rings this thread's own worker (news queued for its next turn). False when it has none.
+pub(crate) fn wake_own() -> bool {
+    WAKER.with(|w| w.get().is_some_and(|w| w.wake().is_ok()))
+}
+
+/// The fills in progress, by key.
+#[derive(Debug, Default)]
+pub(crate) struct Flights {
+    map: Mutex<HashMap<Box<[u8]>, Flight>>,
+}
+
+/// One fill in progress.
+#[derive(Debug)]
+struct Flight {
+    /// Set when the flight ends; each waiter holds it.
+    done: Arc<AtomicBool>,
+    /// The workers with a waiter, each once.
+    wakers: Vec<Arc<mio::Waker>>,
+}
+
+/// A miss's part in the flight of its key.
+#[derive(Debug)]
+pub(crate) enum Role {
+    /// It makes the upstream request; others may wait for it. (Held for its `Drop`.)
+    #[allow(dead_code)]
+    Lead(Leader),
+    /// Another request is fetching the key: wait for it.
+    Wait(Ticket),
+    /// Neither: it goes upstream on its own (it may not wait, or cannot).
+    Alone,
+}
+
+/// The leading fill's hold on its flight: dropping it ends the flight.
+#[derive(Debug)]
+pub(crate) struct Leader {
+    store: Arc<CacheStore>,
+    key: Box<[u8]>,
+    done: Arc<AtomicBool>,
+}
+
+/// A waiter's hold on the flight it waits for.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    done: Arc<AtomicBool>,
+}
+
+impl Ticket {
+    /// Whether the flight has ended (what it stored, if anything, is in the store).
+    pub(crate) fn done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+}
+
+/// Enters the flight of `key` in `store`: leads a new one when there is none, waits for the
+/// one there when `may_wait` allows (and this thread has a loop to wait in), else goes alone.
+pub(crate) fn enter(store: &Arc<CacheStore>, key: &[u8], may_wait: bool) -> Role {
+    let Some(waker) = own_waker() else {
+        return Role::Alone;
+    };
+    let mut map = store
+        .flights
+        .map
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(flight) = map.get_mut(key) {
+        if !may_wait {
+            return Role::Alone;
+        }
+        if !flight.wakers.iter().any(|w| Arc::ptr_eq(w, &waker)) {
+            flight.wakers.push(waker);
+        }
+        return Role::Wait(Ticket {
+            done: Arc::clone(&flight.done),
+        });
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    map.insert(
+        key.into(),
+        Flight {
+            done: Arc::clone(&done),
+            wakers: Vec::new(),
+        },
+    );
+    Role::Lead(Leader {
+        store: Arc::clone(store),
+        key: key.into(),
+        done,
+    })
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        let flight = {
+            let mut map = self
+                .store
+                .flights
+                .map
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match map.get(&self.key) {
+                Some(f) if Arc::ptr_eq(&f.done, &self.done) => map.remove(&self.key),
+                _ => None,
+            }
+        };
+        // Done before the wake: a woken worker must find its tickets done.
+        self.done.store(true, Ordering::Release);
+        for waker in flight.into_iter().flat_map(|f| f.wakers) {
+            let _ = waker.wake();
+        }
+    }
+}
+
+impl Flights {
+    /// Flights in progress (for the tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::StoreConfig;
+
+    fn store() -> Arc<CacheStore> {
+        Arc::new(CacheStore::new(StoreConfig {
+            size: 4 << 20,
+            max_object: 1 << 20,
+        }))
+    }
+
+    #[test]
+    fn without_a_loop_every_miss_goes_alone() {
+        let s = store();
+        assert!(matches!(enter(&s, b"k", true), Role::Alone));
+        assert_eq!(s.flights.len(), 0);
+    }
+
+    #[test]
+    fn one_leads_the_others_wait_and_are_woken_when_it_ends() {
+        let s = store();
+        let mut poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(7)).unwrap());
+        set_waker(Arc::clone(&waker));
+        let Role::Lead(leader) = enter(&s, b"k", true) else {
+            panic!("the first miss leads");
+        };
+        let Role::Wait(ticket) = enter(&s, b"k", true) else {
+            panic!("the second waits");
+        };
+        assert!(matches!(enter(&s, b"k", false), Role::Alone));
+        let Role::Lead(other) = enter(&s, b"other", true) else {
+            panic!("another key leads its own flight");
+        };
+        assert_eq!(s.flights.len(), 2);
+        assert!(!ticket.done());
+        drop(leader);
+        assert!(ticket.done());
+        assert_eq!(s.flights.len(), 1);
+        let mut events = mio::Events::with_capacity(4);
+        poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        assert!(events.iter().any(|e| e.token() == mio::Token(7)));
+        // The key is free: the next miss leads again.
+        assert!(matches!(enter(&s, b"k", true), Role::Lead(_)));
+        drop(other);
+    }
+}
