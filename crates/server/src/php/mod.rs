@@ -49,12 +49,23 @@ pub(crate) fn mount(
         cfg: Arc::clone(cfg),
         files: StaticFiles::new(Arc::clone(files)),
         files_cfg: Arc::clone(files),
+        params: merged_params(&group.cfg.fastcgi_params, &cfg.params),
         group,
         norm: Vec::with_capacity(256),
         script: Vec::with_capacity(256),
         pairs: Vec::new(),
     };
     router.prefix("/", &Method::ALL, handler)
+}
+
+/// The group's parameters, then the site's, a site's replacing the group's of the same name.
+fn merged_params(group: &[(String, String)], site: &[(String, String)]) -> Vec<(String, String)> {
+    group
+        .iter()
+        .filter(|(n, _)| !site.iter().any(|(s, _)| s == n))
+        .chain(site)
+        .cloned()
+        .collect()
 }
 
 /// What a request path is, under the root.
@@ -82,6 +93,8 @@ struct PhpHandler {
     files_cfg: Arc<FilesConfig>,
     group: Rc<WorkerGroup>,
     internal: Option<Rc<[InternalLocation]>>,
+    /// The group's FastCGI parameters and the site's (`--php-param`), in that order.
+    params: Vec<(String, String)>,
     /// The normalised path, the script's path, the FastCGI variables (reused).
     norm: Vec<u8>,
     script: Vec<u8>,
@@ -188,7 +201,7 @@ impl PhpHandler {
             &script,
             &client,
             &self.cfg.server,
-            &self.cfg.params,
+            &self.params,
         );
         let method = req.method();
         res.forward(ProxyJob {

@@ -979,6 +979,7 @@ impl Upstreams {
 
     /// The response is complete: the client is told, the connection goes back to its pool.
     fn finish(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        let queued = self.conns[key].fcgi.is_some() && self.fastcgi_queued(key);
         let c = &mut self.conns[key];
         let label = &c.group.cfg.servers[c.server].label;
         let took = ctx.now.saturating_duration_since(c.sent_at);
@@ -995,7 +996,7 @@ impl Upstreams {
         }
         c.rlen = 0;
         let room = c.group.idle.borrow()[c.server].len() < c.group.cfg.keepalive;
-        if c.keep_alive && room && !ctx.shutting_down {
+        if c.keep_alive && room && !queued && !ctx.shutting_down {
             c.phase = Phase::Idle;
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
             c.group.idle.borrow_mut()[c.server].push(key);
@@ -1006,6 +1007,23 @@ impl Upstreams {
         } else {
             self.remove(key, ctx);
         }
+    }
+
+    /// Whether another connection of this worker to connection `key`'s FastCGI server waits
+    /// for its first response byte. php-fpm gives each connection a process of its own for as
+    /// long as it stays open (`FCGI_KEEP_CONN`), so a connection kept idle in the pool holds a
+    /// process that a connection queued in php-fpm's backlog may be waiting for: while one
+    /// waits, a finished connection is closed rather than pooled, and its process takes the
+    /// next one. (Pooled connections and php-fpm's `pm.max_children`: docs/php.md.)
+    fn fastcgi_queued(&self, key: usize) -> bool {
+        let c = &self.conns[key];
+        self.conns.iter().any(|(k, o)| {
+            k != key
+                && o.server == c.server
+                && std::rc::Rc::ptr_eq(&o.group, &c.group)
+                && !o.got_bytes
+                && matches!(o.phase, Phase::Connecting | Phase::Sending | Phase::Waiting)
+        })
     }
 
     /// The upstream switched protocols and the client was told: the connection becomes a

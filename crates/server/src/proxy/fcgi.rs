@@ -378,6 +378,9 @@ fn end(
                         .and_then(|n| n.to_str())
                         .unwrap_or_default(),
                 );
+                // The application's own body was dropped; the file's is relayed (unless the
+                // request was HEAD).
+                x.discard = false;
                 relay_head(x, c, ctx, down, &parsed, Some((&content_type, f.left)));
                 if x.discard || f.left == 0 {
                     return Progress::Done;

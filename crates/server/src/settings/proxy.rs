@@ -578,8 +578,11 @@ pub fn php_group(
     }
     let p = parse_server(&url).map_err(|e| format!("--php {target}: {e}"))?;
     let servers = servers_of(vec![(p, 1)], defaults).map_err(|e| format!("--php {target}: {e}"))?;
-    cfg.groups
-        .push(group(name, servers, defaults).map_err(|e| format!("--php {target}: {e}"))?);
+    let mut made = group(name, servers, defaults).map_err(|e| format!("--php {target}: {e}"))?;
+    // The --proxy-fastcgi-param defaults are for --proxy rules (a SCRIPT_FILENAME there names
+    // one script); a site's PHP application has its own, --php-param.
+    made.fastcgi_params.clear();
+    cfg.groups.push(made);
     Ok(cfg.groups.len() - 1)
 }
 
