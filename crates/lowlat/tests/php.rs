@@ -59,7 +59,7 @@ impl Fpm {
         let pool = |name: &str, listen: &str| {
             format!(
                 "[{name}]\n{user}listen = {listen}\npm = static\npm.max_children = {children}\n\
-                 pm.status_path = /fpm-status\ncatch_workers_output = no\n\
+                 pm.status_path = /fpm-status\nping.path = /ping\ncatch_workers_output = no\n\
                  php_admin_value[display_errors] = Off\nphp_admin_flag[log_errors] = On\n\
                  php_admin_value[post_max_size] = 0\nphp_admin_value[memory_limit] = 64M\n\
                  php_admin_value[output_buffering] = 0\n"
@@ -847,4 +847,39 @@ fn php_fpm_restarted_under_load_is_missed_only_while_it_is_down() {
         "errors after the restart: {after:?}"
     );
     drop(fpm);
+}
+
+#[test]
+fn an_upstream_group_of_php_fpm_pools_with_active_health_checks() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let dead = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("lowlat.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "root = \"{}\"\nphp = \"fpm\"\n\n[[upstream]]\nname = \"fpm\"\n\
+             servers = [\"fastcgi+unix:{}\", \"fastcgi://127.0.0.1:{}\", \"fastcgi://127.0.0.1:{dead}\"]\n\
+             health_check = \"/ping\"\nhealth_interval = \"200ms\"\n",
+            root.path().display(),
+            fpm.sock.display(),
+            fpm.port,
+        ),
+    )
+    .unwrap();
+    let served = Served::start(["--config", config.to_str().unwrap()]);
+    wait_for_log(&served, &format!("127.0.0.1:{dead}"));
+    let log = served.log();
+    let downs: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("health check: down"))
+        .collect();
+    assert_eq!(downs.len(), 1, "{log}");
+    assert!(downs[0].contains(&format!("127.0.0.1:{dead}")), "{log}");
+    // Posts are not retried elsewhere: every one answered shows the dead server is skipped.
+    for _ in 0..12 {
+        let (status, _, body) = get(&served, "/echo.php", &["-d", "x=1"]);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
 }
