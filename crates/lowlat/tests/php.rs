@@ -883,3 +883,132 @@ fn an_upstream_group_of_php_fpm_pools_with_active_health_checks() {
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     }
 }
+
+/// DokuWiki from Debian's package, copied with its configuration and data into a temporary
+/// directory (the installed wiki is left alone), served by `--php` with doku.php as the index
+/// and DokuWiki's own rewriting of paths (`userewrite = 2`: `/doku.php/page`, through
+/// PATH_INFO): a page created, shown, edited, shown again, its history listed.
+#[test]
+fn dokuwiki_page_created_edited_and_shown() {
+    let installed = Path::new("/usr/share/dokuwiki");
+    assert!(
+        installed.join("doku.php").exists(),
+        "no DokuWiki in /usr/share/dokuwiki: run scripts/test-deps.sh"
+    );
+    let fpm = Fpm::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let (www, conf, data) = (
+        dir.path().join("www"),
+        dir.path().join("conf"),
+        dir.path().join("data"),
+    );
+    for (from, to) in [
+        ("/usr/share/dokuwiki", &www),
+        ("/etc/dokuwiki", &conf),
+        ("/var/lib/dokuwiki/data", &data),
+    ] {
+        let ok = Command::new("cp")
+            .arg("-rL")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cp -rL {from}");
+    }
+    // This copy's configuration and data, not the system's.
+    std::fs::write(
+        www.join("inc/preload.php"),
+        format!("<?php\ndefine('DOKU_CONF', '{}/');\n", conf.display()),
+    )
+    .unwrap();
+    std::fs::write(
+        conf.join("local.php"),
+        format!(
+            "<?php\n$conf['title'] = 'lowlat wiki';\n$conf['savedir'] = '{}';\n\
+             $conf['useacl'] = 0;\n$conf['userewrite'] = 2;\n$conf['baseurl'] = '';\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let served = serve(&www, &fpm.unix(), &["--php-index", "doku.php"]);
+    let jar = dir.path().join("cookies");
+    let jar = jar.to_str().unwrap();
+    let page = "/doku.php/wiki:lowlat_test";
+
+    // The start page, a stylesheet DokuWiki builds in PHP, and a static picture.
+    let (status, _, body) = get(&served, "/", &["-c", jar]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("lowlat wiki"));
+    let (status, head, _) = get(&served, "/lib/exe/css.php", &[]);
+    assert_eq!(status, 200);
+    assert!(field(&head, "content-type").is_some_and(|t| t.starts_with("text/css")));
+    let (status, head, _) = get(&served, "/lib/tpl/dokuwiki/images/logo.png", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(field(&head, "content-type"), Some("image/png"), "{head}");
+
+    for (text, summary) in [
+        (
+            "====== Hello from lowlat ======\n\nFirst version of the page.\n",
+            "created",
+        ),
+        (
+            "====== Hello from lowlat ======\n\nSecond version, edited.\n",
+            "edited",
+        ),
+    ] {
+        let (status, _, body) = get(&served, &format!("{page}?do=edit"), &["-b", jar, "-c", jar]);
+        assert_eq!(status, 200);
+        let form = String::from_utf8_lossy(&body).into_owned();
+        let hidden = regex::Regex::new(r#"<input[^>]*type="hidden"[^>]*>"#).unwrap();
+        let attr = |tag: &str, name: &str| {
+            regex::Regex::new(&format!(r#"{name}="([^"]*)""#))
+                .unwrap()
+                .captures(tag)
+                .map(|c| c[1].to_owned())
+        };
+        let mut args: Vec<String> = vec!["-b".into(), jar.into(), "-c".into(), jar.into()];
+        for tag in hidden.find_iter(&form) {
+            let (Some(name), Some(value)) =
+                (attr(tag.as_str(), "name"), attr(tag.as_str(), "value"))
+            else {
+                continue;
+            };
+            if name == "do" {
+                continue;
+            }
+            args.push("--data-urlencode".into());
+            args.push(format!("{name}={}", value.replace("&amp;", "&")));
+        }
+        for (name, value) in [
+            ("wikitext", text),
+            ("summary", summary),
+            ("do[save]", "Save"),
+        ] {
+            args.push("--data-urlencode".into());
+            args.push(format!("{name}={value}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, head, _) = get(&served, page, &args);
+        assert!(
+            status == 200 || status == 302 || status == 303,
+            "saving: {head}"
+        );
+        let (status, _, body) = get(&served, page, &["-b", jar]);
+        assert_eq!(status, 200);
+        let shown = String::from_utf8_lossy(&body);
+        assert!(shown.contains("Hello from lowlat"), "not saved");
+        let version = text.lines().nth(2).unwrap().trim();
+        assert!(shown.contains(version), "{version:?} not shown");
+    }
+    let (status, _, body) = get(&served, &format!("{page}?do=revisions"), &["-b", jar]);
+    assert_eq!(status, 200);
+    let history = String::from_utf8_lossy(&body);
+    assert!(history.contains("created") && history.contains("edited"));
+    assert!(data.join("pages/wiki/lowlat_test.txt").exists());
+    assert!(
+        !served.log().contains("FastCGI response refused"),
+        "{}",
+        served.log()
+    );
+}
