@@ -22,6 +22,10 @@ const PROXY: Guide = Guide {
     path: "docs/proxy.md",
     about: "the reverse proxy: balancing, health checks, HTTP/2 and TLS upstreams, gRPC, WebSocket",
 };
+const PHP: Guide = Guide {
+    path: "docs/php.md",
+    about: "PHP applications (WordPress, DokuWiki…) through php-fpm, FastCGI upstreams",
+};
 const OPERATIONS: Guide = Guide {
     path: "docs/operations.md",
     about: "install, the configuration file and reload, error and access logs, metrics, limits",
@@ -52,13 +56,14 @@ pub fn for_page(words: &[String]) -> &'static [Guide] {
             SERVING,
             TLS,
             PROXY,
+            PHP,
             OPERATIONS,
             LOAD,
             BENCH,
             DESIGN,
             PERFORMANCE,
         ],
-        Some("serve") => &[SERVING, TLS, PROXY, OPERATIONS],
+        Some("serve") => &[SERVING, TLS, PROXY, PHP, OPERATIONS],
         Some("load") => &[LOAD],
         Some("bench") => &[BENCH, PERFORMANCE],
         Some(_) => &[OPERATIONS],
