@@ -947,6 +947,12 @@ fn dokuwiki_page_created_edited_and_shown() {
     assert_eq!(status, 200);
     assert_eq!(field(&head, "content-type"), Some("image/png"), "{head}");
 
+    let hidden = regex::Regex::new(r#"<input[^>]*type="hidden"[^>]*>"#).unwrap();
+    let (name_re, value_re) = (
+        regex::Regex::new(r#"name="([^"]*)""#).unwrap(),
+        regex::Regex::new(r#"value="([^"]*)""#).unwrap(),
+    );
+    let attr = |re: &regex::Regex, tag: &str| re.captures(tag).map(|c| c[1].to_owned());
     for (text, summary) in [
         (
             "====== Hello from lowlat ======\n\nFirst version of the page.\n",
@@ -960,17 +966,10 @@ fn dokuwiki_page_created_edited_and_shown() {
         let (status, _, body) = get(&served, &format!("{page}?do=edit"), &["-b", jar, "-c", jar]);
         assert_eq!(status, 200);
         let form = String::from_utf8_lossy(&body).into_owned();
-        let hidden = regex::Regex::new(r#"<input[^>]*type="hidden"[^>]*>"#).unwrap();
-        let attr = |tag: &str, name: &str| {
-            regex::Regex::new(&format!(r#"{name}="([^"]*)""#))
-                .unwrap()
-                .captures(tag)
-                .map(|c| c[1].to_owned())
-        };
         let mut args: Vec<String> = vec!["-b".into(), jar.into(), "-c".into(), jar.into()];
         for tag in hidden.find_iter(&form) {
             let (Some(name), Some(value)) =
-                (attr(tag.as_str(), "name"), attr(tag.as_str(), "value"))
+                (attr(&name_re, tag.as_str()), attr(&value_re, tag.as_str()))
             else {
                 continue;
             };
