@@ -74,7 +74,9 @@ impl Fpm {
         let conf_path = dir.path().join("fpm.conf");
         std::fs::write(&conf_path, conf).unwrap();
         let mut cmd = Command::new(fpm_binary());
-        cmd.arg("-n").arg("-y").arg(&conf_path).arg("-F");
+        // Debian's php.ini and its conf.d (the extensions: mysqli for WordPress), the pool's
+        // own values over them.
+        cmd.arg("-y").arg(&conf_path).arg("-F");
         if root {
             cmd.arg("-R");
         }
@@ -1010,4 +1012,361 @@ fn dokuwiki_page_created_edited_and_shown() {
         "{}",
         served.log()
     );
+}
+
+/// A MariaDB of the test's own: a data directory made by `mariadb-install-db`, the server on a
+/// Unix socket only, stopped when dropped.
+struct Mariadb {
+    child: Child,
+    sock: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Mariadb {
+    fn start() -> Mariadb {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let sock = dir.path().join("mysqld.sock");
+        let user = if running_as_root() { "root" } else { "" };
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg("--auth-root-authentication-method=normal")
+            .arg("--skip-test-db");
+        if !user.is_empty() {
+            install.arg(format!("--user={user}"));
+        }
+        let out = install
+            .output()
+            .expect("mariadb-install-db (scripts/test-deps.sh)");
+        assert!(
+            out.status.success(),
+            "mariadb-install-db: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut server = Command::new("/usr/sbin/mariadbd");
+        server
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", sock.display()))
+            .arg(format!(
+                "--pid-file={}",
+                dir.path().join("mysqld.pid").display()
+            ))
+            .arg(format!(
+                "--log-error={}",
+                dir.path().join("mysqld.err").display()
+            ))
+            .arg("--skip-networking")
+            .arg("--innodb-buffer-pool-size=32M");
+        if !user.is_empty() {
+            server.arg(format!("--user={user}"));
+        }
+        let child = server
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mariadbd");
+        let db = Mariadb {
+            child,
+            sock,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = Command::new("mariadb")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", db.sock.display()))
+                .args(["-uroot", "-e", "CREATE DATABASE IF NOT EXISTS wordpress"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return db;
+            }
+            assert!(Instant::now() < deadline, "MariaDB did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Mariadb {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// An XML-RPC call's body (WordPress's xmlrpc.php): the method and its parameters, each an XML
+/// value already written.
+fn xmlrpc(method: &str, params: &[String]) -> String {
+    let params: String = params
+        .iter()
+        .map(|p| format!("<param><value>{p}</value></param>"))
+        .collect();
+    format!(
+        "<?xml version=\"1.0\"?><methodCall><methodName>{method}</methodName><params>{params}</params></methodCall>"
+    )
+}
+
+/// WordPress from Debian's package (a copy of it, its configuration of the test's own) with a
+/// MariaDB of the test's own, driven as a person would: the web installer run to the end, a
+/// login, the admin dashboard, pretty permalinks turned on in the settings form, a post
+/// published and a picture uploaded (through XML-RPC, as the mobile apps do), the post shown
+/// at its permalink over HTTP/1.1 and HTTP/2, the picture served as a static file.
+#[test]
+fn wordpress_installed_a_post_published_and_shown_at_its_permalink() {
+    let installed = Path::new("/usr/share/wordpress/wp-settings.php");
+    assert!(
+        installed.exists() && Path::new("/usr/sbin/mariadbd").exists(),
+        "no WordPress or MariaDB: run scripts/test-deps.sh"
+    );
+    let db = Mariadb::start();
+    let fpm = Fpm::start(4);
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    let ok = Command::new("cp")
+        .arg("-rL")
+        .arg("/usr/share/wordpress")
+        .arg(&www)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cp -rL /usr/share/wordpress");
+    std::fs::create_dir_all(www.join("wp-content/uploads")).unwrap();
+    // WordPress offers pretty permalinks only on servers it knows to rewrite (Apache, nginx,
+    // IIS, Caddy); a must-use plugin says lowlat does (its front controller): docs/php.md.
+    std::fs::create_dir_all(www.join("wp-content/mu-plugins")).unwrap();
+    std::fs::write(
+        www.join("wp-content/mu-plugins/lowlat.php"),
+        "<?php add_filter('got_url_rewrite', '__return_true');\n",
+    )
+    .unwrap();
+    // This copy's configuration (Debian's reads /etc/wordpress): the test's database, no
+    // request leaving the machine, no cron run by page views.
+    std::fs::write(
+        www.join("wp-config.php"),
+        format!(
+            "<?php\ndefine('DB_NAME', 'wordpress');\ndefine('DB_USER', 'root');\n\
+             define('DB_PASSWORD', '');\ndefine('DB_HOST', 'localhost:{}');\n\
+             define('DB_CHARSET', 'utf8mb4');\ndefine('DB_COLLATE', '');\n\
+             $table_prefix = 'wp_';\ndefine('WP_HTTP_BLOCK_EXTERNAL', true);\n\
+             define('DISABLE_WP_CRON', true);\ndefine('AUTOMATIC_UPDATER_DISABLED', true);\n\
+             define('FS_METHOD', 'direct');\ndefine('WP_CONTENT_DIR', __DIR__ . '/wp-content');\n\
+             if (!defined('ABSPATH')) define('ABSPATH', __DIR__ . '/');\n\
+             require_once ABSPATH . 'wp-settings.php';\n",
+            db.sock.display()
+        ),
+    )
+    .unwrap();
+    let served = serve(&www, &fpm.unix(), &["--h2c"]);
+    let jar = dir.path().join("cookies");
+    let jar = jar.to_str().unwrap();
+    let password = "Lowlat-Test-Pass-1234";
+
+    // The installer, to its end.
+    let (status, _, body) = get(&served, "/wp-admin/install.php", &[]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let (status, _, body) = get(
+        &served,
+        "/wp-admin/install.php?step=2",
+        &[
+            "--data-urlencode",
+            "weblog_title=lowlat blog",
+            "--data-urlencode",
+            "user_name=admin",
+            "--data-urlencode",
+            &format!("admin_password={password}"),
+            "--data-urlencode",
+            &format!("admin_password2={password}"),
+            "--data-urlencode",
+            "pw_weak=1",
+            "--data-urlencode",
+            "admin_email=admin@example.com",
+            "--data-urlencode",
+            "blog_public=0",
+            "--data-urlencode",
+            "Submit=Install WordPress",
+        ],
+    );
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 200);
+    assert!(text.contains("Success!"), "the installer did not finish");
+
+    // Log in (the test cookie first, as a browser gets it), then the dashboard.
+    get(&served, "/wp-login.php", &["-c", jar]);
+    let (status, head, _) = get(
+        &served,
+        "/wp-login.php",
+        &[
+            "-b",
+            jar,
+            "-c",
+            jar,
+            "--data-urlencode",
+            "log=admin",
+            "--data-urlencode",
+            &format!("pwd={password}"),
+            "--data-urlencode",
+            "wp-submit=Log In",
+            "--data-urlencode",
+            "testcookie=1",
+        ],
+    );
+    assert_eq!(status, 302, "{head}");
+    assert!(
+        field(&head, "location").is_some_and(|l| l.contains("/wp-admin/")),
+        "{head}"
+    );
+    let (status, _, body) = get(&served, "/wp-admin/", &["-b", jar]);
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("Dashboard"));
+
+    // Pretty permalinks, through the settings form and its nonce.
+    let (status, _, body) = get(&served, "/wp-admin/options-permalink.php", &["-b", jar]);
+    assert_eq!(status, 200);
+    let form = String::from_utf8_lossy(&body).into_owned();
+    let nonce = regex::Regex::new(r#"name="_wpnonce" value="([0-9a-f]+)""#)
+        .unwrap()
+        .captures(&form)
+        .map(|c| c[1].to_owned())
+        .expect("the permalink form's nonce");
+    let (status, head, _) = get(
+        &served,
+        "/wp-admin/options-permalink.php",
+        &[
+            "-b",
+            jar,
+            "--data-urlencode",
+            &format!("_wpnonce={nonce}"),
+            "--data-urlencode",
+            "_wp_http_referer=/wp-admin/options-permalink.php",
+            "--data-urlencode",
+            "selection=/%postname%/",
+            "--data-urlencode",
+            "permalink_structure=/%postname%/",
+            "--data-urlencode",
+            "submit=Save Changes",
+        ],
+    );
+    assert!(status == 200 || status == 302, "{head}");
+    // Where the browser goes next: the page, which writes the new rewrite rules.
+    let (status, _, _) = get(
+        &served,
+        "/wp-admin/options-permalink.php?settings-updated=true",
+        &["-b", jar],
+    );
+    assert_eq!(status, 200);
+
+    // A post and a picture, as the mobile apps publish them.
+    let auth = [
+        "<int>1</int>".to_owned(),
+        "<string>admin</string>".to_owned(),
+        format!("<string>{password}</string>"),
+    ];
+    let mut call = auth.to_vec();
+    call.push(
+        "<struct><member><name>post_title</name><value><string>Hello from lowlat</string></value></member>\
+         <member><name>post_content</name><value><string>Served through php-fpm by lowlat.</string></value></member>\
+         <member><name>post_status</name><value><string>publish</string></value></member></struct>"
+            .to_owned(),
+    );
+    let body_file = dir.path().join("call.xml");
+    std::fs::write(&body_file, xmlrpc("wp.newPost", &call)).unwrap();
+    let at = format!("@{}", body_file.display());
+    let (status, _, body) = get(
+        &served,
+        "/xmlrpc.php",
+        &["-H", "Content-Type: text/xml", "--data-binary", &at],
+    );
+    let answer = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(status, 200);
+    assert!(!answer.contains("<fault>"), "{answer}");
+    let id = regex::Regex::new(r"<string>(\d+)</string>")
+        .unwrap()
+        .captures(&answer)
+        .map(|c| c[1].to_owned())
+        .unwrap_or_else(|| panic!("no post id in {answer}"));
+    // Its short link redirects to the permalink.
+    let (status, head, _) = get(&served, &format!("/?p={id}"), &[]);
+    assert_eq!(status, 301, "{head}");
+    assert!(
+        field(&head, "location").is_some_and(|l| l.ends_with("/hello-from-lowlat/")),
+        "{head}"
+    );
+    // A 1×1 PNG.
+    let png: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\rIDATx\x9cc\xf8\x0f\0\0\x01\x01\0\x05\x18\xd8N\0\0\0\0IEND\xaeB`\x82";
+    let bits = base64(png);
+    let mut call = auth.to_vec();
+    call.push(format!(
+        "<struct><member><name>name</name><value><string>lowlat.png</string></value></member>\
+         <member><name>type</name><value><string>image/png</string></value></member>\
+         <member><name>bits</name><value><base64>{bits}</base64></value></member></struct>"
+    ));
+    std::fs::write(&body_file, xmlrpc("wp.uploadFile", &call)).unwrap();
+    let (status, _, body) = get(
+        &served,
+        "/xmlrpc.php",
+        &["-H", "Content-Type: text/xml", "--data-binary", &at],
+    );
+    let answer = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(status, 200);
+    let url = regex::Regex::new(r"<name>url</name><value><string>([^<]+)</string>")
+        .unwrap()
+        .captures(&answer)
+        .map(|c| c[1].to_owned())
+        .unwrap_or_else(|| panic!("no url in {answer}"));
+    let path = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_owned()))
+        .unwrap();
+    assert!(path.starts_with("/wp-content/uploads/"), "{path}");
+    let (status, head, body) = get(&served, &path, &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(field(&head, "content-type"), Some("image/png"), "{head}");
+    assert!(body == png, "the picture as uploaded");
+    assert!(
+        field(&head, "x-powered-by").is_none(),
+        "a static file: {head}"
+    );
+
+    // The post at its pretty permalink (the front controller), over HTTP/1.1 and HTTP/2.
+    for args in [&[][..], &["--http2-prior-knowledge"][..]] {
+        let (status, head, body) = get(&served, "/hello-from-lowlat/", args);
+        assert_eq!(status, 200, "{head}");
+        let page = String::from_utf8_lossy(&body);
+        assert!(page.contains("Served through php-fpm by lowlat."), "{head}");
+        assert!(page.contains("lowlat blog"));
+    }
+    assert!(
+        !served.log().contains("FastCGI response refused"),
+        "{}",
+        served.log()
+    );
+}
+
+/// Standard base64 with padding.
+fn base64(data: &[u8]) -> String {
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
