@@ -1001,6 +1001,8 @@ fn dokuwiki_page_created_edited_and_shown() {
         assert!(shown.contains("Hello from lowlat"), "not saved");
         let version = text.lines().nth(2).unwrap().trim();
         assert!(shown.contains(version), "{version:?} not shown");
+        // DokuWiki names revisions by the second: the next one in a second of its own.
+        std::thread::sleep(Duration::from_millis(1100));
     }
     let (status, _, body) = get(&served, &format!("{page}?do=revisions"), &["-b", jar]);
     assert_eq!(status, 200);
