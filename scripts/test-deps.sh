@@ -36,6 +36,13 @@ command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
 # The cache's conformance test runs the HTTP caching test suite, a Node.js package (below).
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# The PHP tests run Debian's php-fpm (whichever version is current: they find /usr/sbin/php-fpm*)
+# and DokuWiki, from Debian's package, in front of it.
+ls /usr/sbin/php-fpm* >/dev/null 2>&1 || need+=(php-fpm)
+[ -f /usr/share/dokuwiki/doku.php ] || need+=(dokuwiki)
+# WordPress, from Debian's package too, with a MariaDB the test starts in a directory of its own.
+[ -f /usr/share/wordpress/wp-settings.php ] || need+=(wordpress wordpress-theme-twentytwentythree php-mysql)
+[ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -43,7 +50,7 @@ if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
     # nginx's, HAProxy's and Caddy's packages start a daemon (Caddy's on port 80, as nginx's); the
     # tests start their own on free ports.
-    for daemon in nginx h2o haproxy caddy; do
+    for daemon in nginx h2o haproxy caddy mariadb $(cd /etc/init.d 2>/dev/null && ls -d php*-fpm 2>/dev/null); do
         if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop $daemon 2>/dev/null || true; fi
         if [ -x /etc/init.d/$daemon ]; then $sudo /etc/init.d/$daemon stop >/dev/null 2>&1 || true; fi
     done

@@ -18,6 +18,7 @@
 //! - `h2_server`: HTTP/2 as a server, a whole connection against a running engine.
 //! - [`h3`]: HTTP/3 frames, QPACK's decoder, and QPACK's decode(encode(x)) == x.
 //! - [`ws`]: WebSocket frame heads.
+//! - [`fastcgi`]: FastCGI records from an application, the CGI head, name-value pairs.
 //! - `config`: the config file. `templates`: `return` rules, templates, `log_format`.
 //!   `file_headers`: `Range` and conditional headers. (These four need the server crate:
 //!   the `server` feature.)
@@ -27,6 +28,7 @@
 #![warn(clippy::pedantic)]
 #![allow(clippy::missing_panics_doc)]
 
+pub mod fastcgi;
 pub mod h1;
 pub mod h2_client;
 pub mod h2_frames;
@@ -59,6 +61,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("qpack_decoder", h3::qpack_decoder),
     ("qpack_roundtrip", h3::qpack_roundtrip),
     ("ws_frames", ws::frames),
+    ("fastcgi_records", fastcgi::records),
     #[cfg(feature = "server")]
     ("h2_server", h2_server::check),
     #[cfg(feature = "server")]

@@ -26,6 +26,10 @@ const PROTECTION: Guide = Guide {
     path: "docs/protection.md",
     about: "access rules by network, rate limits and Basic authentication, per site and path",
 };
+const PHP: Guide = Guide {
+    path: "docs/php.md",
+    about: "PHP applications (WordPress, DokuWiki…) through php-fpm, FastCGI upstreams",
+};
 const OPERATIONS: Guide = Guide {
     path: "docs/operations.md",
     about: "install, the configuration file and reload, error and access logs, metrics, limits",
@@ -57,13 +61,14 @@ pub fn for_page(words: &[String]) -> &'static [Guide] {
             TLS,
             PROXY,
             PROTECTION,
+            PHP,
             OPERATIONS,
             LOAD,
             BENCH,
             DESIGN,
             PERFORMANCE,
         ],
-        Some("serve") => &[SERVING, TLS, PROXY, PROTECTION, OPERATIONS],
+        Some("serve") => &[SERVING, TLS, PROXY, PHP, PROTECTION, OPERATIONS],
         Some("load") => &[LOAD],
         Some("bench") => &[BENCH, PERFORMANCE],
         Some(_) => &[OPERATIONS],

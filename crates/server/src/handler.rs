@@ -499,7 +499,10 @@ pub trait Handler {
 
     /// Whether this handler takes a request whose body is still arriving (the proxy, which
     /// streams it on); every other handler is given the body whole, up to `--max-body`.
-    fn takes_streamed_body(&self) -> bool {
+    /// `unknown_length`: the body's length is not known in advance (chunked, or an HTTP/2 or
+    /// HTTP/3 request without `content-length`), which a CGI application must be told.
+    fn takes_streamed_body(&self, unknown_length: bool) -> bool {
+        let _ = unknown_length;
         false
     }
 }

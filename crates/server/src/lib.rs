@@ -47,6 +47,8 @@
 //! - [`files`]: static files under a document root (or the embedded default site).
 //! - [`guard`]: access rules and rate limits, asked before a site's routes.
 //! - [`app`]: the dynamic app, 1000 prefix-routed responders as JSON or HTML.
+//! - [`php`]: the PHP front door: a document root's static files served, its scripts run by
+//!   php-fpm over FastCGI.
 //! - [`settings`]: the flags and the config file, parsed and checked; the service built from
 //!   them. Nothing it builds on (workers, protocols, handlers) imports it back.
 //! - [`cli`]: running `lowlat serve`: settings in, server started, signals handled.
@@ -73,6 +75,7 @@ pub mod incoming;
 mod listener;
 pub mod log_format;
 pub mod metrics;
+pub mod php;
 mod pool;
 mod proto;
 pub mod proxy;

@@ -310,18 +310,25 @@ impl Router {
     /// [`Router::dispatch`], asked before the body is read. Only asked for a body that is not
     /// all here, so it costs nothing per ordinary request.
     pub fn streams_body(&mut self, head: &Request<'_, '_>) -> bool {
-        self.streams_body_at(head.header("host"), head.path, head.method)
+        let chunked = matches!(head.framing, lowlat_http::body::BodyFraming::Chunked);
+        self.streams_body_at(head.header("host"), head.path, head.method, chunked)
     }
 
     /// [`Router::streams_body`] from the parts that decide it (HTTP/2 asks before it has made
-    /// a [`Request`]).
-    pub fn streams_body_at(&mut self, host: Option<&[u8]>, path: &str, method: Method) -> bool {
+    /// a [`Request`]); `unknown_length`: the body's length is not known in advance.
+    pub fn streams_body_at(
+        &mut self,
+        host: Option<&[u8]>,
+        path: &str,
+        method: Method,
+        unknown_length: bool,
+    ) -> bool {
         if !self.sites.is_empty() {
             if let Some((_, site)) = self.site_for(host) {
-                return site.streams_here(path, method);
+                return site.streams_here(path, method, unknown_length);
             }
         }
-        self.streams_here(path, method)
+        self.streams_here(path, method, unknown_length)
     }
 
     /// How the body of the request whose head is `head` (HTTP/2, HTTP/3: decoded, body not yet
@@ -340,10 +347,12 @@ impl Router {
         let host = head
             .authority()
             .or_else(|| head.fields().find(|(n, _)| *n == "host").map(|(_, v)| v));
-        self.streams_body_at(host, path, method).then_some(framing)
+        let unknown_length = framing == crate::handler::StreamedBody::Chunked;
+        self.streams_body_at(host, path, method, unknown_length)
+            .then_some(framing)
     }
 
-    fn streams_here(&self, path: &str, method: Method) -> bool {
+    fn streams_here(&self, path: &str, method: Method, unknown_length: bool) -> bool {
         let Ok(matched) = self.tree.at(path) else {
             return false;
         };
@@ -351,7 +360,7 @@ impl Router {
             .methods
             .iter()
             .find(|&&(m, _)| m == method)
-            .is_some_and(|&(_, h)| self.handlers[h].takes_streamed_body())
+            .is_some_and(|&(_, h)| self.handlers[h].takes_streamed_body(unknown_length))
     }
 
     /// Compresses this router's dynamic responses on the fly by `cfg`, when it is on.

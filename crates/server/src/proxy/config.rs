@@ -25,6 +25,9 @@ pub struct UpstreamServer {
     pub tls: Option<super::upstream_tls::TlsTarget>,
     /// Spoken to in HTTP/2 (`h2c://`, or `protocol = "h2"`): requests multiplexed as streams.
     pub h2: bool,
+    /// Spoken to in FastCGI (`fastcgi://`, `fastcgi+unix:`): php-fpm and other FastCGI
+    /// application servers, one request per connection at a time.
+    pub fastcgi: bool,
 }
 
 /// How a group shares requests among its servers.
@@ -95,6 +98,12 @@ pub struct UpstreamGroup {
     pub max_fails: u32,
     pub fail_timeout: Duration,
     pub health: Option<HealthCheck>,
+    /// Its servers speak FastCGI (a group's servers all speak one protocol to requests: the
+    /// request is written for it before a server is chosen).
+    pub fastcgi: bool,
+    /// FastCGI parameters set on every request to the group, after (and over) the CGI/1.1
+    /// variables the request gives (nginx's `fastcgi_param`).
+    pub fastcgi_params: Vec<(String, String)>,
 }
 
 /// A forwarding rule: requests whose path starts with `prefix` go to `group`; with `rewrite`,
@@ -105,6 +114,17 @@ pub struct ProxyRoute {
     pub prefix: String,
     pub group: usize,
     pub rewrite: Option<String>,
+}
+
+/// Where an application's `X-Accel-Redirect` and `X-Sendfile` may point (nginx's `internal`
+/// location with its `alias`): a path under `prefix` names the file under `dir`, and a file
+/// named by its path must lie under `dir`. Clients cannot ask for these paths themselves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InternalLocation {
+    /// A URL path prefix, ending in `/`.
+    pub prefix: String,
+    /// A directory, canonical (symlinks resolved).
+    pub dir: PathBuf,
 }
 
 /// A network (`10.0.0.0/8`, `::1/128`) whose forwarding headers are believed.

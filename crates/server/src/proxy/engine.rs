@@ -28,19 +28,20 @@ use mio::{Interest, Token};
 use slab::Slab;
 
 use super::downstream::Downstream;
+use super::fcgi::{self, FileTurn, Progress};
 use super::h2up::{self, Delivered, H2Upstreams};
 use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
 use super::trailers::trailer_passes;
 use super::tunnel::{self, Pumped};
-use super::upload::{UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
+use super::upload::{UpstreamProtocol, UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
 use super::upstream::{BodyLeft, Phase, Sock, Tunnel, UpConn};
 use crate::ctx::WorkerCtx;
 
 pub(crate) use super::upstream::TOKEN_BASE;
 /// Stop reading an upstream while this much of its response waits to be written to the client.
-const RELAY_HIGH_WATER: usize = 256 * 1024;
+pub(crate) const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
 /// Reads of one response a drive makes (each at most a 16 KiB buffer: 512 KiB, the turn a file
@@ -213,7 +214,14 @@ impl Upstreams {
     ) {
         let group = std::rc::Rc::clone(&job.group);
         if let Some(up) = &job.upload {
-            up.borrow_mut().for_http2(group.cfg.servers[server].h2);
+            let s = &group.cfg.servers[server];
+            up.borrow_mut().frame_for(if s.fastcgi {
+                UpstreamProtocol::FastCgi
+            } else if s.h2 {
+                UpstreamProtocol::Http2
+            } else {
+                UpstreamProtocol::Http1
+            });
         }
         if group.cfg.servers[server].h2 {
             if let Err(job) = self.h2.assign(server, job, client, ctx, down) {
@@ -286,6 +294,7 @@ impl Upstreams {
                 deadline: now + group.cfg.timeouts.connect,
                 sent_at: now,
                 tunnel: None,
+                fcgi: None,
             };
             if ctx
                 .registry
@@ -313,6 +322,9 @@ impl Upstreams {
         let c = &mut self.conns[key];
         c.client = Some(client);
         c.job = Some(job);
+        c.fcgi = group.cfg.servers[server]
+            .fastcgi
+            .then(|| Box::new(fcgi::FcgiExchange::new()));
         c.wpos = 0;
         c.head_relayed = false;
         c.got_bytes = false;
@@ -571,6 +583,21 @@ impl Upstreams {
                         Err(_) => return self.fail(key, Failure::Closed, ctx, down),
                     }
                 }
+                Phase::File => {
+                    if c.paused {
+                        return;
+                    }
+                    return match fcgi::send_file(c, ctx, down, RELAY_HIGH_WATER, RELAY_TURN_READS) {
+                        FileTurn::Done => self.finish(key, ctx, down),
+                        FileTurn::Wait => {
+                            if !c.paused {
+                                // The turn is used up: on at the next one.
+                                ctx.deferred.push(Token(TOKEN_BASE + key));
+                            }
+                        }
+                        FileTurn::Failed => self.fail(key, Failure::Invalid, ctx, down),
+                    };
+                }
                 Phase::Waiting | Phase::Body => {
                     if c.paused || !c.readable || yield_turn(&mut reads, key, ctx) {
                         return;
@@ -781,6 +808,29 @@ impl Upstreams {
     /// the exchange ended (the connection is back in its pool, or gone).
     fn process(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) -> bool {
         let c = &mut self.conns[key];
+        if c.fcgi.is_some() {
+            return match fcgi::process(c, ctx, down) {
+                Progress::More => true,
+                Progress::File => {
+                    c.phase = Phase::File;
+                    true
+                }
+                Progress::Done => {
+                    self.finish(key, ctx, down);
+                    false
+                }
+                // Not processed (overloaded): as a connection the server closed, it may go
+                // elsewhere.
+                Progress::Refused => {
+                    self.fail(key, Failure::Closed, ctx, down);
+                    false
+                }
+                Progress::Invalid => {
+                    self.fail(key, Failure::Invalid, ctx, down);
+                    false
+                }
+            };
+        }
         // While a body streams (Sending), an upstream may answer before it ends.
         if matches!(c.phase, Phase::Waiting | Phase::Sending) {
             loop {
@@ -959,7 +1009,7 @@ impl Upstreams {
     /// The upstream closed its side.
     fn eof(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
         let c = &mut self.conns[key];
-        if c.phase == Phase::Body && matches!(c.body, BodyLeft::UntilClose) {
+        if c.phase == Phase::Body && matches!(c.body, BodyLeft::UntilClose) && c.fcgi.is_none() {
             c.keep_alive = false;
             return self.finish(key, ctx, down);
         }
@@ -968,6 +1018,7 @@ impl Upstreams {
 
     /// The response is complete: the client is told, the connection goes back to its pool.
     fn finish(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        let queued = self.conns[key].fcgi.is_some() && self.fastcgi_queued(key);
         let c = &mut self.conns[key];
         let label = &c.group.cfg.servers[c.server].label;
         let took = ctx.now.saturating_duration_since(c.sent_at);
@@ -985,7 +1036,7 @@ impl Upstreams {
         }
         c.rlen = 0;
         let room = c.group.idle.borrow()[c.server].len() < c.group.cfg.keepalive;
-        if c.keep_alive && room && !ctx.shutting_down {
+        if c.keep_alive && room && !queued && !ctx.shutting_down {
             c.phase = Phase::Idle;
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
             c.group.idle.borrow_mut()[c.server].push(key);
@@ -996,6 +1047,23 @@ impl Upstreams {
         } else {
             self.remove(key, ctx);
         }
+    }
+
+    /// Whether another connection of this worker to connection `key`'s FastCGI server waits
+    /// for its first response byte. php-fpm gives each connection a process of its own for as
+    /// long as it stays open (`FCGI_KEEP_CONN`), so a connection kept idle in the pool holds a
+    /// process that a connection queued in php-fpm's backlog may be waiting for: while one
+    /// waits, a finished connection is closed rather than pooled, and its process takes the
+    /// next one. (Pooled connections and php-fpm's `pm.max_children`: docs/php.md.)
+    fn fastcgi_queued(&self, key: usize) -> bool {
+        let c = &self.conns[key];
+        self.conns.iter().any(|(k, o)| {
+            k != key
+                && o.server == c.server
+                && std::rc::Rc::ptr_eq(&o.group, &c.group)
+                && !o.got_bytes
+                && matches!(o.phase, Phase::Connecting | Phase::Sending | Phase::Waiting)
+        })
     }
 
     /// The upstream switched protocols and the client was told: the connection becomes a
@@ -1133,6 +1201,11 @@ impl Upstreams {
         };
         if c.phase != Phase::Idle && c.client.is_some() {
             c.group.active.borrow_mut()[c.server] -= 1;
+        }
+        if c.fcgi.is_some() && matches!(c.phase, Phase::Waiting | Phase::Body) {
+            // The client went away, or the exchange failed: the application is told to stop
+            // (php-fpm ends the script at its next output), then sees the connection close.
+            let _ = c.sock.write(&fcgi::abort_record());
         }
         if c.phase == Phase::Idle {
             c.group.idle.borrow_mut()[c.server].retain(|&k| k != key);

@@ -169,6 +169,7 @@ mod tests {
                     weight: w,
                     tls: None,
                     h2: false,
+                    fastcgi: false,
                 })
                 .collect(),
             balance,
@@ -185,6 +186,8 @@ mod tests {
             max_fails: 1,
             fail_timeout: Duration::from_secs(10),
             health: None,
+            fastcgi: false,
+            fastcgi_params: Vec::new(),
         };
         let health = Arc::new(GroupHealth::new(&cfg, 1));
         WorkerGroup::new(Arc::new(cfg), health)

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use lowlat_http::request::Method;
 
+use super::cgi_request::ServerVars;
 use super::config::{Balance, Cidr, HashKey, ProxyRoute};
 use super::group::{fnv, WorkerGroup};
 use super::headers::{write_request, ClientInfo, StreamedBody, Target};
@@ -29,6 +30,11 @@ pub(crate) struct ProxyHandler {
     /// This worker's request-id prefix (random per start): ids are unique across workers and
     /// restarts without a clock read or a lock per request.
     id_seed: u64,
+    /// What `SERVER_*` says to a FastCGI group.
+    server: Arc<ServerVars>,
+    /// A FastCGI request's variables before they are framed, and a decoded path (reused).
+    pairs: Vec<u8>,
+    decoded: Vec<u8>,
 }
 
 /// Mounts `route` on `router` for one worker, forwarding to `group`.
@@ -41,6 +47,7 @@ pub(crate) fn mount(
     group: Rc<WorkerGroup>,
     trusted: Arc<Vec<Cidr>>,
     cache: Option<crate::cache::RouteCache>,
+    server: Arc<ServerVars>,
 ) -> Result<(), RouteError> {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_usize(Rc::as_ptr(&group) as usize);
@@ -60,14 +67,19 @@ pub(crate) fn mount(
         trusted,
         cache,
         id_seed: h.finish(),
+        server,
+        pairs: Vec::new(),
+        decoded: Vec::new(),
     };
     router.prefix(&route.prefix, &Method::ALL, handler)
 }
 
 impl Handler for ProxyHandler {
-    fn takes_streamed_body(&self) -> bool {
-        // Both upstream protocols take a body as it arrives (`engine`, `h2up`).
-        true
+    fn takes_streamed_body(&self, unknown_length: bool) -> bool {
+        // Both HTTP upstream protocols take a body as it arrives (`engine`, `h2up`); FastCGI
+        // does when its length is known: a CGI application reads `CONTENT_LENGTH` bytes, so a
+        // body without one is read whole first (as nginx buffers it).
+        !(unknown_length && self.group.cfg.fastcgi)
     }
 
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
@@ -107,6 +119,22 @@ impl Handler for ProxyHandler {
         hex(self.id_seed, &mut id[..16]);
         hex(seq, &mut id[16..]);
         let mut request = self.group.take_buffer();
+        if self.group.cfg.fastcgi {
+            if req.head.protocol.is_some()
+                || !self.fastcgi_request(req, streamed, &client, &mut request)
+            {
+                // An extended CONNECT has no CGI form; a path no variable can carry is refused.
+                let status = if req.head.protocol.is_some() {
+                    501
+                } else {
+                    400
+                };
+                self.group.give_buffer(request);
+                res.send_status(status);
+                return;
+            }
+            return self.forward(req, res, request, fill, false, None, &client);
+        }
         write_request(
             &mut request,
             req.head,
@@ -140,22 +168,31 @@ impl Handler for ProxyHandler {
         } else if upgrade {
             super::upgrade::add_upgrade_fields(&mut request, None);
         }
-        let hash = self.hash(req, &client);
+        self.forward(req, res, request, fill, upgrade, ws_accept, &client);
+    }
+}
+
+impl ProxyHandler {
+    /// Hands the request written in `request` to the connection, to be forwarded.
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        req: &Req<'_, '_, '_>,
+        res: &mut Response<'_>,
+        request: Vec<u8>,
+        fill: Option<crate::cache::fill::FillRef>,
+        upgrade: bool,
+        ws_accept: Option<Box<str>>,
+        client: &ClientInfo,
+    ) {
+        let hash = request_hash(&self.group, req, client);
         let method = req.method();
         res.forward(ProxyJob {
             added: None,
             group: Rc::clone(&self.group),
             request,
             head_request: method == Method::Head,
-            idempotent: matches!(
-                method,
-                Method::Get
-                    | Method::Head
-                    | Method::Put
-                    | Method::Delete
-                    | Method::Options
-                    | Method::Trace
-            ),
+            idempotent: idempotent(method),
             hash,
             retried: false,
             stale_retried: false,
@@ -164,24 +201,74 @@ impl Handler for ProxyHandler {
             upgrade,
             ws_accept,
             cache: fill,
+            internal: None,
         });
+    }
+
+    /// Writes the FastCGI request for `req` into `out`: the rule's prefix is the script
+    /// (`SCRIPT_NAME`), the rest of the path its `PATH_INFO`, the group's parameters added.
+    /// False when the path cannot be decoded for `PATH_INFO`.
+    fn fastcgi_request(
+        &mut self,
+        req: &Req<'_, '_, '_>,
+        streamed: Option<StreamedBody>,
+        client: &ClientInfo,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let base = self.prefix.trim_end_matches('/');
+        let rest = req.path().get(base.len()..).unwrap_or("");
+        if !super::cgi_request::decode_path(rest.as_bytes(), &mut self.decoded) {
+            return false;
+        }
+        let name = self
+            .rewrite
+            .as_deref()
+            .unwrap_or(base)
+            .trim_end_matches('/');
+        let script = super::cgi_request::Script {
+            name: name.as_bytes(),
+            path_info: &self.decoded,
+            filename: None,
+            root: None,
+        };
+        super::cgi_request::write_request(
+            out,
+            &mut self.pairs,
+            req.head,
+            req.body,
+            streamed,
+            &script,
+            client,
+            &self.server,
+            &self.group.cfg.fastcgi_params,
+        );
+        true
+    }
+}
+
+/// Whether a request is safe to send twice (RFC 9110 §9.2.2): retried once on another server
+/// when a connection fails before any byte of the response.
+pub(crate) fn idempotent(method: Method) -> bool {
+    matches!(
+        method,
+        Method::Get | Method::Head | Method::Put | Method::Delete | Method::Options | Method::Trace
+    )
+}
+
+/// The request's key under `group`'s consistent hashing (0 when it does not hash).
+pub(crate) fn request_hash(group: &WorkerGroup, req: &Req<'_, '_, '_>, client: &ClientInfo) -> u64 {
+    match &group.cfg.balance {
+        Balance::Hash(HashKey::Client) => match client.peer.ip() {
+            std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
+            std::net::IpAddr::V6(ip) => fnv(&ip.octets()),
+        },
+        Balance::Hash(HashKey::Header(name)) => fnv(req.header(name).unwrap_or_default()),
+        Balance::Hash(HashKey::Cookie(name)) => fnv(cookie(req, name).unwrap_or_default()),
+        _ => 0,
     }
 }
 
 impl ProxyHandler {
-    /// The request's key under consistent hashing (0 when the group does not hash).
-    fn hash(&self, req: &Req<'_, '_, '_>, client: &ClientInfo) -> u64 {
-        match &self.group.cfg.balance {
-            Balance::Hash(HashKey::Client) => match client.peer.ip() {
-                std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
-                std::net::IpAddr::V6(ip) => fnv(&ip.octets()),
-            },
-            Balance::Hash(HashKey::Header(name)) => fnv(req.header(name).unwrap_or_default()),
-            Balance::Hash(HashKey::Cookie(name)) => fnv(cookie(req, name).unwrap_or_default()),
-            _ => 0,
-        }
-    }
-
     /// A request already answered with a stale response (`stale-while-revalidate`) goes
     /// upstream once more in the background, for the cache: written as it would be forwarded
     /// (same rule, rewrite and forwarding fields, same server choice) but without the client's
@@ -194,6 +281,12 @@ impl ProxyHandler {
         fill: crate::cache::fill::FillRef,
         stale: Arc<crate::cache::object::Object>,
     ) {
+        if self.group.cfg.fastcgi {
+            // Not written for a FastCGI application yet: the stale response stays until it is
+            // past its window; the fill, dropped, lets any waiter go on its own.
+            drop((fill, stale));
+            return;
+        }
         let fields = crate::cache::refresh::request_fields(req.head.headers);
         let head = lowlat_http::request::Request {
             headers: &fields,
@@ -226,13 +319,14 @@ impl ProxyHandler {
             request,
             head_request: false,
             idempotent: true,
-            hash: self.hash(req, client),
+            hash: request_hash(&self.group, req, client),
             retried: false,
             stale_retried: false,
             upload: None,
             upgrade: false,
             ws_accept: None,
             cache: Some(fill),
+            internal: None,
         });
     }
 }

@@ -107,6 +107,7 @@ pub(crate) fn spawn_checks(group: &UpstreamGroup, health: &Arc<GroupHealth>) {
         .iter()
         .map(|s| (s.addr.clone(), s.label.clone(), s.tls.clone()))
         .collect();
+    let fastcgi = group.fastcgi;
     let weak: Weak<GroupHealth> = Arc::downgrade(health);
     let name = group.name.clone();
     let _ = std::thread::Builder::new()
@@ -116,7 +117,7 @@ pub(crate) fn spawn_checks(group: &UpstreamGroup, health: &Arc<GroupHealth>) {
                 return;
             };
             for (i, (addr, label, tls)) in servers.iter().enumerate() {
-                let up = probe(addr, label, tls.as_ref(), &check);
+                let up = probe(addr, label, tls.as_ref(), &check, fastcgi);
                 let was = health.servers[i].active_up.swap(up, Ordering::Relaxed);
                 if was != up {
                     if up {
@@ -132,8 +133,28 @@ pub(crate) fn spawn_checks(group: &UpstreamGroup, health: &Arc<GroupHealth>) {
 }
 
 /// One check: `GET path` over a fresh connection (through TLS for an `https://` server, its
-/// certificate checked as for requests); up when the status is one of `statuses`.
-fn probe(addr: &UpstreamAddr, label: &str, tls: Option<&TlsTarget>, check: &HealthCheck) -> bool {
+/// certificate checked as for requests; as a FastCGI request naming `path` as its script for a
+/// FastCGI server, which php-fpm's `ping.path` answers); up when the status is one of
+/// `statuses`.
+fn probe(
+    addr: &UpstreamAddr,
+    label: &str,
+    tls: Option<&TlsTarget>,
+    check: &HealthCheck,
+    fastcgi: bool,
+) -> bool {
+    if fastcgi {
+        let answer = fastcgi_probe(addr, check);
+        if let Err(e) = &answer {
+            tracing::debug!(server = %label, "FastCGI health check: {e}");
+        }
+        return answer.is_ok_and(|status| {
+            check
+                .statuses
+                .iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&status))
+        });
+    }
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {label}\r\nUser-Agent: lowlat-health-check\r\nConnection: close\r\n\r\n",
         check.path
@@ -221,6 +242,82 @@ fn exchange<S: Read + Write>(
         }
     }
 }
+
+/// A FastCGI check: a request whose script is the check's path, over a fresh connection; the
+/// status of its CGI head.
+fn fastcgi_probe(addr: &UpstreamAddr, check: &HealthCheck) -> std::io::Result<u16> {
+    use lowlat_http::fastcgi::{cgi, params, record};
+    let mut pairs = Vec::new();
+    for (name, value) in [
+        ("GATEWAY_INTERFACE", "CGI/1.1"),
+        ("REQUEST_METHOD", "GET"),
+        ("SCRIPT_NAME", check.path.as_str()),
+        ("SCRIPT_FILENAME", check.path.as_str()),
+        ("REQUEST_URI", check.path.as_str()),
+        ("QUERY_STRING", ""),
+        ("SERVER_PROTOCOL", "HTTP/1.1"),
+        ("HTTP_USER_AGENT", "lowlat-health-check"),
+    ] {
+        params::push(&mut pairs, name.as_bytes(), value.as_bytes());
+    }
+    let mut request = Vec::new();
+    record::begin_request(&mut request, 1, false);
+    record::stream(&mut request, record::kind::PARAMS, 1, &pairs);
+    record::end_stream(&mut request, record::kind::PARAMS, 1);
+    record::end_stream(&mut request, record::kind::STDIN, 1);
+    let mut s: Box<dyn ReadWrite> = match addr {
+        UpstreamAddr::Tcp(a) => {
+            let s = std::net::TcpStream::connect_timeout(a, check.timeout)?;
+            s.set_read_timeout(Some(check.timeout))?;
+            s.set_write_timeout(Some(check.timeout))?;
+            Box::new(s)
+        }
+        UpstreamAddr::Unix(p) => {
+            let s = std::os::unix::net::UnixStream::connect(p)?;
+            s.set_read_timeout(Some(check.timeout))?;
+            s.set_write_timeout(Some(check.timeout))?;
+            Box::new(s)
+        }
+    };
+    s.write_all(&request)?;
+    let mut decoder = record::Decoder::new(1);
+    let mut buf = vec![0u8; 16 * 1024];
+    let (mut n, mut stdout) = (0, Vec::new());
+    loop {
+        let got = s.read(&mut buf[n..])?;
+        if got == 0 {
+            return Err(std::io::Error::other("closed before a response head"));
+        }
+        n += got;
+        let mut pos = 0;
+        while let lowlat_http::Status::Complete((event, used)) = decoder
+            .decode(&buf[pos..n])
+            .map_err(std::io::Error::other)?
+        {
+            match event {
+                record::Event::Stdout(r) => {
+                    stdout.extend_from_slice(&buf[pos + r.start..pos + r.end])
+                }
+                record::Event::End { .. } => {
+                    return Err(std::io::Error::other("ended before a response head"))
+                }
+                _ => {}
+            }
+            pos += used;
+            if let lowlat_http::Status::Complete(head) =
+                cgi::parse_head(&stdout, 8192).map_err(std::io::Error::other)?
+            {
+                return Ok(head.status);
+            }
+        }
+        buf.copy_within(pos..n, 0);
+        n -= pos;
+    }
+}
+
+/// A socket to read and write, whichever kind.
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
 
 /// A group as `/metrics` sees it: its name, its servers' labels, and their shared state.
 #[derive(Debug, Clone)]

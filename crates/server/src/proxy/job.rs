@@ -37,6 +37,9 @@ pub(crate) struct ProxyJob {
     /// The cache's part when the rule caches: the response is stored as it is relayed, or
     /// what it invalidates is removed (see `crate::cache::fill`).
     pub(crate) cache: Option<crate::cache::fill::FillRef>,
+    /// To a FastCGI application: where its `X-Accel-Redirect` and `X-Sendfile` may point
+    /// (`super::fcgi`); `None` sends none.
+    pub(crate) internal: Option<Rc<[super::config::InternalLocation]>>,
 }
 
 /// How the response body reaches the client.

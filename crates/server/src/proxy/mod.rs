@@ -12,11 +12,14 @@
 //! - [`config`]: groups, servers, balancing, timeouts, health checks, trusted proxies.
 //! - `handler`: the route handler: what to forward, to which group.
 //! - `headers`: the forwarded request's head; which response fields pass.
+//! - `cgi_request`: the FastCGI request a forwarded request becomes: its CGI/1.1 variables.
 //! - `job`: a request on its way; how its body will be framed for the client.
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
 //! - `engine`: the worker's upstream connections: exchanges, retries, timeouts, pools.
 //! - `upload`: a request body streaming to an upstream while it arrives.
 //! - `h2up`: HTTP/2 upstream connections: many requests as streams over few connections.
+//! - `fcgi`: a FastCGI exchange on an upstream connection: records read, the CGI head relayed,
+//!   stderr logged, a file sent for `X-Accel-Redirect`.
 //! - `upstream`: one upstream connection and its socket.
 //! - [`upstream_tls`]: TLS to `https://` servers: the client configuration, the socket, the
 //!   reasons a handshake fails.
@@ -27,9 +30,11 @@
 //! - `tunnel`: an upgraded exchange: bytes copied both ways until both sides close.
 //! - `trailers`: which upstream trailer fields reach the client.
 
+pub(crate) mod cgi_request;
 pub mod config;
 pub(crate) mod downstream;
 pub(crate) mod engine;
+pub(crate) mod fcgi;
 pub(crate) mod group;
 pub(crate) mod h2up;
 pub mod handler;

@@ -9,9 +9,10 @@
 //!
 //! Framing is the upstream's: an HTTP/1.1 upstream gets a body of unknown length re-framed as
 //! chunks (trailers in the last one), an HTTP/2 upstream the bare bytes (DATA frames are its
-//! framing; trailers a last HEADERS frame, [`Upload::trailers`]). The client's side puts bytes in
-//! before the server is chosen, so the upstream side says which it is
-//! ([`Upload::for_http2`]) and what waits is re-framed then (nothing has been sent yet).
+//! framing; trailers a last HEADERS frame, [`Upload::trailers`]), a FastCGI one `FCGI_STDIN`
+//! records ended by an empty one (trailers have no place there). The client's side puts bytes in
+//! before the server is chosen, so the upstream side says which it is ([`Upload::frame_for`])
+//! and what waits is re-framed then (nothing has been sent yet).
 //!
 //! Trailer fields the client sent after its body pass by the rule responses' do
 //! (`super::trailers`): framing, hop-by-hop, routing and authentication fields stay behind.
@@ -23,6 +24,9 @@ use std::cell::RefCell;
 use std::io::Write;
 use std::rc::Rc;
 
+use lowlat_http::fastcgi::record;
+
+use super::cgi_request::REQUEST_ID;
 use super::headers::StreamedBody;
 use super::trailers::trailer_passes;
 
@@ -44,13 +48,32 @@ pub(crate) const UPLOAD_LOW_WATER: usize = 64 * 1024;
 /// Trailer fields as (name, value).
 pub(crate) type TrailerList = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// How the bytes waiting in an upload are framed for the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// As they came (a length was given, or an HTTP/2 upstream: DATA frames are its framing).
+    Bare,
+    /// HTTP/1.1 chunks (a body of unknown length to an HTTP/1.1 upstream).
+    Chunked,
+    /// `FCGI_STDIN` records.
+    FastCgi,
+}
+
+/// The protocol of the upstream an upload goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpstreamProtocol {
+    Http1,
+    Http2,
+    FastCgi,
+}
+
 /// A body streaming from a client to an upstream.
 #[derive(Debug)]
 pub(crate) struct Upload {
     /// The client did not say the body's length (an HTTP/1.1 upstream then gets chunks).
     unknown_length: bool,
-    /// `buf` holds chunks (an HTTP/1.1 upstream and a body of unknown length), not bare bytes.
-    chunked: bool,
+    /// How `buf` is framed.
+    framing: Framing,
     /// The client's trailer fields that pass (`super::trailers`), once its body ended.
     trailers: TrailerList,
     /// Framed bytes for the upstream; those before `pos` are sent.
@@ -75,7 +98,11 @@ impl Upload {
     pub(crate) fn new(framing: StreamedBody) -> UploadRef {
         Rc::new(RefCell::new(Self {
             unknown_length: framing == StreamedBody::Chunked,
-            chunked: framing == StreamedBody::Chunked,
+            framing: if framing == StreamedBody::Chunked {
+                Framing::Chunked
+            } else {
+                Framing::Bare
+            },
             trailers: Vec::new(),
             buf: Vec::new(),
             pos: 0,
@@ -91,13 +118,20 @@ impl Upload {
         if data.is_empty() || self.closed {
             return;
         }
-        if self.chunked {
-            // Into the buffer directly: no string per chunk.
-            let _ = write!(self.buf, "{:x}\r\n", data.len());
-            self.buf.extend_from_slice(data);
-            self.buf.extend_from_slice(b"\r\n");
-        } else {
-            self.buf.extend_from_slice(data);
+        Self::frame(self.framing, data, &mut self.buf);
+    }
+
+    /// Appends `data` to `buf` framed as `framing` says.
+    fn frame(framing: Framing, data: &[u8], buf: &mut Vec<u8>) {
+        match framing {
+            Framing::Chunked => {
+                // Into the buffer directly: no string per chunk.
+                let _ = write!(buf, "{:x}\r\n", data.len());
+                buf.extend_from_slice(data);
+                buf.extend_from_slice(b"\r\n");
+            }
+            Framing::FastCgi => record::stream(buf, record::kind::STDIN, REQUEST_ID, data),
+            Framing::Bare => buf.extend_from_slice(data),
         }
     }
 
@@ -119,10 +153,19 @@ impl Upload {
             .filter(|(n, _)| trailer_passes(n))
             .map(|(n, v)| (n.to_ascii_lowercase(), v.to_vec()))
             .collect();
-        if self.chunked && !self.closed {
-            self.last_chunk();
+        if !self.closed {
+            self.end_framing();
         }
         self.complete = true;
+    }
+
+    /// What ends the body in its framing: the last chunk, or the empty `FCGI_STDIN` record.
+    fn end_framing(&mut self) {
+        match self.framing {
+            Framing::Chunked => self.last_chunk(),
+            Framing::FastCgi => record::end_stream(&mut self.buf, record::kind::STDIN, REQUEST_ID),
+            Framing::Bare => {}
+        }
     }
 
     /// The last chunk and the trailer section (RFC 9112 §7.1.2).
@@ -138,31 +181,45 @@ impl Upload {
     }
 
     /// The upstream is chosen: an HTTP/2 one takes bare bytes, an HTTP/1.1 one chunks when the
-    /// length is unknown. What waits is re-framed (nothing was sent yet).
-    pub(crate) fn for_http2(&mut self, http2: bool) {
-        let chunked = self.unknown_length && !http2;
-        if chunked == self.chunked || self.sent > 0 || self.closed {
+    /// length is unknown, a FastCGI one `FCGI_STDIN` records. What waits is re-framed (nothing
+    /// was sent yet).
+    pub(crate) fn frame_for(&mut self, upstream: UpstreamProtocol) {
+        let framing = match upstream {
+            UpstreamProtocol::FastCgi => Framing::FastCgi,
+            UpstreamProtocol::Http1 if self.unknown_length => Framing::Chunked,
+            UpstreamProtocol::Http1 | UpstreamProtocol::Http2 => Framing::Bare,
+        };
+        if framing == self.framing || self.sent > 0 || self.closed {
             return;
         }
         let framed = std::mem::take(&mut self.buf);
         let waiting = &framed[self.pos..];
         self.pos = 0;
-        if chunked {
-            if !waiting.is_empty() {
-                let _ = write!(self.buf, "{:x}\r\n", waiting.len());
-                self.buf.extend_from_slice(waiting);
-                self.buf.extend_from_slice(b"\r\n");
+        // Back to bare bytes first: this side's own framing, well-formed, the trailers kept
+        // apart already.
+        let mut bare = Vec::new();
+        match self.framing {
+            Framing::Bare => bare.extend_from_slice(waiting),
+            Framing::Chunked => {
+                let mut decoder = lowlat_http::body::ChunkedDecoder::new(u64::MAX);
+                let _ = decoder.decode(waiting, |d| bare.extend_from_slice(d));
             }
-            if self.complete {
-                self.last_chunk();
+            Framing::FastCgi => {
+                let mut rest = waiting;
+                while let Ok(lowlat_http::Status::Complete(head)) = record::Head::parse(rest) {
+                    let end = (record::HEAD_LEN + usize::from(head.content_len)).min(rest.len());
+                    bare.extend_from_slice(&rest[record::HEAD_LEN..end]);
+                    rest = &rest[end..];
+                }
             }
-        } else {
-            // This side's own chunks: well-formed, the trailers kept apart already.
-            let mut decoder = lowlat_http::body::ChunkedDecoder::new(u64::MAX);
-            let buf = &mut self.buf;
-            let _ = decoder.decode(waiting, |d| buf.extend_from_slice(d));
         }
-        self.chunked = chunked;
+        self.framing = framing;
+        if !bare.is_empty() {
+            Self::frame(framing, &bare, &mut self.buf);
+        }
+        if self.complete {
+            self.end_framing();
+        }
     }
 
     /// The client's trailer fields (that pass), once the body is complete: for an upstream that
@@ -356,20 +413,42 @@ mod tests {
         let mut u = up.borrow_mut();
         u.put(b"hello ");
         u.put(b"world");
-        u.for_http2(true);
+        u.frame_for(UpstreamProtocol::Http2);
         assert_eq!(u.pending(), b"hello world");
         u.put(b"!");
         u.end_with_trailers([(&b"t"[..], &b"1"[..])]);
         assert_eq!(u.pending(), b"hello world!", "no chunk framing for HTTP/2");
         // Refused there before a byte went: an HTTP/1.1 server gets it as one chunk.
-        u.for_http2(false);
+        u.frame_for(UpstreamProtocol::Http1);
         assert_eq!(u.pending(), b"c\r\nhello world!\r\n0\r\nt: 1\r\n\r\n");
         // A length is bare bytes whatever the upstream.
         let up = Upload::new(StreamedBody::Length(3));
         let mut u = up.borrow_mut();
         u.put(b"abc");
-        u.for_http2(true);
+        u.frame_for(UpstreamProtocol::Http2);
         assert_eq!(u.pending(), b"abc");
+    }
+
+    #[test]
+    fn a_fastcgi_upstream_gets_stdin_records_ended_by_an_empty_one() {
+        let up = Upload::new(StreamedBody::Length(5));
+        let mut u = up.borrow_mut();
+        u.put(b"he");
+        u.frame_for(UpstreamProtocol::FastCgi);
+        u.put(b"llo");
+        u.end_with_trailers([(&b"t"[..], &b"1"[..])]);
+        assert_eq!(
+            u.pending(),
+            b"\x01\x05\x00\x01\x00\x02\x00\x00he\x01\x05\x00\x01\x00\x03\x00\x00llo\x01\x05\x00\x01\x00\x00\x00\x00"
+        );
+        // Refused there before a byte went: bare bytes again for an HTTP/2 server.
+        u.frame_for(UpstreamProtocol::Http2);
+        assert_eq!(u.pending(), b"hello");
+        let up = Upload::new(StreamedBody::Chunked);
+        let mut u = up.borrow_mut();
+        u.put(&vec![b'x'; 70_000]);
+        u.frame_for(UpstreamProtocol::FastCgi);
+        assert_eq!(u.pending().len(), 2 * 8 + 70_000, "split at 64 KiB");
     }
 
     #[test]

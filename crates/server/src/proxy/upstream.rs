@@ -140,6 +140,9 @@ pub(crate) enum Phase {
     Idle,
     /// Switched protocols (`101`): a byte tunnel to the client until both close.
     Tunnel,
+    /// A FastCGI application's request ended and a file answers for it (`X-Accel-Redirect`):
+    /// the file is sent as the client takes it, then the connection goes back to its pool.
+    File,
 }
 
 /// How the rest of the response body is delimited.
@@ -190,6 +193,8 @@ pub(crate) struct UpConn {
     pub(crate) sent_at: Instant,
     /// The client-to-upstream side of a tunnel (only in [`Phase::Tunnel`]).
     pub(crate) tunnel: Option<Box<Tunnel>>,
+    /// A FastCGI server's exchange (`super::fcgi`): its records' state.
+    pub(crate) fcgi: Option<Box<super::fcgi::FcgiExchange>>,
 }
 
 /// The client-to-upstream half of a WebSocket tunnel (driven by `tunnel::pump`), and where each

@@ -176,6 +176,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub app: crate::app::AppArgs,
     #[command(flatten)]
+    pub php: crate::php::PhpArgs,
+    #[command(flatten)]
     pub proxy_group: GroupArgs,
     #[command(flatten)]
     pub cache: super::cache::CacheArgs,
@@ -538,6 +540,8 @@ pub struct SiteArgs {
     pub server_names: Vec<String>,
     pub files: crate::files::FilesArgs,
     pub app: crate::app::AppArgs,
+    /// The site's PHP application, when it has one.
+    pub php: crate::php::PhpArgs,
     pub no_plaintext: bool,
     pub no_json: bool,
     /// Header lines added to every response of the site.
@@ -565,6 +569,7 @@ impl ServeArgs {
             server_names: Vec::new(),
             files: self.files.clone(),
             app: self.app.clone(),
+            php: self.php.clone(),
             no_plaintext: self.no_plaintext,
             no_json: self.no_json,
             add_header: self.add_header.clone(),

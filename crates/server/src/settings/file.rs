@@ -206,8 +206,8 @@ pub fn load_text(text: String, shown: String, cli: &[String]) -> Result<Loaded, 
 
 /// The flags a `[[site]]` may set: what it serves, not how the server runs.
 fn site_flags() -> Vec<String> {
-    let mut cmd = crate::app::AppArgs::augment_args(crate::files::FilesArgs::augment_args(
-        Command::new("site"),
+    let mut cmd = crate::php::PhpArgs::augment_args(crate::app::AppArgs::augment_args(
+        crate::files::FilesArgs::augment_args(Command::new("site")),
     ));
     cmd.build();
     cmd.get_arguments()
@@ -315,6 +315,7 @@ fn sites(
                     server_names: names,
                     files: a.files,
                     app: a.app,
+                    php: a.php,
                     no_plaintext: a.no_plaintext,
                     no_json: a.no_json,
                     add_header: a.add_header,

@@ -126,6 +126,15 @@ pub struct GroupArgs {
         requires = "proxy_tls_cert"
     )]
     pub tls_key: Option<PathBuf>,
+    /// fastcgi:// upstreams: a parameter set on every request, over the CGI/1.1 variables the
+    /// request gives, as nginx's fastcgi_param (repeatable; e.g. SCRIPT_FILENAME=/srv/app/index.php)
+    #[arg(
+        id = "proxy_fastcgi_param",
+        long = "proxy-fastcgi-param",
+        value_name = "NAME=VALUE",
+        value_parser = crate::proxy::cgi_request::parse_fastcgi_param
+    )]
+    pub fastcgi_param: Vec<(String, String)>,
 }
 
 impl GroupArgs {
@@ -237,12 +246,16 @@ struct ParsedServer {
     tls_host: Option<String>,
     /// `h2c://`: HTTP/2 in clear, whatever the group's protocol.
     h2c: bool,
+    /// `fastcgi://`, `fastcgi+unix:`: FastCGI.
+    fastcgi: bool,
 }
 
 /// A server address: `http://host:port[/path]`, `https://host:port[/path]` (the path replaces
-/// the rule's prefix) or `unix:/path/to.sock`.
+/// the rule's prefix), `unix:/path/to.sock`, or a FastCGI server: `fastcgi://host:port`,
+/// `fastcgi+unix:/path/to.sock`.
 fn parse_server(url: &str) -> Result<ParsedServer, String> {
-    if let Some(path) = url.strip_prefix("unix:") {
+    let fastcgi_unix = url.strip_prefix("fastcgi+unix:");
+    if let Some(path) = url.strip_prefix("unix:").or(fastcgi_unix) {
         if !path.starts_with('/') {
             return Err(format!(
                 "{url:?}: a Unix socket's path is absolute (unix:/run/app.sock)"
@@ -254,9 +267,13 @@ fn parse_server(url: &str) -> Result<ParsedServer, String> {
             path: None,
             tls_host: None,
             h2c: false,
+            fastcgi: fastcgi_unix.is_some(),
         });
     }
-    let (rest, tls, default_port) = if let Some(rest) = url.strip_prefix("http://") {
+    // php-fpm's usual port, where a fastcgi:// URL names none.
+    let (rest, tls, default_port) = if let Some(rest) = url.strip_prefix("fastcgi://") {
+        (rest, false, 9000)
+    } else if let Some(rest) = url.strip_prefix("http://") {
         (rest, false, 80)
     } else if let Some(rest) = url.strip_prefix("https://") {
         (rest, true, 443)
@@ -264,10 +281,16 @@ fn parse_server(url: &str) -> Result<ParsedServer, String> {
         (rest, false, 80)
     } else {
         return Err(format!(
-            "{url:?}: an upstream is http://HOST:PORT, https://HOST:PORT, h2c://HOST:PORT or unix:/PATH"
+            "{url:?}: an upstream is http://HOST:PORT, https://HOST:PORT, h2c://HOST:PORT, unix:/PATH, fastcgi://HOST:PORT or fastcgi+unix:/PATH"
         ));
     };
+    let fastcgi = url.starts_with("fastcgi://");
     let (authority, path) = match rest.find('/') {
+        Some(_) if fastcgi => {
+            return Err(format!(
+                "{url:?}: a FastCGI server has no path (the script is a parameter: SCRIPT_FILENAME)"
+            ))
+        }
         Some(i) => (&rest[..i], Some(rest[i..].to_owned())),
         None => (rest, None),
     };
@@ -294,6 +317,7 @@ fn parse_server(url: &str) -> Result<ParsedServer, String> {
         path,
         tls_host: tls.then(|| host.to_owned()),
         h2c: url.starts_with("h2c://"),
+        fastcgi,
     })
 }
 
@@ -321,7 +345,8 @@ fn servers_of(
                 _ => None,
             };
             Ok(UpstreamServer {
-                h2: p.h2c || (h2 && matches!(p.addr, UpstreamAddr::Tcp(_))),
+                h2: !p.fastcgi && (p.h2c || (h2 && matches!(p.addr, UpstreamAddr::Tcp(_)))),
+                fastcgi: p.fastcgi,
                 addr: p.addr,
                 label: p.label,
                 weight,
@@ -386,8 +411,23 @@ pub fn parse_cidr(text: &str) -> Result<Cidr, String> {
     Ok(Cidr { addr, bits })
 }
 
-fn group(name: String, servers: Vec<UpstreamServer>, g: &GroupArgs) -> UpstreamGroup {
-    UpstreamGroup {
+/// The group of `servers`, which must all speak FastCGI or none of them: a request is written in
+/// its protocol by the rule's handler, before a server is chosen.
+fn group(
+    name: String,
+    servers: Vec<UpstreamServer>,
+    g: &GroupArgs,
+) -> Result<UpstreamGroup, String> {
+    let fastcgi = servers.first().is_some_and(|s| s.fastcgi);
+    if servers.iter().any(|s| s.fastcgi != fastcgi) {
+        return Err(
+            "fastcgi:// servers and HTTP servers cannot share a group (a request is written in one protocol)"
+                .into(),
+        );
+    }
+    Ok(UpstreamGroup {
+        fastcgi,
+        fastcgi_params: g.fastcgi_param.clone(),
         name,
         servers,
         balance: g.balance.clone(),
@@ -409,7 +449,7 @@ fn group(name: String, servers: Vec<UpstreamServer>, g: &GroupArgs) -> UpstreamG
             timeout: g.health_timeout,
             statuses: g.health_status.0.clone(),
         }),
-    }
+    })
 }
 
 /// The proxy's configuration and each site's routes: the named groups first, then one group per
@@ -447,7 +487,10 @@ pub fn build(
         if servers.is_empty() {
             return Err(format!("upstream {}: no servers", t.name));
         }
-        cfg.groups.push(group(t.name.clone(), servers, &t.group));
+        cfg.groups.push(
+            group(t.name.clone(), servers, &t.group)
+                .map_err(|e| format!("upstream {}: {e}", t.name))?,
+        );
     }
     let mut routes = Vec::new();
     for rules in sites {
@@ -476,11 +519,11 @@ pub fn build(
                     }
                     let servers = servers_of(parsed, defaults)
                         .map_err(|e| format!("--proxy {}={}: {e}", rule.prefix, rule.target))?;
-                    cfg.groups.push(group(
-                        format!("{}={}", rule.prefix, rule.target),
-                        servers,
-                        defaults,
-                    ));
+                    let name = format!("{}={}", rule.prefix, rule.target);
+                    cfg.groups
+                        .push(group(name, servers, defaults).map_err(|e| {
+                            format!("--proxy {}={}: {e}", rule.prefix, rule.target)
+                        })?);
                     (cfg.groups.len() - 1, rewrite)
                 } else {
                     return Err(format!(
@@ -499,9 +542,89 @@ pub fn build(
     Ok((cfg, routes))
 }
 
+/// The group a site's `--php` names: an `[[upstream]]` group of FastCGI servers by its name, or
+/// one made for the address (`unix:/PATH`, `HOST:PORT`, `fastcgi://HOST:PORT`,
+/// `fastcgi+unix:/PATH`), shared by the sites that give the same address. Returns its index.
+///
+/// # Errors
+/// One line: a group that does not speak FastCGI, an address that does not resolve.
+pub fn php_group(
+    cfg: &mut ProxyConfig,
+    target: &str,
+    defaults: &GroupArgs,
+) -> Result<usize, String> {
+    if let Some(i) = cfg.groups.iter().position(|g| g.name == target) {
+        if !cfg.groups[i].fastcgi {
+            return Err(format!(
+                "--php {target}: the [[upstream]] group's servers are not fastcgi:// ones"
+            ));
+        }
+        return Ok(i);
+    }
+    let url = if target.starts_with("fastcgi://") || target.starts_with("fastcgi+unix:") {
+        target.to_owned()
+    } else if let Some(path) = target.strip_prefix("unix:") {
+        format!("fastcgi+unix:{path}")
+    } else if target.contains(':') {
+        format!("fastcgi://{target}")
+    } else {
+        return Err(format!(
+            "--php {target}: no [[upstream]] has this name, and it is not an address (unix:/run/php/php-fpm.sock, 127.0.0.1:9000)"
+        ));
+    };
+    let name = format!("php={target}");
+    if let Some(i) = cfg.groups.iter().position(|g| g.name == name) {
+        return Ok(i);
+    }
+    let p = parse_server(&url).map_err(|e| format!("--php {target}: {e}"))?;
+    let servers = servers_of(vec![(p, 1)], defaults).map_err(|e| format!("--php {target}: {e}"))?;
+    let mut made = group(name, servers, defaults).map_err(|e| format!("--php {target}: {e}"))?;
+    // The --proxy-fastcgi-param defaults are for --proxy rules (a SCRIPT_FILENAME there names
+    // one script); a site's PHP application has its own, --php-param.
+    made.fastcgi_params.clear();
+    cfg.groups.push(made);
+    Ok(cfg.groups.len() - 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fastcgi_servers_and_groups() {
+        let p = parse_server("fastcgi://127.0.0.1").unwrap();
+        assert!(p.fastcgi);
+        assert_eq!(p.label, "127.0.0.1:9000");
+        let p = parse_server("fastcgi+unix:/run/php/php-fpm.sock").unwrap();
+        assert!(p.fastcgi);
+        assert_eq!(p.addr, UpstreamAddr::Unix("/run/php/php-fpm.sock".into()));
+        assert!(parse_server("fastcgi://127.0.0.1:9000/x.php").is_err());
+        assert!(parse_server("fastcgi+unix:run.sock").is_err());
+        use clap::Args;
+        let defaults = GroupArgs::augment_args(clap::Command::new("t"))
+            .try_get_matches_from(["t"])
+            .and_then(|m| <GroupArgs as clap::FromArgMatches>::from_arg_matches(&m))
+            .unwrap();
+        let mixed = UpstreamTable {
+            name: "mixed".into(),
+            servers: vec![
+                ("fastcgi://127.0.0.1:9000".into(), 1),
+                ("http://127.0.0.1:80".into(), 1),
+            ],
+            group: defaults.clone(),
+        };
+        assert!(build(&[mixed], &defaults, &[], &[])
+            .unwrap_err()
+            .contains("cannot share a group"));
+        let (mut cfg, _) = build(&[], &defaults, &[], &[]).unwrap();
+        let a = php_group(&mut cfg, "unix:/run/php/php-fpm.sock", &defaults).unwrap();
+        let b = php_group(&mut cfg, "unix:/run/php/php-fpm.sock", &defaults).unwrap();
+        assert_eq!(a, b, "one group per address");
+        assert!(cfg.groups[a].fastcgi && cfg.groups[a].servers[0].fastcgi);
+        let c = php_group(&mut cfg, "127.0.0.1:9000", &defaults).unwrap();
+        assert_eq!(cfg.groups[c].servers[0].label, "127.0.0.1:9000");
+        assert!(php_group(&mut cfg, "nothing", &defaults).is_err());
+    }
 
     #[test]
     fn rules_and_servers() {

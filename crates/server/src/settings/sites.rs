@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::args::{ServeArgs, SiteArgs};
 use super::proxy::ProxyRule;
+use crate::proxy::cgi_request::ServerVars;
 use crate::proxy::config::{Cidr, ProxyRoute, UpstreamGroup};
 use crate::proxy::group::WorkerGroup;
 use crate::proxy::health::{spawn_checks, GroupHealth, GroupView};
@@ -54,12 +55,30 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         args.sites.iter().collect()
     };
     let rules: Vec<&[ProxyRule]> = site_args.iter().map(|s| &s.proxy[..]).collect();
-    let (proxy, routes) = super::proxy::build(
+    let (mut proxy, routes) = super::proxy::build(
         &args.upstreams,
         &args.proxy_group,
         &args.proxy_trusted,
         &rules,
     )?;
+    // Each site's php-fpm group, after the named ones and the rules' (a site's PHP application
+    // may name an [[upstream]] group).
+    let mut php_groups = Vec::new();
+    for s in &site_args {
+        php_groups.push(match &s.php.php {
+            Some(target) => Some(super::proxy::php_group(
+                &mut proxy,
+                target,
+                &args.proxy_group,
+            )?),
+            None => None,
+        });
+    }
+    // What `SERVER_ADDR` and `SERVER_PORT` say to FastCGI applications: the first listener of
+    // each scheme.
+    let listeners = cfg.as_ref().map_or((None, None), |c| {
+        (c.listen.first().copied(), c.tls_listen.first().copied())
+    });
     let groups: Vec<Arc<UpstreamGroup>> = proxy.groups.into_iter().map(Arc::new).collect();
     let health: Vec<Arc<GroupHealth>> = groups
         .iter()
@@ -76,6 +95,7 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
     // only being checked; they end when the service is replaced (their state is dropped).
     let checks_started = std::sync::atomic::AtomicBool::new(false);
     let mut routes = routes.into_iter();
+    let mut php_groups = php_groups.into_iter();
     let sites: Vec<(Vec<String>, SiteService)> = if args.sites.is_empty() {
         vec![(
             Vec::new(),
@@ -84,15 +104,24 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
                 workers,
                 ports,
                 routes.next().unwrap_or_default(),
+                php_groups.next().flatten(),
+                listeners,
             )?,
         )]
     } else {
         args.sites
             .iter()
             .map(|s| {
-                SiteService::new(s, workers, ports, routes.next().unwrap_or_default())
-                    .map(|svc| (s.server_names.clone(), svc))
-                    .map_err(|e| format!("site {}: {e}", s.server_names.join(", ")))
+                SiteService::new(
+                    s,
+                    workers,
+                    ports,
+                    routes.next().unwrap_or_default(),
+                    php_groups.next().flatten(),
+                    listeners,
+                )
+                .map(|svc| (s.server_names.clone(), svc))
+                .map_err(|e| format!("site {}: {e}", s.server_names.join(", ")))
             })
             .collect::<Result<_, _>>()?
     };
@@ -166,6 +195,10 @@ struct SiteService {
     access: Arc<[crate::guard::access::AccessRule]>,
     zones: Vec<Arc<crate::guard::ratelimit::Zone>>,
     auth: Vec<Arc<crate::guard::basic::BasicAuth>>,
+    /// The site's PHP application and its php-fpm group, when it has one.
+    php: Option<(Arc<crate::php::PhpConfig>, usize)>,
+    /// What `SERVER_*` says to the FastCGI groups of the site's rules.
+    server_vars: Arc<ServerVars>,
 }
 
 impl SiteService {
@@ -174,10 +207,36 @@ impl SiteService {
         workers: usize,
         ports: Ports,
         proxy: Vec<ProxyRoute>,
+        php_group: Option<usize>,
+        listeners: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
     ) -> Result<Self, String> {
         let files = crate::files::FilesConfig::from_args(&site.files, workers)?;
         let mut app = crate::app::AppShared::from_args(&site.app)?;
         let root = site.files.root.as_deref();
+        let server_vars = Arc::new(ServerVars {
+            name: site.server_names.first().cloned(),
+            clear: listeners.0,
+            tls: listeners.1,
+        });
+        let php = match php_group {
+            None => None,
+            Some(group) => {
+                let Some(root) = files.root.clone() else {
+                    return Err(
+                        "--php serves the application under --root, which is not given".into(),
+                    );
+                };
+                let cfg = crate::php::PhpConfig {
+                    root,
+                    index: site.php.php_index.clone(),
+                    front_controller: !site.php.php_no_front_controller,
+                    params: site.php.php_param.clone(),
+                    internal: site.php.internal()?,
+                    server: Arc::clone(&server_vars),
+                };
+                Some((Arc::new(cfg), group))
+            }
+        };
         // Returns and forwarding rules share one set of prefixes, the longest matching one
         // winning: two rules on one prefix would leave one unreachable.
         let mut prefixes: Vec<(&str, &str)> = Vec::new();
@@ -203,17 +262,22 @@ impl SiteService {
                 .chain(site.returns.iter().map(|r| r.prefix.as_str()))
                 .any(|prefix| path.starts_with(prefix) || prefix.trim_end_matches('/') == path)
         };
-        let plaintext_on = !site.no_plaintext
+        // A PHP application takes every path (its front controller answers what names no
+        // file), as a forwarding rule at / would: the demo routes stay off.
+        let plaintext_on = php.is_none()
+            && !site.no_plaintext
             && !shadowed(root, crate::builtin::PATHS[0])
             && !forwarded(crate::builtin::PATHS[0]);
-        let json_on = !site.no_json
+        let json_on = php.is_none()
+            && !site.no_json
             && !shadowed(root, crate::builtin::PATHS[1])
             && !forwarded(crate::builtin::PATHS[1]);
         if app.as_ref().is_some_and(|a| {
             !a.prefix().is_empty() && shadowed(root, a.prefix())
                 || forwarded(a.prefix())
                 || forwarded(&format!("{}/", a.prefix()))
-        }) {
+        }) || php.is_some()
+        {
             app = None;
         }
         Ok(Self {
@@ -242,6 +306,8 @@ impl SiteService {
                 .iter()
                 .map(|a| a.build().map(Arc::new))
                 .collect::<Result<_, _>>()?,
+            php,
+            server_vars,
         })
     }
 
@@ -260,6 +326,7 @@ impl SiteService {
                 Rc::clone(&groups[route.group]),
                 Arc::clone(trusted),
                 cache.cloned(),
+                Arc::clone(&self.server_vars),
             )?;
         }
         for rule in &self.returns {
@@ -284,7 +351,12 @@ impl SiteService {
         if let Some(app) = &self.app {
             crate::app::mount(&mut router, app, info)?;
         }
-        crate::files::mount(&mut router, &self.files);
+        match &self.php {
+            Some((php, group)) => {
+                crate::php::mount(&mut router, php, &self.files, Rc::clone(&groups[*group]))?;
+            }
+            None => crate::files::mount(&mut router, &self.files),
+        }
         router.set_compression(&self.files.compress);
         router.set_extra_headers(&self.add_header);
         Ok(router)

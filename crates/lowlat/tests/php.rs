@@ -1,0 +1,1374 @@
+//! PHP through FastCGI: `lowlat serve --root DIR --php ADDRESS` in front of a real php-fpm
+//! (Debian's, `scripts/test-deps.sh` installs it), started by each test with a pool of its own
+//! on a Unix socket and one on TCP, running the scripts of `tests/php/` copied into a fresh
+//! document root: the CGI variables, bodies both ways, status and redirects, stderr, scripts
+//! that stop or hang, the picture that must never run, the front controller, keep-alive,
+//! aborts, files sent for the application, and HTTP/2 and HTTP/3 clients.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::upstream::{pattern_sha256, send_pattern};
+use support::{curl, field, free_port, Served};
+
+/// The php-fpm binary Debian installs (`php-fpm8.2`, or whichever version is current).
+fn fpm_binary() -> PathBuf {
+    let found = std::fs::read_dir("/usr/sbin")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("php-fpm"))
+        })
+        .max();
+    found.expect("no php-fpm in /usr/sbin: run scripts/test-deps.sh")
+}
+
+/// A php-fpm of the test's own: two pools of `children` processes each, one on a Unix socket,
+/// one on TCP, logging into its directory; stopped when dropped.
+struct Fpm {
+    child: Child,
+    dir: tempfile::TempDir,
+    sock: PathBuf,
+    port: u16,
+}
+
+impl Fpm {
+    fn start(children: u32) -> Fpm {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("fpm.sock");
+        let port = free_port();
+        Self::start_in(dir, sock, port, children)
+    }
+
+    fn start_in(dir: tempfile::TempDir, sock: PathBuf, port: u16, children: u32) -> Fpm {
+        let root = running_as_root();
+        let user = if root {
+            "user = root\ngroup = root\n"
+        } else {
+            ""
+        };
+        let pool = |name: &str, listen: &str| {
+            format!(
+                "[{name}]\n{user}listen = {listen}\npm = static\npm.max_children = {children}\n\
+                 pm.status_path = /fpm-status\nping.path = /ping\ncatch_workers_output = no\n\
+                 php_admin_value[display_errors] = Off\nphp_admin_flag[log_errors] = On\n\
+                 php_admin_value[post_max_size] = 0\nphp_admin_value[memory_limit] = 64M\n\
+                 php_admin_value[output_buffering] = 0\n"
+            )
+        };
+        let conf = format!(
+            "[global]\nerror_log = {}/fpm.log\ndaemonize = no\n{}{}",
+            dir.path().display(),
+            pool("unix", &sock.display().to_string()),
+            pool("tcp", &format!("127.0.0.1:{port}")),
+        );
+        let conf_path = dir.path().join("fpm.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let mut cmd = Command::new(fpm_binary());
+        // Debian's php.ini and its conf.d (the extensions: mysqli for WordPress), the pool's
+        // own values over them.
+        cmd.arg("-y").arg(&conf_path).arg("-F");
+        if root {
+            cmd.arg("-R");
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start php-fpm");
+        let fpm = Fpm {
+            child,
+            dir,
+            sock,
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(fpm.sock.exists() && TcpStream::connect(("127.0.0.1", fpm.port)).is_ok()) {
+            assert!(
+                Instant::now() < deadline,
+                "php-fpm did not start: {}",
+                fpm.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        fpm
+    }
+
+    /// `--php` for the pool on the Unix socket.
+    fn unix(&self) -> String {
+        format!("unix:{}", self.sock.display())
+    }
+
+    /// `--php` for the pool on TCP.
+    fn tcp(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("fpm.log")).unwrap_or_default()
+    }
+
+    /// Stops it (SIGTERM, then waits), keeping its directory: [`Fpm::restart`] starts it again
+    /// on the same addresses.
+    fn stop(mut self) -> (tempfile::TempDir, PathBuf, u16) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.sock);
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        (dir, self.sock.clone(), self.port)
+    }
+}
+
+impl Drop for Fpm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether the tests run as root (php-fpm then needs `-R` and a user to run its pools as).
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// A document root holding the scripts of `tests/php/`, a static file, a directory with its
+/// own index, and an upload folder with a "picture" that is PHP code.
+fn docroot() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/php");
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    std::fs::write(dir.path().join("hello.txt"), "static hello\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("blog")).unwrap();
+    std::fs::write(
+        dir.path().join("blog/index.php"),
+        "<?php echo 'blog index ', $_SERVER['SCRIPT_NAME'];",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("uploads")).unwrap();
+    let ran = dir.path().join("picture-ran");
+    std::fs::write(
+        dir.path().join("uploads/evil.jpg"),
+        format!("<?php file_put_contents('{}', 'ran');", ran.display()),
+    )
+    .unwrap();
+    dir
+}
+
+/// `lowlat serve --root ROOT --php TARGET` plus `extra`.
+fn serve(root: &Path, target: &str, extra: &[&str]) -> Served {
+    let mut args = vec![
+        "--root".to_owned(),
+        root.display().to_string(),
+        "--php".to_owned(),
+        target.to_owned(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    Served::start(args)
+}
+
+/// GET `path`: status, head, body.
+fn get(served: &Served, path: &str, args: &[&str]) -> (u16, String, Vec<u8>) {
+    let url = format!("http://{}{path}", served.addr);
+    let mut all = vec!["-i"];
+    all.extend_from_slice(args);
+    all.push(&url);
+    let out = curl(&all);
+    split_response(&out.stdout)
+}
+
+fn split_response(mut raw: &[u8]) -> (u16, String, Vec<u8>) {
+    // Interim heads (curl's `Expect: 100-continue` is answered) come first.
+    while raw.starts_with(b"HTTP/1.1 1") {
+        let end = support::find(raw, b"\r\n\r\n").expect("an interim head");
+        raw = &raw[end + 4..];
+    }
+    let end = support::find(raw, b"\r\n\r\n").unwrap_or_else(|| {
+        panic!("no head in {:?}", String::from_utf8_lossy(raw));
+    });
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head, raw[end + 4..].to_vec())
+}
+
+fn json(body: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(body)))
+}
+
+/// Waits until `served`'s error log holds `needle`.
+fn wait_for_log(served: &Served, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let log = served.log();
+        if log.contains(needle) {
+            return log;
+        }
+        assert!(Instant::now() < deadline, "no {needle:?} in {log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn scripts_static_files_and_the_front_controller_over_a_unix_socket_and_tcp() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    for target in [fpm.unix(), fpm.tcp()] {
+        let served = serve(root.path(), &target, &[]);
+        let (status, head, body) = get(&served, "/hello.txt", &[]);
+        assert_eq!((status, &body[..]), (200, &b"static hello\n"[..]), "{head}");
+        assert!(
+            field(&head, "content-type").is_some_and(|t| t.starts_with("text/plain")),
+            "{head}"
+        );
+        assert!(
+            field(&head, "x-powered-by").is_none(),
+            "not through PHP: {head}"
+        );
+
+        // The root runs its index.php, a pretty URL the front controller.
+        let (status, _, body) = get(&served, "/", &[]);
+        assert_eq!(status, 200);
+        let v = json(&body);
+        assert_eq!(v["script_name"], "/index.php", "{v}");
+        let (status, _, body) = get(&served, "/2024/05/hello-world/?replytocom=7", &[]);
+        assert_eq!(status, 200);
+        let v = json(&body);
+        assert_eq!(v["front"], true);
+        assert_eq!(v["uri"], "/2024/05/hello-world/?replytocom=7", "{v}");
+        assert_eq!(v["script_name"], "/index.php");
+        assert_eq!(v["get"]["replytocom"], "7", "{v}");
+
+        // A directory: redirected to its slash (the query kept), then its own index.php.
+        let (status, head, _) = get(&served, "/blog?x=1", &[]);
+        assert_eq!(status, 301);
+        assert_eq!(field(&head, "location"), Some("/blog/?x=1"));
+        let (status, _, body) = get(&served, "/blog/", &[]);
+        assert_eq!(
+            (status, &body[..]),
+            (200, &b"blog index /blog/index.php"[..])
+        );
+
+        // A script that does not exist is 404, not the front controller.
+        let (status, _, _) = get(&served, "/missing.php", &[]);
+        assert_eq!(status, 404);
+        // Dotfiles stay hidden, as for static files.
+        let (status, _, _) = get(&served, "/.env", &[]);
+        assert_eq!(status, 404);
+    }
+    // The php-fpm log says nothing went wrong.
+    assert!(!fpm.log().contains("ERROR"), "{}", fpm.log());
+}
+
+#[test]
+fn the_cgi_variables_are_nginx_fastcgi_params() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let served = serve(
+        root.path(),
+        &fpm.unix(),
+        &[
+            "--php-param",
+            "APP_ENV=test",
+            "--php-param",
+            "HTTP_X_FORCED=yes",
+        ],
+    );
+    let (status, _, body) = get(
+        &served,
+        "/params.php/extra/p%20ath?a=1&b=two",
+        &[
+            "-H",
+            "Proxy: http://evil.example:8080",
+            "-H",
+            "X-Custom-Thing: hello",
+            "-H",
+            "X-Forced: no",
+            "-H",
+            "Cookie: a=1",
+            "-H",
+            "Cookie: b=2",
+        ],
+    );
+    assert_eq!(status, 200);
+    let v = json(&body);
+    let s = &v["server"];
+    let root_path = std::fs::canonicalize(root.path()).unwrap();
+    let root_text = root_path.display().to_string();
+    for (name, want) in [
+        ("SCRIPT_FILENAME", format!("{root_text}/params.php")),
+        ("SCRIPT_NAME", "/params.php".to_owned()),
+        ("PATH_INFO", "/extra/p ath".to_owned()),
+        ("PATH_TRANSLATED", format!("{root_text}/extra/p ath")),
+        ("DOCUMENT_ROOT", root_text.clone()),
+        (
+            "REQUEST_URI",
+            "/params.php/extra/p%20ath?a=1&b=two".to_owned(),
+        ),
+        ("QUERY_STRING", "a=1&b=two".to_owned()),
+        ("REQUEST_METHOD", "GET".to_owned()),
+        ("SERVER_PROTOCOL", "HTTP/1.1".to_owned()),
+        ("SERVER_PORT", served.port().to_string()),
+        ("SERVER_ADDR", "127.0.0.1".to_owned()),
+        ("SERVER_NAME", "127.0.0.1".to_owned()),
+        ("REMOTE_ADDR", "127.0.0.1".to_owned()),
+        ("REQUEST_SCHEME", "http".to_owned()),
+        ("GATEWAY_INTERFACE", "CGI/1.1".to_owned()),
+        ("HTTP_HOST", served.addr.to_string()),
+        ("HTTP_X_CUSTOM_THING", "hello".to_owned()),
+        ("HTTP_X_FORCED", "yes".to_owned()),
+        ("APP_ENV", "test".to_owned()),
+    ] {
+        assert_eq!(s[name], want.as_str(), "{name}: {s}");
+    }
+    assert!(s.get("HTTP_PROXY").is_none(), "httpoxy: {s}");
+    assert!(s.get("HTTPS").is_none(), "{s}");
+    assert!(s["REMOTE_PORT"].as_str().unwrap().parse::<u16>().is_ok());
+    assert_eq!(v["get"]["b"], "two");
+    assert_eq!(v["cookie"]["a"], "1", "{v}");
+    assert_eq!(v["cookie"]["b"], "2", "{v}");
+
+    // A form post: CONTENT_TYPE, CONTENT_LENGTH and $_POST.
+    let (status, _, body) = get(&served, "/params.php", &["-d", "name=value&x=%C3%A9"]);
+    assert_eq!(status, 200);
+    let v = json(&body);
+    assert_eq!(v["server"]["REQUEST_METHOD"], "POST");
+    assert_eq!(v["server"]["CONTENT_LENGTH"], "19");
+    assert_eq!(
+        v["server"]["CONTENT_TYPE"],
+        "application/x-www-form-urlencoded"
+    );
+    assert_eq!(v["post"]["name"], "value");
+    assert_eq!(v["post"]["x"], "é");
+}
+
+#[test]
+fn request_bodies_whole_chunked_and_streamed() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    // Chunked bodies are read whole (up to --max-body) before they go: CGI needs a length.
+    let served = serve(root.path(), &fpm.unix(), &["--max-body", "4m"]);
+    let dir = tempfile::tempdir().unwrap();
+    for size in [0usize, 1000, 70_000, 3_000_000, 5_000_000] {
+        let file = dir.path().join(format!("body-{size}"));
+        std::fs::write(&file, support::upstream::pattern(0, size)).unwrap();
+        let at = format!("@{}", file.display());
+        for chunked in [false, true] {
+            let mut args = vec![
+                "-H",
+                "Content-Type: application/octet-stream",
+                "--data-binary",
+                &at,
+            ];
+            if chunked {
+                args.extend(["-H", "Transfer-Encoding: chunked"]);
+            }
+            let (status, head, body) = get(&served, "/echo.php", &args);
+            if chunked && size > 4 << 20 {
+                assert_eq!(status, 413, "{size} chunked: {head}");
+                continue;
+            }
+            assert_eq!(status, 200, "{size} chunked={chunked}: {head}");
+            let v = json(&body);
+            assert_eq!(v["length"], size, "{v}");
+            assert_eq!(v["sha256"], pattern_sha256(size as u64), "{v}");
+            // A body of unknown length is read whole first: CGI needs its length.
+            assert_eq!(v["content_length"], size.to_string(), "{v}");
+        }
+    }
+}
+
+#[test]
+fn status_location_and_lengths() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let served = serve(root.path(), &fpm.tcp(), &[]);
+    let (status, head, body) = get(&served, "/status.php?case=teapot", &[]);
+    assert_eq!((status, &body[..]), (418, &b"teapot\n"[..]), "{head}");
+    assert!(head.starts_with("HTTP/1.1 418 Short And Stout"), "{head}");
+    assert!(field(&head, "status").is_none(), "{head}");
+    let (status, head, _) = get(&served, "/status.php?case=created", &[]);
+    assert_eq!(status, 201);
+    assert_eq!(field(&head, "location"), Some("/things/1"));
+    let (status, head, _) = get(&served, "/status.php?case=redirect", &[]);
+    assert_eq!(status, 302);
+    assert_eq!(
+        field(&head, "location"),
+        Some("https://example.com/elsewhere")
+    );
+    let (status, head, _) = get(&served, "/status.php?case=local", &[]);
+    assert_eq!(
+        status, 302,
+        "PHP sends its own Status with a Location: {head}"
+    );
+    let (status, head, body) = get(&served, "/status.php?case=nocontent", &[]);
+    assert_eq!(status, 204, "{head}");
+    assert!(body.is_empty());
+    // A length the application gives is the one the client gets; without one, chunks.
+    let (status, head, body) = get(&served, "/status.php?case=length", &[]);
+    assert_eq!((status, &body[..]), (200, &b"12345"[..]));
+    assert_eq!(field(&head, "content-length"), Some("5"), "{head}");
+    assert!(field(&head, "transfer-encoding").is_none(), "{head}");
+    let (_, head, _) = get(&served, "/status.php", &[]);
+    assert_eq!(field(&head, "transfer-encoding"), Some("chunked"), "{head}");
+    // HEAD: the head only.
+    let (status, _, body) = get(&served, "/status.php?case=length", &["-I"]);
+    assert_eq!(status, 200);
+    assert!(body.is_empty());
+}
+
+#[test]
+fn stderr_reaches_the_error_log_and_failing_scripts_end_cleanly() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let served = serve(
+        root.path(),
+        &fpm.unix(),
+        &["--proxy-first-byte-timeout", "1s"],
+    );
+    let (status, _, body) = get(&served, "/stderr.php?tag=abc123", &[]);
+    assert_eq!((status, &body[..]), (200, &b"logged\n"[..]));
+    let log = wait_for_log(&served, "stderr-marker abc123");
+    assert!(log.contains("FastCGI stderr"), "{log}");
+
+    // exit() midway: what was written is the whole response.
+    let (status, _, body) = get(&served, "/exit.php", &[]);
+    assert_eq!((status, &body[..]), (200, &b"before\n"[..]));
+    // A fatal error after output: the response ends there, the error goes to the log.
+    let (status, _, body) = get(&served, "/exit.php?how=fatal", &[]);
+    assert_eq!((status, &body[..]), (200, &b"before\n"[..]));
+    wait_for_log(&served, "no_such_function");
+    // A fatal error before any output: PHP's own 500.
+    let (status, _, _) = get(&served, "/fatal.php", &[]);
+    assert_eq!(status, 500);
+
+    // Past the first-byte timeout: 504, and the next request is served.
+    let started = Instant::now();
+    let (status, _, _) = get(&served, "/sleep.php?s=4", &[]);
+    assert_eq!(status, 504);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let (status, _, body) = get(&served, "/hello.txt", &[]);
+    assert_eq!((status, &body[..]), (200, &b"static hello\n"[..]));
+    let (status, _, _) = get(&served, "/exit.php", &[]);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_picture_under_uploads_never_runs() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let served = serve(root.path(), &fpm.unix(), &[]);
+    for path in [
+        "/uploads/evil.jpg/x.php",
+        "/uploads/evil.jpg/.php",
+        "/uploads/evil.jpg%2Fx.php",
+        "/uploads/evil.jpg/x.php/more",
+    ] {
+        let (status, _, _) = get(&served, path, &[]);
+        assert!(status == 404 || status == 400, "{path}: {status}");
+    }
+    // The picture itself is a static file, sent as it is.
+    let (status, head, body) = get(&served, "/uploads/evil.jpg", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(field(&head, "content-type"), Some("image/jpeg"), "{head}");
+    assert!(body.starts_with(b"<?php"));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !root.path().join("picture-ran").exists(),
+        "the picture was run"
+    );
+}
+
+#[test]
+fn php_fpm_keeps_one_connection_for_many_requests() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    // php-fpm's status page through a --proxy rule to the same pool: a FastCGI group of its own.
+    let status_rule = format!("/fpm-status=fastcgi+unix:{}", fpm.sock.display());
+    let served = serve(
+        root.path(),
+        &fpm.unix(),
+        &[
+            "--proxy",
+            &status_rule,
+            "--proxy-fastcgi-param",
+            "SCRIPT_FILENAME=/fpm-status",
+        ],
+    );
+    let mut pids = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let (status, _, body) = get(&served, "/pid.php", &[]);
+        assert_eq!(status, 200);
+        pids.insert(String::from_utf8(body).unwrap());
+    }
+    assert_eq!(
+        pids.len(),
+        1,
+        "one connection, one php-fpm process: {pids:?}"
+    );
+    assert_eq!(
+        connected_unix(&fpm.sock),
+        1,
+        "php-fpm holds one connection after 20 requests"
+    );
+    // The status page through a --proxy rule to a FastCGI group, with its SCRIPT_FILENAME set.
+    let (status, _, body) = get(&served, "/fpm-status?json", &[]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let v = json(&body);
+    assert_eq!(v["pool"], "unix", "{v}");
+}
+
+/// Connected sockets whose name is `path` (the server's ends of a Unix socket's connections),
+/// from /proc/net/unix.
+fn connected_unix(path: &Path) -> usize {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let name = path.display().to_string();
+    table
+        .lines()
+        .filter(|l| l.ends_with(&name))
+        // Num RefCount Protocol Flags Type St Inode Path: St 03 is connected.
+        .filter(|l| l.split_whitespace().nth(5) == Some("03"))
+        .count()
+}
+
+#[test]
+fn large_bodies_both_ways_hold_little_memory() {
+    const SIZE: u64 = 64 << 20;
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let served = serve(root.path(), &fpm.unix(), &["--proxy-max-body", "2g"]);
+    let warm = served.status_kib("VmRSS:");
+
+    // Download: generated by PHP as it goes, chunked to the client.
+    let mut s = TcpStream::connect(served.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "GET /big.php?size={SIZE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let (status, head, body) = split_response(&raw);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(field(&head, "transfer-encoding"), Some("chunked"));
+    let body = dechunk(&body);
+    assert_eq!(body.len() as u64, SIZE);
+    if let Some(at) = (0..body.len()).find(|&i| body[i] != (i % 251) as u8) {
+        panic!("byte {at} differs");
+    }
+    drop(body);
+    drop(raw);
+
+    // Upload: streamed to FCGI_STDIN as it arrives.
+    let mut s = TcpStream::connect(served.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "POST /echo.php HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {SIZE}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    send_pattern(&mut s, SIZE, 0).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let (status, head, body) = split_response(&raw);
+    assert_eq!(status, 200, "{head}");
+    let v = json(&dechunk(&body));
+    assert_eq!(v["length"], SIZE, "{v}");
+    assert_eq!(v["sha256"], pattern_sha256(SIZE));
+
+    let grew = served.status_kib("VmHWM:").saturating_sub(warm);
+    assert!(
+        grew < 32 * 1024,
+        "lowlat grew by {grew} KiB moving {} MiB each way",
+        SIZE >> 20
+    );
+}
+
+/// A chunked body's bytes.
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = support::find(raw, b"\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&raw[..line_end]).unwrap().trim(), 16)
+            .unwrap();
+        raw = &raw[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = &raw[size + 2..];
+    }
+}
+
+#[test]
+fn a_client_that_leaves_aborts_the_script() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let served = serve(root.path(), &fpm.unix(), &[]);
+    let mut s = TcpStream::connect(served.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /slow.php?tag=gone HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 2048];
+    let n = s.read(&mut first).unwrap();
+    assert!(n > 0 && first.starts_with(b"HTTP/1.1 200"));
+    drop(s);
+    let end = root.path().join("slow-gone.end");
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while !end.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the script did not stop: {}",
+            fpm.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(std::fs::read_to_string(&end).unwrap(), "aborted");
+    assert!(!root.path().join("slow-gone.done").exists());
+    // The pool is whole again: the next request runs.
+    let (status, _, _) = get(&served, "/pid.php", &[]);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn files_sent_for_the_application_from_an_internal_location() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let private = tempfile::tempdir().unwrap();
+    let report = support::upstream::pattern(0, 300_000);
+    std::fs::write(private.path().join("report.txt"), &report).unwrap();
+    let internal = format!("/protected/={}", private.path().display());
+    let served = serve(root.path(), &fpm.unix(), &["--php-internal", &internal]);
+    let (status, head, body) = get(&served, "/sendfile.php", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert!(body == report, "{} bytes, not the file's", body.len());
+    assert_eq!(field(&head, "content-length"), Some("300000"), "{head}");
+    assert!(
+        field(&head, "content-type").is_some_and(|t| t.starts_with("text/plain")),
+        "{head}"
+    );
+    assert_eq!(
+        field(&head, "content-disposition"),
+        Some("attachment; filename=\"report.txt\"")
+    );
+    assert!(field(&head, "x-accel-redirect").is_none(), "{head}");
+    // X-Sendfile: a file under the internal directory, and nothing outside it.
+    let path = private.path().join("report.txt");
+    let (status, _, body) = get(
+        &served,
+        &format!("/sendfile.php?how=sendfile&path={}", path.display()),
+        &[],
+    );
+    assert_eq!((status, body.len()), (200, report.len()));
+    let (status, _, _) = get(&served, "/sendfile.php?how=sendfile&path=/etc/passwd", &[]);
+    assert_eq!(status, 404);
+    let (status, _, _) = get(&served, "/sendfile.php?name=../../etc/passwd", &[]);
+    assert_eq!(status, 404);
+    // Clients cannot ask for the internal location themselves.
+    let (status, _, _) = get(&served, "/protected/report.txt", &[]);
+    assert_eq!(status, 404);
+    // HEAD: the file's head only.
+    let (status, head, body) = get(&served, "/sendfile.php", &["-I"]);
+    assert_eq!((status, body.len()), (200, 0));
+    assert_eq!(field(&head, "content-length"), Some("300000"), "{head}");
+}
+
+#[test]
+fn over_http2_as_over_http1() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let served = serve(root.path(), &fpm.unix(), &["--h2c"]);
+    let (status, head, body) = get(
+        &served,
+        "/params.php/p?x=1",
+        &[
+            "--http2-prior-knowledge",
+            "-H",
+            "Cookie: a=1",
+            "-H",
+            "Cookie: b=2",
+        ],
+    );
+    assert_eq!(status, 200, "{head}");
+    assert!(head.starts_with("HTTP/2 200"), "{head}");
+    let v = json(&body);
+    assert_eq!(v["server"]["SERVER_PROTOCOL"], "HTTP/2.0");
+    assert_eq!(v["server"]["PATH_INFO"], "/p");
+    assert_eq!(v["cookie"]["b"], "2", "HTTP/2's split cookies joined: {v}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("body");
+    std::fs::write(&file, support::upstream::pattern(0, 500_000)).unwrap();
+    let at = format!("@{}", file.display());
+    let (status, _, body) = get(
+        &served,
+        "/echo.php",
+        &[
+            "--http2-prior-knowledge",
+            "-H",
+            "Content-Type: application/octet-stream",
+            "--data-binary",
+            &at,
+        ],
+    );
+    assert_eq!(status, 200);
+    let v = json(&body);
+    assert_eq!(v["sha256"], pattern_sha256(500_000), "{v}");
+    let (status, _, body) = get(
+        &served,
+        "/big.php?size=2000000",
+        &["--http2-prior-knowledge"],
+    );
+    assert_eq!((status, body.len()), (200, 2_000_000));
+    assert_eq!(
+        support::upstream::sha256_hex(&body),
+        pattern_sha256(2_000_000)
+    );
+    let (status, _, body) = get(&served, "/hello.txt", &["--http2-prior-knowledge"]);
+    assert_eq!((status, &body[..]), (200, &b"static hello\n"[..]));
+}
+
+#[test]
+fn over_http3_as_over_http1() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let (_pki, cert) = support::h3::cert();
+    let root_arg = root.path().display().to_string();
+    let target = fpm.unix();
+    let served = support::h3::serve(&cert, &["--root", &root_arg, "--php", &target]);
+    let spec = |method: &str, path: &str| format!(r#"{{"method": "{method}", "path": "{path}"}}"#);
+    let post = serde_json::json!({"method": "POST", "path": "/echo.php", "body_pattern": 300_000,
+        "headers": [["content-type", "application/octet-stream"], ["content-length", "300000"]]});
+    let got = support::h3::client(
+        &served,
+        &[
+            "fetch",
+            &spec("GET", "/params.php/h3?x=1"),
+            &post.to_string(),
+            &spec("GET", "/big.php?size=1000000"),
+            &spec("GET", "/hello.txt"),
+            &spec("GET", "/missing.php"),
+        ],
+    );
+    let r = &got["responses"];
+    assert_eq!(r[0]["status"], 200, "{got}");
+    let s = &r[0]["json"]["server"];
+    assert_eq!(s["SERVER_PROTOCOL"], "HTTP/3.0", "{s}");
+    assert_eq!(s["HTTPS"], "on", "{s}");
+    assert_eq!(s["REQUEST_SCHEME"], "https");
+    assert_eq!(s["PATH_INFO"], "/h3");
+    assert_eq!(r[1]["status"], 200, "{got}");
+    assert_eq!(r[1]["json"]["length"], 300_000, "{got}");
+    assert_eq!(r[2]["status"], 200);
+    assert_eq!(r[2]["length"], 1_000_000);
+    assert_eq!(r[2]["sha256"], pattern_sha256(1_000_000));
+    assert_eq!(r[3]["status"], 200);
+    assert_eq!(r[4]["status"], 404);
+}
+
+#[test]
+fn php_fpm_restarted_under_load_is_missed_only_while_it_is_down() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let served = serve(root.path(), &fpm.unix(), &["--proxy-fail-timeout", "1s"]);
+    let addr = served.addr;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = std::sync::Arc::clone(&stop);
+    let client = std::thread::spawn(move || {
+        // (sent, answered, status)
+        let mut results: Vec<(Instant, Instant, u16)> = Vec::new();
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            let sent = Instant::now();
+            let out = curl(&[
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &format!("http://{addr}/pid.php"),
+            ]);
+            let code = String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0);
+            results.push((sent, Instant::now(), code));
+        }
+        results
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let down_at = Instant::now();
+    let (dir, sock, port) = fpm.stop();
+    std::thread::sleep(Duration::from_millis(700));
+    let fpm = Fpm::start_in(dir, sock, port, 2);
+    let up_at = Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let results = client.join().unwrap();
+    let before: Vec<u16> = results
+        .iter()
+        .filter(|(_, answered, _)| *answered < down_at)
+        .map(|r| r.2)
+        .collect();
+    assert!(!before.is_empty());
+    assert!(
+        before.iter().all(|&c| c == 200),
+        "errors before the stop: {before:?}"
+    );
+    assert!(
+        results.iter().any(|r| r.2 == 502),
+        "never down: {results:?}"
+    );
+    // Once php-fpm is back (and a moment for a pooled connection found closed), only 200s.
+    let settled = up_at + Duration::from_millis(300);
+    let after: Vec<u16> = results
+        .iter()
+        .filter(|(sent, _, _)| *sent > settled)
+        .map(|r| r.2)
+        .collect();
+    assert!(!after.is_empty());
+    assert!(
+        after.iter().all(|&c| c == 200),
+        "errors after the restart: {after:?}"
+    );
+    drop(fpm);
+}
+
+#[test]
+fn an_upstream_group_of_php_fpm_pools_with_active_health_checks() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let dead = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("lowlat.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "root = \"{}\"\nphp = \"fpm\"\n\n[[upstream]]\nname = \"fpm\"\n\
+             servers = [\"fastcgi+unix:{}\", \"fastcgi://127.0.0.1:{}\", \"fastcgi://127.0.0.1:{dead}\"]\n\
+             health_check = \"/ping\"\nhealth_interval = \"200ms\"\n",
+            root.path().display(),
+            fpm.sock.display(),
+            fpm.port,
+        ),
+    )
+    .unwrap();
+    let served = Served::start(["--config", config.to_str().unwrap()]);
+    wait_for_log(&served, &format!("127.0.0.1:{dead}"));
+    let log = served.log();
+    let downs: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("health check: down"))
+        .collect();
+    assert_eq!(downs.len(), 1, "{log}");
+    assert!(downs[0].contains(&format!("127.0.0.1:{dead}")), "{log}");
+    // Posts are not retried elsewhere: every one answered shows the dead server is skipped.
+    for _ in 0..12 {
+        let (status, _, body) = get(&served, "/echo.php", &["-d", "x=1"]);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+}
+
+/// DokuWiki from Debian's package, copied with its configuration and data into a temporary
+/// directory (the installed wiki is left alone), served by `--php` with doku.php as the index
+/// and DokuWiki's own rewriting of paths (`userewrite = 2`: `/doku.php/page`, through
+/// PATH_INFO): a page created, shown, edited, shown again, its history listed.
+#[test]
+fn dokuwiki_page_created_edited_and_shown() {
+    let installed = Path::new("/usr/share/dokuwiki");
+    assert!(
+        installed.join("doku.php").exists(),
+        "no DokuWiki in /usr/share/dokuwiki: run scripts/test-deps.sh"
+    );
+    let fpm = Fpm::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let (www, conf, data) = (
+        dir.path().join("www"),
+        dir.path().join("conf"),
+        dir.path().join("data"),
+    );
+    for (from, to) in [
+        ("/usr/share/dokuwiki", &www),
+        ("/etc/dokuwiki", &conf),
+        ("/var/lib/dokuwiki/data", &data),
+    ] {
+        let ok = Command::new("cp")
+            .arg("-rL")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cp -rL {from}");
+    }
+    // This copy's configuration and data, not the system's.
+    std::fs::write(
+        www.join("inc/preload.php"),
+        format!("<?php\ndefine('DOKU_CONF', '{}/');\n", conf.display()),
+    )
+    .unwrap();
+    std::fs::write(
+        conf.join("local.php"),
+        format!(
+            "<?php\n$conf['title'] = 'lowlat wiki';\n$conf['savedir'] = '{}';\n\
+             $conf['useacl'] = 0;\n$conf['userewrite'] = 2;\n$conf['baseurl'] = '';\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let served = serve(&www, &fpm.unix(), &["--php-index", "doku.php"]);
+    let jar = dir.path().join("cookies");
+    let jar = jar.to_str().unwrap();
+    let page = "/doku.php/wiki:lowlat_test";
+
+    // The start page, a stylesheet DokuWiki builds in PHP, and a static picture.
+    let (status, _, body) = get(&served, "/", &["-c", jar]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("lowlat wiki"));
+    let (status, head, _) = get(&served, "/lib/exe/css.php", &[]);
+    assert_eq!(status, 200);
+    assert!(field(&head, "content-type").is_some_and(|t| t.starts_with("text/css")));
+    let (status, head, _) = get(&served, "/lib/tpl/dokuwiki/images/logo.png", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(field(&head, "content-type"), Some("image/png"), "{head}");
+
+    let hidden = regex::Regex::new(r#"<input[^>]*type="hidden"[^>]*>"#).unwrap();
+    let (name_re, value_re) = (
+        regex::Regex::new(r#"name="([^"]*)""#).unwrap(),
+        regex::Regex::new(r#"value="([^"]*)""#).unwrap(),
+    );
+    let attr = |re: &regex::Regex, tag: &str| re.captures(tag).map(|c| c[1].to_owned());
+    for (text, summary) in [
+        (
+            "====== Hello from lowlat ======\n\nFirst version of the page.\n",
+            "created",
+        ),
+        (
+            "====== Hello from lowlat ======\n\nSecond version, edited.\n",
+            "edited",
+        ),
+    ] {
+        let (status, _, body) = get(&served, &format!("{page}?do=edit"), &["-b", jar, "-c", jar]);
+        assert_eq!(status, 200);
+        let form = String::from_utf8_lossy(&body).into_owned();
+        let mut args: Vec<String> = vec!["-b".into(), jar.into(), "-c".into(), jar.into()];
+        for tag in hidden.find_iter(&form) {
+            let (Some(name), Some(value)) =
+                (attr(&name_re, tag.as_str()), attr(&value_re, tag.as_str()))
+            else {
+                continue;
+            };
+            if name == "do" {
+                continue;
+            }
+            args.push("--data-urlencode".into());
+            args.push(format!("{name}={}", value.replace("&amp;", "&")));
+        }
+        for (name, value) in [
+            ("wikitext", text),
+            ("summary", summary),
+            ("do[save]", "Save"),
+        ] {
+            args.push("--data-urlencode".into());
+            args.push(format!("{name}={value}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, head, _) = get(&served, page, &args);
+        assert!(
+            status == 200 || status == 302 || status == 303,
+            "saving: {head}"
+        );
+        let (status, _, body) = get(&served, page, &["-b", jar]);
+        assert_eq!(status, 200);
+        let shown = String::from_utf8_lossy(&body);
+        assert!(shown.contains("Hello from lowlat"), "not saved");
+        let version = text.lines().nth(2).unwrap().trim();
+        assert!(shown.contains(version), "{version:?} not shown");
+        // DokuWiki names revisions by the second: the next one in a second of its own.
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    let (status, _, body) = get(&served, &format!("{page}?do=revisions"), &["-b", jar]);
+    assert_eq!(status, 200);
+    let history = String::from_utf8_lossy(&body);
+    assert!(history.contains("created") && history.contains("edited"));
+    assert!(data.join("pages/wiki/lowlat_test.txt").exists());
+    assert!(
+        !served.log().contains("FastCGI response refused"),
+        "{}",
+        served.log()
+    );
+}
+
+/// A MariaDB of the test's own: a data directory made by `mariadb-install-db`, the server on a
+/// Unix socket only, stopped when dropped.
+struct Mariadb {
+    child: Child,
+    sock: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Mariadb {
+    fn start() -> Mariadb {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let sock = dir.path().join("mysqld.sock");
+        let user = if running_as_root() { "root" } else { "" };
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg("--auth-root-authentication-method=normal")
+            .arg("--skip-test-db");
+        if !user.is_empty() {
+            install.arg(format!("--user={user}"));
+        }
+        let out = install
+            .output()
+            .expect("mariadb-install-db (scripts/test-deps.sh)");
+        assert!(
+            out.status.success(),
+            "mariadb-install-db: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut server = Command::new("/usr/sbin/mariadbd");
+        server
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", sock.display()))
+            .arg(format!(
+                "--pid-file={}",
+                dir.path().join("mysqld.pid").display()
+            ))
+            .arg(format!(
+                "--log-error={}",
+                dir.path().join("mysqld.err").display()
+            ))
+            .arg("--skip-networking")
+            .arg("--innodb-buffer-pool-size=32M");
+        if !user.is_empty() {
+            server.arg(format!("--user={user}"));
+        }
+        let child = server
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mariadbd");
+        let db = Mariadb {
+            child,
+            sock,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = Command::new("mariadb")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", db.sock.display()))
+                .args(["-uroot", "-e", "CREATE DATABASE IF NOT EXISTS wordpress"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return db;
+            }
+            assert!(Instant::now() < deadline, "MariaDB did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Mariadb {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// An XML-RPC call's body (WordPress's xmlrpc.php): the method and its parameters, each an XML
+/// value already written.
+fn xmlrpc(method: &str, params: &[String]) -> String {
+    let params: String = params
+        .iter()
+        .map(|p| format!("<param><value>{p}</value></param>"))
+        .collect();
+    format!(
+        "<?xml version=\"1.0\"?><methodCall><methodName>{method}</methodName><params>{params}</params></methodCall>"
+    )
+}
+
+/// WordPress from Debian's package (a copy of it, its configuration of the test's own) with a
+/// MariaDB of the test's own, driven as a person would: the web installer run to the end, a
+/// login, the admin dashboard, pretty permalinks turned on in the settings form, a post
+/// published and a picture uploaded (through XML-RPC, as the mobile apps do), the post shown
+/// at its permalink over HTTP/1.1 and HTTP/2, the picture served as a static file.
+#[test]
+fn wordpress_installed_a_post_published_and_shown_at_its_permalink() {
+    let installed = Path::new("/usr/share/wordpress/wp-settings.php");
+    assert!(
+        installed.exists() && Path::new("/usr/sbin/mariadbd").exists(),
+        "no WordPress or MariaDB: run scripts/test-deps.sh"
+    );
+    let db = Mariadb::start();
+    let fpm = Fpm::start(4);
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    let ok = Command::new("cp")
+        .arg("-rL")
+        .arg("/usr/share/wordpress")
+        .arg(&www)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cp -rL /usr/share/wordpress");
+    std::fs::create_dir_all(www.join("wp-content/uploads")).unwrap();
+    // WordPress offers pretty permalinks only on servers it knows to rewrite (Apache, nginx,
+    // IIS, Caddy); a must-use plugin says lowlat does (its front controller): docs/php.md.
+    std::fs::create_dir_all(www.join("wp-content/mu-plugins")).unwrap();
+    std::fs::write(
+        www.join("wp-content/mu-plugins/lowlat.php"),
+        "<?php add_filter('got_url_rewrite', '__return_true');\n",
+    )
+    .unwrap();
+    // This copy's configuration (Debian's reads /etc/wordpress): the test's database, no
+    // request leaving the machine, no cron run by page views.
+    std::fs::write(
+        www.join("wp-config.php"),
+        format!(
+            "<?php\ndefine('DB_NAME', 'wordpress');\ndefine('DB_USER', 'root');\n\
+             define('DB_PASSWORD', '');\ndefine('DB_HOST', 'localhost:{}');\n\
+             define('DB_CHARSET', 'utf8mb4');\ndefine('DB_COLLATE', '');\n\
+             $table_prefix = 'wp_';\ndefine('WP_HTTP_BLOCK_EXTERNAL', true);\n\
+             define('DISABLE_WP_CRON', true);\ndefine('AUTOMATIC_UPDATER_DISABLED', true);\n\
+             define('FS_METHOD', 'direct');\ndefine('WP_CONTENT_DIR', __DIR__ . '/wp-content');\n\
+             if (!defined('ABSPATH')) define('ABSPATH', __DIR__ . '/');\n\
+             require_once ABSPATH . 'wp-settings.php';\n",
+            db.sock.display()
+        ),
+    )
+    .unwrap();
+    let served = serve(&www, &fpm.unix(), &["--h2c"]);
+    let jar = dir.path().join("cookies");
+    let jar = jar.to_str().unwrap();
+    let password = "Lowlat-Test-Pass-1234";
+
+    // The installer, to its end.
+    let (status, _, body) = get(&served, "/wp-admin/install.php", &[]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let (status, _, body) = get(
+        &served,
+        "/wp-admin/install.php?step=2",
+        &[
+            "--data-urlencode",
+            "weblog_title=lowlat blog",
+            "--data-urlencode",
+            "user_name=admin",
+            "--data-urlencode",
+            &format!("admin_password={password}"),
+            "--data-urlencode",
+            &format!("admin_password2={password}"),
+            "--data-urlencode",
+            "pw_weak=1",
+            "--data-urlencode",
+            "admin_email=admin@example.com",
+            "--data-urlencode",
+            "blog_public=0",
+            "--data-urlencode",
+            "Submit=Install WordPress",
+        ],
+    );
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 200);
+    assert!(text.contains("Success!"), "the installer did not finish");
+
+    // Log in (the test cookie first, as a browser gets it), then the dashboard.
+    get(&served, "/wp-login.php", &["-c", jar]);
+    let (status, head, _) = get(
+        &served,
+        "/wp-login.php",
+        &[
+            "-b",
+            jar,
+            "-c",
+            jar,
+            "--data-urlencode",
+            "log=admin",
+            "--data-urlencode",
+            &format!("pwd={password}"),
+            "--data-urlencode",
+            "wp-submit=Log In",
+            "--data-urlencode",
+            "testcookie=1",
+        ],
+    );
+    assert_eq!(status, 302, "{head}");
+    assert!(
+        field(&head, "location").is_some_and(|l| l.contains("/wp-admin/")),
+        "{head}"
+    );
+    let (status, _, body) = get(&served, "/wp-admin/", &["-b", jar]);
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("Dashboard"));
+
+    // Pretty permalinks, through the settings form and its nonce.
+    let (status, _, body) = get(&served, "/wp-admin/options-permalink.php", &["-b", jar]);
+    assert_eq!(status, 200);
+    let form = String::from_utf8_lossy(&body).into_owned();
+    let nonce = regex::Regex::new(r#"name="_wpnonce" value="([0-9a-f]+)""#)
+        .unwrap()
+        .captures(&form)
+        .map(|c| c[1].to_owned())
+        .expect("the permalink form's nonce");
+    let (status, head, _) = get(
+        &served,
+        "/wp-admin/options-permalink.php",
+        &[
+            "-b",
+            jar,
+            "--data-urlencode",
+            &format!("_wpnonce={nonce}"),
+            "--data-urlencode",
+            "_wp_http_referer=/wp-admin/options-permalink.php",
+            "--data-urlencode",
+            "selection=/%postname%/",
+            "--data-urlencode",
+            "permalink_structure=/%postname%/",
+            "--data-urlencode",
+            "submit=Save Changes",
+        ],
+    );
+    assert!(status == 200 || status == 302, "{head}");
+    // Where the browser goes next: the page, which writes the new rewrite rules.
+    let (status, _, _) = get(
+        &served,
+        "/wp-admin/options-permalink.php?settings-updated=true",
+        &["-b", jar],
+    );
+    assert_eq!(status, 200);
+
+    // A post and a picture, as the mobile apps publish them.
+    let auth = [
+        "<int>1</int>".to_owned(),
+        "<string>admin</string>".to_owned(),
+        format!("<string>{password}</string>"),
+    ];
+    let mut call = auth.to_vec();
+    call.push(
+        "<struct><member><name>post_title</name><value><string>Hello from lowlat</string></value></member>\
+         <member><name>post_content</name><value><string>Served through php-fpm by lowlat.</string></value></member>\
+         <member><name>post_status</name><value><string>publish</string></value></member></struct>"
+            .to_owned(),
+    );
+    let body_file = dir.path().join("call.xml");
+    std::fs::write(&body_file, xmlrpc("wp.newPost", &call)).unwrap();
+    let at = format!("@{}", body_file.display());
+    let (status, _, body) = get(
+        &served,
+        "/xmlrpc.php",
+        &["-H", "Content-Type: text/xml", "--data-binary", &at],
+    );
+    let answer = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(status, 200);
+    assert!(!answer.contains("<fault>"), "{answer}");
+    let id = regex::Regex::new(r"<string>(\d+)</string>")
+        .unwrap()
+        .captures(&answer)
+        .map(|c| c[1].to_owned())
+        .unwrap_or_else(|| panic!("no post id in {answer}"));
+    // Its short link redirects to the permalink.
+    let (status, head, _) = get(&served, &format!("/?p={id}"), &[]);
+    assert_eq!(status, 301, "{head}");
+    assert!(
+        field(&head, "location").is_some_and(|l| l.ends_with("/hello-from-lowlat/")),
+        "{head}"
+    );
+    // A 1×1 PNG.
+    let png: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\rIDATx\x9cc\xf8\x0f\0\0\x01\x01\0\x05\x18\xd8N\0\0\0\0IEND\xaeB`\x82";
+    let bits = base64(png);
+    let mut call = auth.to_vec();
+    call.push(format!(
+        "<struct><member><name>name</name><value><string>lowlat.png</string></value></member>\
+         <member><name>type</name><value><string>image/png</string></value></member>\
+         <member><name>bits</name><value><base64>{bits}</base64></value></member></struct>"
+    ));
+    std::fs::write(&body_file, xmlrpc("wp.uploadFile", &call)).unwrap();
+    let (status, _, body) = get(
+        &served,
+        "/xmlrpc.php",
+        &["-H", "Content-Type: text/xml", "--data-binary", &at],
+    );
+    let answer = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(status, 200);
+    let url = regex::Regex::new(r"<name>url</name><value><string>([^<]+)</string>")
+        .unwrap()
+        .captures(&answer)
+        .map(|c| c[1].to_owned())
+        .unwrap_or_else(|| panic!("no url in {answer}"));
+    let path = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_owned()))
+        .unwrap();
+    assert!(path.starts_with("/wp-content/uploads/"), "{path}");
+    let (status, head, body) = get(&served, &path, &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(field(&head, "content-type"), Some("image/png"), "{head}");
+    assert!(body == png, "the picture as uploaded");
+    assert!(
+        field(&head, "x-powered-by").is_none(),
+        "a static file: {head}"
+    );
+
+    // The post at its pretty permalink (the front controller), over HTTP/1.1 and HTTP/2.
+    for args in [&[][..], &["--http2-prior-knowledge"][..]] {
+        let (status, head, body) = get(&served, "/hello-from-lowlat/", args);
+        assert_eq!(status, 200, "{head}");
+        let page = String::from_utf8_lossy(&body);
+        assert!(page.contains("Served through php-fpm by lowlat."), "{head}");
+        assert!(page.contains("lowlat blog"));
+    }
+    assert!(
+        !served.log().contains("FastCGI response refused"),
+        "{}",
+        served.log()
+    );
+}
+
+/// Standard base64 with padding.
+fn base64(data: &[u8]) -> String {
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}

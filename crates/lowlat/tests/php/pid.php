@@ -1,0 +1,3 @@
+<?php
+// Which php-fpm process answered.
+echo getmypid();
