@@ -1,4 +1,4 @@
-//! FastCGI (the proxy's upstream side for php-fpm): the application's records as the engine
+//! `FastCGI` (the proxy's upstream side for php-fpm): the application's records as the engine
 //! reads them, the CGI response head they carry, and the name-value pairs of a request.
 
 use lowlat_http::fastcgi::record::{Decoder, Event};
@@ -66,10 +66,10 @@ fn read(input: &[u8], piece: usize) -> Read {
                     );
                     match event {
                         Event::Stdout(r) => {
-                            stdout.extend_from_slice(&buf[pos + r.start..pos + r.end])
+                            stdout.extend_from_slice(&buf[pos + r.start..pos + r.end]);
                         }
                         Event::Stderr(r) => {
-                            stderr.extend_from_slice(&buf[pos + r.start..pos + r.end])
+                            stderr.extend_from_slice(&buf[pos + r.start..pos + r.end]);
                         }
                         Event::End {
                             app_status,

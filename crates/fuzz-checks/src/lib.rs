@@ -18,7 +18,7 @@
 //! - `h2_server`: HTTP/2 as a server, a whole connection against a running engine.
 //! - [`h3`]: HTTP/3 frames, QPACK's decoder, and QPACK's decode(encode(x)) == x.
 //! - [`ws`]: WebSocket frame heads.
-//! - [`fastcgi`]: FastCGI records from an application, the CGI head, name-value pairs.
+//! - [`fastcgi`]: `FastCGI` records from an application, the CGI head, name-value pairs.
 //! - `config`: the config file. `templates`: `return` rules, templates, `log_format`.
 //!   `file_headers`: `Range` and conditional headers. (These four need the server crate:
 //!   the `server` feature.)

@@ -22,8 +22,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::store::CacheStore;
-
 thread_local! {
     /// This worker's waker, set when its loop starts: what a flight rings to say a waiter of
     /// this worker may go on. A thread without one (no event loop to park a request in) never
@@ -78,7 +76,7 @@ pub(crate) enum Role {
 /// The leading fill's hold on its flight: dropping it ends the flight.
 #[derive(Debug)]
 pub(crate) struct Leader {
-    store: Arc<CacheStore>,
+    flights: Arc<Flights>,
     key: Box<[u8]>,
     done: Arc<AtomicBool>,
 }
@@ -96,17 +94,13 @@ impl Ticket {
     }
 }
 
-/// Enters the flight of `key` in `store`: leads a new one when there is none, waits for the
+/// Enters the flight of `key` among `flights` (the store's): leads a new one when there is none, waits for the
 /// one there when `may_wait` allows (and this thread has a loop to wait in), else goes alone.
-pub(crate) fn enter(store: &Arc<CacheStore>, key: &[u8], may_wait: bool) -> Role {
+pub(crate) fn enter(flights: &Arc<Flights>, key: &[u8], may_wait: bool) -> Role {
     let Some(waker) = own_waker() else {
         return Role::Alone;
     };
-    let mut map = store
-        .flights
-        .map
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut map = flights.map.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(flight) = map.get_mut(key) {
         if !may_wait {
             return Role::Alone;
@@ -127,7 +121,7 @@ pub(crate) fn enter(store: &Arc<CacheStore>, key: &[u8], may_wait: bool) -> Role
         },
     );
     Role::Lead(Leader {
-        store: Arc::clone(store),
+        flights: Arc::clone(flights),
         key: key.into(),
         done,
     })
@@ -137,7 +131,6 @@ impl Drop for Leader {
     fn drop(&mut self) {
         let flight = {
             let mut map = self
-                .store
                 .flights
                 .map
                 .lock()
@@ -169,20 +162,16 @@ impl Flights {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::StoreConfig;
 
-    fn store() -> Arc<CacheStore> {
-        Arc::new(CacheStore::new(StoreConfig {
-            size: 4 << 20,
-            max_object: 1 << 20,
-        }))
+    fn store() -> Arc<Flights> {
+        Arc::new(Flights::default())
     }
 
     #[test]
     fn without_a_loop_every_miss_goes_alone() {
         let s = store();
         assert!(matches!(enter(&s, b"k", true), Role::Alone));
-        assert_eq!(s.flights.len(), 0);
+        assert_eq!(s.len(), 0);
     }
 
     #[test]
@@ -201,11 +190,11 @@ mod tests {
         let Role::Lead(other) = enter(&s, b"other", true) else {
             panic!("another key leads its own flight");
         };
-        assert_eq!(s.flights.len(), 2);
+        assert_eq!(s.len(), 2);
         assert!(!ticket.done());
         drop(leader);
         assert!(ticket.done());
-        assert_eq!(s.flights.len(), 1);
+        assert_eq!(s.len(), 1);
         let mut events = mio::Events::with_capacity(4);
         poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
             .unwrap();

@@ -212,7 +212,7 @@ fn miss(
         return Lookup::Forward(None, stale);
     }
     let flight_key = if variant { &lines[..] } else { primary };
-    let role = super::inflight::enter(&cache.store, flight_key, fwd != Fwd::Request);
+    let role = super::inflight::enter(&cache.store.flights, flight_key, fwd != Fwd::Request);
     if matches!(role, Role::Lead(_)) && fwd != Fwd::Request {
         // The flight before this one may have ended between the look-up and the entry: what
         // it stored is used (it is stored before its flight ends, so it is found now).
@@ -257,7 +257,7 @@ fn refresh_fill(
     if head.method != Method::Get {
         return None;
     }
-    let role = super::inflight::enter(&cache.store, variant.unwrap_or(primary), false);
+    let role = super::inflight::enter(&cache.store.flights, variant.unwrap_or(primary), false);
     if !matches!(role, Role::Lead(_)) {
         return None;
     }

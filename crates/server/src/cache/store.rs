@@ -96,7 +96,7 @@ pub struct CacheStore {
     pub(crate) max_object: u64,
     pub counters: CacheCounters,
     /// The fills in progress (request collapsing, background refreshes).
-    pub(crate) flights: super::inflight::Flights,
+    pub(crate) flights: Arc<super::inflight::Flights>,
 }
 
 impl std::fmt::Debug for CacheStore {
@@ -137,7 +137,7 @@ impl CacheStore {
             map,
             max_object,
             counters,
-            flights: super::inflight::Flights::default(),
+            flights: Arc::default(),
         }
     }
 

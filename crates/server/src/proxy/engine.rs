@@ -324,7 +324,7 @@ impl Upstreams {
         c.job = Some(job);
         c.fcgi = group.cfg.servers[server]
             .fastcgi
-            .then(|| Box::new(fcgi::FcgiExchange::new()));
+            .then(|| Box::new(super::fcgi_state::FcgiExchange::new()));
         c.wpos = 0;
         c.head_relayed = false;
         c.got_bytes = false;

@@ -21,13 +21,14 @@ use std::path::{Path, PathBuf};
 
 use lowlat_http::client::Header;
 use lowlat_http::fastcgi::cgi::{parse_head, CgiHead};
-use lowlat_http::fastcgi::record::{kind, Decoder, Event};
+use lowlat_http::fastcgi::record::{kind, Event};
 use lowlat_http::fastcgi::FastCgiError;
 use lowlat_http::Status;
 
 use super::cgi_request::REQUEST_ID;
 use super::config::InternalLocation;
 use super::downstream::Downstream;
+use super::fcgi_state::{FcgiExchange, FileSend};
 use super::headers::response_field_passes;
 use super::job::RelayBody;
 use super::upstream::{Phase, UpConn};
@@ -38,38 +39,6 @@ use crate::ctx::WorkerCtx;
 pub(crate) const MAX_CGI_HEAD: usize = 64 * 1024;
 /// Longest `FCGI_STDERR` line kept whole for the error log; a longer one is logged in pieces.
 const MAX_STDERR_LINE: usize = 4096;
-
-/// Where one FastCGI exchange is, kept on its connection while it lasts.
-#[derive(Debug)]
-pub(crate) struct FcgiExchange {
-    decoder: Decoder,
-    /// `FCGI_STDOUT` bytes until the CGI head is whole (and, for a file to send, the head
-    /// until the request ends).
-    head: Vec<u8>,
-    /// The head was relayed (or a file will answer): body bytes follow.
-    head_done: bool,
-    /// Body bytes still expected by the `Content-Length` the head gave.
-    left: Option<u64>,
-    /// The application's body is not relayed: a `HEAD` request, a bodiless status, a file
-    /// sent instead.
-    discard: bool,
-    /// Part of an `FCGI_STDERR` line.
-    stderr: Vec<u8>,
-    /// The file that answers, once the application asked for one.
-    file: Option<Box<FileSend>>,
-    /// The status that answers when the file it asked for cannot be sent.
-    file_refused: Option<u16>,
-}
-
-/// A file the server sends for the application.
-#[derive(Debug)]
-pub(crate) struct FileSend {
-    file: File,
-    offset: u64,
-    left: u64,
-    /// The file's name, for its `Content-Type`.
-    path: PathBuf,
-}
 
 /// What the records read so far came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,21 +54,6 @@ pub(crate) enum Progress {
     Refused,
     /// The application's bytes cannot be relayed.
     Invalid,
-}
-
-impl FcgiExchange {
-    pub(crate) fn new() -> Self {
-        Self {
-            decoder: Decoder::new(REQUEST_ID),
-            head: Vec::new(),
-            head_done: false,
-            left: None,
-            discard: false,
-            stderr: Vec::new(),
-            file: None,
-            file_refused: None,
-        }
-    }
 }
 
 /// Handles the records in the connection's read buffer.

@@ -20,6 +20,7 @@
 //! - `h2up`: HTTP/2 upstream connections: many requests as streams over few connections.
 //! - `fcgi`: a FastCGI exchange on an upstream connection: records read, the CGI head relayed,
 //!   stderr logged, a file sent for `X-Accel-Redirect`.
+//! - `fcgi_state`: that exchange's state, held by the upstream connection.
 //! - `upstream`: one upstream connection and its socket.
 //! - [`upstream_tls`]: TLS to `https://` servers: the client configuration, the socket, the
 //!   reasons a handshake fails.
@@ -35,6 +36,7 @@ pub mod config;
 pub(crate) mod downstream;
 pub(crate) mod engine;
 pub(crate) mod fcgi;
+pub(crate) mod fcgi_state;
 pub(crate) mod group;
 pub(crate) mod h2up;
 pub mod handler;

@@ -194,7 +194,7 @@ pub(crate) struct UpConn {
     /// The client-to-upstream side of a tunnel (only in [`Phase::Tunnel`]).
     pub(crate) tunnel: Option<Box<Tunnel>>,
     /// A FastCGI server's exchange (`super::fcgi`): its records' state.
-    pub(crate) fcgi: Option<Box<super::fcgi::FcgiExchange>>,
+    pub(crate) fcgi: Option<Box<super::fcgi_state::FcgiExchange>>,
 }
 
 /// The client-to-upstream half of a WebSocket tunnel (driven by `tunnel::pump`), and where each
