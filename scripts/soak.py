@@ -40,9 +40,9 @@ descriptors more than 10% above their level after warm-up (--rss-growth, --fd-gr
 threads; a lane's p99 in each of its last three segments more than 2x (--p99-ratio) its median
 over the first three after warm-up, and at least --p99-floor-ms above it; connections still open,
 sockets held (client ones, or any closed by the peer), upstream sockets the pools do not count,
-or descriptors not given back, once the load has stopped; a cache that never refilled. Chaos keeps
-off a window after warm-up and the last stretch (--calm plus three intervals), so that the
-levels compared are taken in the same steady state.
+or descriptors not given back, once the load has stopped; a cache that never refilled. Each kind
+of chaos happens once during the warm-up, then keeps off a window after it and the last stretch
+(--calm plus three intervals), so that the levels compared are taken in the same steady state.
 
 Writes to --out (default: a new directory under /tmp): soak.json (everything, and the verdict),
 samples.csv, segments.csv, chart.svg, and the processes' logs; prints a summary table.
@@ -55,6 +55,7 @@ import collections
 import csv
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -1357,6 +1358,7 @@ def take_sample(ctx, prev_hist, phase="load"):
 def run_sampler(ctx, end):
     prev = None
     next_t = 0.0
+    last_said = 0.0
     while not ctx.stop.is_set():
         if not ctx.server.alive():
             with ctx.lock:
@@ -1371,6 +1373,14 @@ def run_sampler(ctx, end):
             continue
         with ctx.lock:
             ctx.samples.append(s)
+            if s["t"] // 60 != last_said // 60 and s.get("rss_kb"):
+                # A line a minute on stderr, for whoever watches a long run.
+                last_said = s["t"]
+                done = sum(x.get("responses", 0) for x in ctx.segments)
+                errors = sum(sum((x.get("errors") or {}).values()) for x in ctx.segments)
+                print(f"soak: {fmt_secs(s['t'])}: RSS {s['rss_kb'] / 1024:.1f} MiB, {s['fds']} descriptors, "
+                      f"{s.get('conns_open', 0):.0f} connections, {done} responses, {errors} failed, "
+                      f"{len(ctx.events)} events", file=sys.stderr, flush=True)
         next_t += ctx.args.interval
         ctx.stop.wait(max(0.0, next_t - ctx.now()))
 
@@ -1397,7 +1407,7 @@ def schedule(duration, warmup, interval, calm, every, phase, kind):
     return out
 
 
-def reload(ctx, bad):
+def reload(ctx):
     """SIGHUP with the next generation; it must be served within 5 s. Then PURGE /cdn/*."""
     t = ctx.now()
     with ctx.gen_lock:
@@ -1466,12 +1476,22 @@ def restart_upstream(ctx, up):
         ctx.event("restart", False, f"{up.name} did not listen again within 20s", t=t)
 
 
+def chaos_plan(duration, warmup, interval, calm, every):
+    """Every reload, restart and burst of a run, in order: each kind happens first during the
+    warm-up, before its quiet window (so that the level after warm-up is one the server reached
+    having been through all of them), then every `every[kind]` seconds."""
+    plan = []
+    for kind, share in (("reload", 0.3), ("restart", 0.5), ("burst", 0.7)):
+        n = every.get(kind) or 0
+        first = min(n, max(1.0, (warmup - calm) * share)) if warmup > calm else n
+        plan += schedule(duration, warmup, interval, calm, n, first, kind)
+    return sorted(plan)
+
+
 def run_chaos(ctx, bad, upstreams, duration):
     a = ctx.args
-    plan = sorted(schedule(duration, a.warmup, a.interval, a.calm, a.reload_every, a.reload_every, "reload")
-                  + schedule(duration, a.warmup, a.interval, a.calm, a.restart_every, a.restart_every * 0.75,
-                             "restart")
-                  + schedule(duration, a.warmup, a.interval, a.calm, a.burst_every, a.burst_every * 0.4, "burst"))
+    plan = chaos_plan(duration, a.warmup, a.interval, a.calm,
+                      {"reload": a.reload_every, "restart": a.restart_every, "burst": a.burst_every})
     cycle = 0
     trickle_next = 1.0
     for at, kind in plan + [(duration, "end")]:
@@ -1484,7 +1504,7 @@ def run_chaos(ctx, bad, upstreams, duration):
         if ctx.stop.is_set() or kind == "end":
             return
         if kind == "reload":
-            reload(ctx, bad)
+            reload(ctx)
         elif kind == "restart":
             restart_upstream(ctx, upstreams[cycle % len(upstreams)])
             cycle += 1
@@ -1498,24 +1518,30 @@ def run_chaos(ctx, bad, upstreams, duration):
 
 
 def lane_rows(run):
+    """Per lane: responses, failures, and p50 and p99 at the start and the end — the medians of
+    its first three segments after warm-up and of its last three."""
     rows = []
     lanes_seen = collections.OrderedDict()
     for s in run["segments"]:
         lanes_seen.setdefault(s["lane"], []).append(s)
-    win = latency_windows(run["segments"], run["config"]["warmup"])
+    warmup = run["config"]["warmup"]
     for lane, segs in lanes_seen.items():
         info = run["lanes"].get(lane, {})
         errors = sum(sum((s.get("errors") or {}).values()) for s in segs)
         non2xx = sum(n for s in segs for c, n in (s.get("status") or {}).items() if not str(c).startswith("2"))
         responses = sum(s.get("responses", 0) for s in segs)
         secs = sum(s.get("seconds", 0) for s in segs) or 1
-        first, last, _ = win.get(lane, (None, None, 0))
-        p50s = [s["p50_ms"] for s in segs if s.get("p50_ms") is not None and s["start"] >= run["config"]["warmup"]]
+        timed = sorted((s for s in segs if s.get("p99_ms") is not None and s["start"] >= warmup - 1e-6),
+                       key=lambda s: s["start"])
+        k = 3 if len(timed) >= 6 else 1
+        first, last = timed[:k], timed[-k:]
         rows.append({"lane": lane, "what": info.get("what", ""), "tool": info.get("tool", ""),
                      "rate": info.get("rate"), "responses": responses, "per_s": responses / secs,
                      "errors": errors, "non_2xx": non2xx,
-                     "p50_first_ms": p50s[0] if p50s else None, "p50_last_ms": p50s[-1] if p50s else None,
-                     "p99_first_ms": first, "p99_last_ms": last,
+                     "p50_first_ms": median([s["p50_ms"] for s in first]),
+                     "p50_last_ms": median([s["p50_ms"] for s in last]),
+                     "p99_first_ms": median([s["p99_ms"] for s in first]),
+                     "p99_last_ms": median([s["p99_ms"] for s in last]),
                      "max_ms": max((s.get("max_ms") or 0) for s in segs)})
     return rows
 
@@ -1536,7 +1562,7 @@ def print_summary(run, out=sys.stdout):
           f"{fmt(r['p99_first_ms']):>9} {fmt(r['p99_last_ms']):>8} {fmt(r['max_ms'], 1):>8}\n")
     total = sum(r["responses"] for r in run["lane_rows"])
     w(f"{'all':<13} {'':<11} {sum(r['rate'] or 0 for r in run['lane_rows']):>6} {total:>10}\n")
-    w("(latency in ms: medians of the first and last segments after warm-up)\n\n")
+    w("(latency in ms: medians of the first three segments after warm-up and of the last three)\n\n")
     res = run.get("resources", {})
     w(f"{'resource':<22} {'idle start':>10} {'warm-up':>10} {'end':>10} {'peak':>10} {'drained':>10}\n")
     for key, label, div in (("rss_kb", "RSS MiB", 1024), ("fds", "descriptors", 1), ("threads", "threads", 1),
@@ -1593,15 +1619,16 @@ def chart(run, path):
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
               "#bcbd22", "#17becf", "#393b79", "#637939"]
     panels = [
-        ("RSS (MiB)", [("RSS", [(s["t"], s["rss_kb"] / 1024) for s in samples])]),
-        ("descriptors and connections", [
+        ("RSS (MiB)", False, [("RSS", [(s["t"], s["rss_kb"] / 1024) for s in samples])]),
+        ("descriptors and connections", False, [
             ("descriptors", [(s["t"], s["fds"]) for s in samples]),
             ("client conns", [(s["t"], s.get("conns_open")) for s in samples]),
             ("upstream conns", [(s["t"], (s.get("upstream_active") or 0) + (s.get("upstream_idle") or 0))
                                 for s in samples])]),
-        ("p99 per segment (ms)", [(lane, [((x["start"] + x["end"]) / 2, x["p99_ms"])
-                                          for x in run["segments"] if x["lane"] == lane and x.get("p99_ms") is not None])
-                                  for lane in run["lanes"]]),
+        ("p99 per segment (ms, log scale)", True,
+         [(lane, [((x["start"] + x["end"]) / 2, x["p99_ms"])
+                  for x in run["segments"] if x["lane"] == lane and x.get("p99_ms")])
+          for lane in run["lanes"]]),
     ]
     H = top + len(panels) * (ph + gap) + 20
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
@@ -1609,26 +1636,38 @@ def chart(run, path):
          f'<text x="{left}" y="18" font-size="13">lowlat soak, {fmt_secs(run["config"]["duration"])}: '
          f'{"PASS" if run["verdict"]["pass"] else "FAIL"}</text>']
     pw = W - left - right
-    for i, (title, series) in enumerate(panels):
+    for i, (title, log, series) in enumerate(panels):
         y0 = top + i * (ph + gap)
-        vals = [v for _, pts in series for _, v in pts if v is not None]
-        vmax = max(vals) * 1.1 if vals and max(vals) > 0 else 1
+        vals = [v for _, pts in series for _, v in pts if v is not None and (v > 0 or not log)]
+        if log:
+            lo = math.floor(math.log10(min(vals))) if vals else 0
+            hi = max(lo + 1, math.ceil(math.log10(max(vals)))) if vals else 1
+
+            def scale(v, lo=lo, hi=hi):
+                return (math.log10(v) - lo) / (hi - lo)
+            ticks = [(float(f"{10.0 ** e:g}"), (e - lo) / (hi - lo)) for e in range(lo, hi + 1)]
+        else:
+            vmax = max(vals) * 1.1 if vals and max(vals) > 0 else 1
+
+            def scale(v, vmax=vmax):
+                return v / vmax
+            ticks = [(vmax * frac, frac) for frac in (0, 0.5, 1)]
         o.append(f'<rect x="{left}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
         o.append(f'<text x="{left}" y="{y0 - 4}">{title}</text>')
-        for frac in (0, 0.5, 1):
+        for value, frac in ticks:
             y = y0 + ph - frac * ph
-            o.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{vmax * frac:.4g}</text>')
+            o.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{value:g}</text>')
         for e in run["events"]:
             x = left + e["t"] / tmax * pw
             col = {"reload": "#bbb", "restart": "#f90", "burst": "#d00"}.get(e["kind"])
             if col:
                 o.append(f'<line x1="{x:.1f}" y1="{y0}" x2="{x:.1f}" y2="{y0 + 6}" stroke="{col}"/>')
         for j, (name, pts) in enumerate(series):
-            pts = [(t, v) for t, v in pts if v is not None]
+            pts = [(t, v) for t, v in pts if v is not None and (v > 0 or not log)]
             if not pts:
                 continue
             col = colors[j % len(colors)]
-            d = " ".join(f"{left + t / tmax * pw:.1f},{y0 + ph - v / vmax * ph:.1f}" for t, v in pts)
+            d = " ".join(f"{left + t / tmax * pw:.1f},{y0 + ph - scale(v) * ph:.1f}" for t, v in pts)
             o.append(f'<polyline points="{d}" fill="none" stroke="{col}" stroke-width="1.3"/>')
             o.append(f'<text x="{left + pw + 6}" y="{y0 + 12 + 13 * j}" fill="{col}">{name}</text>')
         if i == len(panels) - 1:

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import unittest
@@ -216,6 +217,23 @@ class Verdict(unittest.TestCase):
         self.assertEqual(run, before)
 
 
+class Report(unittest.TestCase):
+    def test_the_chart_is_an_svg_with_a_line_per_series(self):
+        import xml.dom.minidom
+        run = healthy()
+        run["config"].update({"duration": 300.0, "interval": 10.0, "warmup": 60.0})
+        run["lanes"] = {"h1": {}, "h2": {}}
+        run["segments"] = segments(p99=lambda lane, i: 0.5 * 10 ** i)  # 0.5 ms to 5 s: log scale
+        run["verdict"] = {"pass": True, "failures": []}
+        with tempfile.TemporaryDirectory() as d:
+            soak.chart(run, Path(d) / "chart.svg")
+            doc = xml.dom.minidom.parse(str(Path(d) / "chart.svg"))
+        lines = doc.getElementsByTagName("polyline")
+        self.assertEqual(len(lines), 1 + 3 + 2)  # RSS; descriptors and two connection counts; lanes
+        labels = [t.firstChild.data for t in doc.getElementsByTagName("text") if t.firstChild]
+        self.assertIn("10000", labels)  # the p99 panel's top decade
+
+
 class Schedule(unittest.TestCase):
     def test_events_keep_off_the_measuring_windows(self):
         # 1 h, warm-up 2 m, samples every 10 s, calm 20 s: nothing in [100 s, 155 s) nor after
@@ -233,6 +251,17 @@ class Schedule(unittest.TestCase):
         for every, phase in ((15, 15), (20, 15), (25, 10)):
             plan = soak.schedule(120, 25, 5, 15, every, phase, "x")
             self.assertGreaterEqual(len(plan), 2, (every, plan))
+
+    def test_each_kind_happens_during_warm_up_first(self):
+        for duration, warmup, interval, calm, every in (
+                (3600, 120, 10, 20, {"reload": 60, "restart": 120, "burst": 180}),
+                (120, 25, 5, 15, {"reload": 15, "restart": 20, "burst": 25})):
+            plan = soak.chaos_plan(duration, warmup, interval, calm, every)
+            for kind in every:
+                times = [t for t, k in plan if k == kind]
+                self.assertLess(times[0], warmup - calm, (kind, plan))
+                self.assertGreaterEqual(len(times), 3, (kind, plan))
+            self.assertEqual([t for t, _ in plan], sorted(t for t, _ in plan))
 
     def test_zero_means_never(self):
         self.assertEqual(soak.schedule(3600, 120, 10, 20, 0, 0, "burst"), [])

@@ -3,8 +3,8 @@
 //! under a steady mixed load from `lowlat load`, h2load and oha, with reloads, upstream
 //! restarts and bad clients, judged by the script (no error, no leak, no drift, everything given
 //! back at the end). The load is a fifth of the hour-long run's (this is the debug build), the
-//! chaos comes every 15 to 25 seconds instead of every one to three minutes, and latency is
-//! taken in 10-second segments.
+//! chaos comes every 15 to 25 seconds instead of every one to three minutes (each kind once
+//! during the warm-up first), and latency is taken in 10-second segments.
 //!
 //! Beyond the script's verdict, the test checks that the run did what it claims: every lane
 //! answered, each kind of chaos happened and succeeded, every kind of bad client ran, and the
@@ -45,6 +45,10 @@ fn two_minutes_of_mixed_traffic_with_reloads_restarts_and_bad_clients() {
             "25s",
             "--rate-scale",
             "0.2",
+            // Two minutes of a debug build on shared cores: latency drift is judged coarsely
+            // (a p99 20 ms worse at least); errors, answers, growth and leftovers are not.
+            "--p99-floor-ms",
+            "20",
             "--require-all",
             "--ws-python",
         ])
