@@ -2067,6 +2067,113 @@ fn a_reload_switches_the_upstream_under_load() {
     }
 }
 
+/// A reload builds new groups, whose pools start empty: the idle keep-alive connections of the
+/// groups it replaced can never be chosen again, so they close at once (HTTP/1.1 and HTTP/2
+/// alike), and a connection busy at the reload closes after its response instead of going back
+/// to a pool no request will use. They used to stay open until `--proxy-keepalive-timeout`, so
+/// that a reload every minute held a minute's worth of pools on both sides (a soak's
+/// descriptors grew 15% after its first reloads).
+#[test]
+fn a_reload_closes_the_connections_of_the_groups_it_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    // Larger than every socket buffer on the way: the upstream is held back until it is read.
+    let big = pattern(0, 64 << 20);
+    std::fs::write(dir.path().join("big.bin"), &big).unwrap();
+    let upstream = Proxy::start([
+        "--h2c".as_ref(),
+        "--no-app".as_ref(),
+        "--root".as_ref(),
+        dir.path().as_os_str(),
+    ]);
+    let cfg = dir.path().join("lowlat.toml");
+    let write = |weight: u32| {
+        let up = upstream.addr;
+        std::fs::write(
+            &cfg,
+            format!(
+                "proxy = [\"/h1/=h1/\", \"/h2/=h2/\"]\n\
+                 [[upstream]]\nname = \"h1\"\nservers = [{{ url = \"http://{up}\", weight = {weight} }}]\n\
+                 [[upstream]]\nname = \"h2\"\nservers = [{{ url = \"h2c://{up}\", weight = {weight} }}]\n"
+            ),
+        )
+        .unwrap();
+    };
+    write(1);
+    let proxy = Proxy::start([
+        "--workers".as_ref(),
+        "2".as_ref(),
+        "--config".as_ref(),
+        cfg.as_os_str(),
+    ]);
+    let to_upstream = || support::connections_to(upstream.port());
+    let wait_for = |want: usize, what: &str| {
+        let since = Instant::now();
+        while to_upstream() != want {
+            assert!(
+                since.elapsed() < Duration::from_secs(5),
+                "{} upstream connections {what} (wanted {want})",
+                to_upstream()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let fill_pools = || {
+        for path in ["/h1/plaintext", "/h2/plaintext"] {
+            let out = Command::new(BIN)
+                .args(["load", "-q", "-c", "16", "-n", "800"])
+                .arg(format!("http://{}{path}", proxy.addr))
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && !text.contains("Non-2xx") && !text.contains("errors"),
+                "{text}"
+            );
+        }
+        let pooled = to_upstream();
+        assert!(pooled >= 4, "{pooled} connections pooled after the load");
+    };
+
+    // Reloads without a change and with one: either way the groups are rebuilt.
+    for weight in [1, 1, 2] {
+        fill_pools();
+        write(weight);
+        proxy.signal("HUP");
+        wait_for(0, "still open 5 s after a reload");
+        assert_eq!(support::close_wait_on(proxy.port()), 0);
+    }
+
+    // Busy at the reload: a response still coming (64 MiB to a client that has not read it yet,
+    // the relay holding the upstream back) finishes whole, then its connection closes rather
+    // than waiting in a pool no request will use.
+    fill_pools();
+    let mut s = connect(proxy.addr);
+    s.write_all(b"GET /h1/big.bin HTTP/1.1\r\nHost: p\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    write(1);
+    proxy.signal("HUP");
+    wait_for(1, "open after a reload while one response is being relayed");
+    let mut got = Vec::new();
+    let head_end = loop {
+        if let Some(i) = find(&got, b"\r\n\r\n") {
+            break i + 4;
+        }
+        fill(&mut s, &mut got, "the head");
+    };
+    while got.len() < head_end + big.len() {
+        fill(&mut s, &mut got, "the body");
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    assert!(got[head_end..] == big[..], "the body crossed whole");
+    wait_for(0, "open after the response relayed across the reload");
+    s.write_all(b"GET /h1/plaintext HTTP/1.1\r\nHost: p\r\n\r\n")
+        .unwrap();
+    let mut pending = Vec::new();
+    let r = read_response(&mut s, &mut pending, false);
+    assert_eq!((r.status, r.text().as_str()), (200, "Hello, World!"));
+}
+
 /// A client that closes while its request waits on a slow upstream (/slow/3000): the proxy drops
 /// the exchange at once — it closes its upstream connection, leaves no CLOSE-WAIT on its own
 /// port — and the next requests are served.

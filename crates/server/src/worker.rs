@@ -160,6 +160,10 @@ impl Worker {
                 if let Some(line) = &alt_svc {
                     router.add_default_header(line);
                 }
+                // The new router's groups start with empty pools: the old ones' connections
+                // would never be chosen again.
+                let mut ctx = worker_ctx!(Token(0), Instant::now(), shutting_down);
+                upstreams.retire_groups(&mut ctx);
             }
             let now = Instant::now();
             let timeout = if deferred.is_empty() && !quic_more {

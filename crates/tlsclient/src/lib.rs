@@ -85,6 +85,13 @@ pub enum ClientTlsError {
 /// load or match.
 pub fn client_config(setup: &Setup<'_>) -> Result<ClientConfig, ClientTlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    // AWS-LC seeds its random generator on first use from CPU jitter, a tenth of a second or
+    // more of work once per process: paid here, at setup, rather than by the first handshake
+    // (which `lowlat load` would charge to the first requests' latency).
+    provider
+        .secure_random
+        .fill(&mut [0; 1])
+        .map_err(rustls::Error::from)?;
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider));
     let builder = if setup.tls13_only {
         builder.with_protocol_versions(&[&rustls::version::TLS13])?

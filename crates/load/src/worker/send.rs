@@ -181,6 +181,12 @@ impl Worker<'_> {
         if conn.state != ConnState::Open || self.script_stopped() {
             return;
         }
+        // A WebSocket's messages wait for its 101: the ones due meanwhile are queued at the
+        // upgrade (`consume_ws`), charged from their schedule. Queued before it (a read of TLS
+        // session tickets calls this), they would fill the depth with messages nothing writes.
+        if conn.ws.as_ref().is_some_and(|w| !w.upgraded()) {
+            return;
+        }
         let phase = Duration::from_secs_f64(
             interval.as_secs_f64() * conn.spec.global as f64 / self.plan.connections as f64,
         );

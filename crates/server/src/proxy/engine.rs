@@ -418,6 +418,24 @@ impl Upstreams {
         }
     }
 
+    /// A reload replaced the worker's groups, and the new ones start with empty pools: the
+    /// connections of the old ones would never be chosen again. Their idle connections close
+    /// now; one in an exchange closes once it is over (`finish`), never going back to a pool;
+    /// an HTTP/2 one once its last stream ends.
+    pub(crate) fn retire_groups(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let mut idle = Vec::new();
+        for (key, c) in &self.conns {
+            c.group.retired.set(true);
+            if c.phase == Phase::Idle {
+                idle.push(key);
+            }
+        }
+        for key in idle {
+            self.close(key, ctx);
+        }
+        self.h2.retire_groups(ctx);
+    }
+
     /// Connections whose deadline has passed (for [`Upstreams::expire`]); allocates only when
     /// there is one.
     pub(crate) fn expired(&self, now: Instant) -> Vec<Token> {
@@ -1036,7 +1054,7 @@ impl Upstreams {
         }
         c.rlen = 0;
         let room = c.group.idle.borrow()[c.server].len() < c.group.cfg.keepalive;
-        if c.keep_alive && room && !queued && !ctx.shutting_down {
+        if c.keep_alive && room && !queued && !ctx.shutting_down && !c.group.retired.get() {
             c.phase = Phase::Idle;
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
             c.group.idle.borrow_mut()[c.server].push(key);

@@ -29,6 +29,8 @@ pub(crate) struct WorkerGroup {
     spare: RefCell<Vec<Vec<u8>>>,
     /// Requests forwarded through this group by this worker (for a request id).
     pub(crate) sequence: Cell<u64>,
+    /// A reload replaced this group: its connections are closed once idle, never pooled.
+    pub(crate) retired: Cell<bool>,
 }
 
 impl WorkerGroup {
@@ -52,6 +54,7 @@ impl WorkerGroup {
             ring,
             spare: RefCell::new(Vec::new()),
             sequence: Cell::new(0),
+            retired: Cell::new(false),
         }
     }
 

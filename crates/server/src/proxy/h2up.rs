@@ -762,7 +762,7 @@ impl H2Upstreams {
         let c = &mut self.conns[key];
         if c.streams.is_empty() {
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
-            if c.session.going_away() {
+            if c.session.going_away() || (c.group.retired.get() && c.waiting.is_empty()) {
                 let _ = self.write(key, ctx);
                 self.remove_conn(key, ctx);
                 return false;
@@ -983,7 +983,23 @@ impl H2Upstreams {
         }
     }
 
-    /// Tokens whose deadline passed.
+    /// See [`super::engine::Upstreams::retire_groups`]: the connections of groups a reload
+    /// replaced close now when idle, else once their last stream ends (a stream that ends by a
+    /// cancel or a timeout leaves it to the next sweep, [`H2Upstreams::expired`]).
+    pub(crate) fn retire_groups(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let mut idle = Vec::new();
+        for (k, c) in &self.conns {
+            c.group.retired.set(true);
+            if c.phase == Phase::Open && c.streams.is_empty() && c.waiting.is_empty() {
+                idle.push(k);
+            }
+        }
+        for k in idle {
+            self.remove_conn(k, ctx);
+        }
+    }
+
+    /// Tokens whose deadline passed, and idle connections of retired groups.
     pub(crate) fn expired(&self, now: Instant, out: &mut Vec<Token>) {
         for (k, x) in &self.exchanges {
             if now >= x.deadline && matches!(x.outcome, Outcome::Pending) {
@@ -992,7 +1008,9 @@ impl H2Upstreams {
         }
         for (k, c) in &self.conns {
             let idle = c.streams.is_empty() && c.waiting.is_empty();
-            if now >= c.deadline && (idle || c.phase != Phase::Open) {
+            if (now >= c.deadline && (idle || c.phase != Phase::Open))
+                || (idle && c.phase == Phase::Open && c.group.retired.get())
+            {
                 out.push(Token(base() + CONN_OFFSET + k));
             }
         }
@@ -1026,7 +1044,11 @@ impl H2Upstreams {
         }
         let key = token.0 - base() - CONN_OFFSET;
         if let Some(c) = self.conns.get(key) {
-            if ctx.now >= c.deadline {
+            let retired_idle = c.group.retired.get()
+                && c.phase == Phase::Open
+                && c.streams.is_empty()
+                && c.waiting.is_empty();
+            if ctx.now >= c.deadline || retired_idle {
                 if c.phase == Phase::Open {
                     self.remove_conn(key, ctx);
                 } else {
