@@ -2174,6 +2174,109 @@ fn a_reload_closes_the_connections_of_the_groups_it_replaced() {
     assert_eq!((r.status, r.text().as_str()), (200, "Hello, World!"));
 }
 
+/// A client whose request, the start of a streamed body and its close all arrive in one read:
+/// the proxy must not forward that request for nobody. It used to start the exchange after the
+/// connection had closed and gone, still naming the connection's slot as its client; the next
+/// connection given that slot then received the abandoned request's response as its own (a soak
+/// saw healthy clients answered 408 by an upstream, and WebSocket tunnels with a response in
+/// their stream). The proxy is stopped while the abandoning client writes, so that everything
+/// it sent is read at once; clients that follow each ask for their own path, and the upstream
+/// (here, a thread) answers the abandoned POST with `ORPHAN` at once.
+#[test]
+fn an_exchange_abandoned_before_it_started_reaches_no_other_client() {
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = upstream.local_addr().unwrap();
+    let posts = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&posts);
+    std::thread::spawn(move || {
+        for conn in upstream.incoming() {
+            let Ok(conn) = conn else { return };
+            let posts = Arc::clone(&seen);
+            std::thread::spawn(move || {
+                let mut writer = conn.try_clone().unwrap();
+                let mut reader = std::io::BufReader::new(conn);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let target = line.split(' ').nth(1).unwrap_or("").to_owned();
+                    let mut field = String::new();
+                    while reader.read_line(&mut field).unwrap_or(0) > 2 {
+                        field.clear();
+                    }
+                    let body = if line.starts_with("POST") {
+                        // Answered before its body: the proxy relays it to whoever it names.
+                        posts.fetch_add(1, Ordering::SeqCst);
+                        "ORPHAN".to_owned()
+                    } else {
+                        std::thread::sleep(Duration::from_millis(30));
+                        target
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if writer.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let proxy = Proxy::start(["--proxy".to_owned(), format!("/up/=http://{up}/")]);
+    let wrong = Arc::new(Mutex::new(Vec::new()));
+    for round in 0..60 {
+        proxy.signal("STOP");
+        let mut abandoning = connect(proxy.addr);
+        abandoning
+            .write_all(b"POST /up/upload HTTP/1.1\r\nHost: p\r\nContent-Length: 200000\r\n\r\n")
+            .unwrap();
+        abandoning.write_all(&[b'y'; 1000]).unwrap();
+        abandoning.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        proxy.signal("CONT");
+        let clients: Vec<_> = (0..8)
+            .map(|k| {
+                let wrong = Arc::clone(&wrong);
+                let addr = proxy.addr;
+                std::thread::sleep(Duration::from_micros(500));
+                std::thread::spawn(move || {
+                    let path = format!("/own-{round}-{k}");
+                    let mut s = connect(addr);
+                    s.write_all(format!("GET /up{path} HTTP/1.1\r\nHost: p\r\n\r\n").as_bytes())
+                        .unwrap();
+                    let mut pending = Vec::new();
+                    let r = read_response(&mut s, &mut pending, false);
+                    // Anything more (a second response) shows within a moment.
+                    s.set_read_timeout(Some(Duration::from_millis(100)))
+                        .unwrap();
+                    let mut more = [0; 256];
+                    let extra = s.read(&mut more).unwrap_or(0);
+                    if r.text() != path || extra > 0 {
+                        wrong
+                            .lock()
+                            .unwrap()
+                            .push(format!("{path}: got {:?} and {extra} bytes more", r.text()));
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().unwrap();
+        }
+        drop(abandoning);
+    }
+    let wrong = wrong.lock().unwrap();
+    assert!(
+        wrong.is_empty(),
+        "{} clients answered with another's response ({} abandoned POSTs forwarded): {:?}",
+        wrong.len(),
+        posts.load(Ordering::SeqCst),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
 /// A client that closes while its request waits on a slow upstream (/slow/3000): the proxy drops
 /// the exchange at once — it closes its upstream connection, leaves no CLOSE-WAIT on its own
 /// port — and the next requests are served.

@@ -156,19 +156,23 @@ impl Connection {
     }
 
     /// Calls `f` with where the upstream side delivers the response of `stream` (0 for
-    /// HTTP/1.1): `None` when that exchange is no longer wanted.
+    /// HTTP/1.1): `None` when that exchange is no longer wanted — among others, on a connection
+    /// that has closed. A request and the client's close read in one turn leave the request
+    /// waiting to be forwarded on a connection already closed: it must not start, for its
+    /// exchange would outlive the connection and name its slot, and the next connection given
+    /// that slot would get the response.
     pub(crate) fn with_downstream<R>(
         &mut self,
         stream: u32,
         f: impl FnOnce(Option<&mut dyn Downstream>) -> R,
     ) -> R {
         match self {
-            Self::H1(c) => f(Some(c)),
-            Self::H2(c) if c.has_relay(stream) => f(Some(&mut StreamRelay {
+            Self::H1(c) if !c.closed => f(Some(c)),
+            Self::H2(c) if !c.closed && c.has_relay(stream) => f(Some(&mut StreamRelay {
                 conn: c,
                 id: stream,
             })),
-            Self::H2(_) | Self::Switching => f(None),
+            Self::H1(_) | Self::H2(_) | Self::Switching => f(None),
         }
     }
 }
