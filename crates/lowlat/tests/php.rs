@@ -134,6 +134,15 @@ impl Fpm {
 
 impl Drop for Fpm {
     fn drop(&mut self) {
+        // SIGTERM: the master stops its pools' processes too (SIGKILL would leave them behind).
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
