@@ -153,3 +153,20 @@ pub(crate) fn answer(job: &ProxyJob, ctx: &mut WorkerCtx<'_>, down: &mut dyn Dow
     down.flush_relayed(ctx);
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parked_tokens_are_neither_upstream_connections_nor_http2() {
+        let first = Token(TOKEN_BASE + OFFSET);
+        assert!(owns(first));
+        assert!(!owns(Token(TOKEN_BASE)));
+        assert!(!owns(Token(TOKEN_BASE + OFFSET - 1)));
+        assert!(!crate::proxy::h2up::owns(first));
+        let last = Token(TOKEN_BASE + crate::proxy::h2up::CONN_OFFSET - 1);
+        assert!(owns(last) && !crate::proxy::h2up::owns(last));
+        assert!(!owns(Token(TOKEN_BASE + crate::proxy::h2up::CONN_OFFSET)));
+    }
+}

@@ -124,3 +124,30 @@ impl Downstream for Sink {
 
     fn flush_relayed(&mut self, _ctx: &mut WorkerCtx<'_>) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refresh_carries_the_clients_fields_but_not_its_own_conditionals() {
+        let h = |name, value: &'static [u8]| RequestHeader { name, value };
+        let fields = [
+            h("Host", b"a.test"),
+            h("If-None-Match", b"\"mine\""),
+            h("Accept-Language", b"fr"),
+            h("if-modified-since", b"Sun, 06 Nov 1994 08:49:37 GMT"),
+            h("Range", b"bytes=0-9"),
+            h("If-Range", b"\"mine\""),
+            h("Cookie", b"a=1"),
+        ];
+        let kept: Vec<&str> = request_fields(&fields).iter().map(|h| h.name).collect();
+        assert_eq!(kept, ["Host", "Accept-Language", "Cookie"]);
+    }
+
+    #[test]
+    fn the_refresh_client_is_no_connections() {
+        assert!(!crate::quic::owns_client(CLIENT));
+        assert_ne!(CLIENT, crate::worker::WAKER);
+    }
+}
