@@ -1906,6 +1906,13 @@ def main(argv=None):
             time.sleep(1.5)  # metrics are at most a second behind: one more look, settled
             s, _ = take_sample(ctx, prev, phase="drain")
             s["waited"] = round(ctx.now() - t_end, 1)
+            # What the server says it still holds, kept whole for whoever reads a failure.
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ctx.ports['metrics']}/metrics",
+                                            timeout=5) as r:
+                    (ctx.dir / "drain-metrics.txt").write_bytes(r.read())
+            except Exception:
+                pass
             drain = s
             ctx.samples.append(s)
         run["drain"] = drain

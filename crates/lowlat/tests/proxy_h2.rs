@@ -542,6 +542,80 @@ fn a_client_leaving_or_a_broken_body_resets_only_its_stream() {
     }
 }
 
+/// The proxy's HTTP/2 connections to the upstream, as `/metrics` at `metrics` reports them:
+/// (with streams open, without).
+fn h2_pool(metrics: SocketAddr) -> (u64, u64) {
+    let mut s = TcpStream::connect(metrics).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let value = |state: &str| -> u64 {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("lowlat_upstream_connections{")
+                    && l.contains(&format!("state=\"{state}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    (value("active"), value("idle"))
+}
+
+/// A client that leaves mid-exchange has its stream reset, and the upstream connection it
+/// used is reported idle again at once — not "active" until its next exchange (the gauge of a
+/// cancelled exchange's connection was left as it was, and a soak found one still "active"
+/// long after the load stopped).
+#[test]
+fn a_cancelled_exchange_leaves_its_connection_counted_idle() {
+    let upstream = Upstream::h2_recorder();
+    let proxy = serve(&[
+        "--metrics",
+        "127.0.0.1:0",
+        "--proxy",
+        &format!("/=h2c://127.0.0.1:{}", upstream.addr().port()),
+    ]);
+    let log = proxy.log();
+    let metrics: SocketAddr = log
+        .lines()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|l| l.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {log}"))
+        .parse()
+        .unwrap();
+    assert_eq!(recorder_stats(proxy.addr)["connections"], 1);
+    for round in 1..=3 {
+        let mut leaves = TcpStream::connect(proxy.addr).unwrap();
+        leaves
+            .write_all(b"PUT /digest HTTP/1.1\r\nHost: t\r\nContent-Length: 900000\r\n\r\n")
+            .unwrap();
+        leaves.write_all(&pattern(0, 100_000)).unwrap();
+        // The exchange is open upstream: the connection carries a stream.
+        let start = Instant::now();
+        while h2_pool(metrics) != (1, 0) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "round {round}: {:?} while the upload is open",
+                h2_pool(metrics)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(leaves);
+        // Nothing else crosses the proxy meanwhile: no other exchange on that connection
+        // refreshes its gauges. Metrics are published once a sweep: within a second or two.
+        let start = Instant::now();
+        while h2_pool(metrics) != (0, 1) {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "round {round}: {:?} after the client left",
+                h2_pool(metrics)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        await_resets(proxy.addr, &serde_json::json!(vec![8; round]));
+    }
+}
+
 /// An HTTP/2 upstream that answers before the body ended (413 at the head, then RST_STREAM
 /// NO_ERROR): the answer reaches the HTTP/1.1 client while it is still sending, with
 /// `Connection: close` (the rest of its body is not read), and the upstream connection serves on.

@@ -858,8 +858,7 @@ impl H2Upstreams {
                 if let Some(job) = x.job.take() {
                     job.group.give_buffer(job.request);
                 }
-                self.remove_exchange(key);
-                self.gauges(&group, server, ctx.worker);
+                self.remove_exchange(key, ctx.worker);
                 if relayed {
                     down.relay_abort(ctx);
                 } else {
@@ -884,8 +883,7 @@ impl H2Upstreams {
                     .stats
                     .response(server, ctx.worker, x.status, took);
                 down.relay_end(ctx, &group.cfg.servers[server].label, x.status, took);
-                self.remove_exchange(key);
-                self.gauges(&group, server, ctx.worker);
+                self.remove_exchange(key, ctx.worker);
                 Delivered::Nothing
             }
             Outcome::Failed { kind, retry } => {
@@ -899,7 +897,7 @@ impl H2Upstreams {
                 let relayed = x.head_relayed;
                 let job = x.job.take();
                 let client = x.client;
-                self.remove_exchange(key);
+                self.remove_exchange(key, ctx.worker);
                 if relayed {
                     down.relay_abort(ctx);
                     Delivered::Nothing
@@ -977,7 +975,7 @@ impl H2Upstreams {
         if let Some(job) = self.exchanges.get_mut(key).and_then(|x| x.job.take()) {
             job.group.give_buffer(job.request);
         }
-        self.remove_exchange(key);
+        self.remove_exchange(key, ctx.worker);
         if self.conns.contains(conn) {
             let _ = self.write(conn, ctx);
         }
@@ -1104,10 +1102,18 @@ impl H2Upstreams {
         group.health.stats.connections(server, worker, active, idle);
     }
 
-    fn remove_exchange(&mut self, key: usize) {
+    /// Exchange `key` is over, however it ended (a response, a failure, a cancel): its
+    /// connection's gauges are published again, for a connection whose last stream this was is
+    /// idle now, and nothing else would say so until its next exchange.
+    fn remove_exchange(&mut self, key: usize, worker: usize) {
         if let Some(x) = self.exchanges.try_remove(key) {
-            let mut active = x.group.active.borrow_mut();
-            active[x.server] = active[x.server].saturating_sub(1);
+            {
+                let mut active = x.group.active.borrow_mut();
+                active[x.server] = active[x.server].saturating_sub(1);
+            }
+            if self.conns.contains(x.conn) {
+                self.gauges(&x.group, x.server, worker);
+            }
         }
     }
 }
