@@ -122,7 +122,31 @@ impl Clients {
     /// the upstream exchanges abandoned are cancelled, the requests forwarded go to the
     /// upstream side, relays drained resume reading their upstreams, and a closed TCP
     /// connection leaves.
+    #[inline]
     pub(crate) fn settle(
+        &mut self,
+        upstreams: &mut Upstreams,
+        client: Token,
+        ctx: &mut WorkerCtx<'_>,
+        relays: &mut Vec<(Token, u32)>,
+    ) {
+        // Most events leave nothing to settle: no exchange to start or cancel, no HTTP/3 stream
+        // woken, and an HTTP/1.1 connection still open that relays nothing. Asked here, inlined
+        // into the loop, for the rest is a large call (about 35 instructions a request on
+        // /plaintext by callgrind, against b782d19's settle).
+        if ctx.proxy_cancels.is_empty()
+            && ctx.proxy_starts.is_empty()
+            && self.quic.as_ref().is_none_or(|q| !q.has_wake())
+            && self.conn_mut(client).is_some_and(|c| c.is_quiet_h1())
+        {
+            return;
+        }
+        self.settle_all(upstreams, client, ctx, relays);
+    }
+
+    /// [`Clients::settle`] when there may be something to do.
+    #[inline(never)]
+    fn settle_all(
         &mut self,
         upstreams: &mut Upstreams,
         client: Token,

@@ -30,17 +30,18 @@ pub(crate) struct Routed {
     pub(crate) site: usize,
     /// What the response written in `out` left to do (nothing was written when forwarded).
     pub(crate) done: Finished,
-    /// The request to forward, when its handler forwards it: answered later by the upstream.
-    pub(crate) forward: Option<ProxyJob>,
 }
 
 /// Hands `req` (with its whole `body`, or with `streamed` its framing while it still arrives)
-/// to the router, the response written into `out` in HTTP/1.1 form.
+/// to the router, the response written into `out` in HTTP/1.1 form, or the request to forward
+/// left in `forward` (the caller's: moved back in a return value, the job's bytes were copied
+/// on every request, forwarded or not — 14 instructions a request on `/plaintext`).
 // Inlined into each protocol's loop, as the steps were before they were written once here: left
 // to itself, LTO kept `route` and `answered` as calls, which cost `/plaintext` 57 instructions a
 // request more than before; inlined, 2923 → 2878 and `/100.html` 3681 → 3639 (callgrind,
 // scripts/instructions.py).
 #[allow(clippy::inline_always)] // measured, above
+#[allow(clippy::too_many_arguments)] // each protocol's own parts of one request, inlined
 #[inline(always)]
 pub(crate) fn route(
     ctx: &mut WorkerCtx<'_>,
@@ -50,8 +51,8 @@ pub(crate) fn route(
     client: &ClientInfo,
     keep_alive: bool,
     streamed: Option<StreamedBody>,
+    forward: &mut Option<ProxyJob>,
 ) -> Routed {
-    let mut forward = None;
     let mut res = Response::new(
         out,
         ctx.scratch,
@@ -60,17 +61,13 @@ pub(crate) fn route(
         keep_alive,
         req.version,
     );
-    res.set_client(client, &mut forward);
+    res.set_client(client, forward);
     if let Some(framing) = streamed {
         res.set_streamed(framing);
     }
     let site = ctx.router.dispatch(req, body, ctx.worker, &mut res);
     let done = res.finish();
-    Routed {
-        site,
-        done,
-        forward,
-    }
+    Routed { site, done }
 }
 
 /// Counts an answered request (`--metrics`) and writes its access log line. `status` is what

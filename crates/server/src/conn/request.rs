@@ -135,6 +135,7 @@ impl Conn {
                 self.wbuf = ctx.pool.take_write();
             }
             let keep_alive = req.keep_alive && !ctx.shutting_down;
+            let mut forward = None;
             let routed = dispatch::route(
                 ctx,
                 &req,
@@ -143,9 +144,10 @@ impl Conn {
                 &self.client,
                 keep_alive,
                 streamed,
+                &mut forward,
             );
             let (site, done) = (routed.site, routed.done);
-            if let Some(mut job) = routed.forward {
+            if let Some(mut job) = forward {
                 if let Some(framing) = streamed {
                     // The body follows the head to the upstream as it is read (`feed_upload`).
                     let pipe = dispatch::upload_for(&mut job, framing);

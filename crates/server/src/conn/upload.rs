@@ -75,6 +75,12 @@ impl Conn {
     }
 
     /// The upstream connection to drive for body bytes just passed to it, once.
+    /// Whether body bytes were read for a streaming upload since the last
+    /// [`Conn::take_upload_wake`].
+    pub(crate) fn upload_fed(&self) -> bool {
+        self.upload_fed
+    }
+
     pub(crate) fn take_upload_wake(&mut self) -> Option<Token> {
         if std::mem::take(&mut self.upload_fed) {
             self.upstream

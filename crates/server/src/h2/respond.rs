@@ -87,9 +87,19 @@ impl H2Conn {
             tls: self.io.is_tls(),
             early_data: false,
         };
-        let routed = dispatch::route(ctx, req, body, &mut self.res_buf, &client, true, streamed);
+        let mut forward = None;
+        let routed = dispatch::route(
+            ctx,
+            req,
+            body,
+            &mut self.res_buf,
+            &client,
+            true,
+            streamed,
+            &mut forward,
+        );
         let (site, done) = (routed.site, routed.done);
-        if let Some(mut job) = routed.forward {
+        if let Some(mut job) = forward {
             let upload = streamed.map(|framing| {
                 let pipe = dispatch::upload_for(&mut job, framing);
                 Box::new(UploadFeed::new(pipe, framing, job.group.cfg.max_body))

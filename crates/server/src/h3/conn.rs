@@ -551,9 +551,18 @@ impl H3Conn {
                 tls: true,
                 early_data,
             };
-            let routed =
-                dispatch::route(ctx, req, &body, &mut self.res_buf, &client, true, streamed);
-            if let Some(mut job) = routed.forward {
+            let mut forward = None;
+            let routed = dispatch::route(
+                ctx,
+                req,
+                &body,
+                &mut self.res_buf,
+                &client,
+                true,
+                streamed,
+                &mut forward,
+            );
+            if let Some(mut job) = forward {
                 let Some(n) = proxy_stream(id) else {
                     // Past what the upstream side numbers (a billion requests on one connection).
                     job.group.give_buffer(job.request);

@@ -433,6 +433,11 @@ impl QuicWorker {
     }
 
     /// What a relay asks of the upstream side: (client, upstream, stream, what).
+    /// Whether a stream woke since the last [`QuicWorker::take_wake`] emptied the list.
+    pub(crate) fn has_wake(&self) -> bool {
+        !self.wakes.is_empty()
+    }
+
     pub(crate) fn take_wake(&mut self) -> Option<(Token, Token, u32, Wake)> {
         self.wakes.pop()
     }
