@@ -2,8 +2,13 @@
 //! (`/bad/`) and its metrics listener ([`Rig`]); a client that reads a response as far as the
 //! proxy sends it and says how it ended ([`Outcome`]); a loop of requests on the healthy route
 //! that runs while the bad upstream misbehaves ([`HealthyLoop`]); and the accounting of what
-//! the proxy holds (descriptors, pool entries, half-closed sockets).
+//! the proxy holds (descriptors, pool entries, half-closed sockets). The misbehaving upstreams
+//! speak HTTP/1.1 (`upstream`) or HTTP/2 (`h2_upstream`).
 
+// Each test file that includes these uses some of them.
+#![allow(dead_code)]
+
+pub mod h2_upstream;
 pub mod upstream;
 
 use std::io::{Read, Write};

@@ -213,6 +213,7 @@ impl PhpHandler {
             idempotent: idempotent(method),
             retried: false,
             stale_retried: false,
+            refusals: 0,
             // The connection that reads the body attaches it.
             upload: None,
             upgrade: false,

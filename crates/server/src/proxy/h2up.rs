@@ -47,7 +47,7 @@ use super::downstream::Downstream;
 use super::group::WorkerGroup;
 use super::headers::response_field_passes;
 use super::health::now_ms;
-use super::job::{ProxyJob, RelayBody};
+use super::job::{ProxyJob, RelayBody, MAX_REFUSALS};
 use super::trailers::trailer_passes;
 use super::upload::{UploadRef, UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
 use super::upstream::Sock;
@@ -906,14 +906,16 @@ impl H2Upstreams {
                         // Sent once more when that is safe: an idempotent request, or one
                         // never processed (a refused connect or stream: RFC 9113 §8.7). A
                         // refused stream does not use up the one retry (a server going away
-                        // refuses what it will not do), but is sent elsewhere if it can be.
+                        // refuses what it will not do; one closing after every response
+                        // refuses all but one each time), up to `MAX_REFUSALS` times, but is
+                        // sent elsewhere if it can be.
                         Some(mut job)
                             if (job.idempotent || retry)
-                                && (!job.retried || (refused && !job.stale_retried))
+                                && (!job.retried || (refused && job.refusals < MAX_REFUSALS))
                                 && job.upload.as_ref().is_none_or(|u| u.borrow().sent() == 0) =>
                         {
-                            if refused && !job.stale_retried {
-                                job.stale_retried = true;
+                            if refused && job.refusals < MAX_REFUSALS {
+                                job.refusals += 1;
                             } else {
                                 job.retried = true;
                             }

@@ -196,6 +196,7 @@ impl ProxyHandler {
             hash,
             retried: false,
             stale_retried: false,
+            refusals: 0,
             // The connection that reads the body attaches it.
             upload: None,
             upgrade,
@@ -322,6 +323,7 @@ impl ProxyHandler {
             hash: request_hash(&self.group, req, client),
             retried: false,
             stale_retried: false,
+            refusals: 0,
             upload: None,
             upgrade: false,
             ws_accept: None,

@@ -24,6 +24,10 @@ pub(crate) struct ProxyJob {
     pub(crate) retried: bool,
     /// Sent again on a fresh connection after a pooled one was found closed.
     pub(crate) stale_retried: bool,
+    /// Times an HTTP/2 server refused it unprocessed (a GOAWAY below its stream, or
+    /// REFUSED_STREAM): each is safe to send again (RFC 9113 §8.7), up to
+    /// [`MAX_REFUSALS`] times.
+    pub(crate) refusals: u8,
     /// The body, when it streams after `request` (which then holds the head only).
     pub(crate) upload: Option<UploadRef>,
     /// A WebSocket opening handshake: a `101` answer turns the exchange into a tunnel.
@@ -66,3 +70,11 @@ impl RelayBody {
         }
     }
 }
+
+/// How many times a request refused unprocessed by HTTP/2 servers is sent again before its
+/// client gets a 502. A server that answers one stream per connection and sends GOAWAY refuses
+/// every other stream it carried: with N requests in flight on it, the last is answered at the
+/// Nth connection. Sixteen covers such a server under the proxy's usual concurrency per
+/// connection, and still ends the loop with a server that refuses everything (GOAWAY with last
+/// stream 0, at once, on every connection).
+pub(crate) const MAX_REFUSALS: u8 = 16;
