@@ -65,8 +65,15 @@ pub(crate) fn lookup(
         .headers
         .iter()
         .any(|h| UNKEYED.iter().any(|u| h.name.eq_ignore_ascii_case(u)));
+    let policy = &cache.policy;
     SCRATCH.with_borrow_mut(|(primary, lines)| {
-        key::primary(head, tls, primary);
+        if !key::primary_by(policy.key.as_ref(), head, tls, primary) {
+            // The rule's key cannot be made for this request: the cache stays out of it.
+            if safe {
+                bump(&counters.bypass);
+            }
+            return Lookup::Forward(None, None);
+        }
         if !safe {
             if super::purge::is_purge(head) {
                 super::purge::purge(cache, head, primary, client.peer.ip(), res);
@@ -92,6 +99,13 @@ pub(crate) fn lookup(
             bump(&counters.bypass);
             return Lookup::Forward(None, None);
         }
+        // The rule's own conditions (`lines` is free until a head is written in it).
+        if !policy.bypass.is_empty() && super::rules::any_holds(&policy.bypass, head, tls, lines) {
+            bump(&counters.bypass);
+            return Lookup::Forward(None, None);
+        }
+        let no_store = !policy.no_store.is_empty()
+            && super::rules::any_holds(&policy.no_store, head, tls, lines);
         let req_cc = if cache.policy.honour_request {
             Directives::parse(head.headers, "cache-control")
         } else {
@@ -116,7 +130,8 @@ pub(crate) fn lookup(
             };
             if usable {
                 // The flight key is the variant's, in `lines` until the head is written there.
-                let background = refresh
+                // A response this request may not store is not refreshed by it either.
+                let background = (refresh && !no_store)
                     .then(|| refresh_fill(cache, head, primary, variant.then_some(&lines[..])))
                     .flatten();
                 bump(&counters.hits);
@@ -140,10 +155,13 @@ pub(crate) fn lookup(
             return miss(
                 cache,
                 head,
-                primary,
-                &req_cc,
-                fwd,
-                variant,
+                Miss {
+                    primary,
+                    req_cc: &req_cc,
+                    fwd,
+                    variant,
+                    no_store,
+                },
                 Some(o),
                 res,
                 lines,
@@ -155,7 +173,18 @@ pub(crate) fn lookup(
             return Lookup::Served;
         }
         miss(
-            cache, head, primary, &req_cc, fwd, variant, None, res, lines,
+            cache,
+            head,
+            Miss {
+                primary,
+                req_cc: &req_cc,
+                fwd,
+                variant,
+                no_store,
+            },
+            None,
+            res,
+            lines,
         )
     })
 }
@@ -187,23 +216,38 @@ fn send(
     }
 }
 
+/// What a miss was found to be.
+struct Miss<'k, 'd> {
+    primary: &'k [u8],
+    req_cc: &'k Directives<'d>,
+    fwd: Fwd,
+    /// The response varies: `lines` holds the variant's key.
+    variant: bool,
+    /// The rule's no-store conditions hold: the answer is relayed, not stored, and no one
+    /// waits for it.
+    no_store: bool,
+}
+
 /// A request that found nothing it may use: forwarded with a fill that stores the answer
 /// (a `GET`; a `HEAD` miss goes on as it is, its answer having no body to store), after it
 /// entered the flight of its key — to lead it, or to wait for it (the upstream side parks it
 /// then). A request whose own directives ask for the origin (`fwd=request`) does not wait for
 /// a fetch that began before it.
-#[allow(clippy::too_many_arguments)]
 fn miss(
     cache: &RouteCache,
     head: &lowlat_http::request::Request<'_, '_>,
-    primary: &[u8],
-    req_cc: &Directives<'_>,
-    fwd: Fwd,
-    variant: bool,
+    m: Miss<'_, '_>,
     stale: Option<std::sync::Arc<Object>>,
     res: &mut Response<'_>,
     lines: &mut Vec<u8>,
 ) -> Lookup {
+    let Miss {
+        primary,
+        req_cc,
+        fwd,
+        variant,
+        no_store,
+    } = m;
     let counters = &cache.store.counters;
     if head.method != Method::Get {
         counters
@@ -212,7 +256,11 @@ fn miss(
         return Lookup::Forward(None, stale);
     }
     let flight_key = if variant { &lines[..] } else { primary };
-    let role = super::inflight::enter(&cache.store.flights, flight_key, fwd != Fwd::Request);
+    let role = if no_store {
+        Role::Alone
+    } else {
+        super::inflight::enter(&cache.store.flights, flight_key, fwd != Fwd::Request)
+    };
     if matches!(role, Role::Lead(_)) && fwd != Fwd::Request {
         // The flight before this one may have ended between the look-up and the entry: what
         // it stored is used (it is stored before its flight ends, so it is found now).
@@ -240,6 +288,9 @@ fn miss(
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     let fill = Fill::store(cache, primary, head.headers, req_cc, fwd, role);
+    if no_store {
+        fill.borrow_mut().keep_out();
+    }
     Lookup::Forward(Some(fill), stale)
 }
 

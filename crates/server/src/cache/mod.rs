@@ -24,7 +24,10 @@
 //! # Layout
 //! - [`store`]: the shared store: sharded, weighted by bytes, scan-resistant eviction.
 //! - `object`: one stored response, immutable, shared as an `Arc`.
-//! - `key`: the cache key of a request (scheme, host, path, query) and its variants' keys.
+//! - `key`: the cache key of a request (scheme, host, path, query, or the rule's template) and
+//!   its variants' keys.
+//! - [`rules`]: what a site or rule configures beside RFC 9111: key template, bypass and
+//!   no-store conditions, lifetimes per status, ignored response fields.
 //! - `lookup`: the hit path: find, decide, answer from memory or let the request go on.
 //! - `partial`: a `Range` answered from a stored complete response (206, 416).
 //! - `fill`: the miss path: a response relayed to its client and stored on the way.
@@ -46,6 +49,7 @@ pub(crate) mod object;
 pub(crate) mod partial;
 pub(crate) mod purge;
 pub(crate) mod refresh;
+pub mod rules;
 pub(crate) mod send;
 pub mod store;
 pub(crate) mod tee;
@@ -82,6 +86,16 @@ pub struct CachePolicy {
     pub grace: u64,
     /// Who may send `PURGE`.
     pub purge_from: Vec<crate::proxy::config::Cidr>,
+    /// The key's template (nginx's `proxy_cache_key`); none: scheme, host, path and query.
+    pub key: Option<crate::template::Template>,
+    /// Requests that go past the cache: neither answered from it nor stored.
+    pub bypass: Vec<rules::Condition>,
+    /// Requests whose responses are not stored (they may still be answered from the store).
+    pub no_store: Vec<rules::Condition>,
+    /// Lifetimes per status for responses without explicit freshness.
+    pub ttl: Vec<rules::StatusTtl>,
+    /// Response fields the decisions leave out.
+    pub ignored: rules::Ignored,
 }
 
 impl Default for CachePolicy {
@@ -100,6 +114,11 @@ impl Default for CachePolicy {
                     bits: if a.contains(':') { 128 } else { 8 },
                 })
                 .collect(),
+            key: None,
+            bypass: Vec::new(),
+            no_store: Vec::new(),
+            ttl: Vec::new(),
+            ignored: rules::Ignored::default(),
         }
     }
 }

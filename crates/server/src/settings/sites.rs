@@ -90,7 +90,8 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         .map(|(g, h)| GroupView::new(g, h))
         .collect();
     let trusted = Arc::new(proxy.trusted);
-    let cache = args.cache.route_cache();
+    let mut routes = routes;
+    set_route_caches(args, &site_args, &mut routes)?;
     // Active health checks start with the first worker's router, not when the service is
     // only being checked; they end when the service is replaced (their state is dropped).
     let checks_started = std::sync::atomic::AtomicBool::new(false);
@@ -149,14 +150,9 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
             .zip(&health)
             .map(|(g, h)| Rc::new(WorkerGroup::new(Arc::clone(g), Arc::clone(h))))
             .collect();
-        let mut router = sites[0]
-            .1
-            .build(info, &worker_groups, &trusted, cache.as_ref())?;
+        let mut router = sites[0].1.build(info, &worker_groups, &trusted)?;
         for (names, site) in &sites[1..] {
-            router.add_site(
-                names,
-                site.build(info, &worker_groups, &trusted, cache.as_ref())?,
-            );
+            router.add_site(names, site.build(info, &worker_groups, &trusted)?);
         }
         if let Some(shared) = &http01 {
             router.early(
@@ -177,6 +173,51 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         build(info).unwrap_or_else(|_| Router::new())
     });
     Ok((service, views))
+}
+
+/// Gives each forwarding rule its cache: on where the rule says so, else where its site says
+/// so, else where `--cache` does; its policy the rule's settings over its site's over the top
+/// level's, compiled here once. The store is made only when some rule caches.
+fn set_route_caches(
+    args: &ServeArgs,
+    sites: &[&SiteArgs],
+    routes: &mut [Vec<ProxyRoute>],
+) -> Result<(), String> {
+    let on = |site: &SiteArgs, rule: &ProxyRule| {
+        rule.cache
+            .as_ref()
+            .and_then(|c| c.on)
+            .or(site.cache)
+            .unwrap_or(args.cache.cache)
+    };
+    let caching = args.cache.cache || sites.iter().any(|s| s.proxy.iter().any(|r| on(s, r)));
+    let Some(base) = caching.then(|| args.cache.store_and_base()).flatten() else {
+        return Ok(());
+    };
+    for (site, routes) in sites.iter().zip(routes.iter_mut()) {
+        let site_policy = site.cache_policy.over(&args.cache.policy);
+        // Rules without settings of their own share their site's compiled policy.
+        let shared = Arc::new(site_policy.compile(&base.policy)?);
+        for (rule, route) in site.proxy.iter().zip(routes.iter_mut()) {
+            if !on(site, rule) {
+                continue;
+            }
+            let policy = match &rule.cache {
+                Some(own) => Arc::new(
+                    own.policy
+                        .over(&site_policy)
+                        .compile(&base.policy)
+                        .map_err(|e| format!("--proxy {}={}: {e}", rule.prefix, rule.target))?,
+                ),
+                None => Arc::clone(&shared),
+            };
+            route.cache = Some(crate::cache::RouteCache {
+                store: Arc::clone(&base.store),
+                policy,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// One site, ready to build a router on each worker.
@@ -316,7 +357,6 @@ impl SiteService {
         info: &WorkerInfo,
         groups: &[Rc<WorkerGroup>],
         trusted: &Arc<Vec<Cidr>>,
-        cache: Option<&crate::cache::RouteCache>,
     ) -> Result<Router, RouteError> {
         let mut router = Router::new();
         for route in &self.proxy {
@@ -325,7 +365,7 @@ impl SiteService {
                 route,
                 Rc::clone(&groups[route.group]),
                 Arc::clone(trusted),
-                cache.cloned(),
+                route.cache.clone(),
                 Arc::clone(&self.server_vars),
             )?;
         }
