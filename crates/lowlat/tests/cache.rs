@@ -1616,3 +1616,102 @@ proxy = [
     }
     assert_eq!(lines.len(), 5, "{err}");
 }
+
+/// The access log's `$upstream_cache_status` says what the cache did, in nginx's words, for
+/// each request; `/metrics` has the same counts per site.
+#[test]
+fn the_access_log_and_metrics_say_what_the_cache_did() {
+    let origin = Origin::start();
+    // Stale as soon as stored (`Age` past `max-age`), each with what lets it be used stale.
+    origin.set("/h", 200, "Cache-Control: max-age=60", b"h");
+    origin.set(
+        "/r",
+        200,
+        "Cache-Control: max-age=10\nAge: 100\nETag: \"1\"",
+        b"r",
+    );
+    origin.set(
+        "/e",
+        200,
+        "Cache-Control: max-age=10, stale-if-error=600\nAge: 100",
+        b"e",
+    );
+    origin.set(
+        "/u",
+        200,
+        "Cache-Control: max-age=10, stale-while-revalidate=600\nAge: 100",
+        b"u",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let rule = format!("/={}", origin.url());
+    let p = Served::start([
+        "--proxy".as_ref(),
+        rule.as_ref(),
+        "--cache".as_ref(),
+        "--cache-bypass".as_ref(),
+        "$cookie_nocache".as_ref(),
+        "--metrics".as_ref(),
+        metrics.as_ref(),
+        "--access-log".as_ref(),
+        log.as_os_str(),
+        "--access-log-format".as_ref(),
+        "$request_uri $upstream_cache_status".as_ref(),
+    ]);
+    get(p.addr, "/h");
+    get(p.addr, "/h");
+    request(p.addr, "GET", "/h", &["Cookie: nocache=1"]);
+    get(p.addr, "/r");
+    origin.set("/r", 304, "Cache-Control: max-age=60\nETag: \"1\"", b"");
+    get(p.addr, "/r?");
+    get(p.addr, "/e");
+    origin.set("/e", 500, "", b"down");
+    let stale = get(p.addr, "/e");
+    assert_eq!(stale.body, b"e", "{}", stale.head);
+    get(p.addr, "/u");
+    get(p.addr, "/u");
+    get(p.addr, "/x");
+    get(p.addr, "/x");
+    // The key has the query: `/r?` is another entry. Revalidate the one stored.
+    let revalidated = get(p.addr, "/r");
+    assert!(
+        revalidated.cache_status().contains("fwd-status=304"),
+        "{}",
+        revalidated.head
+    );
+    let site = |name: &str| {
+        metric(
+            &metrics,
+            &format!("lowlat_cache_site_{name}_total{{site=\"default\"}}"),
+        )
+    };
+    assert_eq!(site("hits"), 2, "/h and /u");
+    assert_eq!(site("bypass"), 1);
+    assert_eq!(site("revalidated"), 1);
+    assert_eq!(site("stale"), 2, "/e and /u");
+    assert_eq!(metric(&metrics, "lowlat_cache_hits_total"), 2);
+    p.stop();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = lines
+        .lines()
+        .filter(|l| !l.starts_with("/metrics"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "/h MISS",
+            "/h HIT",
+            "/h BYPASS",
+            "/r MISS",
+            "/r? MISS",
+            "/e MISS",
+            "/e STALE",
+            "/u MISS",
+            "/u UPDATING",
+            "/x MISS",
+            "/x EXPIRED",
+            "/r REVALIDATED",
+        ]
+    );
+}

@@ -105,6 +105,7 @@ pub(crate) fn answered(
             ctx.worker,
             site,
             tls,
+            done.cache,
         ));
     }
 }
@@ -117,10 +118,11 @@ pub(crate) fn hold(
     req: &Request<'_, '_>,
     site: usize,
     tls: bool,
+    cache: Option<crate::cache::CacheOutcome>,
 ) {
     if let Some(log) = ctx.access_log.as_deref() {
         held.get_or_insert_with(Box::default)
-            .hold(req, site, tls, log.config());
+            .hold(req, site, tls, cache, log.config());
     }
 }
 
@@ -232,6 +234,7 @@ pub(crate) fn refused(
             tls,
             head_bytes: 0,
             fields: crate::access_log::Fields::None,
+            cache: None,
         });
     }
 }

@@ -108,6 +108,9 @@ pub(crate) struct Fill {
     role: Role,
     /// The rule's no-store conditions held for the request: nothing is stored.
     kept_out: bool,
+    /// What the exchange came to when it is not what the lookup said (a 304 refresh, a stale
+    /// response for an error): what its log line says.
+    pub(super) outcome: Option<super::CacheOutcome>,
 }
 
 impl Fill {
@@ -143,6 +146,7 @@ impl Fill {
             teeing: false,
             role,
             kept_out: false,
+            outcome: None,
         }))
     }
 
@@ -303,11 +307,7 @@ impl Fill {
             Stored::new(life, &cc),
         ));
         self.put(Entry::Object(Arc::clone(&object)), &object);
-        self.cache
-            .store
-            .counters
-            .revalidated
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.cache.count(|c| &c.revalidated);
         NotModified::Refreshed(object)
     }
 
@@ -330,6 +330,7 @@ impl Fill {
             teeing: false,
             role: Role::Alone,
             kept_out: false,
+            outcome: None,
         }))
     }
 
@@ -342,7 +343,6 @@ impl Fill {
         pass: &dyn Fn(&str) -> bool,
         line: &mut Vec<u8>,
     ) {
-        let counters = &self.cache.store.counters;
         if let Mode::Invalidate { host } = &self.mode {
             // The method was not GET/HEAD: known unsafe, or of unknown safety (§4.4).
             if (200..400).contains(&status) {
@@ -422,9 +422,7 @@ impl Fill {
                 }));
             }
             Err(why) => {
-                counters
-                    .not_stored
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.cache.count(|c| &c.not_stored);
                 status_field.detail = Some(why);
                 self.state = State::Off;
                 // What waits for this fill goes on now (as `let_go`, with `policy` borrowed).
@@ -441,11 +439,7 @@ impl Fill {
         if let State::Body(p) = &mut self.state {
             let max = usize::try_from(self.cache.store.max_object).unwrap_or(usize::MAX);
             if p.body.len() + data.len() > max {
-                self.cache
-                    .store
-                    .counters
-                    .not_stored
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.cache.count(|c| &c.not_stored);
                 self.state = State::Off;
                 self.let_go();
             } else {
@@ -466,7 +460,6 @@ impl Fill {
             return;
         };
         let p = *p;
-        let store = &self.cache.store;
         let object = Object::new(
             p.status,
             &p.reason,
@@ -477,10 +470,7 @@ impl Fill {
         );
         let object = Arc::new(object);
         self.put(Entry::Object(Arc::clone(&object)), &object);
-        store
-            .counters
-            .stored
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.cache.count(|c| &c.stored);
     }
 
     /// Stores `entry` (holding `object`) under the primary key, or as the variant the request

@@ -17,7 +17,7 @@ use super::fill::{Fill, FillRef};
 use super::inflight::Role;
 use super::object::Object;
 use super::store::Entry;
-use super::{key, now_secs, RouteCache};
+use super::{key, now_secs, CacheOutcome, RouteCache};
 use crate::handler::{Req, Response};
 
 /// What the lookup did.
@@ -56,10 +56,6 @@ pub(crate) fn lookup(
 ) -> Lookup {
     let tls = client.tls;
     let head = req.head;
-    let counters = &cache.store.counters;
-    let bump = |c: &std::sync::atomic::AtomicU64| {
-        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    };
     let safe = matches!(head.method, Method::Get | Method::Head);
     let unkeyed = head
         .headers
@@ -70,7 +66,8 @@ pub(crate) fn lookup(
         if !key::primary_by(policy.key.as_ref(), head, tls, primary) {
             // The rule's key cannot be made for this request: the cache stays out of it.
             if safe {
-                bump(&counters.bypass);
+                cache.count(|c| &c.bypass);
+                res.set_cache_outcome(CacheOutcome::Bypass);
             }
             return Lookup::Forward(None, None);
         }
@@ -82,7 +79,8 @@ pub(crate) fn lookup(
             if matches!(head.method, Method::Options | Method::Trace) {
                 return Lookup::Forward(None, None);
             }
-            bump(&counters.bypass);
+            cache.count(|c| &c.bypass);
+            res.set_cache_outcome(CacheOutcome::Bypass);
             let host = head.header("host").unwrap_or_default();
             return Lookup::Forward(Some(Fill::invalidate(cache, primary, host)), None);
         }
@@ -96,12 +94,14 @@ pub(crate) fn lookup(
             || head.header("if-match").is_some()
             || head.header("if-unmodified-since").is_some()
         {
-            bump(&counters.bypass);
+            cache.count(|c| &c.bypass);
+            res.set_cache_outcome(CacheOutcome::Bypass);
             return Lookup::Forward(None, None);
         }
         // The rule's own conditions (`lines` is free until a head is written in it).
         if !policy.bypass.is_empty() && super::rules::any_holds(&policy.bypass, head, tls, lines) {
-            bump(&counters.bypass);
+            cache.count(|c| &c.bypass);
+            res.set_cache_outcome(CacheOutcome::Bypass);
             return Lookup::Forward(None, None);
         }
         let no_store = !policy.no_store.is_empty()
@@ -121,9 +121,17 @@ pub(crate) fn lookup(
         if let Some(o) = object {
             let age = o.age.age_at(now);
             let (usable, refresh) = match o.fresh.use_for(age, &req_cc) {
-                Use::Fresh => (true, false),
+                Use::Fresh => {
+                    res.set_cache_outcome(CacheOutcome::Hit);
+                    (true, false)
+                }
                 Use::Stale { refresh } => {
-                    bump(&counters.stale);
+                    cache.count(|c| &c.stale);
+                    res.set_cache_outcome(if refresh {
+                        CacheOutcome::Updating
+                    } else {
+                        CacheOutcome::Stale
+                    });
                     (true, refresh)
                 }
                 Use::Revalidate => (false, false),
@@ -134,7 +142,7 @@ pub(crate) fn lookup(
                 let background = (refresh && !no_store)
                     .then(|| refresh_fill(cache, head, primary, variant.then_some(&lines[..])))
                     .flatten();
-                bump(&counters.hits);
+                cache.count(|c| &c.hits);
                 let status = CacheStatus {
                     hit: true,
                     ttl: Some(o.fresh.ttl(age)),
@@ -169,6 +177,7 @@ pub(crate) fn lookup(
         }
         if req_cc.only_if_cached {
             // RFC 9111 §5.2.1.7: nothing stored that may be used: 504.
+            res.set_cache_outcome(CacheOutcome::Miss);
             res.send_status(504);
             return Lookup::Served;
         }
@@ -248,11 +257,13 @@ fn miss(
         variant,
         no_store,
     } = m;
-    let counters = &cache.store.counters;
+    res.set_cache_outcome(if stale.is_some() {
+        CacheOutcome::Expired
+    } else {
+        CacheOutcome::Miss
+    });
     if head.method != Method::Get {
-        counters
-            .misses
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cache.count(|c| &c.misses);
         return Lookup::Forward(None, stale);
     }
     let flight_key = if variant { &lines[..] } else { primary };
@@ -268,9 +279,8 @@ fn miss(
             let age = o.age.age_at(now_secs());
             if o.fresh.use_for(age, req_cc) == Use::Fresh {
                 drop(role);
-                counters
-                    .hits
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                cache.count(|c| &c.hits);
+                res.set_cache_outcome(CacheOutcome::Hit);
                 let status = CacheStatus {
                     hit: true,
                     ttl: Some(o.fresh.ttl(age)),
@@ -283,9 +293,7 @@ fn miss(
     }
     // A waiter is a miss only if it goes upstream after all (`collapse::answer`).
     if !matches!(role, Role::Wait(_)) {
-        counters
-            .misses
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cache.count(|c| &c.misses);
     }
     let fill = Fill::store(cache, primary, head.headers, req_cc, fwd, role);
     if no_store {

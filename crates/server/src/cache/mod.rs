@@ -60,11 +60,22 @@ use lowlat_http::cache::freshness::Heuristic;
 
 pub use store::{CacheStore, StoreConfig};
 
-/// How a forwarding rule caches: the shared store and the rule's policy.
+/// How a forwarding rule caches: the shared store, the rule's policy, and its site's counters.
 #[derive(Debug, Clone)]
 pub struct RouteCache {
     pub store: Arc<CacheStore>,
     pub policy: Arc<CachePolicy>,
+    /// The counters of the rule's site (`/metrics`' `site` label), beside the store's totals.
+    pub site: Arc<metrics::SiteCounters>,
+}
+
+impl RouteCache {
+    /// Counts one event in the store's totals and in the site's.
+    pub(crate) fn count(&self, which: fn(&store::CacheCounters) -> &std::sync::atomic::AtomicU64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        which(&self.store.counters).fetch_add(1, Relaxed);
+        which(&self.site.counts).fetch_add(1, Relaxed);
+    }
 }
 
 /// A rule's caching policy.
@@ -121,6 +132,63 @@ impl Default for CachePolicy {
             ignored: rules::Ignored::default(),
         }
     }
+}
+
+/// What the cache did for a request, as nginx's `$upstream_cache_status` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Answered from the store (fresh, or from another request's fetch it waited for).
+    Hit,
+    /// Nothing stored: forwarded.
+    Miss,
+    /// A stored response that could not be used as it was: forwarded (to revalidate it).
+    Expired,
+    /// A stale response sent (`max-stale`, `stale-if-error`, grace).
+    Stale,
+    /// A stale response sent while it is refreshed in the background
+    /// (`stale-while-revalidate`).
+    Updating,
+    /// A stored response refreshed by a 304 and sent.
+    Revalidated,
+    /// Forwarded past the cache (a method, a rule's condition, an unkeyed field).
+    Bypass,
+}
+
+impl CacheOutcome {
+    /// nginx's word for it.
+    #[must_use]
+    pub fn token(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "HIT",
+            CacheOutcome::Miss => "MISS",
+            CacheOutcome::Expired => "EXPIRED",
+            CacheOutcome::Stale => "STALE",
+            CacheOutcome::Updating => "UPDATING",
+            CacheOutcome::Revalidated => "REVALIDATED",
+            CacheOutcome::Bypass => "BYPASS",
+        }
+    }
+}
+
+thread_local! {
+    /// What the cache made of the exchange whose end is being relayed now, when that differs
+    /// from what the lookup said (a stale response standing in, a 304 refresh, a collapsed
+    /// request answered from the store): set only around that one call, read by its log line.
+    static RELAYING: std::cell::Cell<Option<CacheOutcome>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (the client's `relay_end`) with `outcome` as what its log line says.
+pub(crate) fn relaying_as<R>(outcome: Option<CacheOutcome>, f: impl FnOnce() -> R) -> R {
+    RELAYING.with(|r| r.set(outcome));
+    let out = f();
+    RELAYING.with(|r| r.set(None));
+    out
+}
+
+/// What the exchange whose end is being relayed came to, when the cache said (see
+/// [`relaying_as`]).
+pub(crate) fn relaying() -> Option<CacheOutcome> {
+    RELAYING.with(std::cell::Cell::get)
 }
 
 /// The time now in whole seconds since the epoch, from the worker loop's clock: the wall

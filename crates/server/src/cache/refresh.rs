@@ -59,12 +59,7 @@ pub(crate) fn queue(job: ProxyJob) {
         job.group.give_buffer(job.request);
         return;
     };
-    fill.borrow()
-        .cache
-        .store
-        .counters
-        .refreshes
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    fill.borrow().cache.count(|c| &c.refreshes);
     QUEUED.with_borrow_mut(|q| q.push(job));
     if !super::inflight::wake_own() {
         for job in take_queued() {

@@ -177,6 +177,7 @@ impl CacheArgs {
         Some(RouteCache {
             store,
             policy: std::sync::Arc::new(policy),
+            site: std::sync::Arc::default(),
         })
     }
 }

@@ -191,10 +191,13 @@ fn set_route_caches(
             .unwrap_or(args.cache.cache)
     };
     let caching = args.cache.cache || sites.iter().any(|s| s.proxy.iter().any(|r| on(s, r)));
+    let labels = args.site_labels();
+    crate::cache::metrics::retain_sites(if caching { &labels } else { &[] });
     let Some(base) = caching.then(|| args.cache.store_and_base()).flatten() else {
         return Ok(());
     };
-    for (site, routes) in sites.iter().zip(routes.iter_mut()) {
+    for ((site, routes), label) in sites.iter().zip(routes.iter_mut()).zip(&labels) {
+        let counters = crate::cache::metrics::site_counters(label);
         let site_policy = site.cache_policy.over(&args.cache.policy);
         // Rules without settings of their own share their site's compiled policy.
         let shared = Arc::new(site_policy.compile(&base.policy)?);
@@ -214,6 +217,7 @@ fn set_route_caches(
             route.cache = Some(crate::cache::RouteCache {
                 store: Arc::clone(&base.store),
                 policy,
+                site: Arc::clone(&counters),
             });
         }
     }
