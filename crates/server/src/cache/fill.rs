@@ -412,6 +412,12 @@ impl Fill {
                 let age = AgeBase::new(fields, self.request_time, response_time);
                 status_field.stored = true;
                 status_field.ttl = Some(fresh.ttl(age.age_at(response_time)));
+                // HTTP/2 has no phrase: the standard one is stored, for HTTP/1.1 clients.
+                let standard = lowlat_http::response::reason(status);
+                let reason = match reason {
+                    "" if standard != "Unknown" => standard,
+                    r => r,
+                };
                 self.state = State::Body(Box::new(Pending {
                     status,
                     reason: reason.into(),

@@ -5,7 +5,8 @@
 //! response is answered on the spot from the shared [`store::CacheStore`] (head from the
 //! stored lines with `Age` and `Cache-Status`, body from the stored bytes; `HEAD` from a
 //! stored `GET`); otherwise the request is forwarded as usual, carrying a [`fill::Fill`] in
-//! its job. The worker's upstream side relays the response through `tee::Tee`, which hands
+//! its job. The worker's upstream side (HTTP/1.1 connections and HTTP/2 exchanges alike)
+//! relays the response through `tee::Tee`, which hands
 //! every piece on to the client unchanged and keeps a copy; when the response ends, the copy
 //! becomes an immutable [`object::Object`] in the store. The decisions (what may be stored,
 //! for how long, when it may be used) are the codec's (`lowlat_http::cache`); this module only
