@@ -245,6 +245,14 @@ impl Fill {
         f.stale = Some(stale);
     }
 
+    /// The stale response the request found, revalidated by a request written elsewhere
+    /// (a FastCGI one, its validators among its variables): `conditional` when it carries them.
+    pub(crate) fn revalidating_as(fill: &FillRef, stale: Arc<Object>, conditional: bool) {
+        let mut f = fill.borrow_mut();
+        f.conditional = conditional;
+        f.stale = Some(stale);
+    }
+
     /// Whether the stale response may replace an error now (RFC 5861 §4).
     pub(super) fn stale_for_error(&self) -> Option<Arc<Object>> {
         let o = self.stale.as_ref()?;

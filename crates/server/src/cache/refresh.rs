@@ -3,7 +3,8 @@
 //! no client behind it — conditional when the stale response has validators — whose answer is
 //! stored (a 304 refreshes the stored response, a 200 replaces it) and relayed nowhere.
 //!
-//! The proxy handler makes the refresh's job as it makes any forwarded request's and hands it
+//! The proxy handler makes the refresh's job as it makes any forwarded request's (for a FastCGI
+//! rule, the validators are among the request's variables) and hands it
 //! here ([`queue`]); the handler has no hold on the worker's upstream side, so the job waits in
 //! a per-thread queue and the worker is woken (its own waker, rung once per refresh: nothing on
 //! any other path) to start it on its next turn ([`take_queued`]). Its exchange delivers to

@@ -273,21 +273,50 @@ impl ProxyHandler {
     /// upstream once more in the background, for the cache: written as it would be forwarded
     /// (same rule, rewrite and forwarding fields, same server choice) but without the client's
     /// conditionals and `Range`, with the stale response's validators instead, and handed to
-    /// the worker's upstream side with no client behind it.
+    /// the worker's upstream side with no client behind it. A FastCGI application gets the
+    /// validators as the request's own fields (`HTTP_IF_NONE_MATCH`, `HTTP_IF_MODIFIED_SINCE`).
     fn refresh(
-        &self,
+        &mut self,
         req: &Req<'_, '_, '_>,
         client: &ClientInfo,
         fill: crate::cache::fill::FillRef,
         stale: Arc<crate::cache::object::Object>,
     ) {
+        let mut fields = crate::cache::refresh::request_fields(req.head.headers);
+        let mut request = self.group.take_buffer();
         if self.group.cfg.fastcgi {
-            // Not written for a FastCGI application yet: the stale response stays until it is
-            // past its window; the fill, dropped, lets any waiter go on its own.
-            drop((fill, stale));
-            return;
+            let cond = lowlat_http::cache::revalidate::Conditional::of(&*stale);
+            if let Some(tag) = cond.if_none_match {
+                fields.push(lowlat_http::request::Header {
+                    name: "If-None-Match",
+                    value: tag,
+                });
+            }
+            if let Some(date) = cond.if_modified_since {
+                fields.push(lowlat_http::request::Header {
+                    name: "If-Modified-Since",
+                    value: date,
+                });
+            }
+            let head = lowlat_http::request::Request {
+                headers: &fields,
+                ..*req.head
+            };
+            let refresh = Req {
+                head: &head,
+                body: b"",
+                params: req.params,
+                worker: req.worker,
+            };
+            if !self.fastcgi_request(&refresh, None, client, &mut request) {
+                // A path no CGI variable can carry: the stale response stays until it is past
+                // its window; the fill, dropped, lets any waiter go on its own.
+                self.group.give_buffer(request);
+                return;
+            }
+            crate::cache::fill::Fill::revalidating_as(&fill, Arc::clone(&stale), cond.any());
+            return self.queue_refresh(req, client, request, fill);
         }
-        let fields = crate::cache::refresh::request_fields(req.head.headers);
         let head = lowlat_http::request::Request {
             headers: &fields,
             ..*req.head
@@ -297,7 +326,6 @@ impl ProxyHandler {
         let mut id = [0u8; 24];
         hex(self.id_seed, &mut id[..16]);
         hex(seq, &mut id[16..]);
-        let mut request = self.group.take_buffer();
         write_request(
             &mut request,
             &head,
@@ -313,6 +341,17 @@ impl ProxyHandler {
             &id,
         );
         crate::cache::fill::Fill::revalidating(&fill, stale, &fields, &mut request);
+        self.queue_refresh(req, client, request, fill);
+    }
+
+    /// Queues the refresh written in `request` for the worker's upstream side.
+    fn queue_refresh(
+        &self,
+        req: &Req<'_, '_, '_>,
+        client: &ClientInfo,
+        request: Vec<u8>,
+        fill: crate::cache::fill::FillRef,
+    ) {
         crate::cache::refresh::queue(ProxyJob {
             added: None,
             group: Rc::clone(&self.group),
