@@ -581,7 +581,7 @@ fn answer(mut conn: TcpStream, registry: &Registry) {
 }
 
 /// A label value escaped as the text format asks (backslash, quote, newline).
-pub(crate) fn label(v: &str) -> std::borrow::Cow<'_, str> {
+fn label(v: &str) -> std::borrow::Cow<'_, str> {
     if v.contains(['\\', '"', '\n']) {
         v.replace('\\', "\\\\")
             .replace('"', "\\\"")

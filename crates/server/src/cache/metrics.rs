@@ -44,6 +44,19 @@ pub fn retain_sites(labels: &[String]) {
         .retain(|c| labels.contains(&c.label));
 }
 
+/// A label value escaped as the text format asks (backslash, quote, newline); `crate::metrics`
+/// has the same, but this module is what it renders from, so it does not reach back there.
+fn label(v: &str) -> std::borrow::Cow<'_, str> {
+    if v.contains(['\\', '"', '\n']) {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+            .into()
+    } else {
+        v.into()
+    }
+}
+
 /// The request counts shown per site: (name, what it counts).
 const PER_SITE: [(&str, &str); 7] = [
     ("hits", "Requests answered from the cache, per site."),
@@ -171,7 +184,7 @@ pub(crate) fn render(s: &mut String) {
             let _ = writeln!(
                 s,
                 "lowlat_cache_site_{name}_total{{site=\"{}\"}} {}",
-                crate::metrics::label(&site.label),
+                label(&site.label),
                 per_site(&site.counts, name)
             );
         }

@@ -114,8 +114,6 @@ pub struct ProxyRoute {
     pub prefix: String,
     pub group: usize,
     pub rewrite: Option<String>,
-    /// The rule's cache, when it caches (its store and its own policy, compiled once).
-    pub cache: Option<crate::cache::RouteCache>,
 }
 
 /// Where an application's `X-Accel-Redirect` and `X-Sendfile` may point (nginx's `internal`

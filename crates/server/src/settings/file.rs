@@ -786,6 +786,36 @@ mod tests {
         );
     }
 
+    /// A `proxy` list's tables: each becomes its `PREFIX=TARGET` rule with its own cache
+    /// settings; a table without its target, or with a bad setting, names its item and line.
+    #[test]
+    fn proxy_tables_carry_their_cache_settings() {
+        let f = write(
+            "cache = true
+proxy = [\n  \"/a/=http://127.0.0.1:1\",\n               { prefix = \"/b/\", target = \"http://127.0.0.1:1\", cache = false, cache_ttl = [\"404 1m\"] },\n]\n",
+        );
+        let a = merged(f.path(), &[]).unwrap();
+        assert_eq!(a.proxy.len(), 2);
+        assert_eq!(a.proxy[0].cache, None);
+        let own = a.proxy[1].cache.as_ref().unwrap();
+        assert_eq!((a.proxy[1].prefix.as_str(), own.on), ("/b/", Some(false)));
+        assert_eq!(own.policy.cache_ttl, ["404 1m"]);
+
+        let f = write(
+            "proxy = [\n  { prefix = \"/b/\" },\n  { prefix = \"/c/\", target = \"http://127.0.0.1:1\",\n    cache_ttl = [\"soon\"] },\n]\n",
+        );
+        let errors = merged(f.path(), &[]).unwrap_err();
+        let shown = f.path().display().to_string();
+        assert_errors(
+            &errors,
+            &shown,
+            &[
+                (2, "proxy[0].prefix", "target"),
+                (4, "proxy[1].cache_ttl", "soon"),
+            ],
+        );
+    }
+
     /// `[[site]]` and `[[upstream]]` tables: their keys override the top level's (with
     /// `proxy_` added for an upstream's), an unknown key or a bad value names its table, line
     /// and key, and a table with one is left out.

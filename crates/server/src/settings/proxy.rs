@@ -538,7 +538,6 @@ pub fn build(
                 prefix: rule.prefix.clone(),
                 group: group_index,
                 rewrite,
-                cache: None,
             });
         }
         routes.push(site);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::args::{ServeArgs, SiteArgs};
 use super::proxy::ProxyRule;
+use crate::cache::RouteCache;
 use crate::proxy::cgi_request::ServerVars;
 use crate::proxy::config::{Cidr, ProxyRoute, UpstreamGroup};
 use crate::proxy::group::WorkerGroup;
@@ -90,12 +91,11 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         .map(|(g, h)| GroupView::new(g, h))
         .collect();
     let trusted = Arc::new(proxy.trusted);
-    let mut routes = routes;
-    set_route_caches(args, &site_args, &mut routes)?;
+    let caches = route_caches(args, &site_args, &routes)?;
     // Active health checks start with the first worker's router, not when the service is
     // only being checked; they end when the service is replaced (their state is dropped).
     let checks_started = std::sync::atomic::AtomicBool::new(false);
-    let mut routes = routes.into_iter();
+    let mut routes = routes.into_iter().zip(caches);
     let mut php_groups = php_groups.into_iter();
     let sites: Vec<(Vec<String>, SiteService)> = if args.sites.is_empty() {
         vec![(
@@ -175,14 +175,14 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
     Ok((service, views))
 }
 
-/// Gives each forwarding rule its cache: on where the rule says so, else where its site says
-/// so, else where `--cache` does; its policy the rule's settings over its site's over the top
-/// level's, compiled here once. The store is made only when some rule caches.
-fn set_route_caches(
+/// Each site's rules' caches, in rule order: on where the rule says so, else where its site
+/// says so, else where `--cache` does; the policy the rule's settings over its site's over the
+/// top level's, compiled here once. The store is made only when some rule caches.
+fn route_caches(
     args: &ServeArgs,
     sites: &[&SiteArgs],
-    routes: &mut [Vec<ProxyRoute>],
-) -> Result<(), String> {
+    routes: &[Vec<ProxyRoute>],
+) -> Result<Vec<Vec<Option<RouteCache>>>, String> {
     let on = |site: &SiteArgs, rule: &ProxyRule| {
         rule.cache
             .as_ref()
@@ -193,15 +193,17 @@ fn set_route_caches(
     let caching = args.cache.cache || sites.iter().any(|s| s.proxy.iter().any(|r| on(s, r)));
     let labels = args.site_labels();
     crate::cache::metrics::retain_sites(if caching { &labels } else { &[] });
+    let mut out: Vec<Vec<Option<RouteCache>>> =
+        routes.iter().map(|r| vec![None; r.len()]).collect();
     let Some(base) = caching.then(|| args.cache.store_and_base()).flatten() else {
-        return Ok(());
+        return Ok(out);
     };
-    for ((site, routes), label) in sites.iter().zip(routes.iter_mut()).zip(&labels) {
+    for ((site, caches), label) in sites.iter().zip(out.iter_mut()).zip(&labels) {
         let counters = crate::cache::metrics::site_counters(label);
         let site_policy = site.cache_policy.over(&args.cache.policy);
         // Rules without settings of their own share their site's compiled policy.
         let shared = Arc::new(site_policy.compile(&base.policy)?);
-        for (rule, route) in site.proxy.iter().zip(routes.iter_mut()) {
+        for (rule, cache) in site.proxy.iter().zip(caches.iter_mut()) {
             if !on(site, rule) {
                 continue;
             }
@@ -214,14 +216,14 @@ fn set_route_caches(
                 ),
                 None => Arc::clone(&shared),
             };
-            route.cache = Some(crate::cache::RouteCache {
+            *cache = Some(RouteCache {
                 store: Arc::clone(&base.store),
                 policy,
                 site: Arc::clone(&counters),
             });
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 /// One site, ready to build a router on each worker.
@@ -232,6 +234,8 @@ struct SiteService {
     json_on: bool,
     add_header: Vec<String>,
     proxy: Vec<ProxyRoute>,
+    /// Each rule's cache (beside `proxy`, in its order), when it caches.
+    caches: Vec<Option<RouteCache>>,
     returns: Vec<ReturnRule>,
     https_redirect: bool,
     /// What the site's returns and its HTTPS redirect expand `$host` and the port from.
@@ -251,7 +255,7 @@ impl SiteService {
         site: &SiteArgs,
         workers: usize,
         ports: Ports,
-        proxy: Vec<ProxyRoute>,
+        (proxy, caches): (Vec<ProxyRoute>, Vec<Option<RouteCache>>),
         php_group: Option<usize>,
         listeners: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
     ) -> Result<Self, String> {
@@ -332,6 +336,7 @@ impl SiteService {
             json_on,
             add_header: site.add_header.clone(),
             proxy,
+            caches,
             returns: site.returns.clone(),
             https_redirect: site.https_redirect,
             context: SiteContext {
@@ -363,13 +368,13 @@ impl SiteService {
         trusted: &Arc<Vec<Cidr>>,
     ) -> Result<Router, RouteError> {
         let mut router = Router::new();
-        for route in &self.proxy {
+        for (route, cache) in self.proxy.iter().zip(&self.caches) {
             crate::proxy::handler::mount(
                 &mut router,
                 route,
                 Rc::clone(&groups[route.group]),
                 Arc::clone(trusted),
-                route.cache.clone(),
+                cache.clone(),
                 Arc::clone(&self.server_vars),
             )?;
         }
