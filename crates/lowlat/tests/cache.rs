@@ -1519,11 +1519,13 @@ fn per_site_and_per_rule_settings_in_the_config_file() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("lowlat.toml");
     let url = origin.url();
+    let metrics = format!("127.0.0.1:{}", support::free_port());
     std::fs::write(
         &cfg,
         format!(
             r#"listen = ["127.0.0.1:0"]
 workers = 1
+metrics = "{metrics}"
 cache_ttl = ["200 1m"]
 
 [[site]]
@@ -1572,6 +1574,19 @@ proxy = ["/={url}", {{ prefix = "/ttl/", target = "{url}", cache = true }}]
     let on = twice("off.test", "/ttl/a");
     assert!(on.cache_status().contains("hit"), "{}", on.head);
     assert_eq!(origin.count("GET /ttl/a"), 2);
+    // Each site's counts under its first server name; the totals keep their names.
+    let site = |name: &str, site: &str| {
+        metric(
+            &metrics,
+            &format!("lowlat_cache_site_{name}_total{{site=\"{site}\"}}"),
+        )
+    };
+    assert_eq!((site("hits", "on.test"), site("misses", "on.test")), (2, 2));
+    assert_eq!(
+        (site("hits", "off.test"), site("misses", "off.test")),
+        (1, 1)
+    );
+    assert_eq!(metric(&metrics, "lowlat_cache_hits_total"), 3);
 }
 
 /// `--check-config` names the line and key of each bad cache setting, at the top level, in a
