@@ -1378,6 +1378,21 @@ fn a_key_template_decides_what_is_one_entry() {
     let fr = request(p.addr, "GET", "/k?y", &["Cookie: a=1; lang=fr"]);
     assert!(fr.cache_status().contains("hit"), "{}", fr.head);
     assert_eq!(origin.count("GET /k"), 2, "the cookie is in the key");
+    // No host for `$host`: the request goes past the cache, and a purge names nothing.
+    let raw = |text: &str| {
+        let mut s = TcpStream::connect(p.addr).unwrap();
+        s.write_all(text.as_bytes()).unwrap();
+        let mut all = String::new();
+        s.read_to_string(&mut all).unwrap();
+        all
+    };
+    let hostless = raw("GET /k HTTP/1.0\r\n\r\n");
+    assert!(hostless.starts_with("HTTP/1.1 200"), "{hostless}");
+    assert!(!hostless.contains("Cache-Status"), "{hostless}");
+    assert_eq!(origin.count("GET /k"), 3);
+    let purge = raw("PURGE /k HTTP/1.0\r\n\r\n");
+    assert!(purge.starts_with("HTTP/1.1 400"), "{purge}");
+    assert_eq!(origin.count("PURGE /k"), 0);
 }
 
 /// `--cache-bypass`: a request with the cookie (or the method) goes to the origin and its

@@ -64,7 +64,12 @@ pub(crate) fn lookup(
     let policy = &cache.policy;
     SCRATCH.with_borrow_mut(|(primary, lines)| {
         if !key::primary_by(policy.key.as_ref(), head, tls, primary) {
-            // The rule's key cannot be made for this request: the cache stays out of it.
+            // The rule's key cannot be made for this request: the cache stays out of it (a
+            // purge names nothing then; it is the cache's, never the upstream's).
+            if super::purge::is_purge(head) {
+                res.send_status(400);
+                return Lookup::Served;
+            }
             if safe {
                 cache.count(|c| &c.bypass);
                 res.set_cache_outcome(CacheOutcome::Bypass);
