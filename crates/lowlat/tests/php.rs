@@ -1451,3 +1451,47 @@ fn stale_while_revalidate_refreshes_fastcgi_responses() {
     let (_, _, body) = get(&served, "/", &[]);
     assert_eq!(body, first, "a 304 keeps the stored body: {head}");
 }
+
+/// A stale response of a FastCGI rule is revalidated as an HTTP upstream's is: the script gets
+/// its `ETag` as `If-None-Match`, and its 304 refreshes the stored response, which the client
+/// gets whole; and it stands in for the script's 500 while `stale-if-error` allows.
+#[test]
+fn fastcgi_responses_are_revalidated_and_stand_in_for_errors() {
+    let fpm = Fpm::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("app.php");
+    let broken = dir.path().join("broken");
+    std::fs::write(
+        &script,
+        format!(
+            "<?php header('Cache-Control: max-age=1, stale-if-error=60'); header('Age: 10');\n\
+             header('ETag: \"v1\"');\n\
+             if (file_exists('{}')) {{ http_response_code(500); exit; }}\n\
+             if (($_SERVER['HTTP_IF_NONE_MATCH'] ?? '') === '\"v1\"') {{\n\
+               http_response_code(304); header('X-Revalidated: yes'); exit;\n\
+             }}\n\
+             echo uniqid('', true);",
+            broken.display()
+        ),
+    )
+    .unwrap();
+    let served = Served::start([
+        "--proxy".to_owned(),
+        format!("/=fastcgi+unix:{}", fpm.sock.display()),
+        "--proxy-fastcgi-param".to_owned(),
+        format!("SCRIPT_FILENAME={}", script.display()),
+        "--cache".to_owned(),
+    ]);
+    let (_, head, first) = get(&served, "/", &[]);
+    assert!(head.contains("stored"), "{head}");
+    let (status, head, body) = get(&served, "/", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("fwd=stale; fwd-status=304"), "{head}");
+    assert_eq!(field(&head, "x-revalidated"), Some("yes"), "{head}");
+    assert_eq!(body, first);
+    std::fs::write(&broken, "").unwrap();
+    let (status, head, body) = get(&served, "/", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("fwd-status=500"), "{head}");
+    assert_eq!(body, first);
+}

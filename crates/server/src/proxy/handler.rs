@@ -120,9 +120,14 @@ impl Handler for ProxyHandler {
         hex(seq, &mut id[16..]);
         let mut request = self.group.take_buffer();
         if self.group.cfg.fastcgi {
-            if req.head.protocol.is_some()
-                || !self.fastcgi_request(req, streamed, &client, &mut request)
-            {
+            let written = req.head.protocol.is_none()
+                && match (&fill, stale) {
+                    (Some(fill), Some(stale)) => {
+                        self.fastcgi_revalidating(req, streamed, &client, fill, stale, &mut request)
+                    }
+                    _ => self.fastcgi_request(req, streamed, &client, &mut request),
+                };
+            if !written {
                 // An extended CONNECT has no CGI form; a path no variable can carry is refused.
                 let status = if req.head.protocol.is_some() {
                     501
@@ -285,19 +290,7 @@ impl ProxyHandler {
         let mut fields = crate::cache::refresh::request_fields(req.head.headers);
         let mut request = self.group.take_buffer();
         if self.group.cfg.fastcgi {
-            let cond = lowlat_http::cache::revalidate::Conditional::of(&*stale);
-            if let Some(tag) = cond.if_none_match {
-                fields.push(lowlat_http::request::Header {
-                    name: "If-None-Match",
-                    value: tag,
-                });
-            }
-            if let Some(date) = cond.if_modified_since {
-                fields.push(lowlat_http::request::Header {
-                    name: "If-Modified-Since",
-                    value: date,
-                });
-            }
+            let conditional = crate::cache::refresh::add_validators(&mut fields, &stale);
             let head = lowlat_http::request::Request {
                 headers: &fields,
                 ..*req.head
@@ -314,7 +307,7 @@ impl ProxyHandler {
                 self.group.give_buffer(request);
                 return;
             }
-            crate::cache::fill::Fill::revalidating_as(&fill, Arc::clone(&stale), cond.any());
+            crate::cache::fill::Fill::revalidating_as(&fill, Arc::clone(&stale), conditional);
             return self.queue_refresh(req, client, request, fill);
         }
         let head = lowlat_http::request::Request {
@@ -342,6 +335,48 @@ impl ProxyHandler {
         );
         crate::cache::fill::Fill::revalidating(&fill, stale, &fields, &mut request);
         self.queue_refresh(req, client, request, fill);
+    }
+
+    /// [`ProxyHandler::fastcgi_request`] for a request that found a stored response it could
+    /// not use as it was: the response's validators go among the request's fields (unless the
+    /// client's request is conditional itself, when its own answer is relayed), and it is kept
+    /// to stand in for an error (`stale-if-error`), as for an HTTP upstream.
+    fn fastcgi_revalidating(
+        &mut self,
+        req: &Req<'_, '_, '_>,
+        streamed: Option<StreamedBody>,
+        client: &ClientInfo,
+        fill: &crate::cache::fill::FillRef,
+        stale: Arc<crate::cache::object::Object>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let own = req
+            .head
+            .headers
+            .iter()
+            .any(|h| crate::cache::refresh::own_field(h.name));
+        let (written, conditional) = if own {
+            (self.fastcgi_request(req, streamed, client, out), false)
+        } else {
+            let mut fields = req.head.headers.to_vec();
+            let conditional = crate::cache::refresh::add_validators(&mut fields, &stale);
+            let head = lowlat_http::request::Request {
+                headers: &fields,
+                ..*req.head
+            };
+            let with = Req {
+                head: &head,
+                body: req.body,
+                params: req.params,
+                worker: req.worker,
+            };
+            (
+                self.fastcgi_request(&with, streamed, client, out),
+                conditional,
+            )
+        };
+        crate::cache::fill::Fill::revalidating_as(fill, stale, conditional);
+        written
     }
 
     /// Queues the refresh written in `request` for the worker's upstream side.
