@@ -271,14 +271,26 @@ impl Got {
     fn cache_status(&self) -> &str {
         self.field("cache-status").unwrap_or("")
     }
+
+    /// `Cache-Status`'s `ttl`, when it has one.
+    fn ttl(&self) -> Option<i64> {
+        self.cache_status()
+            .split(';')
+            .find_map(|p| p.trim().strip_prefix("ttl="))
+            .and_then(|v| v.parse().ok())
+    }
 }
 
 /// One request on a new connection (`Connection: close`), with extra head lines.
 fn request(addr: SocketAddr, method: &str, target: &str, lines: &[&str]) -> Got {
+    request_to(addr, "cache.test", method, target, lines)
+}
+
+/// [`request`] with `Host: host`.
+fn request_to(addr: SocketAddr, host: &str, method: &str, target: &str, lines: &[&str]) -> Got {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req =
-        format!("{method} {target} HTTP/1.1\r\nHost: cache.test\r\nConnection: close\r\n");
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for l in lines {
         req.push_str(l);
         req.push_str("\r\n");
@@ -1348,4 +1360,388 @@ fn stale_while_revalidate_with_a_304() {
     assert!(fresh.cache_status().contains("hit"), "{}", fresh.head);
     assert!(!fresh.cache_status().contains("ttl=-"), "{}", fresh.head);
     assert_eq!(origin.count("GET /swr304"), 2);
+}
+
+/// `--cache-key`: a key template that leaves the query out makes `/k?x=1` and `/k?x=2` one
+/// entry; one that names a cookie keeps its values apart.
+#[test]
+fn a_key_template_decides_what_is_one_entry() {
+    let origin = Origin::start();
+    origin.set("/k", 200, "Cache-Control: max-age=60", b"keyed");
+    let p = proxy(&origin, &["--cache-key", "$scheme$host$uri|$cookie_lang"]);
+    for q in ["/k?x=1", "/k?x=2", "/k"] {
+        assert_eq!(get(p.addr, q).body, b"keyed");
+    }
+    assert_eq!(origin.count("GET /k"), 1, "the query is not in the key");
+    let fr = request(p.addr, "GET", "/k", &["Cookie: lang=fr"]);
+    assert!(fr.cache_status().contains("fwd=uri-miss"), "{}", fr.head);
+    let fr = request(p.addr, "GET", "/k?y", &["Cookie: a=1; lang=fr"]);
+    assert!(fr.cache_status().contains("hit"), "{}", fr.head);
+    assert_eq!(origin.count("GET /k"), 2, "the cookie is in the key");
+    // No host for `$host`: the request goes past the cache, and a purge names nothing.
+    let raw = |text: &str| {
+        let mut s = TcpStream::connect(p.addr).unwrap();
+        s.write_all(text.as_bytes()).unwrap();
+        let mut all = String::new();
+        s.read_to_string(&mut all).unwrap();
+        all
+    };
+    let hostless = raw("GET /k HTTP/1.0\r\n\r\n");
+    assert!(hostless.starts_with("HTTP/1.1 200"), "{hostless}");
+    assert!(!hostless.contains("Cache-Status"), "{hostless}");
+    assert_eq!(origin.count("GET /k"), 3);
+    let purge = raw("PURGE /k HTTP/1.0\r\n\r\n");
+    assert!(purge.starts_with("HTTP/1.1 400"), "{purge}");
+    assert_eq!(origin.count("PURGE /k"), 0);
+}
+
+/// `--cache-bypass`: a request with the cookie (or the method) goes to the origin and its
+/// answer is not stored; others are answered from the cache. `--cache-no-store`: the answer
+/// to a request with `?nostore=1` is not stored, but that request is answered from the cache
+/// when there is something to answer with.
+#[test]
+fn bypass_and_no_store_conditions() {
+    let origin = Origin::start();
+    origin.set("/b", 200, "Cache-Control: max-age=60", b"shared");
+    let p = proxy(
+        &origin,
+        &[
+            "--cache-bypass",
+            "$cookie_nocache",
+            "--cache-bypass",
+            "$request_method==HEAD",
+            "--cache-no-store",
+            "$arg_nostore",
+        ],
+    );
+    for _ in 0..2 {
+        let b = request(p.addr, "GET", "/b", &["Cookie: nocache=1"]);
+        assert_eq!(b.body, b"shared");
+        assert!(b.cache_status().is_empty(), "{}", b.head);
+    }
+    assert_eq!(origin.count("GET /b"), 2);
+    // `nocache=0` is no reason to bypass (nginx's rule: empty or 0 is false).
+    let stored = request(p.addr, "GET", "/b", &["Cookie: nocache=0"]);
+    assert!(stored.cache_status().contains("stored"), "{}", stored.head);
+    assert!(get(p.addr, "/b").cache_status().contains("hit"));
+    assert_eq!(origin.count("GET /b"), 3);
+    assert!(request(p.addr, "HEAD", "/b", &[]).cache_status().is_empty());
+    assert_eq!(origin.count("HEAD /b"), 1);
+
+    origin.set("/n", 200, "Cache-Control: max-age=60", b"not kept");
+    for _ in 0..2 {
+        let n = get(p.addr, "/n?nostore=1");
+        assert!(
+            n.cache_status().contains("detail=no-store-rule"),
+            "{}",
+            n.head
+        );
+    }
+    assert_eq!(origin.count("GET /n"), 2);
+    origin.set("/s", 200, "Cache-Control: max-age=60", b"kept");
+    let mut key = get(p.addr, "/s");
+    assert!(key.cache_status().contains("stored"), "{}", key.head);
+    key = get(p.addr, "/s?nostore=1");
+    assert!(
+        key.cache_status().contains("fwd=uri-miss"),
+        "another key: {}",
+        key.head
+    );
+    assert_eq!(origin.count("GET /s"), 2);
+}
+
+/// `--cache-ttl`: a response without explicit freshness is fresh for its status's lifetime
+/// (a 302 and a 404 too, which are not stored without one), explicit freshness still wins;
+/// `--cache-ignore`: `Cache-Control: no-cache, private` and `Set-Cookie` no longer keep a
+/// response out, and the stored copy has no `Set-Cookie`.
+#[test]
+fn lifetimes_per_status_and_ignored_fields() {
+    let origin = Origin::start();
+    origin.set("/plain", 200, "Content-Type: text/plain", b"no freshness");
+    origin.set("/moved", 302, "Location: /plain", b"");
+    origin.set("/gone", 404, "", b"gone");
+    origin.set("/short", 200, "Cache-Control: max-age=0", b"explicit");
+    let p = proxy(
+        &origin,
+        &["--cache-ttl", "200 302 1h", "--cache-ttl", "any 1m"],
+    );
+    for path in ["/plain", "/moved", "/gone", "/short"] {
+        let first = get(p.addr, path);
+        assert!(
+            first.cache_status().contains("stored"),
+            "{path}: {}",
+            first.head
+        );
+        get(p.addr, path);
+    }
+    assert_eq!(origin.count("GET /plain"), 1);
+    assert_eq!(origin.count("GET /moved"), 1);
+    assert_eq!(origin.count("GET /gone"), 1);
+    let ttl = get(p.addr, "/plain");
+    assert!(ttl.ttl().is_some_and(|t| t > 3500), "an hour: {}", ttl.head);
+    let ttl = get(p.addr, "/gone");
+    assert!(
+        ttl.ttl().is_some_and(|t| (50..=60).contains(&t)),
+        "a minute: {}",
+        ttl.head
+    );
+    assert_eq!(
+        origin.count("GET /short"),
+        2,
+        "max-age=0 wins over the rule"
+    );
+
+    let origin = Origin::start();
+    origin.set(
+        "/private",
+        200,
+        "Cache-Control: private, no-cache\nSet-Cookie: session=one\nX-Kept: yes",
+        b"for all",
+    );
+    let p = proxy(
+        &origin,
+        &[
+            "--cache-ignore",
+            "Cache-Control,Set-Cookie",
+            "--cache-ttl",
+            "any 1m",
+        ],
+    );
+    let first = get(p.addr, "/private");
+    assert_eq!(
+        first.field("set-cookie"),
+        Some("session=one"),
+        "{}",
+        first.head
+    );
+    assert!(first.cache_status().contains("stored"), "{}", first.head);
+    let hit = get(p.addr, "/private");
+    assert!(hit.cache_status().contains("hit"), "{}", hit.head);
+    assert_eq!(hit.field("set-cookie"), None, "{}", hit.head);
+    assert_eq!(hit.field("x-kept"), Some("yes"));
+    assert_eq!(hit.body, b"for all");
+    assert_eq!(origin.count("GET /private"), 1);
+}
+
+/// Config file: a site turns its cache on or off, a rule table turns its own on or off and
+/// sets its own lifetimes over its site's.
+#[test]
+fn per_site_and_per_rule_settings_in_the_config_file() {
+    let origin = Origin::start();
+    for path in ["/a", "/off/a", "/ttl/a"] {
+        origin.set(path, 200, "X-Path: yes", b"body");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("lowlat.toml");
+    let url = origin.url();
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"listen = ["127.0.0.1:0"]
+workers = 1
+metrics = "{metrics}"
+cache_ttl = ["200 1m"]
+
+[[site]]
+server_names = ["on.test"]
+cache = true
+proxy = [
+  "/={url}",
+  {{ prefix = "/off/", target = "{url}", cache = false }},
+  {{ prefix = "/ttl/", target = "{url}", cache_ttl = ["200 2h"] }},
+]
+
+[[site]]
+server_names = ["off.test"]
+proxy = ["/={url}", {{ prefix = "/ttl/", target = "{url}", cache = true }}]
+"#
+        ),
+    )
+    .unwrap();
+    let p = Served::start(["--config", cfg.to_str().unwrap()]);
+    let twice = |host: &str, path: &str| {
+        request_to(p.addr, host, "GET", path, &[]);
+        request_to(p.addr, host, "GET", path, &[])
+    };
+    let hit = twice("on.test", "/a");
+    assert!(
+        hit.ttl().is_some_and(|t| (50..=60).contains(&t)),
+        "the top level's 1m: {}",
+        hit.head
+    );
+    let off = twice("on.test", "/off/a");
+    assert!(off.cache_status().is_empty(), "{}", off.head);
+    let ttl = twice("on.test", "/ttl/a");
+    assert!(
+        ttl.ttl().is_some_and(|t| t > 7000),
+        "the rule's 2h: {}",
+        ttl.head
+    );
+    assert_eq!(origin.count("GET /a"), 1);
+    assert_eq!(origin.count("GET /off/a"), 2);
+    assert_eq!(origin.count("GET /ttl/a"), 1);
+    let off = twice("off.test", "/a");
+    assert!(off.cache_status().is_empty(), "{}", off.head);
+    assert_eq!(origin.count("GET /a"), 3);
+    // The rule that turns its cache on in a site without one: the key has the host, so the
+    // first site's entry is not this one's.
+    let on = twice("off.test", "/ttl/a");
+    assert!(on.cache_status().contains("hit"), "{}", on.head);
+    assert_eq!(origin.count("GET /ttl/a"), 2);
+    // Each site's counts under its first server name; the totals keep their names.
+    let site = |name: &str, site: &str| {
+        metric(
+            &metrics,
+            &format!("lowlat_cache_site_{name}_total{{site=\"{site}\"}}"),
+        )
+    };
+    assert_eq!((site("hits", "on.test"), site("misses", "on.test")), (2, 2));
+    assert_eq!(
+        (site("hits", "off.test"), site("misses", "off.test")),
+        (1, 1)
+    );
+    assert_eq!(metric(&metrics, "lowlat_cache_hits_total"), 3);
+}
+
+/// `--check-config` names the line and key of each bad cache setting, at the top level, in a
+/// site and in a rule table, one line each.
+#[test]
+fn check_config_names_bad_cache_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        r#"cache_ttl = ["200 soon"]
+
+[[site]]
+server_names = ["a.test"]
+cache = "yes"
+cache_key = "$host$nope"
+proxy = [
+  "/=http://127.0.0.1:9",
+  { prefix = "/x/", target = "http://127.0.0.1:9",
+    cache_ignore = ["Age"] },
+  { prefix = "/y/", target = "http://127.0.0.1:9", cache_bypas = ["$cookie_a"] },
+]
+"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(support::BIN)
+        .args(["serve", "--check-config", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    for want in [
+        "bad.toml:1: cache_ttl: ",
+        "bad.toml:5: site[0].cache: is a switch",
+        "bad.toml:6: site[0].cache_key: ",
+        "bad.toml:10: site[0].proxy[1].cache_ignore: ",
+        "bad.toml:11: site[0].proxy[2].cache_bypas: unknown key in a proxy rule",
+    ] {
+        assert!(lines.iter().any(|l| l.contains(want)), "{want:?} in {err}");
+    }
+    assert_eq!(lines.len(), 5, "{err}");
+}
+
+/// The access log's `$upstream_cache_status` says what the cache did, in nginx's words, for
+/// each request; `/metrics` has the same counts per site.
+#[test]
+fn the_access_log_and_metrics_say_what_the_cache_did() {
+    let origin = Origin::start();
+    // Stale as soon as stored (`Age` past `max-age`), each with what lets it be used stale.
+    origin.set("/h", 200, "Cache-Control: max-age=60", b"h");
+    origin.set(
+        "/r",
+        200,
+        "Cache-Control: max-age=10\nAge: 100\nETag: \"1\"",
+        b"r",
+    );
+    origin.set(
+        "/e",
+        200,
+        "Cache-Control: max-age=10, stale-if-error=600\nAge: 100",
+        b"e",
+    );
+    origin.set(
+        "/u",
+        200,
+        "Cache-Control: max-age=10, stale-while-revalidate=600\nAge: 100",
+        b"u",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let rule = format!("/={}", origin.url());
+    let p = Served::start([
+        "--proxy".as_ref(),
+        rule.as_ref(),
+        "--cache".as_ref(),
+        "--cache-bypass".as_ref(),
+        "$cookie_nocache".as_ref(),
+        "--metrics".as_ref(),
+        metrics.as_ref(),
+        "--access-log".as_ref(),
+        log.as_os_str(),
+        "--access-log-format".as_ref(),
+        "$request_uri $upstream_cache_status".as_ref(),
+    ]);
+    get(p.addr, "/h");
+    get(p.addr, "/h");
+    request(p.addr, "GET", "/h", &["Cookie: nocache=1"]);
+    get(p.addr, "/r");
+    origin.set("/r", 304, "Cache-Control: max-age=60\nETag: \"1\"", b"");
+    get(p.addr, "/r?");
+    get(p.addr, "/e");
+    origin.set("/e", 500, "", b"down");
+    let stale = get(p.addr, "/e");
+    assert_eq!(stale.body, b"e", "{}", stale.head);
+    get(p.addr, "/u");
+    get(p.addr, "/u");
+    get(p.addr, "/x");
+    get(p.addr, "/x");
+    // The key has the query: `/r?` is another entry. Revalidate the one stored.
+    let revalidated = get(p.addr, "/r");
+    assert!(
+        revalidated.cache_status().contains("fwd-status=304"),
+        "{}",
+        revalidated.head
+    );
+    let site = |name: &str| {
+        metric(
+            &metrics,
+            &format!("lowlat_cache_site_{name}_total{{site=\"default\"}}"),
+        )
+    };
+    assert_eq!(site("hits"), 2, "/h and /u");
+    assert_eq!(site("bypass"), 1);
+    assert_eq!(site("revalidated"), 1);
+    assert_eq!(site("stale"), 2, "/e and /u");
+    assert_eq!(metric(&metrics, "lowlat_cache_hits_total"), 2);
+    p.stop();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = lines
+        .lines()
+        .filter(|l| !l.starts_with("/metrics"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "/h MISS",
+            "/h HIT",
+            "/h BYPASS",
+            "/r MISS",
+            "/r? MISS",
+            "/e MISS",
+            "/e STALE",
+            "/u MISS",
+            "/u UPDATING",
+            "/x MISS",
+            "/x EXPIRED",
+            "/r REVALIDATED",
+        ]
+    );
 }

@@ -1381,3 +1381,117 @@ fn base64(data: &[u8]) -> String {
     }
     out
 }
+
+/// `stale-while-revalidate` in front of a FastCGI application (a `--proxy` rule to php-fpm
+/// with `--cache`): the stale response is sent at once and refreshed in the background — a
+/// new body replaces it, and with an `ETag` the refresh is conditional (the script sees
+/// `If-None-Match` and answers 304, whose fields refresh the stored response).
+#[test]
+fn stale_while_revalidate_refreshes_fastcgi_responses() {
+    let fpm = Fpm::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    // Stale as soon as stored (`Age` past `max-age`), within a minute's window.
+    let swr = dir.path().join("swr.php");
+    std::fs::write(
+        &swr,
+        "<?php header('Cache-Control: max-age=1, stale-while-revalidate=60'); header('Age: 10');\n\
+         echo uniqid('', true);",
+    )
+    .unwrap();
+    let etag = dir.path().join("etag.php");
+    std::fs::write(
+        &etag,
+        "<?php header('Cache-Control: max-age=1, stale-while-revalidate=60'); header('Age: 10');\n\
+         header('ETag: \"v1\"');\n\
+         if (($_SERVER['HTTP_IF_NONE_MATCH'] ?? '') === '\"v1\"') {\n\
+           http_response_code(304); header('X-Revalidated: ' . uniqid()); exit;\n\
+         }\n\
+         echo uniqid('', true);",
+    )
+    .unwrap();
+    let sock = fpm.sock.display().to_string();
+    let start = |script: &Path| {
+        Served::start([
+            "--proxy".to_owned(),
+            format!("/=fastcgi+unix:{sock}"),
+            "--proxy-fastcgi-param".to_owned(),
+            format!("SCRIPT_FILENAME={}", script.display()),
+            "--cache".to_owned(),
+        ])
+    };
+    // Waits until a request's body (or its `X-Revalidated`) differs from `was`.
+    let changed = |served: &Served, was: &str, part: &dyn Fn(&str, &[u8]) -> String| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (status, head, body) = get(served, "/", &[]);
+            assert_eq!(status, 200, "{head}");
+            let now = part(&head, &body);
+            if now != was {
+                return (head, now);
+            }
+            assert!(Instant::now() < deadline, "never refreshed: {head}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let served = start(&swr);
+    let (_, head, first) = get(&served, "/", &[]);
+    assert!(head.contains("stored"), "{head}");
+    let (_, head, stale) = get(&served, "/", &[]);
+    assert_eq!(stale, first, "the stale response, at once: {head}");
+    assert!(head.contains("detail=stale-while-revalidate"), "{head}");
+    let body = |_: &str, b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    changed(&served, &String::from_utf8_lossy(&first), &body);
+    drop(served);
+
+    let served = start(&etag);
+    let (_, _, first) = get(&served, "/", &[]);
+    let revalidated = |h: &str, _: &[u8]| field(h, "x-revalidated").unwrap_or("").to_owned();
+    let (head, _) = changed(&served, "", &revalidated);
+    let (_, _, body) = get(&served, "/", &[]);
+    assert_eq!(body, first, "a 304 keeps the stored body: {head}");
+}
+
+/// A stale response of a FastCGI rule is revalidated as an HTTP upstream's is: the script gets
+/// its `ETag` as `If-None-Match`, and its 304 refreshes the stored response, which the client
+/// gets whole; and it stands in for the script's 500 while `stale-if-error` allows.
+#[test]
+fn fastcgi_responses_are_revalidated_and_stand_in_for_errors() {
+    let fpm = Fpm::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("app.php");
+    let broken = dir.path().join("broken");
+    std::fs::write(
+        &script,
+        format!(
+            "<?php header('Cache-Control: max-age=1, stale-if-error=60'); header('Age: 10');\n\
+             header('ETag: \"v1\"');\n\
+             if (file_exists('{}')) {{ http_response_code(500); exit; }}\n\
+             if (($_SERVER['HTTP_IF_NONE_MATCH'] ?? '') === '\"v1\"') {{\n\
+               http_response_code(304); header('X-Revalidated: yes'); exit;\n\
+             }}\n\
+             echo uniqid('', true);",
+            broken.display()
+        ),
+    )
+    .unwrap();
+    let served = Served::start([
+        "--proxy".to_owned(),
+        format!("/=fastcgi+unix:{}", fpm.sock.display()),
+        "--proxy-fastcgi-param".to_owned(),
+        format!("SCRIPT_FILENAME={}", script.display()),
+        "--cache".to_owned(),
+    ]);
+    let (_, head, first) = get(&served, "/", &[]);
+    assert!(head.contains("stored"), "{head}");
+    let (status, head, body) = get(&served, "/", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("fwd=stale; fwd-status=304"), "{head}");
+    assert_eq!(field(&head, "x-revalidated"), Some("yes"), "{head}");
+    assert_eq!(body, first);
+    std::fs::write(&broken, "").unwrap();
+    let (status, head, body) = get(&served, "/", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("fwd-status=500"), "{head}");
+    assert_eq!(body, first);
+}

@@ -692,3 +692,63 @@ fn grpc_client_and_bidirectional_streaming_cross_the_proxy() {
         assert_eq!(r["index"], i, "{out}");
     }
 }
+
+/// One request on a new connection to `addr`: the response's head and body.
+fn get_once(addr: SocketAddr, target: &str) -> (String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: cache.test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    (
+        String::from_utf8_lossy(&all[..end]).into_owned(),
+        all[end..].to_vec(),
+    )
+}
+
+/// The cache in front of an HTTP/2 upstream: the first response is stored while it is relayed
+/// (the upstream's access log has one request), the next ones are hits with the same body and
+/// the standard reason phrase HTTP/2 does not carry.
+#[test]
+fn the_cache_stores_what_an_http2_upstream_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("www");
+    std::fs::create_dir(&root).unwrap();
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(root.join("big.bin"), &body).unwrap();
+    let log = dir.path().join("upstream.log");
+    let upstream = serve(&[
+        "--root",
+        root.to_str().unwrap(),
+        "--cache-control",
+        "max-age=60",
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-format",
+        "$request_uri",
+    ]);
+    let port = upstream.addr.port();
+    let proxy = serve(&["--proxy", &format!("/=h2c://127.0.0.1:{port}"), "--cache"]);
+    let (head, got) = get_once(proxy.addr, "/big.bin");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        head.contains("fwd=uri-miss") && head.contains("stored"),
+        "{head}"
+    );
+    assert_eq!(got, body);
+    for _ in 0..3 {
+        let (head, got) = get_once(proxy.addr, "/big.bin");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.contains("Cache-Status: lowlat; hit"), "{head}");
+        assert_eq!(got, body);
+    }
+    proxy.stop();
+    upstream.stop();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(lines.lines().collect::<Vec<_>>(), ["/big.bin"], "{lines}");
+}

@@ -120,6 +120,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) head_bytes: u64,
     /// The request's fields, for `$http_NAME`, `$host`, `$remote_user`, `$request_id`.
     pub(crate) fields: Fields<'a>,
+    /// What the cache did (`$upstream_cache_status`), on a cached route.
+    pub(crate) cache: Option<crate::cache::CacheOutcome>,
 }
 
 impl<'a> Entry<'a> {
@@ -136,8 +138,10 @@ impl<'a> Entry<'a> {
         worker: usize,
         site: usize,
         tls: bool,
+        cache: Option<crate::cache::CacheOutcome>,
     ) -> Self {
         Entry {
+            cache,
             remote,
             method: req.method_token,
             target: req.target,
@@ -209,6 +213,8 @@ pub(crate) struct HeldRequest {
     fields: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
     site: usize,
     tls: bool,
+    /// What the cache's lookup did (the relay's end may say otherwise).
+    cache: Option<crate::cache::CacheOutcome>,
 }
 
 impl HeldRequest {
@@ -218,10 +224,12 @@ impl HeldRequest {
         req: &lowlat_http::request::Request<'_, '_>,
         site: usize,
         tls: bool,
+        cache: Option<crate::cache::CacheOutcome>,
         cfg: &AccessLogConfig,
     ) {
         self.buf.clear();
         self.fields.clear();
+        self.cache = cache;
         self.site = site;
         self.tls = tls;
         let put = |bytes: &[u8], buf: &mut Vec<u8>| {
@@ -256,6 +264,7 @@ impl HeldRequest {
         let text =
             |r: &std::ops::Range<usize>| std::str::from_utf8(&self.buf[r.clone()]).unwrap_or("-");
         Entry {
+            cache: crate::cache::relaying().or(self.cache),
             remote,
             method: text(&self.method),
             target: text(&self.target),
@@ -549,6 +558,9 @@ impl WorkerLog {
                     None => b.push(b'-'),
                 },
                 LogVar::Worker => b.extend_from_slice(num.format(e.worker).as_bytes()),
+                LogVar::UpstreamCacheStatus => {
+                    dash(b, e.cache.map(|c| c.token().as_bytes()));
+                }
             }
         }
         b.push(b'\n');
@@ -577,6 +589,8 @@ impl WorkerLog {
             upstream_response_time: Option<f64>,
             #[serde(skip_serializing_if = "Option::is_none")]
             bytes_received: Option<u64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            upstream_cache_status: Option<&'static str>,
             /// The site's first server name; absent for a request refused before routing.
             #[serde(skip_serializing_if = "Option::is_none")]
             site: Option<&'a str>,
@@ -602,6 +616,7 @@ impl WorkerLog {
             upstream_status: e.upstream.map(|u| u.status),
             upstream_response_time: e.upstream.map(|u| u.time.as_secs_f64()),
             bytes_received: e.received,
+            upstream_cache_status: e.cache.map(crate::cache::CacheOutcome::token),
             site: e
                 .site
                 .and_then(|i| self.cfg.sites.get(i))

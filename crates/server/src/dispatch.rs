@@ -102,6 +102,7 @@ pub(crate) fn answered(
             ctx.worker,
             site,
             tls,
+            done.cache,
         ));
     }
 }
@@ -114,10 +115,11 @@ pub(crate) fn hold(
     req: &Request<'_, '_>,
     site: usize,
     tls: bool,
+    cache: Option<crate::cache::CacheOutcome>,
 ) {
     if let Some(log) = ctx.access_log.as_deref() {
         held.get_or_insert_with(Box::default)
-            .hold(req, site, tls, log.config());
+            .hold(req, site, tls, cache, log.config());
     }
 }
 
@@ -229,6 +231,7 @@ pub(crate) fn refused(
             tls,
             head_bytes: 0,
             fields: crate::access_log::Fields::None,
+            cache: None,
         });
     }
 }

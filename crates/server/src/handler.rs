@@ -86,6 +86,8 @@ pub struct Response<'a> {
     body_bytes: u64,
     /// The head's length, for the access log's `$bytes_sent`.
     head_bytes: u64,
+    /// What the cache did (`$upstream_cache_status`), on a cached route.
+    cache: Option<crate::cache::CacheOutcome>,
     /// Who asked (for handlers that pass it on: the proxy).
     // Both lent by the connection (the client is known once per connection, the slot is its
     // own): a `Response`, made and moved for every request, carries two words for them.
@@ -105,6 +107,8 @@ pub struct Response<'a> {
 /// What a finished response left for the connection: whether one was written, whether to
 /// close after it, a file region still to send, and what the access log records.
 pub(crate) struct Finished {
+    /// What the cache did, on a cached route.
+    pub(crate) cache: Option<crate::cache::CacheOutcome>,
     pub(crate) sent: bool,
     pub(crate) close: bool,
     pub(crate) file: Option<FileBody>,
@@ -129,6 +133,7 @@ impl<'a> Response<'a> {
             (true, Version::Http10) => ConnectionHeader::KeepAlive,
         };
         Self {
+            cache: None,
             out,
             scratch,
             date,
@@ -482,8 +487,14 @@ impl<'a> Response<'a> {
         }
     }
 
+    /// Says what the cache did for this request (the access log's `$upstream_cache_status`).
+    pub(crate) fn set_cache_outcome(&mut self, outcome: crate::cache::CacheOutcome) {
+        self.cache = Some(outcome);
+    }
+
     pub(crate) fn finish(self) -> Finished {
         Finished {
+            cache: self.cache,
             sent: self.sent,
             close: self.close,
             file: self.file,

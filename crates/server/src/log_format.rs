@@ -71,9 +71,12 @@ pub enum LogVar {
     UpstreamResponseTime,
     /// The worker thread's index.
     Worker,
+    /// What the cache did: HIT, MISS, EXPIRED, STALE, UPDATING, REVALIDATED, BYPASS; `-` on a
+    /// route without a cache (as nginx's).
+    UpstreamCacheStatus,
 }
 
-const NAMES: [(&str, LogVar); 25] = [
+const NAMES: [(&str, LogVar); 26] = [
     ("remote_addr", LogVar::RemoteAddr),
     ("remote_user", LogVar::RemoteUser),
     ("time_local", LogVar::TimeLocal),
@@ -99,6 +102,7 @@ const NAMES: [(&str, LogVar); 25] = [
     ("upstream_addr", LogVar::UpstreamAddr),
     ("upstream_status", LogVar::UpstreamStatus),
     ("upstream_response_time", LogVar::UpstreamResponseTime),
+    ("upstream_cache_status", LogVar::UpstreamCacheStatus),
 ];
 
 /// One piece of a compiled format.

@@ -182,7 +182,7 @@ impl HttpsRedirect {
         };
         // Only known variables and a number: this compiles.
         let template = Template::compile(&text).unwrap_or_default();
-        debug_assert!(template.uses(Var::Host));
+        debug_assert!(template.uses(&Var::Host));
         Self {
             template,
             site,

@@ -5,8 +5,11 @@
 //!
 //! [`split`] only finds the `$name` / `${name}` places; each user maps names to its own
 //! variables: [`Template`] (for `return` rules and `try_files`) knows the request's
-//! `$scheme $host $request_uri $uri $args $query_string $server_port`; the access log's
-//! `log_format` (`crate::log_format`) knows more. `$$` is a literal `$`.
+//! `$scheme $host $request_uri $uri $args $query_string $server_port`; compiled with
+//! [`Template::compile_request`] (the cache's key and conditions) it also knows the request's
+//! fields, cookies and query arguments (`$request_method $is_args $http_NAME $cookie_NAME
+//! $arg_NAME`), which a `Location` must not carry; the access log's `log_format`
+//! (`crate::log_format`) knows more. `$$` is a literal `$`.
 
 use lowlat_http::request::Request;
 
@@ -64,8 +67,9 @@ pub fn split(text: &str) -> Result<Vec<Piece<'_>>, String> {
     Ok(out)
 }
 
-/// A variable of a `return` rule or a `try_files` entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A variable of a `return` rule or a `try_files` entry (and, the last five, of a template
+/// compiled with [`Template::compile_request`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Var {
     /// `http` or `https`.
     Scheme,
@@ -81,6 +85,17 @@ pub enum Var {
     Args,
     /// The port of the listener of the request's scheme.
     ServerPort,
+    /// `GET`, `HEAD`, … as received.
+    Method,
+    /// `?` when the request has a query, else nothing.
+    IsArgs,
+    /// A request field by its lower-case name, `_` read as `-` (`$http_accept_language`);
+    /// several lines of it joined with `,`.
+    Http(Box<str>),
+    /// A cookie's value, by its name as written (`$cookie_session`).
+    Cookie(Box<str>),
+    /// A query argument's value, as written (`$arg_page`), the first when repeated.
+    Arg(Box<str>),
 }
 
 impl Var {
@@ -138,20 +153,42 @@ impl Template {
     /// # Errors
     /// A malformed `$`, or a variable these templates do not know (named, with the known ones).
     pub fn compile(text: &str) -> Result<Self, String> {
+        Self::compile_with(text, false)
+    }
+
+    /// Compiles `text`, which may also name the request's method, fields, cookies and query
+    /// arguments (`$request_method $is_args $http_NAME $cookie_NAME $arg_NAME`): for what is
+    /// matched or keyed on, never written into a response.
+    ///
+    /// # Errors
+    /// As [`Template::compile`].
+    pub fn compile_request(text: &str) -> Result<Self, String> {
+        Self::compile_with(text, true)
+    }
+
+    fn compile_with(text: &str, request: bool) -> Result<Self, String> {
         let parts = split(text)?
             .into_iter()
             .map(|p| match p {
                 Piece::Literal(l) => Ok(Part::Literal(l.into_bytes().into_boxed_slice())),
-                Piece::Var(name) => Var::NAMES
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|&(_, v)| Part::Var(v))
-                    .ok_or_else(|| {
+                Piece::Var(name) => {
+                    let found = Var::NAMES
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, v)| v.clone())
+                        .or_else(|| request.then(|| request_var(name)).flatten());
+                    found.map(Part::Var).ok_or_else(|| {
+                        let extra = if request {
+                            " $request_method $is_args $http_NAME $cookie_NAME $arg_NAME"
+                        } else {
+                            ""
+                        };
                         format!(
-                            "unknown variable ${name} (known: {})",
+                            "unknown variable ${name} (known: {}{extra})",
                             Var::NAMES.map(|(n, _)| format!("${n}")).join(" ")
                         )
-                    }),
+                    })
+                }
             })
             .collect::<Result<_, _>>()?;
         Ok(Self { parts })
@@ -159,8 +196,8 @@ impl Template {
 
     /// Whether the template uses `v`.
     #[must_use]
-    pub fn uses(&self, v: Var) -> bool {
-        self.parts.contains(&Part::Var(v))
+    pub fn uses(&self, v: &Var) -> bool {
+        self.parts.contains(&Part::Var(v.clone()))
     }
 
     /// The literal text of a template without variables.
@@ -189,20 +226,85 @@ impl Template {
         for p in &self.parts {
             match p {
                 Part::Literal(l) => out.extend_from_slice(l),
-                Part::Var(v) => expand_var(*v, req, cx, out)?,
+                Part::Var(v) => expand_var(v, req, cx, out)?,
             }
         }
         Ok(())
     }
 }
 
+/// The request-only variable `name` (`$http_…`, `$cookie_…`, `$arg_…`, …), if it is one.
+fn request_var(name: &str) -> Option<Var> {
+    let named = |prefix: &str| name.strip_prefix(prefix).filter(|n| !n.is_empty());
+    if let Some(field) = named("http_") {
+        return Some(Var::Http(
+            field.to_ascii_lowercase().replace('_', "-").into(),
+        ));
+    }
+    if let Some(cookie) = named("cookie_") {
+        return Some(Var::Cookie(cookie.into()));
+    }
+    if let Some(arg) = named("arg_") {
+        return Some(Var::Arg(arg.into()));
+    }
+    match name {
+        "request_method" => Some(Var::Method),
+        "is_args" => Some(Var::IsArgs),
+        _ => None,
+    }
+}
+
+/// The value of cookie `name` in the request's `Cookie` fields (`a=1; b=2`).
+#[must_use]
+pub fn cookie<'b>(req: &Request<'_, 'b>, name: &str) -> Option<&'b [u8]> {
+    req.headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
+        .flat_map(|h| h.value.split(|&b| b == b';'))
+        .find_map(|pair| {
+            let pair = pair.trim_ascii();
+            let eq = pair.iter().position(|&b| b == b'=')?;
+            (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
+        })
+}
+
+/// The value of query argument `name` (`a=1&b=2`): the first, as written; empty for `?a`.
+fn arg<'b>(query: Option<&'b str>, name: &str) -> Option<&'b [u8]> {
+    query?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then_some(v.as_bytes())
+    })
+}
+
 fn expand_var(
-    v: Var,
+    v: &Var,
     req: &Request<'_, '_>,
     cx: &Context<'_>,
     out: &mut Vec<u8>,
 ) -> Result<(), ExpandError> {
     match v {
+        Var::Method => out.extend_from_slice(req.method_token.as_bytes()),
+        Var::IsArgs => {
+            if req.query.is_some() {
+                out.push(b'?');
+            }
+        }
+        Var::Http(name) => {
+            let mut first = true;
+            for h in req
+                .headers
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case(name))
+            {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                out.extend_from_slice(h.value);
+            }
+        }
+        Var::Cookie(name) => out.extend_from_slice(cookie(req, name).unwrap_or_default()),
+        Var::Arg(name) => out.extend_from_slice(arg(req.query, name).unwrap_or_default()),
         Var::Scheme => out.extend_from_slice(if cx.tls { b"https" } else { b"http" }),
         Var::Host => match req.header("host").and_then(host_name) {
             Some(h) => out.extend(h.iter().map(u8::to_ascii_lowercase)),
@@ -326,6 +428,36 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "https://example.com:8443/a%20b/c?x=1&y|/a%20b/c?x=1&y"
         );
+    }
+
+    /// The request's method, fields, cookies and arguments: only in a template compiled for
+    /// matching, never in one whose text reaches a response.
+    #[test]
+    fn request_variables() {
+        assert!(Template::compile("$cookie_a").is_err());
+        assert!(Template::compile_request("$cookie_").is_err());
+        let t = Template::compile_request(
+            "$request_method|$uri$is_args$args|$http_x_user|$cookie_sid|$arg_b|$arg_none|$cookie_none",
+        )
+        .unwrap();
+        let raw = b"GET /p?a=1&b=2&b=3 HTTP/1.1\r\nHost: h\r\nX-User: u1\r\nCookie: x=0; sid=s 1 \r\nx-user: u2\r\n\r\n";
+        let mut slots = header_slots();
+        let Ok(Status::Complete(req)) = parse_request(raw, &mut slots, &HeadLimits::default())
+        else {
+            panic!()
+        };
+        let cx = Context {
+            tls: false,
+            ports: Ports::default(),
+            server_name: None,
+        };
+        let mut out = Vec::new();
+        t.expand(&req, &cx, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET|/p?a=1&b=2&b=3|u1,u2|s 1|2||"
+        );
+        assert_eq!(cookie(&req, "x"), Some(&b"0"[..]));
     }
 
     #[test]

@@ -115,11 +115,8 @@ pub(crate) fn answer(job: &ProxyJob, ctx: &mut WorkerCtx<'_>, down: &mut dyn Dow
         return false;
     };
     let f = fill.borrow();
-    let counters = &f.cache.store.counters;
     let Some((object, age)) = super::lookup::after_wait(&f) else {
-        counters
-            .misses
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f.cache.count(|c| &c.misses);
         return false;
     };
     let status = CacheStatus {
@@ -134,9 +131,7 @@ pub(crate) fn answer(job: &ProxyJob, ctx: &mut WorkerCtx<'_>, down: &mut dyn Dow
             &object,
         );
     let policy = std::sync::Arc::clone(&f.cache.policy);
-    counters
-        .collapsed
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    f.cache.count(|c| &c.collapsed);
     drop(f);
     let sent = super::send::relay_object(
         down,
@@ -148,7 +143,9 @@ pub(crate) fn answer(job: &ProxyJob, ctx: &mut WorkerCtx<'_>, down: &mut dyn Dow
         &policy.name,
         not_modified,
     );
-    down.relay_end(ctx, "-", sent, std::time::Duration::ZERO);
+    super::relaying_as(Some(super::CacheOutcome::Hit), || {
+        down.relay_end(ctx, "-", sent, std::time::Duration::ZERO);
+    });
     // As a finished exchange is: what was relayed is written now.
     down.flush_relayed(ctx);
     true

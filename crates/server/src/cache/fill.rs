@@ -16,10 +16,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use lowlat_http::cache::freshness::{lifetime, AgeBase, Stored};
+use lowlat_http::cache::freshness::{lifetime, AgeBase, Source, Stored};
 use lowlat_http::cache::revalidate::{merge, not_modified_applies, Conditional};
 use lowlat_http::cache::status::{CacheStatus, Fwd};
-use lowlat_http::cache::storable::{field_kept, storable, Policy, RequestFacts};
+use lowlat_http::cache::storable::{field_kept, storable, NotStored, Policy, RequestFacts};
 use lowlat_http::cache::{invalidate, values, vary, Directives};
 use lowlat_http::client::Header;
 
@@ -27,6 +27,9 @@ use super::inflight::{Role, Ticket};
 use super::object::Object;
 use super::store::Entry;
 use super::{key, now_secs, RouteCache};
+
+/// `Cache-Status`'s `detail` on a response the rule's no-store conditions kept out.
+const KEPT_OUT: &str = "no-store-rule";
 
 /// A forwarded request's part in the cache, shared by its job and the relay.
 pub(crate) type FillRef = Rc<RefCell<Fill>>;
@@ -103,6 +106,11 @@ pub(crate) struct Fill {
     pub(super) teeing: bool,
     /// Its part in the flight of its key: leading it, waiting for it, or neither.
     role: Role,
+    /// The rule's no-store conditions held for the request: nothing is stored.
+    kept_out: bool,
+    /// What the exchange came to when it is not what the lookup said (a 304 refresh, a stale
+    /// response for an error): what its log line says.
+    pub(super) outcome: Option<super::CacheOutcome>,
 }
 
 impl Fill {
@@ -137,6 +145,8 @@ impl Fill {
             replaced: false,
             teeing: false,
             role,
+            kept_out: false,
+            outcome: None,
         }))
     }
 
@@ -149,6 +159,39 @@ impl Fill {
                 self.role = role;
                 None
             }
+        }
+    }
+
+    /// The rule's no-store conditions held for the request: its answer is relayed unstored.
+    pub(crate) fn keep_out(&mut self) {
+        self.kept_out = true;
+    }
+
+    /// The lifetime of a response (RFC 9111 §4.2.1), or the rule's for its status when the
+    /// response gives no explicit one (nginx's `proxy_cache_valid`: it wins over the
+    /// heuristic too).
+    fn lifetime_of<F: lowlat_http::cache::Fields + ?Sized>(
+        &self,
+        status: u16,
+        fields: &F,
+        cc: &Directives<'_>,
+        targeted: bool,
+        response_time: u64,
+    ) -> u64 {
+        let policy = &self.cache.policy;
+        let (life, source) = lifetime(
+            status,
+            fields,
+            cc,
+            targeted,
+            response_time,
+            &policy.heuristic,
+        );
+        match source {
+            Source::Heuristic | Source::None => {
+                super::rules::ttl_for(&policy.ttl, status).unwrap_or(life)
+            }
+            _ => life,
         }
     }
 
@@ -202,6 +245,14 @@ impl Fill {
         f.stale = Some(stale);
     }
 
+    /// The stale response the request found, revalidated by a request written elsewhere
+    /// (a FastCGI one, its validators among its variables): `conditional` when it carries them.
+    pub(crate) fn revalidating_as(fill: &FillRef, stale: Arc<Object>, conditional: bool) {
+        let mut f = fill.borrow_mut();
+        f.conditional = conditional;
+        f.stale = Some(stale);
+    }
+
     /// Whether the stale response may replace an error now (RFC 5861 §4).
     pub(super) fn stale_for_error(&self) -> Option<Arc<Object>> {
         let o = self.stale.as_ref()?;
@@ -240,16 +291,21 @@ impl Fill {
             .iter()
             .map(String::as_str)
             .collect();
-        let (cc, is_targeted) = Directives::for_response(&merged[..], &targeted);
+        let ignored = self.cache.policy.ignored;
+        let decided: Vec<(Box<str>, Box<[u8]>)>;
+        let decide: &[(Box<str>, Box<[u8]>)] = if ignored.any() {
+            decided = merged
+                .iter()
+                .filter(|(n, _)| !ignored.hides(n, &self.cache.policy.targeted))
+                .cloned()
+                .collect();
+            &decided
+        } else {
+            &merged
+        };
+        let (cc, is_targeted) = Directives::for_response(decide, &targeted);
         let response_time = now_secs();
-        let (life, _) = lifetime(
-            stale.status,
-            &merged[..],
-            &cc,
-            is_targeted,
-            response_time,
-            &self.cache.policy.heuristic,
-        );
+        let life = self.lifetime_of(stale.status, decide, &cc, is_targeted, response_time);
         let object = Arc::new(Object::new(
             stale.status,
             &stale.reason,
@@ -259,11 +315,7 @@ impl Fill {
             Stored::new(life, &cc),
         ));
         self.put(Entry::Object(Arc::clone(&object)), &object);
-        self.cache
-            .store
-            .counters
-            .revalidated
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.cache.count(|c| &c.revalidated);
         NotModified::Refreshed(object)
     }
 
@@ -285,6 +337,8 @@ impl Fill {
             replaced: false,
             teeing: false,
             role: Role::Alone,
+            kept_out: false,
+            outcome: None,
         }))
     }
 
@@ -297,7 +351,6 @@ impl Fill {
         pass: &dyn Fn(&str) -> bool,
         line: &mut Vec<u8>,
     ) {
-        let counters = &self.cache.store.counters;
         if let Mode::Invalidate { host } = &self.mode {
             // The method was not GET/HEAD: known unsafe, or of unknown safety (§4.4).
             if (200..400).contains(&status) {
@@ -314,7 +367,20 @@ impl Fill {
         }
         let policy = &self.cache.policy;
         let targeted: Vec<&str> = policy.targeted.iter().map(String::as_str).collect();
-        let (cc, is_targeted) = Directives::for_response(fields, &targeted);
+        // The fields the rule ignores are not there for the decisions (they are still relayed).
+        let ignored = policy.ignored;
+        let decided: Vec<Header<'_>>;
+        let decide: &[Header<'_>] = if ignored.any() {
+            decided = fields
+                .iter()
+                .filter(|f| !ignored.hides(f.name, &policy.targeted))
+                .copied()
+                .collect();
+            &decided
+        } else {
+            fields
+        };
+        let (cc, is_targeted) = Directives::for_response(decide, &targeted);
         let req = RequestFacts {
             get: true,
             authorization: self.authorization,
@@ -325,6 +391,7 @@ impl Fill {
         };
         let rules = Policy {
             store_set_cookie: policy.store_set_cookie,
+            configured_lifetime: super::rules::ttl_for(&policy.ttl, status).is_some(),
             ..Policy::default()
         };
         let response_time = now_secs();
@@ -333,26 +400,32 @@ impl Fill {
             fwd_status: None,
             ..CacheStatus::default()
         };
-        match storable(&req, status, fields, &cc, &rules) {
+        let decision = if self.kept_out {
+            Err(KEPT_OUT)
+        } else {
+            storable(&req, status, decide, &cc, &rules).map_err(NotStored::token)
+        };
+        match decision {
             Ok(()) => {
-                let (life, _) = lifetime(
-                    status,
-                    fields,
-                    &cc,
-                    is_targeted,
-                    response_time,
-                    &policy.heuristic,
-                );
+                let life = self.lifetime_of(status, decide, &cc, is_targeted, response_time);
                 let connection: Vec<&[u8]> = values(fields, "connection").collect();
                 let kept = fields
                     .iter()
                     .filter(|f| pass(f.name) && field_kept(f.name, &connection, &cc))
+                    // An ignored `Set-Cookie` is this client's, not the store's.
+                    .filter(|f| !(ignored.set_cookie && f.name.eq_ignore_ascii_case("set-cookie")))
                     .map(|f| (Box::<str>::from(f.name), Box::<[u8]>::from(f.value)))
                     .collect();
                 let fresh = Stored::new(life, &cc);
                 let age = AgeBase::new(fields, self.request_time, response_time);
                 status_field.stored = true;
                 status_field.ttl = Some(fresh.ttl(age.age_at(response_time)));
+                // HTTP/2 has no phrase: the standard one is stored, for HTTP/1.1 clients.
+                let standard = lowlat_http::response::reason(status);
+                let reason = match reason {
+                    "" if standard != "Unknown" => standard,
+                    r => r,
+                };
                 self.state = State::Body(Box::new(Pending {
                     status,
                     reason: reason.into(),
@@ -363,10 +436,8 @@ impl Fill {
                 }));
             }
             Err(why) => {
-                counters
-                    .not_stored
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                status_field.detail = Some(why.token());
+                self.cache.count(|c| &c.not_stored);
+                status_field.detail = Some(why);
                 self.state = State::Off;
                 // What waits for this fill goes on now (as `let_go`, with `policy` borrowed).
                 self.role = Role::Alone;
@@ -382,11 +453,7 @@ impl Fill {
         if let State::Body(p) = &mut self.state {
             let max = usize::try_from(self.cache.store.max_object).unwrap_or(usize::MAX);
             if p.body.len() + data.len() > max {
-                self.cache
-                    .store
-                    .counters
-                    .not_stored
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.cache.count(|c| &c.not_stored);
                 self.state = State::Off;
                 self.let_go();
             } else {
@@ -407,7 +474,6 @@ impl Fill {
             return;
         };
         let p = *p;
-        let store = &self.cache.store;
         let object = Object::new(
             p.status,
             &p.reason,
@@ -418,10 +484,7 @@ impl Fill {
         );
         let object = Arc::new(object);
         self.put(Entry::Object(Arc::clone(&object)), &object);
-        store
-            .counters
-            .stored
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.cache.count(|c| &c.stored);
     }
 
     /// Stores `entry` (holding `object`) under the primary key, or as the variant the request
@@ -430,7 +493,9 @@ impl Fill {
         let store = &self.cache.store;
         let vary: Vec<u8> = {
             let mut v = Vec::new();
-            for value in values(object, "vary") {
+            // A rule that ignores `Vary` stores one response per key.
+            let ignore = self.cache.policy.ignored.vary;
+            for value in values(object, "vary").filter(|_| !ignore) {
                 if !v.is_empty() {
                     v.push(b',');
                 }

@@ -4,10 +4,31 @@
 //! (a `HEAD` is answered from a stored `GET`). A variant (RFC 9111 §4.1) is stored under the
 //! primary key, a zero byte, the id of the `Vary` marker it belongs to, and its secondary key:
 //! a new marker gets a new id, so the variants of an invalidated one can never be found again.
+//!
+//! A rule may give its own key as a template (`$scheme$host$uri$is_args$args$cookie_lang`):
+//! its expansion is the primary key, and what it leaves out (the query, say) no longer tells
+//! requests apart. Keys of rules that share a template share entries, as in nginx.
 
 use lowlat_http::request::Request;
 
-/// Writes the primary key of `req` into `out` (cleared first).
+/// Writes the primary key of `req` into `out` (cleared first), by `template` when the rule
+/// gives one. False when the template cannot be expanded (no `Host` for `$host`): the request
+/// then goes past the cache.
+pub(crate) fn primary_by(
+    template: Option<&crate::template::Template>,
+    req: &Request<'_, '_>,
+    tls: bool,
+    out: &mut Vec<u8>,
+) -> bool {
+    let Some(t) = template else {
+        primary(req, tls, out);
+        return true;
+    };
+    out.clear();
+    t.expand(req, &super::rules::context(tls), out).is_ok()
+}
+
+/// Writes the default primary key of `req` into `out` (cleared first).
 pub(crate) fn primary(req: &Request<'_, '_>, tls: bool, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(if tls { b"https://" } else { b"http://" });

@@ -17,7 +17,7 @@ use super::fill::{Fill, FillRef};
 use super::inflight::Role;
 use super::object::Object;
 use super::store::Entry;
-use super::{key, now_secs, RouteCache};
+use super::{key, now_secs, CacheOutcome, RouteCache};
 use crate::handler::{Req, Response};
 
 /// What the lookup did.
@@ -56,17 +56,26 @@ pub(crate) fn lookup(
 ) -> Lookup {
     let tls = client.tls;
     let head = req.head;
-    let counters = &cache.store.counters;
-    let bump = |c: &std::sync::atomic::AtomicU64| {
-        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    };
     let safe = matches!(head.method, Method::Get | Method::Head);
     let unkeyed = head
         .headers
         .iter()
         .any(|h| UNKEYED.iter().any(|u| h.name.eq_ignore_ascii_case(u)));
+    let policy = &cache.policy;
     SCRATCH.with_borrow_mut(|(primary, lines)| {
-        key::primary(head, tls, primary);
+        if !key::primary_by(policy.key.as_ref(), head, tls, primary) {
+            // The rule's key cannot be made for this request: the cache stays out of it (a
+            // purge names nothing then; it is the cache's, never the upstream's).
+            if super::purge::is_purge(head) {
+                res.send_status(400);
+                return Lookup::Served;
+            }
+            if safe {
+                cache.count(|c| &c.bypass);
+                res.set_cache_outcome(CacheOutcome::Bypass);
+            }
+            return Lookup::Forward(None, None);
+        }
         if !safe {
             if super::purge::is_purge(head) {
                 super::purge::purge(cache, head, primary, client.peer.ip(), res);
@@ -75,7 +84,8 @@ pub(crate) fn lookup(
             if matches!(head.method, Method::Options | Method::Trace) {
                 return Lookup::Forward(None, None);
             }
-            bump(&counters.bypass);
+            cache.count(|c| &c.bypass);
+            res.set_cache_outcome(CacheOutcome::Bypass);
             let host = head.header("host").unwrap_or_default();
             return Lookup::Forward(Some(Fill::invalidate(cache, primary, host)), None);
         }
@@ -89,9 +99,18 @@ pub(crate) fn lookup(
             || head.header("if-match").is_some()
             || head.header("if-unmodified-since").is_some()
         {
-            bump(&counters.bypass);
+            cache.count(|c| &c.bypass);
+            res.set_cache_outcome(CacheOutcome::Bypass);
             return Lookup::Forward(None, None);
         }
+        // The rule's own conditions (`lines` is free until a head is written in it).
+        if !policy.bypass.is_empty() && super::rules::any_holds(&policy.bypass, head, tls, lines) {
+            cache.count(|c| &c.bypass);
+            res.set_cache_outcome(CacheOutcome::Bypass);
+            return Lookup::Forward(None, None);
+        }
+        let no_store = !policy.no_store.is_empty()
+            && super::rules::any_holds(&policy.no_store, head, tls, lines);
         let req_cc = if cache.policy.honour_request {
             Directives::parse(head.headers, "cache-control")
         } else {
@@ -107,19 +126,28 @@ pub(crate) fn lookup(
         if let Some(o) = object {
             let age = o.age.age_at(now);
             let (usable, refresh) = match o.fresh.use_for(age, &req_cc) {
-                Use::Fresh => (true, false),
+                Use::Fresh => {
+                    res.set_cache_outcome(CacheOutcome::Hit);
+                    (true, false)
+                }
                 Use::Stale { refresh } => {
-                    bump(&counters.stale);
+                    cache.count(|c| &c.stale);
+                    res.set_cache_outcome(if refresh {
+                        CacheOutcome::Updating
+                    } else {
+                        CacheOutcome::Stale
+                    });
                     (true, refresh)
                 }
                 Use::Revalidate => (false, false),
             };
             if usable {
                 // The flight key is the variant's, in `lines` until the head is written there.
-                let background = refresh
+                // A response this request may not store is not refreshed by it either.
+                let background = (refresh && !no_store)
                     .then(|| refresh_fill(cache, head, primary, variant.then_some(&lines[..])))
                     .flatten();
-                bump(&counters.hits);
+                cache.count(|c| &c.hits);
                 let status = CacheStatus {
                     hit: true,
                     ttl: Some(o.fresh.ttl(age)),
@@ -140,10 +168,13 @@ pub(crate) fn lookup(
             return miss(
                 cache,
                 head,
-                primary,
-                &req_cc,
-                fwd,
-                variant,
+                Miss {
+                    primary,
+                    req_cc: &req_cc,
+                    fwd,
+                    variant,
+                    no_store,
+                },
                 Some(o),
                 res,
                 lines,
@@ -151,11 +182,23 @@ pub(crate) fn lookup(
         }
         if req_cc.only_if_cached {
             // RFC 9111 §5.2.1.7: nothing stored that may be used: 504.
+            res.set_cache_outcome(CacheOutcome::Miss);
             res.send_status(504);
             return Lookup::Served;
         }
         miss(
-            cache, head, primary, &req_cc, fwd, variant, None, res, lines,
+            cache,
+            head,
+            Miss {
+                primary,
+                req_cc: &req_cc,
+                fwd,
+                variant,
+                no_store,
+            },
+            None,
+            res,
+            lines,
         )
     })
 }
@@ -187,32 +230,53 @@ fn send(
     }
 }
 
+/// What a miss was found to be.
+struct Miss<'k, 'd> {
+    primary: &'k [u8],
+    req_cc: &'k Directives<'d>,
+    fwd: Fwd,
+    /// The response varies: `lines` holds the variant's key.
+    variant: bool,
+    /// The rule's no-store conditions hold: the answer is relayed, not stored, and no one
+    /// waits for it.
+    no_store: bool,
+}
+
 /// A request that found nothing it may use: forwarded with a fill that stores the answer
 /// (a `GET`; a `HEAD` miss goes on as it is, its answer having no body to store), after it
 /// entered the flight of its key — to lead it, or to wait for it (the upstream side parks it
 /// then). A request whose own directives ask for the origin (`fwd=request`) does not wait for
 /// a fetch that began before it.
-#[allow(clippy::too_many_arguments)]
 fn miss(
     cache: &RouteCache,
     head: &lowlat_http::request::Request<'_, '_>,
-    primary: &[u8],
-    req_cc: &Directives<'_>,
-    fwd: Fwd,
-    variant: bool,
+    m: Miss<'_, '_>,
     stale: Option<std::sync::Arc<Object>>,
     res: &mut Response<'_>,
     lines: &mut Vec<u8>,
 ) -> Lookup {
-    let counters = &cache.store.counters;
+    let Miss {
+        primary,
+        req_cc,
+        fwd,
+        variant,
+        no_store,
+    } = m;
+    res.set_cache_outcome(if stale.is_some() {
+        CacheOutcome::Expired
+    } else {
+        CacheOutcome::Miss
+    });
     if head.method != Method::Get {
-        counters
-            .misses
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cache.count(|c| &c.misses);
         return Lookup::Forward(None, stale);
     }
     let flight_key = if variant { &lines[..] } else { primary };
-    let role = super::inflight::enter(&cache.store.flights, flight_key, fwd != Fwd::Request);
+    let role = if no_store {
+        Role::Alone
+    } else {
+        super::inflight::enter(&cache.store.flights, flight_key, fwd != Fwd::Request)
+    };
     if matches!(role, Role::Lead(_)) && fwd != Fwd::Request {
         // The flight before this one may have ended between the look-up and the entry: what
         // it stored is used (it is stored before its flight ends, so it is found now).
@@ -220,9 +284,8 @@ fn miss(
             let age = o.age.age_at(now_secs());
             if o.fresh.use_for(age, req_cc) == Use::Fresh {
                 drop(role);
-                counters
-                    .hits
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                cache.count(|c| &c.hits);
+                res.set_cache_outcome(CacheOutcome::Hit);
                 let status = CacheStatus {
                     hit: true,
                     ttl: Some(o.fresh.ttl(age)),
@@ -235,11 +298,12 @@ fn miss(
     }
     // A waiter is a miss only if it goes upstream after all (`collapse::answer`).
     if !matches!(role, Role::Wait(_)) {
-        counters
-            .misses
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cache.count(|c| &c.misses);
     }
     let fill = Fill::store(cache, primary, head.headers, req_cc, fwd, role);
+    if no_store {
+        fill.borrow_mut().keep_out();
+    }
     Lookup::Forward(Some(fill), stale)
 }
 

@@ -5,7 +5,8 @@
 //! response is answered on the spot from the shared [`store::CacheStore`] (head from the
 //! stored lines with `Age` and `Cache-Status`, body from the stored bytes; `HEAD` from a
 //! stored `GET`); otherwise the request is forwarded as usual, carrying a [`fill::Fill`] in
-//! its job. The worker's upstream side relays the response through `tee::Tee`, which hands
+//! its job. The worker's upstream side (HTTP/1.1 connections and HTTP/2 exchanges alike)
+//! relays the response through `tee::Tee`, which hands
 //! every piece on to the client unchanged and keeps a copy; when the response ends, the copy
 //! becomes an immutable [`object::Object`] in the store. The decisions (what may be stored,
 //! for how long, when it may be used) are the codec's (`lowlat_http::cache`); this module only
@@ -24,7 +25,10 @@
 //! # Layout
 //! - [`store`]: the shared store: sharded, weighted by bytes, scan-resistant eviction.
 //! - `object`: one stored response, immutable, shared as an `Arc`.
-//! - `key`: the cache key of a request (scheme, host, path, query) and its variants' keys.
+//! - `key`: the cache key of a request (scheme, host, path, query, or the rule's template) and
+//!   its variants' keys.
+//! - [`rules`]: what a site or rule configures beside RFC 9111: key template, bypass and
+//!   no-store conditions, lifetimes per status, ignored response fields.
 //! - `lookup`: the hit path: find, decide, answer from memory or let the request go on.
 //! - `partial`: a `Range` answered from a stored complete response (206, 416).
 //! - `fill`: the miss path: a response relayed to its client and stored on the way.
@@ -46,6 +50,7 @@ pub(crate) mod object;
 pub(crate) mod partial;
 pub(crate) mod purge;
 pub(crate) mod refresh;
+pub mod rules;
 pub(crate) mod send;
 pub mod store;
 pub(crate) mod tee;
@@ -56,11 +61,22 @@ use lowlat_http::cache::freshness::Heuristic;
 
 pub use store::{CacheStore, StoreConfig};
 
-/// How a forwarding rule caches: the shared store and the rule's policy.
+/// How a forwarding rule caches: the shared store, the rule's policy, and its site's counters.
 #[derive(Debug, Clone)]
 pub struct RouteCache {
     pub store: Arc<CacheStore>,
     pub policy: Arc<CachePolicy>,
+    /// The counters of the rule's site (`/metrics`' `site` label), beside the store's totals.
+    pub site: Arc<metrics::SiteCounters>,
+}
+
+impl RouteCache {
+    /// Counts one event in the store's totals and in the site's.
+    pub(crate) fn count(&self, which: fn(&store::CacheCounters) -> &std::sync::atomic::AtomicU64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        which(&self.store.counters).fetch_add(1, Relaxed);
+        which(&self.site.counts).fetch_add(1, Relaxed);
+    }
 }
 
 /// A rule's caching policy.
@@ -82,6 +98,16 @@ pub struct CachePolicy {
     pub grace: u64,
     /// Who may send `PURGE`.
     pub purge_from: Vec<crate::proxy::config::Cidr>,
+    /// The key's template (nginx's `proxy_cache_key`); none: scheme, host, path and query.
+    pub key: Option<crate::template::Template>,
+    /// Requests that go past the cache: neither answered from it nor stored.
+    pub bypass: Vec<rules::Condition>,
+    /// Requests whose responses are not stored (they may still be answered from the store).
+    pub no_store: Vec<rules::Condition>,
+    /// Lifetimes per status for responses without explicit freshness.
+    pub ttl: Vec<rules::StatusTtl>,
+    /// Response fields the decisions leave out.
+    pub ignored: rules::Ignored,
 }
 
 impl Default for CachePolicy {
@@ -100,8 +126,70 @@ impl Default for CachePolicy {
                     bits: if a.contains(':') { 128 } else { 8 },
                 })
                 .collect(),
+            key: None,
+            bypass: Vec::new(),
+            no_store: Vec::new(),
+            ttl: Vec::new(),
+            ignored: rules::Ignored::default(),
         }
     }
+}
+
+/// What the cache did for a request, as nginx's `$upstream_cache_status` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Answered from the store (fresh, or from another request's fetch it waited for).
+    Hit,
+    /// Nothing stored: forwarded.
+    Miss,
+    /// A stored response that could not be used as it was: forwarded (to revalidate it).
+    Expired,
+    /// A stale response sent (`max-stale`, `stale-if-error`, grace).
+    Stale,
+    /// A stale response sent while it is refreshed in the background
+    /// (`stale-while-revalidate`).
+    Updating,
+    /// A stored response refreshed by a 304 and sent.
+    Revalidated,
+    /// Forwarded past the cache (a method, a rule's condition, an unkeyed field).
+    Bypass,
+}
+
+impl CacheOutcome {
+    /// nginx's word for it.
+    #[must_use]
+    pub fn token(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "HIT",
+            CacheOutcome::Miss => "MISS",
+            CacheOutcome::Expired => "EXPIRED",
+            CacheOutcome::Stale => "STALE",
+            CacheOutcome::Updating => "UPDATING",
+            CacheOutcome::Revalidated => "REVALIDATED",
+            CacheOutcome::Bypass => "BYPASS",
+        }
+    }
+}
+
+thread_local! {
+    /// What the cache made of the exchange whose end is being relayed now, when that differs
+    /// from what the lookup said (a stale response standing in, a 304 refresh, a collapsed
+    /// request answered from the store): set only around that one call, read by its log line.
+    static RELAYING: std::cell::Cell<Option<CacheOutcome>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (the client's `relay_end`) with `outcome` as what its log line says.
+pub(crate) fn relaying_as<R>(outcome: Option<CacheOutcome>, f: impl FnOnce() -> R) -> R {
+    RELAYING.with(|r| r.set(outcome));
+    let out = f();
+    RELAYING.with(|r| r.set(None));
+    out
+}
+
+/// What the exchange whose end is being relayed came to, when the cache said (see
+/// [`relaying_as`]).
+pub(crate) fn relaying() -> Option<CacheOutcome> {
+    RELAYING.with(std::cell::Cell::get)
 }
 
 /// The time now in whole seconds since the epoch, from the worker loop's clock: the wall

@@ -3,7 +3,8 @@
 //! no client behind it — conditional when the stale response has validators — whose answer is
 //! stored (a 304 refreshes the stored response, a 200 replaces it) and relayed nowhere.
 //!
-//! The proxy handler makes the refresh's job as it makes any forwarded request's and hands it
+//! The proxy handler makes the refresh's job as it makes any forwarded request's (for a FastCGI
+//! rule, the validators are among the request's variables) and hands it
 //! here ([`queue`]); the handler has no hold on the worker's upstream side, so the job waits in
 //! a per-thread queue and the worker is woken (its own waker, rung once per refresh: nothing on
 //! any other path) to start it on its next turn ([`take_queued`]). Its exchange delivers to
@@ -36,6 +37,15 @@ thread_local! {
 /// The request fields a refresh carries: the client's, without those that make its answer the
 /// client's own (its conditionals, `Range`): the refresh's answer is for the store.
 pub(crate) fn request_fields<'b>(headers: &[RequestHeader<'b>]) -> Vec<RequestHeader<'b>> {
+    headers
+        .iter()
+        .filter(|h| !own_field(h.name))
+        .copied()
+        .collect()
+}
+
+/// Whether field `name` makes a request's answer the client's own: its conditionals, `Range`.
+pub(crate) fn own_field(name: &str) -> bool {
     const OWN: [&str; 6] = [
         "if-none-match",
         "if-modified-since",
@@ -44,11 +54,30 @@ pub(crate) fn request_fields<'b>(headers: &[RequestHeader<'b>]) -> Vec<RequestHe
         "if-range",
         "range",
     ];
-    headers
-        .iter()
-        .filter(|h| !OWN.iter().any(|n| h.name.eq_ignore_ascii_case(n)))
-        .copied()
-        .collect()
+    OWN.iter().any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// Adds the validators of `stale` to `fields` as conditionals (`If-None-Match`,
+/// `If-Modified-Since`), for a request written as fields rather than text (FastCGI's).
+/// Whether it has any.
+pub(crate) fn add_validators<'a>(
+    fields: &mut Vec<RequestHeader<'a>>,
+    stale: &'a super::object::Object,
+) -> bool {
+    let cond = lowlat_http::cache::revalidate::Conditional::of(stale);
+    if let Some(tag) = cond.if_none_match {
+        fields.push(RequestHeader {
+            name: "If-None-Match",
+            value: tag,
+        });
+    }
+    if let Some(date) = cond.if_modified_since {
+        fields.push(RequestHeader {
+            name: "If-Modified-Since",
+            value: date,
+        });
+    }
+    cond.any()
 }
 
 /// Queues a refresh's job for this worker's next turn, and wakes the worker for it. A thread
@@ -59,12 +88,7 @@ pub(crate) fn queue(job: ProxyJob) {
         job.group.give_buffer(job.request);
         return;
     };
-    fill.borrow()
-        .cache
-        .store
-        .counters
-        .refreshes
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    fill.borrow().cache.count(|c| &c.refreshes);
     QUEUED.with_borrow_mut(|q| q.push(job));
     if !super::inflight::wake_own() {
         for job in take_queued() {

@@ -7,8 +7,8 @@ use lowlat_http::cache::status::{CacheStatus, Fwd};
 use lowlat_http::client::Header;
 
 use super::fill::{FillRef, NotModified, State};
-use super::now_secs;
 use super::object::Object;
+use super::{now_secs, CacheOutcome};
 use crate::ctx::WorkerCtx;
 use crate::proxy::downstream::{Downstream, TunnelRead};
 use crate::proxy::job::RelayBody;
@@ -100,6 +100,9 @@ impl Downstream for Tee<'_> {
                 let mut f = self.fill.borrow_mut();
                 f.replaced = true;
                 f.state = State::Off;
+                if stored {
+                    f.outcome = Some(CacheOutcome::Revalidated);
+                }
                 drop(f);
                 self.send_object(ctx, &object, added, Some(304), stored);
                 return;
@@ -111,11 +114,8 @@ impl Downstream for Tee<'_> {
                 let mut f = self.fill.borrow_mut();
                 f.replaced = true;
                 f.state = State::Off;
-                f.cache
-                    .store
-                    .counters
-                    .stale
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                f.outcome = Some(CacheOutcome::Stale);
+                f.cache.count(|c| &c.stale);
                 drop(f);
                 self.send_object(ctx, &object, added, Some(status), false);
                 return;
@@ -165,8 +165,13 @@ impl Downstream for Tee<'_> {
                 _ => status,
             }
         };
-        self.fill.borrow_mut().end();
-        self.inner.relay_end(ctx, upstream, status, took);
+        let outcome = {
+            let mut f = self.fill.borrow_mut();
+            f.end();
+            f.outcome
+        };
+        let inner = &mut *self.inner;
+        super::relaying_as(outcome, || inner.relay_end(ctx, upstream, status, took));
     }
 
     fn relay_abort(&mut self, ctx: &mut WorkerCtx<'_>) {
@@ -180,16 +185,12 @@ impl Downstream for Tee<'_> {
         let stale = self.fill.borrow().stale_for_error();
         if let Some(object) = stale {
             self.fill.borrow_mut().replaced = true;
-            self.fill
-                .borrow()
-                .cache
-                .store
-                .counters
-                .stale
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.fill.borrow().cache.count(|c| &c.stale);
             self.send_object(ctx, &object, b"", Some(status), false);
-            self.inner
-                .relay_end(ctx, "-", object.status, std::time::Duration::ZERO);
+            let inner = &mut *self.inner;
+            super::relaying_as(Some(CacheOutcome::Stale), || {
+                inner.relay_end(ctx, "-", object.status, std::time::Duration::ZERO);
+            });
             // As a finished exchange is: what was relayed is written now.
             self.inner.flush_relayed(ctx);
             return;

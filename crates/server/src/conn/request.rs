@@ -169,7 +169,7 @@ impl Conn {
                 }
                 // Answered later, by the upstream side; what follows waits for it.
                 ctx.proxy_starts.push((ctx.token, 0, job));
-                dispatch::hold(ctx, &mut self.held, &req, site, self.client.tls);
+                dispatch::hold(ctx, &mut self.held, &req, site, self.client.tls, done.cache);
                 self.relay = Some(Relay {
                     keep_alive,
                     version: req.version,
@@ -295,6 +295,7 @@ impl Conn {
                 tls: false,
                 head_bytes: 0,
                 fields: crate::access_log::Fields::None,
+                cache: None,
             });
         }
         Self::write_status(wbuf, ctx, status, Version::Http11, true);

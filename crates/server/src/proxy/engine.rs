@@ -120,18 +120,34 @@ impl Upstreams {
         down: Option<&mut dyn Downstream>,
     ) {
         match down {
-            Some(down) => {
-                let done =
-                    self.h2
-                        .on_event(token, ready.readable, ready.writable, ctx, Some(&mut *down));
-                if let Delivered::Retry(job, client, server) = done {
-                    self.assign(server, job, client, true, ctx, down);
-                }
-            }
+            // A response the cache keeps is relayed through its tee, as on HTTP/1.1.
+            Some(down) => match self.h2.fill_of(token) {
+                None => self.h2_deliver(token, ready, ctx, down),
+                Some(fill) => match crate::cache::tee::Tee::new(down, &fill) {
+                    Ok(mut tee) => self.h2_deliver(token, ready, ctx, &mut tee),
+                    Err(down) => self.h2_deliver(token, ready, ctx, down),
+                },
+            },
             None => {
                 self.h2
                     .on_event(token, ready.readable, ready.writable, ctx, None);
             }
+        }
+    }
+
+    /// [`Upstreams::h2_event`] for whichever `down` relays.
+    fn h2_deliver(
+        &mut self,
+        token: Token,
+        ready: Readiness,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let done = self
+            .h2
+            .on_event(token, ready.readable, ready.writable, ctx, Some(&mut *down));
+        if let Delivered::Retry(job, client, server) = done {
+            self.assign(server, job, client, true, ctx, down);
         }
     }
 

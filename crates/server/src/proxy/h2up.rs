@@ -141,6 +141,10 @@ struct Exchange {
     client: (Token, u32),
     /// Kept until the head arrives (a refused stream sends it again).
     job: Option<ProxyJob>,
+    /// The cache's fill, taken from the job when the head is relayed: the body is copied
+    /// into it until the exchange ends (`engine` relays through the cache's tee while there
+    /// is one).
+    fill: Option<crate::cache::fill::FillRef>,
     /// The request body still arriving from the client, sent as it comes; `None` once it is
     /// all sent (or for a body sent whole).
     upload: Option<UploadRef>,
@@ -193,6 +197,17 @@ pub(crate) fn owns(token: Token) -> bool {
 }
 
 impl H2Upstreams {
+    /// The cache's fill of exchange `token`, when its response is being stored: the job's
+    /// until the head is relayed, the exchange's after.
+    pub(crate) fn fill_of(&self, token: Token) -> Option<crate::cache::fill::FillRef> {
+        let key = token.0.checked_sub(base() + EXCHANGE_OFFSET)?;
+        let x = self.exchanges.get(key)?;
+        match &x.job {
+            Some(job) => job.cache.clone(),
+            None => x.fill.clone(),
+        }
+    }
+
     /// The client an exchange token relays to (`None` for a connection's token).
     pub(crate) fn client_of(&self, token: Token) -> Option<(Token, u32)> {
         let key = token.0.checked_sub(base() + EXCHANGE_OFFSET)?;
@@ -243,6 +258,7 @@ impl H2Upstreams {
             head_request: job.head_request,
             added: job.added.clone(),
             job: Some(job),
+            fill: None,
             upload,
             upload_resume: false,
             head: None,
@@ -822,7 +838,8 @@ impl H2Upstreams {
             let added = x.added.as_deref().unwrap_or_default();
             down.relay_head(ctx, status, "", &fields, &pass, added, relay);
             x.head_relayed = true;
-            if let Some(job) = x.job.take() {
+            if let Some(mut job) = x.job.take() {
+                x.fill = job.cache.take();
                 job.group.give_buffer(job.request);
             }
         }

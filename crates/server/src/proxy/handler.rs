@@ -120,9 +120,14 @@ impl Handler for ProxyHandler {
         hex(seq, &mut id[16..]);
         let mut request = self.group.take_buffer();
         if self.group.cfg.fastcgi {
-            if req.head.protocol.is_some()
-                || !self.fastcgi_request(req, streamed, &client, &mut request)
-            {
+            let written = req.head.protocol.is_none()
+                && match (&fill, stale) {
+                    (Some(fill), Some(stale)) => {
+                        self.fastcgi_revalidating(req, streamed, &client, fill, stale, &mut request)
+                    }
+                    _ => self.fastcgi_request(req, streamed, &client, &mut request),
+                };
+            if !written {
                 // An extended CONNECT has no CGI form; a path no variable can carry is refused.
                 let status = if req.head.protocol.is_some() {
                     501
@@ -274,21 +279,38 @@ impl ProxyHandler {
     /// upstream once more in the background, for the cache: written as it would be forwarded
     /// (same rule, rewrite and forwarding fields, same server choice) but without the client's
     /// conditionals and `Range`, with the stale response's validators instead, and handed to
-    /// the worker's upstream side with no client behind it.
+    /// the worker's upstream side with no client behind it. A FastCGI application gets the
+    /// validators as the request's own fields (`HTTP_IF_NONE_MATCH`, `HTTP_IF_MODIFIED_SINCE`).
     fn refresh(
-        &self,
+        &mut self,
         req: &Req<'_, '_, '_>,
         client: &ClientInfo,
         fill: crate::cache::fill::FillRef,
         stale: Arc<crate::cache::object::Object>,
     ) {
+        let mut fields = crate::cache::refresh::request_fields(req.head.headers);
+        let mut request = self.group.take_buffer();
         if self.group.cfg.fastcgi {
-            // Not written for a FastCGI application yet: the stale response stays until it is
-            // past its window; the fill, dropped, lets any waiter go on its own.
-            drop((fill, stale));
-            return;
+            let conditional = crate::cache::refresh::add_validators(&mut fields, &stale);
+            let head = lowlat_http::request::Request {
+                headers: &fields,
+                ..*req.head
+            };
+            let refresh = Req {
+                head: &head,
+                body: b"",
+                params: req.params,
+                worker: req.worker,
+            };
+            if !self.fastcgi_request(&refresh, None, client, &mut request) {
+                // A path no CGI variable can carry: the stale response stays until it is past
+                // its window; the fill, dropped, lets any waiter go on its own.
+                self.group.give_buffer(request);
+                return;
+            }
+            crate::cache::fill::Fill::revalidating_as(&fill, Arc::clone(&stale), conditional);
+            return self.queue_refresh(req, client, request, fill);
         }
-        let fields = crate::cache::refresh::request_fields(req.head.headers);
         let head = lowlat_http::request::Request {
             headers: &fields,
             ..*req.head
@@ -298,7 +320,6 @@ impl ProxyHandler {
         let mut id = [0u8; 24];
         hex(self.id_seed, &mut id[..16]);
         hex(seq, &mut id[16..]);
-        let mut request = self.group.take_buffer();
         write_request(
             &mut request,
             &head,
@@ -314,6 +335,59 @@ impl ProxyHandler {
             &id,
         );
         crate::cache::fill::Fill::revalidating(&fill, stale, &fields, &mut request);
+        self.queue_refresh(req, client, request, fill);
+    }
+
+    /// [`ProxyHandler::fastcgi_request`] for a request that found a stored response it could
+    /// not use as it was: the response's validators go among the request's fields (unless the
+    /// client's request is conditional itself, when its own answer is relayed), and it is kept
+    /// to stand in for an error (`stale-if-error`), as for an HTTP upstream.
+    fn fastcgi_revalidating(
+        &mut self,
+        req: &Req<'_, '_, '_>,
+        streamed: Option<StreamedBody>,
+        client: &ClientInfo,
+        fill: &crate::cache::fill::FillRef,
+        stale: Arc<crate::cache::object::Object>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let own = req
+            .head
+            .headers
+            .iter()
+            .any(|h| crate::cache::refresh::own_field(h.name));
+        let (written, conditional) = if own {
+            (self.fastcgi_request(req, streamed, client, out), false)
+        } else {
+            let mut fields = req.head.headers.to_vec();
+            let conditional = crate::cache::refresh::add_validators(&mut fields, &stale);
+            let head = lowlat_http::request::Request {
+                headers: &fields,
+                ..*req.head
+            };
+            let with = Req {
+                head: &head,
+                body: req.body,
+                params: req.params,
+                worker: req.worker,
+            };
+            (
+                self.fastcgi_request(&with, streamed, client, out),
+                conditional,
+            )
+        };
+        crate::cache::fill::Fill::revalidating_as(fill, stale, conditional);
+        written
+    }
+
+    /// Queues the refresh written in `request` for the worker's upstream side.
+    fn queue_refresh(
+        &self,
+        req: &Req<'_, '_, '_>,
+        client: &ClientInfo,
+        request: Vec<u8>,
+        fill: crate::cache::fill::FillRef,
+    ) {
         crate::cache::refresh::queue(ProxyJob {
             added: None,
             group: Rc::clone(&self.group),

@@ -559,6 +559,10 @@ pub struct SiteArgs {
     pub https_redirect: bool,
     /// The site's access rules and rate limits.
     pub guard: super::guard::GuardArgs,
+    /// The site's `cache` key: its rules cache (`true`) or not (`false`); unset, as `--cache`.
+    pub cache: Option<bool>,
+    /// The site's cache settings (over the top level's, which fill what it does not set).
+    pub cache_policy: super::cache::CachePolicyArgs,
 }
 
 impl ServeArgs {
@@ -579,6 +583,8 @@ impl ServeArgs {
             returns: self.returns.clone(),
             https_redirect: self.https_redirect,
             guard: self.guard.clone(),
+            cache: None,
+            cache_policy: self.cache.policy.clone(),
         }
     }
 }

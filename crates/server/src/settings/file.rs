@@ -15,7 +15,8 @@ use std::path::Path;
 use clap::{Args, Command, FromArgMatches};
 
 use super::args::{ServeArgs, SiteArgs};
-use super::proxy::{GroupArgs, UpstreamTable};
+use super::cache::RuleCache;
+use super::proxy::{GroupArgs, ProxyRule, UpstreamTable};
 use super::tables::{
     each_table, first_line, line_in_table, line_of, nth_table_line, tokens_of, TableKeys,
 };
@@ -111,6 +112,7 @@ pub fn load_text(text: String, shown: String, cli: &[String]) -> Result<Loaded, 
     let mut site_tables = None;
     let mut upstream_tables = None;
     let mut log_formats = Vec::new();
+    let mut top_rule_caches = Vec::new();
     for (key, value) in &table {
         // `[log_format]` (nginx's name) holds the access log's named formats; the key
         // `log_format = "json"` is the error log's format, a flag like the others.
@@ -128,6 +130,23 @@ pub fn load_text(text: String, shown: String, cli: &[String]) -> Result<Loaded, 
         }
         let line = line_of(&text, key);
         let at = |reason: &str| format!("{shown}:{line}: {key}: {reason}");
+        let rewritten;
+        let value = if key == "proxy" {
+            let item_at = |item: &str, reason: &str| {
+                let line = line_after(&text, line, item);
+                format!("{shown}:{line}: {item}: {reason}")
+            };
+            match proxy_list(value, &item_at, &mut errors) {
+                Some((list, rules)) => {
+                    top_rule_caches = rules;
+                    rewritten = list;
+                    &rewritten
+                }
+                None => continue,
+            }
+        } else {
+            value
+        };
         let flag = key.replace('_', "-");
         let known = cmd
             .get_arguments()
@@ -189,6 +208,7 @@ pub fn load_text(text: String, shown: String, cli: &[String]) -> Result<Loaded, 
     };
     let (site_tables, sites): (Vec<usize>, Vec<SiteArgs>) = sites.into_iter().unzip();
     args.sites = sites;
+    attach_rule_caches(&mut args.proxy, top_rule_caches);
     args.upstreams = upstreams;
     args.log_formats = log_formats;
     for (cert, key) in site_certs {
@@ -224,8 +244,139 @@ fn site_flags() -> Vec<String> {
             "access".to_owned(),
             "rate-limit".to_owned(),
         ])
+        .chain(CACHE_POLICY_FLAGS.map(str::to_owned))
         .filter(|f| f != "help")
         .collect()
+}
+
+/// The cache settings a site or a forwarding rule may set for itself (beside `cache`).
+const CACHE_POLICY_FLAGS: [&str; 5] = [
+    "cache-key",
+    "cache-bypass",
+    "cache-no-store",
+    "cache-ttl",
+    "cache-ignore",
+];
+
+/// Reads `cache = true/false` from a table: `Ok(None)` when it is not there.
+fn switch(t: &toml::Table, key: &str) -> Result<Option<bool>, &'static str> {
+    match t.get(key) {
+        None => Ok(None),
+        Some(toml::Value::Boolean(b)) => Ok(Some(*b)),
+        Some(_) => Err("is a switch: true or false"),
+    }
+}
+
+/// A `proxy` list whose items may be tables as well as `PREFIX=TARGET` texts —
+/// `{ prefix = "/api/", target = "http://…", cache = false, cache_ttl = ["200 1m"] }` — for a
+/// rule with cache settings of its own (as an nginx `location` sets `proxy_cache_*`). Returns
+/// the list as its flag takes it (texts only) and each table's settings beside its text; `None`
+/// when an item is refused (each problem is in `errors`, worded by `at(item, reason)`).
+fn proxy_list(
+    value: &toml::Value,
+    at: &dyn Fn(&str, &str) -> String,
+    errors: &mut Vec<String>,
+) -> Option<(toml::Value, Vec<(String, RuleCache)>)> {
+    let toml::Value::Array(items) = value else {
+        return Some((value.clone(), Vec::new()));
+    };
+    let allowed: Vec<String> = CACHE_POLICY_FLAGS.map(str::to_owned).to_vec();
+    let keys = TableKeys {
+        skip: &["prefix", "target", "cache"],
+        prefix: "",
+        allowed: &allowed,
+        cmd: &command,
+        unknown: "unknown key in a proxy rule (prefix, target, cache, cache_key, cache_bypass, cache_no_store, cache_ttl, cache_ignore)",
+    };
+    let mut texts = Vec::new();
+    let mut rules = Vec::new();
+    let mut bad = false;
+    for (i, item) in items.iter().enumerate() {
+        let toml::Value::Table(t) = item else {
+            texts.push(item.clone());
+            continue;
+        };
+        let item_at = |key: &str, reason: &str| at(&format!("proxy[{i}].{key}"), reason);
+        let (Some(prefix), Some(target)) = (
+            t.get("prefix").and_then(toml::Value::as_str),
+            t.get("target").and_then(toml::Value::as_str),
+        ) else {
+            errors.push(item_at(
+                "prefix",
+                "a rule table gives prefix = \"/PATH/\" and target = \"http://…\" (or a group)",
+            ));
+            bad = true;
+            continue;
+        };
+        let text = format!("{prefix}={target}");
+        if let Err(e) = super::proxy::parse_proxy_rule(&text) {
+            errors.push(item_at("target", &e));
+            bad = true;
+            continue;
+        }
+        let on = match switch(t, "cache") {
+            Ok(on) => on,
+            Err(e) => {
+                errors.push(item_at("cache", e));
+                bad = true;
+                continue;
+            }
+        };
+        let Some(argv) = keys.argv(t, &[], &item_at, errors) else {
+            bad = true;
+            continue;
+        };
+        match command()
+            .try_get_matches_from(&argv)
+            .and_then(|m| ServeArgs::from_arg_matches(&m))
+        {
+            Ok(a) => rules.push((
+                text.clone(),
+                RuleCache {
+                    on,
+                    policy: a.cache.policy,
+                },
+            )),
+            Err(e) => {
+                errors.push(item_at("prefix", &first_line(&e)));
+                bad = true;
+                continue;
+            }
+        }
+        texts.push(toml::Value::String(text));
+    }
+    (!bad).then_some((toml::Value::Array(texts), rules))
+}
+
+/// Gives the rules that came from a `proxy` table their settings (a rule the command line
+/// replaced has none).
+fn attach_rule_caches(rules: &mut [ProxyRule], caches: Vec<(String, RuleCache)>) {
+    for (text, cache) in caches {
+        if let Some(r) = rules
+            .iter_mut()
+            .find(|r| format!("{}={}", r.prefix, r.target) == text)
+        {
+            r.cache = Some(cache);
+        }
+    }
+}
+
+/// The line, from line `from` on, where `item` (`proxy[1].cache_ttl`) has its last part set
+/// (`cache_ttl =`, at the start of a line or after `{` or `,`); `from` when none does.
+fn line_after(text: &str, from: usize, item: &str) -> usize {
+    let key = item.rsplit('.').next().unwrap_or(item);
+    let sets = |l: &str| {
+        l.match_indices(key).any(|(at, _)| {
+            let before = l[..at].trim_end();
+            let after = l[at + key.len()..].trim_start();
+            (before.is_empty() || before.ends_with(['{', ','])) && after.starts_with('=')
+        })
+    };
+    text.lines()
+        .enumerate()
+        .skip(from.saturating_sub(1))
+        .find(|(_, l)| sets(l))
+        .map_or(from, |(n, _)| n + 1)
 }
 
 /// Reads the `[[site]]` tables. Each starts from the file's top-level settings of what a site
@@ -240,7 +391,7 @@ fn sites(
 ) -> Vec<(usize, SiteArgs)> {
     let allowed = site_flags();
     let keys = TableKeys {
-        skip: &["server_names", "cert", "key", "acme"],
+        skip: &["server_names", "cert", "key", "acme", "cache"],
         prefix: "",
         allowed: &allowed,
         cmd: &command,
@@ -300,7 +451,47 @@ fn sites(
             ));
             bad = true;
         }
-        let argv = keys.argv(t, top, &at, errors);
+        let cache = match switch(t, "cache") {
+            Ok(on) => on,
+            Err(e) => {
+                errors.push(at("cache", e));
+                bad = true;
+                None
+            }
+        };
+        // The site's rules, any of which may be a table with cache settings of its own.
+        let mut rule_caches = Vec::new();
+        let own_proxy = match t.get("proxy") {
+            None => None,
+            Some(v) => {
+                let start = site.start;
+                let item_at = |item: &str, reason: &str| {
+                    let line = line_after(text, line_in_table(text, start, "proxy"), item);
+                    format!("{shown}:{line}: site[{}].{item}: {reason}", site.i)
+                };
+                match proxy_list(v, &item_at, errors) {
+                    Some((list, caches)) => {
+                        rule_caches = caches;
+                        Some(list)
+                    }
+                    None => {
+                        bad = true;
+                        None
+                    }
+                }
+            }
+        };
+        let mut t = t.clone();
+        match own_proxy {
+            Some(list) => {
+                t.insert("proxy".to_owned(), list);
+            }
+            // Its problems are told already.
+            None => {
+                t.remove("proxy");
+            }
+        }
+        let argv = keys.argv(&t, top, &at, errors);
         let Some(argv) = argv.filter(|_| !bad) else {
             return;
         };
@@ -309,9 +500,15 @@ fn sites(
             .map_err(|e| first_line(&e))
             .and_then(|m| ServeArgs::from_arg_matches(&m).map_err(|e| first_line(&e)))
         {
-            Ok(a) => out.push((
+            Ok(mut a) => out.push((
                 site.i,
                 SiteArgs {
+                    cache,
+                    cache_policy: a.cache.policy,
+                    proxy: {
+                        attach_rule_caches(&mut a.proxy, rule_caches);
+                        a.proxy
+                    },
                     server_names: names,
                     files: a.files,
                     app: a.app,
@@ -319,7 +516,6 @@ fn sites(
                     no_plaintext: a.no_plaintext,
                     no_json: a.no_json,
                     add_header: a.add_header,
-                    proxy: a.proxy,
                     acme,
                     own_cert,
                     returns: a.returns,
@@ -587,6 +783,36 @@ mod tests {
         assert!(
             e[0].starts_with(&format!("{}:", bad.path().display())),
             "{e:?}"
+        );
+    }
+
+    /// A `proxy` list's tables: each becomes its `PREFIX=TARGET` rule with its own cache
+    /// settings; a table without its target, or with a bad setting, names its item and line.
+    #[test]
+    fn proxy_tables_carry_their_cache_settings() {
+        let f = write(
+            "cache = true
+proxy = [\n  \"/a/=http://127.0.0.1:1\",\n               { prefix = \"/b/\", target = \"http://127.0.0.1:1\", cache = false, cache_ttl = [\"404 1m\"] },\n]\n",
+        );
+        let a = merged(f.path(), &[]).unwrap();
+        assert_eq!(a.proxy.len(), 2);
+        assert_eq!(a.proxy[0].cache, None);
+        let own = a.proxy[1].cache.as_ref().unwrap();
+        assert_eq!((a.proxy[1].prefix.as_str(), own.on), ("/b/", Some(false)));
+        assert_eq!(own.policy.cache_ttl, ["404 1m"]);
+
+        let f = write(
+            "proxy = [\n  { prefix = \"/b/\" },\n  { prefix = \"/c/\", target = \"http://127.0.0.1:1\",\n    cache_ttl = [\"soon\"] },\n]\n",
+        );
+        let errors = merged(f.path(), &[]).unwrap_err();
+        let shown = f.path().display().to_string();
+        assert_errors(
+            &errors,
+            &shown,
+            &[
+                (2, "proxy[0].prefix", "target"),
+                (4, "proxy[1].cache_ttl", "soon"),
+            ],
         );
     }
 

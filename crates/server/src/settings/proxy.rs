@@ -206,6 +206,8 @@ pub struct ProxyRule {
     /// A group's name (`app`, or `app/path/` to replace the prefix), or servers
     /// (`http://host:port[/path]`, `unix:/path`), comma-separated.
     pub target: String,
+    /// The rule's own cache settings (a config file's `proxy` table); none: its site's.
+    pub cache: Option<super::cache::RuleCache>,
 }
 
 /// Parses `PREFIX=TARGET` (`/api/=http://127.0.0.1:3000`, `/=app`).
@@ -231,6 +233,7 @@ pub fn parse_proxy_rule(text: &str) -> Result<ProxyRule, String> {
     Ok(ProxyRule {
         prefix: prefix.to_owned(),
         target: target.trim().to_owned(),
+        cache: None,
     })
 }
 

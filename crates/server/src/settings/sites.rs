@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::args::{ServeArgs, SiteArgs};
 use super::proxy::ProxyRule;
+use crate::cache::RouteCache;
 use crate::proxy::cgi_request::ServerVars;
 use crate::proxy::config::{Cidr, ProxyRoute, UpstreamGroup};
 use crate::proxy::group::WorkerGroup;
@@ -90,11 +91,11 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         .map(|(g, h)| GroupView::new(g, h))
         .collect();
     let trusted = Arc::new(proxy.trusted);
-    let cache = args.cache.route_cache();
+    let caches = route_caches(args, &site_args, &routes)?;
     // Active health checks start with the first worker's router, not when the service is
     // only being checked; they end when the service is replaced (their state is dropped).
     let checks_started = std::sync::atomic::AtomicBool::new(false);
-    let mut routes = routes.into_iter();
+    let mut routes = routes.into_iter().zip(caches);
     let mut php_groups = php_groups.into_iter();
     let sites: Vec<(Vec<String>, SiteService)> = if args.sites.is_empty() {
         vec![(
@@ -149,14 +150,9 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
             .zip(&health)
             .map(|(g, h)| Rc::new(WorkerGroup::new(Arc::clone(g), Arc::clone(h))))
             .collect();
-        let mut router = sites[0]
-            .1
-            .build(info, &worker_groups, &trusted, cache.as_ref())?;
+        let mut router = sites[0].1.build(info, &worker_groups, &trusted)?;
         for (names, site) in &sites[1..] {
-            router.add_site(
-                names,
-                site.build(info, &worker_groups, &trusted, cache.as_ref())?,
-            );
+            router.add_site(names, site.build(info, &worker_groups, &trusted)?);
         }
         if let Some(shared) = &http01 {
             router.early(
@@ -179,6 +175,57 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
     Ok((service, views))
 }
 
+/// Each site's rules' caches, in rule order: on where the rule says so, else where its site
+/// says so, else where `--cache` does; the policy the rule's settings over its site's over the
+/// top level's, compiled here once. The store is made only when some rule caches.
+fn route_caches(
+    args: &ServeArgs,
+    sites: &[&SiteArgs],
+    routes: &[Vec<ProxyRoute>],
+) -> Result<Vec<Vec<Option<RouteCache>>>, String> {
+    let on = |site: &SiteArgs, rule: &ProxyRule| {
+        rule.cache
+            .as_ref()
+            .and_then(|c| c.on)
+            .or(site.cache)
+            .unwrap_or(args.cache.cache)
+    };
+    let caching = args.cache.cache || sites.iter().any(|s| s.proxy.iter().any(|r| on(s, r)));
+    let labels = args.site_labels();
+    crate::cache::metrics::retain_sites(if caching { &labels } else { &[] });
+    let mut out: Vec<Vec<Option<RouteCache>>> =
+        routes.iter().map(|r| vec![None; r.len()]).collect();
+    let Some(base) = caching.then(|| args.cache.store_and_base()).flatten() else {
+        return Ok(out);
+    };
+    for ((site, caches), label) in sites.iter().zip(out.iter_mut()).zip(&labels) {
+        let counters = crate::cache::metrics::site_counters(label);
+        let site_policy = site.cache_policy.over(&args.cache.policy);
+        // Rules without settings of their own share their site's compiled policy.
+        let shared = Arc::new(site_policy.compile(&base.policy)?);
+        for (rule, cache) in site.proxy.iter().zip(caches.iter_mut()) {
+            if !on(site, rule) {
+                continue;
+            }
+            let policy = match &rule.cache {
+                Some(own) => Arc::new(
+                    own.policy
+                        .over(&site_policy)
+                        .compile(&base.policy)
+                        .map_err(|e| format!("--proxy {}={}: {e}", rule.prefix, rule.target))?,
+                ),
+                None => Arc::clone(&shared),
+            };
+            *cache = Some(RouteCache {
+                store: Arc::clone(&base.store),
+                policy,
+                site: Arc::clone(&counters),
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// One site, ready to build a router on each worker.
 struct SiteService {
     files: Arc<crate::files::FilesConfig>,
@@ -187,6 +234,8 @@ struct SiteService {
     json_on: bool,
     add_header: Vec<String>,
     proxy: Vec<ProxyRoute>,
+    /// Each rule's cache (beside `proxy`, in its order), when it caches.
+    caches: Vec<Option<RouteCache>>,
     returns: Vec<ReturnRule>,
     https_redirect: bool,
     /// What the site's returns and its HTTPS redirect expand `$host` and the port from.
@@ -206,7 +255,7 @@ impl SiteService {
         site: &SiteArgs,
         workers: usize,
         ports: Ports,
-        proxy: Vec<ProxyRoute>,
+        (proxy, caches): (Vec<ProxyRoute>, Vec<Option<RouteCache>>),
         php_group: Option<usize>,
         listeners: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
     ) -> Result<Self, String> {
@@ -287,6 +336,7 @@ impl SiteService {
             json_on,
             add_header: site.add_header.clone(),
             proxy,
+            caches,
             returns: site.returns.clone(),
             https_redirect: site.https_redirect,
             context: SiteContext {
@@ -316,16 +366,15 @@ impl SiteService {
         info: &WorkerInfo,
         groups: &[Rc<WorkerGroup>],
         trusted: &Arc<Vec<Cidr>>,
-        cache: Option<&crate::cache::RouteCache>,
     ) -> Result<Router, RouteError> {
         let mut router = Router::new();
-        for route in &self.proxy {
+        for (route, cache) in self.proxy.iter().zip(&self.caches) {
             crate::proxy::handler::mount(
                 &mut router,
                 route,
                 Rc::clone(&groups[route.group]),
                 Arc::clone(trusted),
-                cache.cloned(),
+                cache.clone(),
                 Arc::clone(&self.server_vars),
             )?;
         }
