@@ -55,7 +55,7 @@ pub struct ZoneSpec {
 pub struct Zone {
     pub spec: ZoneSpec,
     buckets: quick_cache::sync::Cache<u64, Arc<AtomicU64>>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::quality::RandomState,
     epoch: Instant,
     /// Requests refused (or, in a dry run, that would have been).
     pub refused: AtomicU64,
@@ -87,7 +87,7 @@ impl Zone {
         Zone {
             buckets: quick_cache::sync::Cache::new(spec.keys.max(1)),
             spec,
-            hasher: std::collections::hash_map::RandomState::new(),
+            hasher: foldhash::quality::RandomState::default(),
             epoch: Instant::now(),
             refused: AtomicU64::new(0),
         }
