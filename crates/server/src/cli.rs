@@ -58,6 +58,15 @@ pub fn run(args: ServeArgs) -> ExitCode {
     if args.check_config {
         return check_config(args, &command_line());
     }
+    // First, while this process has one thread: the environment that hands sockets over is
+    // read and cleared.
+    let inherited = match crate::inherit::from_env() {
+        Ok(sockets) => sockets,
+        Err(e) => {
+            eprintln!("lowlat serve: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let args = match &args.config {
         Some(path) => match merged(path, &command_line()) {
             Ok(mut merged) => {
@@ -74,6 +83,8 @@ pub fn run(args: ServeArgs) -> ExitCode {
         },
         None => args,
     };
+    let mut args = args;
+    listen_on_inherited(&mut args, &inherited);
     init_logging(&args);
     raise_fd_limit();
     let (service, upstreams) = match service_with_upstreams(&args) {
@@ -83,7 +94,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match serve_with(&args, service, upstreams) {
+    match serve_with(&args, service, upstreams, inherited) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lowlat serve: {e}");
@@ -125,7 +136,36 @@ fn raise_fd_limit() {
 /// # Errors
 /// Bind failures, bad configuration, a worker that failed.
 pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
-    serve_with(args, service, Vec::new())
+    serve_with(args, service, Vec::new(), Vec::new())
+}
+
+/// Handed-over sockets that no listen address names are listened on as their names say
+/// (`http`, `https`, `quic`): a `.socket` unit alone can then say where lowlat listens.
+fn listen_on_inherited(args: &mut ServeArgs, inherited: &[crate::inherit::InheritedSocket]) {
+    use crate::inherit::Kind;
+    use crate::settings::ListenAddr;
+    let named = |list: &[ListenAddr], addr| list.iter().any(|l| l.addrs.contains(&addr));
+    for sock in inherited {
+        let addr = sock.addr;
+        if named(&args.listen, addr) || named(&args.tls_listen, addr) {
+            continue;
+        }
+        let entry = ListenAddr {
+            addrs: vec![addr],
+            proxy_protocol: false,
+        };
+        match sock.kind {
+            Kind::Clear => args.listen.push(entry),
+            Kind::Tls => args.tls_listen.push(entry),
+            Kind::Quic if args.quic.h3_listen.is_none() => {
+                args.quic.h3_listen = Some(crate::settings::quic::H3Listen {
+                    addr,
+                    port_given: true,
+                });
+            }
+            Kind::Quic | Kind::Stream => {}
+        }
+    }
 }
 
 /// [`serve`], with the reverse proxy's groups reported on `/metrics`.
@@ -133,6 +173,7 @@ fn serve_with(
     args: &ServeArgs,
     service: Service,
     upstreams: Vec<GroupView>,
+    inherited: Vec<crate::inherit::InheritedSocket>,
 ) -> Result<(), ServerError> {
     let mut cfg = args.to_config().map_err(ServerError::Config)?;
     let tls = args.tls_context().map_err(ServerError::Config)?;
@@ -157,7 +198,7 @@ fn serve_with(
         r.set_upstreams(upstreams);
     }
     cfg.metrics.clone_from(&registry);
-    let server = Server::bind(cfg, service)?;
+    let server = Server::bind_inherited(cfg, service, inherited)?;
     // After the sockets are bound (a CA's validation waits in their backlogs until the workers
     // start), before the workers: the stored certificates are in place for the first handshake.
     let managed = tls
@@ -247,6 +288,7 @@ fn restart_settings(a: &ServeArgs) -> Vec<(&'static str, String)> {
     vec![
         ("listen", d(&a.listen)),
         ("tls_listen", d(&a.tls_listen)),
+        ("accept_proxy_protocol", d(&a.accept_proxy_protocol)),
         ("workers", d(&a.workers)),
         ("pin", d(&a.pin)),
         ("backlog", d(&a.backlog)),

@@ -9,6 +9,7 @@ use crate::conn::Conn;
 use crate::ctx::WorkerCtx;
 use crate::h2::relay::StreamRelay;
 use crate::h2::H2Conn;
+use crate::proxied::{AwaitingHeader, HeaderRead};
 use crate::proxy::downstream::Downstream;
 use crate::transport::Transport;
 use crate::wait::Wait;
@@ -19,9 +20,14 @@ use mio::Token;
 // would add a pointer chase to every event); HTTP/2's state is large and boxed.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Connection {
+    /// On a `proxy_protocol` listener, from a balancer: its PROXY header is awaited
+    /// ([`crate::proxied`]); HTTP/1.1 (over TLS or not) follows.
+    Awaiting(Box<AwaitingHeader>),
     H1(Conn),
     H2(Box<H2Conn>),
-    /// Only while [`Connection::switch`] moves the transport from one protocol to the other.
+    /// Only while [`Connection::switch`] moves the transport from one protocol to the other;
+    /// and a connection refused before it started (its PROXY header bad, missing or late),
+    /// which the worker then removes as closed.
     Switching,
 }
 
@@ -37,6 +43,39 @@ impl Connection {
         Self::H1(Conn::new(io, peer, now, first_deadline))
     }
 
+    /// A connection from a balancer whose PROXY header must come first.
+    pub(crate) fn awaiting_header(header: AwaitingHeader) -> Self {
+        Self::Awaiting(Box::new(header))
+    }
+
+    /// Reads the PROXY header if it is all there; once it is, the connection starts as
+    /// HTTP/1.1 and is driven at once (what followed the header may already be readable, and
+    /// edge-triggered epoll will not say so again).
+    fn header_arrived(&mut self, ctx: &mut WorkerCtx<'_>, read_closed: bool) {
+        let Self::Awaiting(a) = self else {
+            return;
+        };
+        match a.read(ctx.cfg) {
+            HeaderRead::Waiting => {}
+            HeaderRead::Refused => {
+                if let Some(sock) = a.socket() {
+                    let _ = ctx.registry.deregister(sock);
+                }
+                *self = Self::Switching;
+            }
+            HeaderRead::Ready {
+                io,
+                client,
+                first_deadline,
+            } => {
+                let mut conn = Conn::new(io, client, ctx.now, first_deadline);
+                conn.on_event(ctx, true, read_closed, true);
+                *self = Self::H1(conn);
+                self.switch(ctx);
+            }
+        }
+    }
+
     /// Handles a readiness event; a connection found to speak HTTP/2 switches here.
     pub(crate) fn on_event(
         &mut self,
@@ -46,6 +85,11 @@ impl Connection {
         writable: bool,
     ) {
         match self {
+            Self::Awaiting(_) => {
+                if readable || read_closed {
+                    self.header_arrived(ctx, read_closed);
+                }
+            }
             Self::H1(c) => {
                 c.on_event(ctx, readable, read_closed, writable);
                 self.switch(ctx);
@@ -63,7 +107,7 @@ impl Connection {
                 self.switch(ctx);
             }
             Self::H2(c) => c.drive(ctx),
-            Self::Switching => {}
+            Self::Awaiting(_) | Self::Switching => {}
         }
     }
 
@@ -84,6 +128,7 @@ impl Connection {
         match self {
             Self::H1(c) => c.closed,
             Self::H2(c) => c.closed,
+            Self::Awaiting(_) => false,
             Self::Switching => true,
         }
     }
@@ -92,6 +137,7 @@ impl Connection {
         match self {
             Self::H1(c) => c.deadline,
             Self::H2(c) => c.deadline,
+            Self::Awaiting(a) => a.deadline,
             Self::Switching => Instant::now(),
         }
     }
@@ -101,7 +147,7 @@ impl Connection {
         match self {
             Self::H1(c) => c.wait == Wait::Idle && c.is_idle(),
             Self::H2(c) => c.wait == Wait::Idle && c.is_idle(),
-            Self::Switching => false,
+            Self::Awaiting(_) | Self::Switching => false,
         }
     }
 
@@ -110,6 +156,13 @@ impl Connection {
         match self {
             Self::H1(c) => c.expire(ctx),
             Self::H2(c) => c.expire(ctx),
+            Self::Awaiting(a) => {
+                tracing::debug!("connection closed: its PROXY header did not come in time");
+                if let Some(sock) = a.socket() {
+                    let _ = ctx.registry.deregister(sock);
+                }
+                *self = Self::Switching;
+            }
             Self::Switching => {}
         }
     }
@@ -124,6 +177,8 @@ impl Connection {
                 }
             }
             Self::H2(c) => c.drive(ctx),
+            // Nothing was asked yet: the balancer retries elsewhere.
+            Self::Awaiting(_) => self.expire(ctx),
             Self::Switching => {}
         }
     }
@@ -136,7 +191,7 @@ impl Connection {
         match self {
             Self::H1(c) => c.take_upload_wake().map(|t| (t, 0)),
             Self::H2(c) => c.take_upload_wake(),
-            Self::Switching => None,
+            Self::Awaiting(_) | Self::Switching => None,
         }
     }
 
@@ -151,7 +206,7 @@ impl Connection {
                 }
             }
             Self::H2(c) => c.relays_below(low, out),
-            Self::Switching => {}
+            Self::Awaiting(_) | Self::Switching => {}
         }
     }
 
@@ -172,7 +227,7 @@ impl Connection {
                 conn: c,
                 id: stream,
             })),
-            Self::H1(_) | Self::H2(_) | Self::Switching => f(None),
+            Self::Awaiting(_) | Self::H1(_) | Self::H2(_) | Self::Switching => f(None),
         }
     }
 }

@@ -39,10 +39,13 @@ pub enum ServerError {
 /// A server whose sockets are bound; [`Server::start`] starts its workers.
 pub struct Server {
     cfg: Arc<ServerConfig>,
-    listeners: Vec<Vec<std::net::TcpListener>>,
+    /// Each worker's sockets, with the index of the address each listens on.
+    listeners: Vec<Vec<(usize, std::net::TcpListener)>>,
     addrs: Vec<SocketAddr>,
     /// The first `plain_count` addresses are in clear, the rest TLS.
     plain_count: usize,
+    /// For each address, whether connections from a balancer start with a PROXY header.
+    proxy_protocol: Vec<bool>,
     service: Service,
     /// The QUIC sockets (one per worker), when `--h3-listen` is given.
     quic: Option<crate::quic::Bound>,
@@ -55,6 +58,20 @@ impl Server {
     /// [`ServerError::Bind`] when an address cannot be bound; [`ServerError::Config`] for zero
     /// workers or no address.
     pub fn bind(cfg: ServerConfig, service: Service) -> Result<Self, ServerError> {
+        Self::bind_inherited(cfg, service, Vec::new())
+    }
+
+    /// [`Server::bind`], taking the listening sockets this process was handed
+    /// ([`crate::inherit`]) for the addresses they are bound to, and binding the others.
+    ///
+    /// # Errors
+    /// As [`Server::bind`]; [`ServerError::Config`] for a handed-over socket that no address
+    /// uses.
+    pub fn bind_inherited(
+        cfg: ServerConfig,
+        service: Service,
+        inherited: Vec<crate::inherit::InheritedSocket>,
+    ) -> Result<Self, ServerError> {
         if cfg.workers == 0 {
             return Err(ServerError::Config("--workers must be at least 1".into()));
         }
@@ -67,9 +84,31 @@ impl Server {
             ));
         }
         let all: Vec<SocketAddr> = cfg.listen.iter().chain(&cfg.tls_listen).copied().collect();
-        let (listeners, addrs) = listener::bind_all(&all, cfg.workers, cfg.backlog)
+        let mut handed = Vec::new();
+        let mut handed_udp = Vec::new();
+        for sock in inherited {
+            if sock.kind == crate::inherit::Kind::Quic {
+                handed_udp.push(sock);
+            } else {
+                handed.push(std::net::TcpListener::from(sock.fd));
+            }
+        }
+        let (listeners, addrs) = listener::bind_all(&all, cfg.workers, cfg.backlog, &mut handed)
             .map_err(|(addr, source)| ServerError::Bind { addr, source })?;
+        if let Some(unused) = handed.first() {
+            return Err(ServerError::Config(format!(
+                "a socket handed over on {} is not a listen address: give it as --listen or --tls-listen, or name it http or https (FileDescriptorName=)",
+                unused.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string())
+            )));
+        }
         let plain_count = cfg.listen.len();
+        let pp = &cfg.proxy_protocol;
+        let proxy_protocol = cfg
+            .listen
+            .iter()
+            .map(|a| pp.clear.contains(a))
+            .chain(cfg.tls_listen.iter().map(|a| pp.tls.contains(a)))
+            .collect();
         let quic = match (&cfg.quic, &cfg.tls) {
             (None, _) => None,
             (Some(_), None) => {
@@ -85,14 +124,25 @@ impl Server {
                 let rustls = tls
                     .quic_config(&crate::h3::alpn())
                     .map_err(|e| ServerError::Config(format!("--h3-listen: {e}")))?;
-                Some(crate::quic::bind(&q, cfg.workers, rustls)?)
+                let handed = std::mem::take(&mut handed_udp)
+                    .into_iter()
+                    .map(|s| std::net::UdpSocket::from(s.fd))
+                    .collect();
+                Some(crate::quic::bind(&q, cfg.workers, rustls, handed)?)
             }
         };
+        if let Some(unused) = handed_udp.first() {
+            return Err(ServerError::Config(format!(
+                "a UDP socket handed over on {} is not the --h3-listen address",
+                unused.addr
+            )));
+        }
         Ok(Self {
             cfg: Arc::new(cfg),
             listeners,
             addrs,
             plain_count,
+            proxy_protocol,
             service,
             quic,
         })
@@ -149,10 +199,10 @@ impl Server {
                 poll,
                 listeners: listeners
                     .into_iter()
-                    .enumerate()
                     .map(|(i, sock)| worker::Listener {
                         sock: mio::net::TcpListener::from_std(sock),
                         tls: i >= self.plain_count,
+                        proxy_protocol: self.proxy_protocol[i],
                     })
                     .collect(),
                 shutdown: Arc::clone(&shutdown),

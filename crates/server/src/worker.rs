@@ -23,10 +23,10 @@ use crate::config::ServerConfig;
 use crate::ctx::WorkerCtx;
 use crate::pool::BufferPool;
 use crate::proto::Connection;
+use crate::proxied::AwaitingHeader;
 use crate::proxy::engine::{is_upstream, Readiness, Upstreams};
 use crate::quic::QuicWorker;
 use crate::router::Router;
-use crate::transport::Transport;
 
 /// Token of the waker that announces shutdown.
 pub(crate) const WAKER: Token = Token(usize::MAX - 1);
@@ -37,10 +37,12 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from epoll per wait.
 const EVENTS_CAPACITY: usize = 1024;
 
-/// A listening socket and whether what it accepts speaks TLS.
+/// A listening socket, whether what it accepts speaks TLS, and whether connections from a
+/// balancer start with a PROXY header.
 pub(crate) struct Listener {
     pub(crate) sock: TcpListener,
     pub(crate) tls: bool,
+    pub(crate) proxy_protocol: bool,
 }
 
 /// A worker, ready to run on its own thread.
@@ -447,18 +449,20 @@ fn accept_all(
                 {
                     continue;
                 }
-                let (io, first_deadline) = match (&cfg.tls, listener.tls) {
-                    (Some(tls), true) => match tls.accept() {
-                        Ok(session) => (Transport::tls(stream, session), cfg.tls_handshake_timeout),
-                        Err(_) => {
-                            let _ = registry.deregister(&mut stream);
-                            continue;
-                        }
-                    },
-                    _ => (Transport::Plain(stream), cfg.keepalive_timeout),
+                counters.accepted += 1;
+                // One branch per connection, and only a listener marked for it looks further.
+                if listener.proxy_protocol && cfg.proxy_protocol.expected_from(peer.ip()) {
+                    let deadline = now + cfg.header_timeout;
+                    let header = AwaitingHeader::new(stream, peer, listener.tls, deadline);
+                    entry.insert(Connection::awaiting_header(header));
+                    continue;
+                }
+                let Some((io, first_deadline)) =
+                    crate::proxied::transport(cfg, stream, listener.tls)
+                else {
+                    continue;
                 };
                 entry.insert(Connection::accepted(io, peer, now, first_deadline));
-                counters.accepted += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
             Err(e) => match e.raw_os_error() {

@@ -42,15 +42,31 @@ pub(crate) struct Offload {
 /// Binds `workers` UDP sockets to `addr` (port 0: the port the first got), non-blocking,
 /// `SO_REUSEPORT`, and turns on what `batching` allows of GSO and GRO. Returns the sockets, the
 /// address bound and what offload each has (the same for all: one kernel).
+///
+/// Sockets handed over for `addr` (socket activation, an upgrade) come first, one per worker;
+/// workers beyond them bind a socket of their own into the same `SO_REUSEPORT` group (a
+/// systemd socket needs `ReusePort=yes` for that). Handed-over sockets beyond the workers are
+/// closed: a UDP socket of the group that nobody reads would only lose the datagrams hashed to
+/// it, and once closed the kernel hashes over the others.
 pub(crate) fn bind_all(
     addr: SocketAddr,
     workers: usize,
     batching: bool,
+    handed: Vec<std::net::UdpSocket>,
 ) -> io::Result<(Vec<std::net::UdpSocket>, SocketAddr, Offload)> {
-    let first = bind(addr)?;
-    let actual = first.local_addr()?;
-    let mut socks = vec![first];
-    for _ in 1..workers {
+    let mut socks: Vec<std::net::UdpSocket> = handed
+        .into_iter()
+        .filter(|s| s.local_addr().ok() == Some(addr))
+        .take(workers)
+        .collect();
+    for s in &socks {
+        s.set_nonblocking(true)?;
+    }
+    if socks.is_empty() {
+        socks.push(bind(addr)?);
+    }
+    let actual = socks[0].local_addr()?;
+    while socks.len() < workers {
         socks.push(bind(actual)?);
     }
     let offload = if batching {
