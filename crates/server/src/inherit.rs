@@ -34,6 +34,10 @@ pub enum Kind {
     Stream,
     /// A UDP socket (QUIC, HTTP/3), whatever its name: UDP carries nothing else here.
     Quic,
+    /// The `--metrics` listener (named `metrics`), handed over on USR2.
+    Metrics,
+    /// The `--health` listener (named `health`), likewise.
+    Health,
 }
 
 /// One handed-over socket.
@@ -132,6 +136,8 @@ fn take(fd: RawFd, name: String) -> Result<InheritedSocket, InheritError> {
         match name.as_str() {
             "https" | "tls" => Kind::Tls,
             "http" | "clear" => Kind::Clear,
+            "metrics" => Kind::Metrics,
+            "health" => Kind::Health,
             _ => Kind::Stream,
         }
     } else {

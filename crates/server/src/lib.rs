@@ -55,6 +55,9 @@
 //!   php-fpm over FastCGI.
 //! - [`settings`]: the flags and the config file, parsed and checked; the service built from
 //!   them. Nothing it builds on (workers, protocols, handlers) imports it back.
+//! - [`upgrade`]: `kill -USR2`: the binary started again with every listening socket handed
+//!   over, and its readiness awaited before this process drains.
+//! - [`health`]: the probe endpoint (`--health`): ok, or draining once shutdown begins.
 //! - [`cli`]: running `lowlat serve`: settings in, server started, signals handled.
 
 pub mod access_log;
@@ -75,6 +78,7 @@ pub mod guard;
 pub mod h2;
 pub mod h3;
 pub mod handler;
+pub mod health;
 pub mod incoming;
 pub mod inherit;
 mod listener;
@@ -94,6 +98,7 @@ pub mod settings;
 pub mod template;
 pub mod tls;
 mod transport;
+pub mod upgrade;
 mod wait;
 mod worker;
 

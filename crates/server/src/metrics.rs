@@ -529,7 +529,14 @@ fn process(s: &mut String) {
 /// # Errors
 /// When the address cannot be bound.
 pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
+    serve_on(TcpListener::bind(addr)?, registry)
+}
+
+/// [`serve`] on a listener already bound (handed over at start).
+///
+/// # Errors
+/// When the listener's address cannot be read or the thread cannot be started.
+pub fn serve_on(listener: TcpListener, registry: Arc<Registry>) -> std::io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
     std::thread::Builder::new()
         .name("lowlat-metrics".into())

@@ -15,6 +15,10 @@ use crate::transport::Transport;
 use crate::wait::Wait;
 use mio::Token;
 
+/// How long an HTTP/1.1 connection must have been idle for shutdown to close it (see
+/// [`Connection::shut_down`]); shutdown's sweeps look again at least every second.
+const DRAIN_IDLE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A client connection, in the protocol it speaks.
 // The worker's slab holds these by value: HTTP/1.1, the common case, stays inline (boxing it
 // would add a pointer chase to every event); HTTP/2's state is large and boxed.
@@ -172,7 +176,15 @@ impl Connection {
     pub(crate) fn shut_down(&mut self, ctx: &mut WorkerCtx<'_>) {
         match self {
             Self::H1(c) => {
-                if c.wait == Wait::Idle && c.is_idle() {
+                // Handing over to a new process, an idle keep-alive connection closes once it
+                // has been idle a while: a client that just had its answer may be sending the
+                // next request this very moment, and closing under it would lose that request.
+                // Until then its next answer says `Connection: close`; one idle for
+                // `DRAIN_IDLE` is not that client. A plain shutdown closes idle ones at once.
+                let idle_since = c.deadline.checked_sub(ctx.cfg.keepalive_timeout);
+                let long_idle =
+                    !ctx.handing_over || idle_since.is_none_or(|t| ctx.now >= t + DRAIN_IDLE);
+                if c.wait == Wait::Idle && c.is_idle() && long_idle {
                     c.expire(ctx);
                 }
             }

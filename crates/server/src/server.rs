@@ -89,6 +89,11 @@ impl Server {
         for sock in inherited {
             if sock.kind == crate::inherit::Kind::Quic {
                 handed_udp.push(sock);
+            } else if matches!(
+                sock.kind,
+                crate::inherit::Kind::Metrics | crate::inherit::Kind::Health
+            ) {
+                // The CLI's listeners, not the workers'.
             } else {
                 handed.push(std::net::TcpListener::from(sock.fd));
             }
@@ -172,6 +177,7 @@ impl Server {
     /// When a worker thread or its event loop cannot be created.
     pub fn start(self) -> Result<Running, ServerError> {
         let shutdown = Arc::new(AtomicBool::new(false));
+        let handing_over = Arc::new(AtomicBool::new(false));
         let slot = Arc::new(ServiceSlot::new(Arc::clone(&self.service)));
         let cpus = allowed_cpus();
         let mut wakers = Vec::new();
@@ -186,6 +192,25 @@ impl Server {
             }
             None => (Vec::new(), None),
         };
+        // What a USR2 hands to the new process: every socket, whichever worker holds it (the
+        // workers keep them open until they stop accepting, which is after the hand-over).
+        let mut handover: Vec<crate::upgrade::HandedSocket> = Vec::new();
+        for (i, sock) in self.listeners.iter().flatten() {
+            handover.push(crate::upgrade::HandedSocket {
+                fd: std::os::fd::AsRawFd::as_raw_fd(sock),
+                name: if *i >= self.plain_count {
+                    "https"
+                } else {
+                    "http"
+                },
+            });
+        }
+        for sock in quic_sockets.iter().flatten() {
+            handover.push(crate::upgrade::HandedSocket {
+                fd: std::os::fd::AsRawFd::as_raw_fd(sock),
+                name: "quic",
+            });
+        }
         for (index, listeners) in self.listeners.into_iter().enumerate() {
             let poll = mio::Poll::new().map_err(ServerError::Worker)?;
             let waker = Arc::new(
@@ -206,6 +231,7 @@ impl Server {
                     })
                     .collect(),
                 shutdown: Arc::clone(&shutdown),
+                handing_over: Arc::clone(&handing_over),
                 services: Arc::clone(&slot),
                 quic: quic_sockets
                     .get_mut(index)
@@ -231,6 +257,7 @@ impl Server {
             threads.push(thread);
         }
         Ok(Running {
+            handover,
             h3_addr,
             addrs: self.addrs,
             plain_count: self.plain_count,
@@ -240,6 +267,7 @@ impl Server {
             },
             shutdown: ShutdownHandle {
                 flag: shutdown,
+                handing_over,
                 wakers,
             },
             threads,
@@ -273,6 +301,7 @@ impl ReloadHandle {
 #[derive(Clone)]
 pub struct ShutdownHandle {
     flag: Arc<AtomicBool>,
+    handing_over: Arc<AtomicBool>,
     wakers: Vec<Arc<mio::Waker>>,
 }
 
@@ -285,10 +314,22 @@ impl ShutdownHandle {
             let _ = waker.wake();
         }
     }
+
+    /// [`ShutdownHandle::shutdown`] once a new process serves the same sockets (USR2): the
+    /// clients are let go gently, since they have somewhere to go — HTTP/2 gets RFC 9113
+    /// §6.8's two GOAWAYs a round trip apart, so that no stream crossing them is refused, and
+    /// an idle HTTP/1.1 keep-alive connection closes only once idle half a second (its next
+    /// answer says `Connection: close`), so that no request sent as it closes is lost.
+    pub fn hand_over(&self) {
+        self.handing_over.store(true, Ordering::Release);
+        self.shutdown();
+    }
 }
 
 /// A started server.
 pub struct Running {
+    /// Every listening socket, for a USR2 to hand over.
+    handover: Vec<crate::upgrade::HandedSocket>,
     h3_addr: Option<SocketAddr>,
     addrs: Vec<SocketAddr>,
     plain_count: usize,
@@ -314,6 +355,12 @@ impl Running {
     #[must_use]
     pub fn h3_addr(&self) -> Option<SocketAddr> {
         self.h3_addr
+    }
+
+    /// Every listening socket (TCP and UDP), named by what it carries, for a binary upgrade.
+    #[must_use]
+    pub fn handover(&self) -> &[crate::upgrade::HandedSocket] {
+        &self.handover
     }
 
     /// A handle that starts a graceful shutdown.

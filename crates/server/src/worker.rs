@@ -52,6 +52,8 @@ pub(crate) struct Worker {
     pub(crate) poll: Poll,
     pub(crate) listeners: Vec<Listener>,
     pub(crate) shutdown: Arc<AtomicBool>,
+    /// Set with `shutdown` when a new process takes over (USR2).
+    pub(crate) handing_over: Arc<AtomicBool>,
     /// The service to build the router from, replaced on reload.
     pub(crate) services: Arc<crate::service::ServiceSlot>,
     /// This worker's QUIC socket and what its endpoint is built from (`--h3-listen`).
@@ -121,6 +123,7 @@ impl Worker {
         let mut accept_paused = false;
         let mut accept_retry_at: Option<Instant> = None;
         let mut shutting_down = false;
+        let mut handing_over = false;
         let mut grace_deadline = None;
         // The router was built from generation 0; a reload before this thread started shows.
         let mut generation = 0;
@@ -148,6 +151,7 @@ impl Worker {
                     now: $now,
                     timed,
                     shutting_down: $shutting_down,
+                    handing_over,
                 }
             };
         }
@@ -189,6 +193,7 @@ impl Worker {
 
             if !shutting_down && self.shutdown.load(Ordering::Acquire) {
                 shutting_down = true;
+                handing_over = self.handing_over.load(Ordering::Acquire);
                 grace_deadline = Some(now + cfg.grace);
                 for l in &mut self.listeners {
                     let _ = self.poll.registry().deregister(&mut l.sock);

@@ -88,6 +88,17 @@ pub struct ServeArgs {
     /// default)
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// Answer load balancers' and orchestrators' probes at http://ADDR:PORT/health: 200 ok, or
+    /// 503 draining once shutdown begins (a listener of its own; off by default)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub health: Option<SocketAddr>,
+    /// On SIGTERM/SIGINT, keep accepting this long while /health says draining, so that
+    /// balancers stop sending first; then stop accepting and drain (--grace)
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = lowlat_http::units::parse_duration)]
+    pub shutdown_delay: Duration,
+    /// Write the process id to this file (rewritten by the new process after a USR2 upgrade)
+    #[arg(long, value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
     /// Log every request to this file (off by default; SIGUSR1 reopens it)
     #[arg(long, value_name = "PATH")]
     pub access_log: Option<PathBuf>,
