@@ -382,3 +382,55 @@ fn marked_listener_needs_networks() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("proxy_protocl"));
 }
+
+/// Out: a lowlat in front sends v1 or v2 to an upstream that expects it (here another lowlat
+/// reading PROXY headers), which then logs the client, not the proxy. v1 by the flag, v2 by an
+/// `[[upstream]]` table's key.
+#[test]
+fn proxy_sends_the_header_to_its_upstream() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let recorder = Recorder::start();
+    let inner = serve("127.0.0.1/32", recorder.addr, &log, &pki);
+
+    let v1 = Served::start([
+        "--proxy".to_owned(),
+        format!("/up/=http://{}", inner.addr),
+        "--proxy-send-proxy-protocol".to_owned(),
+        "v1".to_owned(),
+    ]);
+    let config = dir.path().join("front.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "proxy = [\"/up/=inner\"]\n[[upstream]]\nname = \"inner\"\nservers = [\"http://{}\"]\nsend_proxy_protocol = \"v2\"\n",
+            inner.addr
+        ),
+    )
+    .unwrap();
+    let v2 = Served::start(["--config".to_owned(), config.display().to_string()]);
+    for (front, name) in [(&v1, "out-v1"), (&v2, "out-v2")] {
+        for i in 0..2 {
+            let path = format!("/up/{name}-{i}");
+            let answer = get_from_client(front.port(), &path);
+            assert!(answer.starts_with("HTTP/1.1 200"), "{name}: {answer}");
+            let logged = wait_for_log(&log, &path);
+            assert!(
+                logged.contains(&format!("{CLIENT} {path} 200")),
+                "{name}: {logged}"
+            );
+        }
+    }
+    // A bad version is one line at start.
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--proxy-send-proxy-protocol",
+            "v3",
+            "--check-config",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}

@@ -361,7 +361,8 @@ mod tests {
     /// it (an answer from 127.0.0.1, the route's choice, it would drop).
     #[test]
     fn answers_leave_from_the_address_asked() {
-        let (socks, addr, _) = bind_all("0.0.0.0:0".parse().unwrap(), 1, false).unwrap();
+        let (socks, addr, _) =
+            bind_all("0.0.0.0:0".parse().unwrap(), 1, false, Vec::new()).unwrap();
         let server = &socks[0];
         let to: SocketAddr = SocketAddr::from(([127, 0, 0, 2], addr.port()));
         let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -393,7 +394,8 @@ mod tests {
     /// segment size is the datagram size (GRO on); either way the bytes and sizes match.
     #[test]
     fn gso_batch_round_trips() {
-        let (socks, addr, offload) = bind_all("127.0.0.1:0".parse().unwrap(), 1, true).unwrap();
+        let (socks, addr, offload) =
+            bind_all("127.0.0.1:0".parse().unwrap(), 1, true, Vec::new()).unwrap();
         let rx = &socks[0];
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
