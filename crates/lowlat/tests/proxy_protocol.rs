@@ -180,6 +180,8 @@ fn serve(trusted: &str, upstream: SocketAddr, log: &Path, pki: &Pki) -> Served {
         trusted,
         "--header-timeout",
         "1s",
+        "--metrics",
+        "127.0.0.1:0",
         "--access-log-format",
         "$remote_addr $request_uri $status",
         "--proxy",
@@ -333,6 +335,24 @@ fn missing_or_garbage_headers_close_the_connection() {
     let _ = s.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(upstream.last_forwarded_for(), "127.0.0.1");
+    // Every refusal counted: 8 cases on two listeners, and the late one.
+    let log = served.log();
+    let metrics = log
+        .lines()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .expect("a metrics line")
+        .to_owned();
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = support::curl(&["-s", &format!("http://{metrics}/metrics")]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("lowlat_proxy_protocol_refused_total 17\n") {
+            break;
+        }
+        assert!(Instant::now() < until, "{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     served.stop();
 }
 

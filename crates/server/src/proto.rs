@@ -62,6 +62,7 @@ impl Connection {
         match a.read(ctx.cfg) {
             HeaderRead::Waiting => {}
             HeaderRead::Refused => {
+                ctx.counters.proxy_protocol_refused += 1;
                 if let Some(sock) = a.socket() {
                     let _ = ctx.registry.deregister(sock);
                 }
@@ -162,6 +163,7 @@ impl Connection {
             Self::H2(c) => c.expire(ctx),
             Self::Awaiting(a) => {
                 tracing::debug!("connection closed: its PROXY header did not come in time");
+                ctx.counters.proxy_protocol_refused += 1;
                 if let Some(sock) = a.socket() {
                     let _ = ctx.registry.deregister(sock);
                 }
