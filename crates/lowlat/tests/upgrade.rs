@@ -215,19 +215,19 @@ fn ten_upgrades_under_load() {
     let url = format!("http://127.0.0.1:{http}/plaintext");
     let tls_url = format!("https://127.0.0.1:{https}/plaintext");
     let loads = vec![
-        ("keep-alive", lowlat_load(&["-c", "8", "-d", "6s", &url])),
+        ("keep-alive", lowlat_load(&["-c", "8", "-d", "8s", &url])),
         (
             "new connections",
-            lowlat_load(&["-c", "4", "-d", "6s", "--no-keepalive", &url]),
+            lowlat_load(&["-c", "4", "-d", "8s", "--no-keepalive", &url]),
         ),
-        ("tls", lowlat_load(&["-c", "4", "-d", "6s", "-k", &tls_url])),
+        ("tls", lowlat_load(&["-c", "4", "-d", "8s", "-k", &tls_url])),
         (
             "h2",
-            lowlat_load(&["-c", "4", "-m", "4", "-d", "6s", "--h2", "-k", &tls_url]),
+            lowlat_load(&["-c", "4", "-m", "4", "-d", "8s", "--h2", "-k", &tls_url]),
         ),
     ];
     let h2load = Command::new("h2load")
-        .args(["-D", "6", "-c", "4", "-m", "4", &tls_url])
+        .args(["-D", "8", "-c", "4", "-m", "4", &tls_url])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
