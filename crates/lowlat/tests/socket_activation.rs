@@ -158,3 +158,69 @@ fn variables_for_someone_else_or_wrong() {
         "{err}"
     );
 }
+
+/// HTTP/3 on a handed-over UDP socket: a TLS socket named `https` and a UDP one on the same
+/// port, no listen flag at all; `lowlat load --h3` is answered on it.
+#[test]
+fn quic_socket_handed_over() {
+    let pki = lowlat_testkit::pki::Pki::new();
+    let cert = pki.leaf(
+        "sa",
+        &["localhost"],
+        lowlat_testkit::pki::KeyKind::EcdsaP256,
+    );
+    let tls = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = tls.local_addr().unwrap().port();
+    // SO_REUSEPORT, as a .socket unit's ReusePort=yes: each further worker binds its own.
+    let udp = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    udp.set_reuse_port(true).unwrap();
+    let at: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    udp.bind(&at.into()).unwrap();
+    let udp: std::net::UdpSocket = udp.into();
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
+        .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
+        .arg(BIN)
+        .args(["serve", "--workers", "2", "--cert"])
+        .arg(&cert.cert)
+        .arg("--key")
+        .arg(&cert.key)
+        .env("LISTEN_FDS", "2")
+        .env("LISTEN_FDNAMES", "https:quic");
+    let fds = [tls.as_raw_fd(), udp.as_raw_fd()];
+    // SAFETY: fcntl and dup2 only, as in `listen_fds_from_a_launcher`.
+    unsafe {
+        sh.pre_exec(move || {
+            let mut high = [0; 2];
+            for (i, fd) in fds.iter().enumerate() {
+                high[i] = libc::fcntl(*fd, libc::F_DUPFD, 100);
+                if high[i] < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (target, fd) in (3..).zip(high) {
+                if libc::dup2(fd, target) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let (mut child, _stderr, banner) = support::spawn_serve(sh);
+    drop((tls, udp));
+    assert!(
+        banner.contains(&format!("h3://127.0.0.1:{port}")),
+        "{banner}"
+    );
+    let out = Command::new(BIN)
+        .args(["load", "--h3", "-k", "-n", "20", "-c", "2", "--json", "-q"])
+        .arg(format!("https://127.0.0.1:{port}/plaintext"))
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(report["responses"], 20, "{report}");
+    assert_eq!(report["errors"]["total"], 0, "{report}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

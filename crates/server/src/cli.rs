@@ -196,7 +196,9 @@ fn listen_on_inherited(args: &mut ServeArgs, inherited: &[crate::inherit::Inheri
     let named = |list: &[ListenAddr], addr| list.iter().any(|l| l.addrs.contains(&addr));
     for sock in inherited {
         let addr = sock.addr;
-        if named(&args.listen, addr) || named(&args.tls_listen, addr) {
+        // A UDP socket may share its address with a TCP one (HTTP/3 beside TLS on 443).
+        let tcp = !matches!(sock.kind, Kind::Quic);
+        if tcp && (named(&args.listen, addr) || named(&args.tls_listen, addr)) {
             continue;
         }
         let entry = ListenAddr {

@@ -66,8 +66,18 @@ pub(crate) fn bind_all(
         socks.push(bind(addr)?);
     }
     let actual = socks[0].local_addr()?;
+    let handed = socks.len();
     while socks.len() < workers {
-        socks.push(bind(actual)?);
+        socks.push(bind(actual).map_err(|e| {
+            if handed > 0 && e.kind() == io::ErrorKind::AddrInUse {
+                io::Error::new(
+                    e.kind(),
+                    format!("{e}: the UDP socket handed over has no SO_REUSEPORT (systemd: ReusePort=yes), which each further worker's socket needs"),
+                )
+            } else {
+                e
+            }
+        })?);
     }
     let offload = if batching {
         detect(&socks[0])
