@@ -40,8 +40,24 @@ fn health_addr(served: &Served) -> SocketAddr {
 /// ok, then draining for the shutdown delay while requests are still served, then gone.
 #[test]
 fn draining_before_the_listeners_close() {
-    let served = Served::start(["--health", "127.0.0.1:0", "--shutdown-delay", "1500ms"]);
+    let served = Served::start([
+        "--health",
+        "127.0.0.1:0",
+        "--shutdown-delay",
+        "1500ms",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
     let health = health_addr(&served);
+    let metrics: SocketAddr = served
+        .log()
+        .lines()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .expect("a metrics line")
+        .parse()
+        .unwrap();
+    assert!(get(metrics, "/health").ends_with("ok\n"));
     let ok = get(health, "/health");
     assert!(
         ok.starts_with("HTTP/1.1 200") && ok.ends_with("ok\n"),
@@ -55,6 +71,7 @@ fn draining_before_the_listeners_close() {
         let probe = get(health, "/health");
         if probe.starts_with("HTTP/1.1 503") {
             assert!(probe.ends_with("draining\n"), "{probe}");
+            assert!(get(metrics, "/health").ends_with("draining\n"));
             break;
         }
         assert!(Instant::now() < until, "still {probe}");

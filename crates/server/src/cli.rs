@@ -279,17 +279,18 @@ fn serve_with(
         signal_hook::consts::SIGUSR2,
     ])
     .map_err(ServerError::Signals)?;
+    // What /health reports, on its own listener and on the metrics one.
+    let health = Arc::new(crate::health::Health::default());
     // The CLI's own listeners, kept (as duplicates) for a USR2 to hand over.
     let mut side: Vec<(std::net::TcpListener, &'static str)> = Vec::new();
     if let (Some(addr), Some(registry)) = (args.metrics, registry.clone()) {
         let (listener, kept) = side_listener(handed_metrics, addr)
             .map_err(|source| ServerError::MetricsBind { addr, source })?;
-        let bound = crate::metrics::serve_on(listener, registry)
+        let bound = crate::metrics::serve_on(listener, registry, Some(Arc::clone(&health)))
             .map_err(|source| ServerError::MetricsBind { addr, source })?;
         side.push((kept, "metrics"));
         tracing::info!("metrics on http://{bound}/metrics");
     }
-    let health = Arc::new(crate::health::Health::default());
     if let Some(addr) = args.health {
         let (listener, kept) = side_listener(handed_health, addr)
             .map_err(|source| ServerError::Bind { addr, source })?;

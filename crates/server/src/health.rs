@@ -1,5 +1,6 @@
 //! The health endpoint for a balancer's or an orchestrator's probes (`--health ADDR:PORT`): a
-//! listener of its own, so that it can be exposed to the balancer while `--metrics` is not,
+//! listener of its own, so that it can be exposed to the balancer while `--metrics` is not
+//! (the metrics listener answers `/health` too, for probes that reach it),
 //! answering `GET /health` with `200 ok` — or `503 draining` from the moment shutdown begins,
 //! so that the balancer stops sending new connections before lowlat stops accepting them
 //! (`--shutdown-delay` is how long it waits for that). A binary upgrade is not a shutdown:
@@ -29,6 +30,16 @@ impl Health {
     #[must_use]
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
+    }
+
+    /// A probe's status line and body.
+    #[must_use]
+    pub fn answer(&self) -> (&'static str, &'static str) {
+        if self.is_draining() {
+            ("503 Service Unavailable", "draining\n")
+        } else {
+            ("200 OK", "ok\n")
+        }
     }
 }
 
@@ -61,10 +72,10 @@ fn answer(mut conn: TcpStream, health: &Health) {
     }
     let head = &buf[..len];
     let probe = head.starts_with(b"GET /health ") || head.starts_with(b"HEAD /health ");
-    let (status, body) = match (probe, health.is_draining()) {
-        (true, false) => ("200 OK", "ok\n"),
-        (true, true) => ("503 Service Unavailable", "draining\n"),
-        (false, _) => ("404 Not Found", "the health endpoint is GET /health\n"),
+    let (status, body) = if probe {
+        health.answer()
+    } else {
+        ("404 Not Found", "the health endpoint is GET /health\n")
     };
     let length = body.len();
     let body = if head.starts_with(b"HEAD ") { "" } else { body };

@@ -556,27 +556,33 @@ fn process(s: &mut String) {
 /// # Errors
 /// When the address cannot be bound.
 pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> std::io::Result<SocketAddr> {
-    serve_on(TcpListener::bind(addr)?, registry)
+    serve_on(TcpListener::bind(addr)?, registry, None)
 }
 
 /// [`serve`] on a listener already bound (handed over at start).
 ///
 /// # Errors
 /// When the listener's address cannot be read or the thread cannot be started.
-pub fn serve_on(listener: TcpListener, registry: Arc<Registry>) -> std::io::Result<SocketAddr> {
+/// With `health`, `GET /health` is answered there too (for probes that may reach the metrics
+/// listener; `--health` gives them one of their own).
+pub fn serve_on(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    health: Option<Arc<crate::health::Health>>,
+) -> std::io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
     std::thread::Builder::new()
         .name("lowlat-metrics".into())
         .spawn(move || {
             for conn in listener.incoming().flatten() {
-                answer(conn, &registry);
+                answer(conn, &registry, health.as_deref());
             }
         })?;
     Ok(bound)
 }
 
 /// One scrape: read a head (at most 8 KiB, 2 s), answer, close.
-fn answer(mut conn: TcpStream, registry: &Registry) {
+fn answer(mut conn: TcpStream, registry: &Registry, health: Option<&crate::health::Health>) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
     let mut buf = [0u8; 8192];
@@ -588,7 +594,11 @@ fn answer(mut conn: TcpStream, registry: &Registry) {
         }
     }
     let head = &buf[..len];
-    let (status, ctype, body) = if head.starts_with(b"GET /metrics ") {
+    let probe = head.starts_with(b"GET /health ");
+    let (status, ctype, body) = if let (true, Some(h)) = (probe, health) {
+        let (status, body) = h.answer();
+        (status, "text/plain", body.to_owned())
+    } else if head.starts_with(b"GET /metrics ") {
         (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
