@@ -454,3 +454,22 @@ fn proxy_sends_the_header_to_its_upstream() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// The simple case: `--accept-proxy-protocol` alone makes every TCP listener read the header
+/// from that network.
+#[test]
+fn the_flag_alone_applies_to_every_listener() {
+    let served = Served::start(["--accept-proxy-protocol", "127.0.0.0/8"]);
+    assert!(closed_without_answer(
+        served.addr,
+        b"GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n"
+    ));
+    let mut s = TcpStream::connect(served.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"PROXY TCP6 2001:db8::9 ::1 1234 80\r\nGET /plaintext HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.ends_with("Hello, World!"), "{answer}");
+    served.stop();
+}
