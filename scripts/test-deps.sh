@@ -18,11 +18,14 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc)
 # The proxy's upstreams run in a virtual environment (below); Debian's python3 makes one only with
 # python3-venv (ensurepip).
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
-# The benchmarks put lowlat's proxy beside HAProxy and Caddy.
+# The benchmarks put lowlat's proxy beside HAProxy and Caddy; the PROXY protocol tests put HAProxy
+# in front of lowlat.
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 command -v caddy >/dev/null 2>&1 || need+=(caddy)
 # HTTP/2 is tested with curl --http2, nghttp and h2load (Debian's nghttp2-client).
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
+# Socket activation is tested with systemd-socket-activate (Debian's systemd package).
+command -v systemd-socket-activate >/dev/null 2>&1 || need+=(systemd)
 # lowlat load --h2 is checked against h2o, the reference HTTP/2 server.
 command -v h2o >/dev/null 2>&1 || need+=(h2o)
 # h2spec, grpcurl and Pebble (below) are built with Go.

@@ -18,6 +18,7 @@
 //! - `h2_server`: HTTP/2 as a server, a whole connection against a running engine.
 //! - [`h3`]: HTTP/3 frames, QPACK's decoder, and QPACK's decode(encode(x)) == x.
 //! - [`ws`]: WebSocket frame heads.
+//! - [`proxy_protocol`]: the PROXY protocol header a balancer puts before a connection.
 //! - [`fastcgi`]: `FastCGI` records from an application, the CGI head, name-value pairs.
 //! - `config`: the config file. `templates`: `return` rules, templates, `log_format`.
 //!   `file_headers`: `Range` and conditional headers. (These four need the server crate:
@@ -34,6 +35,7 @@ pub mod h2_client;
 pub mod h2_frames;
 pub mod h3;
 pub mod hpack;
+pub mod proxy_protocol;
 pub mod ws;
 
 #[cfg(feature = "server")]
@@ -61,6 +63,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("qpack_decoder", h3::qpack_decoder),
     ("qpack_roundtrip", h3::qpack_roundtrip),
     ("ws_frames", ws::frames),
+    ("proxy_protocol", proxy_protocol::header),
     ("fastcgi_records", fastcgi::records),
     #[cfg(feature = "server")]
     ("h2_server", h2_server::check),

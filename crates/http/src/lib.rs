@@ -17,6 +17,8 @@
 //! - [`h3`]: HTTP/3 frames, QPACK, and field sections to and from heads; QUIC is the caller's.
 //! - [`client`]: the other side — parsing response heads, for the load generator.
 //! - [`fastcgi`]: FastCGI records, parameters and the CGI response head, the web server's side.
+//! - [`proxy_protocol`]: the PROXY protocol header (v1 text, v2 binary) an L4 balancer puts
+//!   before a connection's bytes, parsed and written.
 //! - [`ws`]: WebSocket frame heads (RFC 6455 §5), the client's side, for the load generator.
 //! - [`date`]: the `Date` header value, formatted at most once per second.
 //! - [`limits`]: the default size limits, each a named constant.
@@ -36,6 +38,7 @@ pub mod h3;
 pub mod head;
 pub mod limits;
 mod prefix_int;
+pub mod proxy_protocol;
 pub mod request;
 pub mod response;
 pub mod units;

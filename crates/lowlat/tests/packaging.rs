@@ -225,7 +225,8 @@ fn man_pages_name_the_guides() {
     );
 }
 
-/// The shipped unit passes `systemd-analyze verify` (with ExecStart pointed at this build).
+/// The shipped units (the service and its socket) pass `systemd-analyze verify` (with ExecStart
+/// pointed at this build).
 #[test]
 fn systemd_unit_verifies() {
     let Ok(out) = Command::new("systemd-analyze").arg("--version").output() else {
@@ -242,15 +243,25 @@ fn systemd_unit_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lowlat.service");
     std::fs::write(&path, unit.replace("/usr/local/bin/lowlat", BIN)).unwrap();
+    // The socket unit beside it (socket activation), verified with the service it starts.
+    let socket = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/systemd/lowlat.socket"
+    ))
+    .unwrap();
+    assert!(socket.contains("FileDescriptorName=http"));
+    let socket_path = dir.path().join("lowlat.socket");
+    std::fs::write(&socket_path, socket).unwrap();
     let out = Command::new("systemd-analyze")
         .arg("verify")
         .arg(&path)
+        .arg(&socket_path)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
-        !err.contains("lowlat.service:"),
-        "warnings about the unit: {err}"
+        !err.contains("lowlat.service:") && !err.contains("lowlat.socket:"),
+        "warnings about the units: {err}"
     );
 }

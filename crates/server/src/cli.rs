@@ -1,6 +1,6 @@
 //! Running `lowlat serve`: reading its settings (flags, then the config file under them),
 //! starting the server, and handling signals — SIGINT/SIGTERM (graceful shutdown), SIGHUP
-//! (reload), SIGUSR1 (reopen the access log) — with one-line errors.
+//! (reload), SIGUSR1 (reopen the access log), SIGUSR2 (binary upgrade) — with one-line errors.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -58,6 +58,17 @@ pub fn run(args: ServeArgs) -> ExitCode {
     if args.check_config {
         return check_config(args, &command_line());
     }
+    // First, while this process has one thread: the environment that hands sockets over is
+    // read and cleared.
+    let inherited = match crate::inherit::from_env() {
+        Ok(sockets) => sockets,
+        Err(e) => {
+            eprintln!("lowlat serve: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    // Likewise the descriptor a USR2 upgrade's new process reports readiness on.
+    let ready = crate::upgrade::take_ready_fd();
     let args = match &args.config {
         Some(path) => match merged(path, &command_line()) {
             Ok(mut merged) => {
@@ -74,6 +85,8 @@ pub fn run(args: ServeArgs) -> ExitCode {
         },
         None => args,
     };
+    let mut args = args;
+    listen_on_inherited(&mut args, &inherited);
     init_logging(&args);
     raise_fd_limit();
     let (service, upstreams) = match service_with_upstreams(&args) {
@@ -83,7 +96,12 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match serve_with(&args, service, upstreams) {
+    let start = Start {
+        inherited,
+        ready,
+        invocation: crate::upgrade::Invocation::current(),
+    };
+    match serve_with(&args, service, upstreams, start) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lowlat serve: {e}");
@@ -125,7 +143,80 @@ fn raise_fd_limit() {
 /// # Errors
 /// Bind failures, bad configuration, a worker that failed.
 pub fn serve(args: &ServeArgs, service: Service) -> Result<(), ServerError> {
-    serve_with(args, service, Vec::new())
+    serve_with(
+        args,
+        service,
+        Vec::new(),
+        Start {
+            inherited: Vec::new(),
+            ready: None,
+            invocation: None,
+        },
+    )
+}
+
+/// What this process was handed when it started, beyond its settings.
+struct Start {
+    /// Listening sockets (socket activation, or the previous process on USR2).
+    inherited: Vec<crate::inherit::InheritedSocket>,
+    /// Where to report that the workers run, when the previous process waits for it.
+    ready: Option<std::os::fd::OwnedFd>,
+    /// How to start this binary again on USR2.
+    invocation: Option<crate::upgrade::Invocation>,
+}
+
+/// The handed-over listener of `kind` (metrics, health), taken out of `inherited`.
+fn take_kind(
+    inherited: &mut Vec<crate::inherit::InheritedSocket>,
+    kind: crate::inherit::Kind,
+) -> Option<std::net::TcpListener> {
+    let at = inherited.iter().position(|s| s.kind == kind)?;
+    Some(std::net::TcpListener::from(inherited.swap_remove(at).fd))
+}
+
+/// A listener of the CLI's own (metrics, health): the handed-over one, or bound to `addr`; and
+/// the descriptor a USR2 hands on (a duplicate, owned here for the process's life).
+fn side_listener(
+    handed: Option<std::net::TcpListener>,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<(std::net::TcpListener, std::net::TcpListener)> {
+    let listener = match handed {
+        Some(l) if l.local_addr().ok() == Some(addr) || addr.port() == 0 => l,
+        _ => std::net::TcpListener::bind(addr)?,
+    };
+    let kept = listener.try_clone()?;
+    Ok((listener, kept))
+}
+
+/// Handed-over sockets that no listen address names are listened on as their names say
+/// (`http`, `https`, `quic`): a `.socket` unit alone can then say where lowlat listens.
+fn listen_on_inherited(args: &mut ServeArgs, inherited: &[crate::inherit::InheritedSocket]) {
+    use crate::inherit::Kind;
+    use crate::settings::ListenAddr;
+    let named = |list: &[ListenAddr], addr| list.iter().any(|l| l.addrs.contains(&addr));
+    for sock in inherited {
+        let addr = sock.addr;
+        // A UDP socket may share its address with a TCP one (HTTP/3 beside TLS on 443).
+        let tcp = !matches!(sock.kind, Kind::Quic);
+        if tcp && (named(&args.listen, addr) || named(&args.tls_listen, addr)) {
+            continue;
+        }
+        let entry = ListenAddr {
+            addrs: vec![addr],
+            proxy_protocol: false,
+        };
+        match sock.kind {
+            Kind::Clear => args.listen.push(entry),
+            Kind::Tls => args.tls_listen.push(entry),
+            Kind::Quic if args.quic.h3_listen.is_none() => {
+                args.quic.h3_listen = Some(crate::settings::quic::H3Listen {
+                    addr,
+                    port_given: true,
+                });
+            }
+            Kind::Quic | Kind::Stream | Kind::Metrics | Kind::Health => {}
+        }
+    }
 }
 
 /// [`serve`], with the reverse proxy's groups reported on `/metrics`.
@@ -133,7 +224,15 @@ fn serve_with(
     args: &ServeArgs,
     service: Service,
     upstreams: Vec<GroupView>,
+    start: Start,
 ) -> Result<(), ServerError> {
+    let Start {
+        mut inherited,
+        ready,
+        invocation,
+    } = start;
+    let handed_metrics = take_kind(&mut inherited, crate::inherit::Kind::Metrics);
+    let handed_health = take_kind(&mut inherited, crate::inherit::Kind::Health);
     let mut cfg = args.to_config().map_err(ServerError::Config)?;
     let tls = args.tls_context().map_err(ServerError::Config)?;
     if let Some(tls) = &tls {
@@ -157,7 +256,7 @@ fn serve_with(
         r.set_upstreams(upstreams);
     }
     cfg.metrics.clone_from(&registry);
-    let server = Server::bind(cfg, service)?;
+    let server = Server::bind_inherited(cfg, service, inherited)?;
     // After the sockets are bound (a CA's validation waits in their backlogs until the workers
     // start), before the workers: the stored certificates are in place for the first handshake.
     let managed = tls
@@ -177,12 +276,30 @@ fn serve_with(
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGUSR1,
+        signal_hook::consts::SIGUSR2,
     ])
     .map_err(ServerError::Signals)?;
+    // What /health reports, on its own listener and on the metrics one.
+    let health = Arc::new(crate::health::Health::default());
+    // The CLI's own listeners, kept (as duplicates) for a USR2 to hand over.
+    let mut side: Vec<(std::net::TcpListener, &'static str)> = Vec::new();
     if let (Some(addr), Some(registry)) = (args.metrics, registry.clone()) {
-        let bound = crate::metrics::serve(addr, registry)
+        let (listener, kept) = side_listener(handed_metrics, addr)
             .map_err(|source| ServerError::MetricsBind { addr, source })?;
+        let bound = crate::metrics::serve_on(listener, registry, Some(Arc::clone(&health)))
+            .map_err(|source| ServerError::MetricsBind { addr, source })?;
+        side.push((kept, "metrics"));
         tracing::info!("metrics on http://{bound}/metrics");
+    }
+    if let Some(addr) = args.health {
+        let (listener, kept) = side_listener(handed_health, addr)
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        crate::health::serve(listener, Arc::clone(&health)).map_err(ServerError::Worker)?;
+        side.push((kept, "health"));
+        tracing::info!("health on http://{bound}/health");
     }
     let running = server.start()?;
     let addrs: Vec<String> = running
@@ -197,16 +314,41 @@ fn serve_with(
         addrs.join(" "),
         if workers == 1 { "" } else { "s" }
     );
+    if let Some(path) = &args.pid_file {
+        write_pid_file(path);
+    }
+    // The previous process (USR2) waits for this before it stops accepting.
+    if let Some(fd) = ready {
+        crate::upgrade::report_ready(fd);
+    }
     let handle = running.shutdown_handle();
     let reloader = running.reload_handle();
     let config_path = args.config.clone();
     let old_args = restart_settings(args);
     let grace = args.grace;
+    let shutdown_delay = args.shutdown_delay;
+    let mut handover: Vec<crate::upgrade::HandedSocket> = running.handover().to_vec();
+    handover.extend(side.iter().map(|(l, name)| crate::upgrade::HandedSocket {
+        fd: std::os::fd::AsRawFd::as_raw_fd(l),
+        name,
+    }));
+    let upgrading = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let draining = Arc::clone(&health);
     std::thread::Builder::new()
         .name("lowlat-signals".into())
         .spawn(move || {
             let mut count = 0;
             for signal in signals.forever() {
+                if signal == signal_hook::consts::SIGUSR2 {
+                    upgrade(
+                        invocation.as_ref(),
+                        &handover,
+                        &upgrading,
+                        &handle,
+                        grace,
+                    );
+                    continue;
+                }
                 if signal == signal_hook::consts::SIGHUP {
                     if let Some(path) = &config_path {
                         reload_config(path, &reloader, &old_args, registry.as_deref());
@@ -223,11 +365,23 @@ fn serve_with(
                 }
                 count += 1;
                 if count == 1 {
-                    tracing::info!(
-                        "shutting down: no new connections; requests in flight get up to {:?}",
-                        grace
-                    );
-                    handle.shutdown();
+                    draining.set_draining();
+                    if shutdown_delay.is_zero() {
+                        tracing::info!(
+                            "shutting down: no new connections; requests in flight get up to {:?}",
+                            grace
+                        );
+                        handle.shutdown();
+                    } else {
+                        tracing::info!(
+                            "shutting down: /health says draining; accepting for {shutdown_delay:?} more, then requests in flight get up to {grace:?}"
+                        );
+                        let handle = handle.clone();
+                        std::thread::spawn(move || {
+                            std::thread::sleep(shutdown_delay);
+                            handle.shutdown();
+                        });
+                    }
                 } else {
                     tracing::warn!("second signal: exiting at once");
                     std::process::exit(1);
@@ -236,8 +390,73 @@ fn serve_with(
         })
         .map_err(ServerError::Signals)?;
     let result = running.wait();
+    if let Some(path) = &args.pid_file {
+        remove_pid_file(path);
+    }
     tracing::info!("stopped");
     result
+}
+
+/// SIGUSR2: the binary started again with every listening socket; once it reports that it
+/// serves, this process stops accepting and drains. One upgrade at a time; a failed one leaves
+/// this process serving, and may be tried again.
+fn upgrade(
+    invocation: Option<&crate::upgrade::Invocation>,
+    sockets: &[crate::upgrade::HandedSocket],
+    upgrading: &Arc<std::sync::atomic::AtomicBool>,
+    handle: &crate::ShutdownHandle,
+    grace: std::time::Duration,
+) {
+    use std::sync::atomic::Ordering;
+    let Some(inv) = invocation.cloned() else {
+        tracing::error!("SIGUSR2: this process's binary path is unknown; not upgraded");
+        return;
+    };
+    if upgrading.swap(true, Ordering::AcqRel) {
+        tracing::warn!("SIGUSR2: an upgrade is already under way");
+        return;
+    }
+    tracing::info!(
+        "SIGUSR2: starting {} with {} listening sockets",
+        inv.exe.display(),
+        sockets.len()
+    );
+    let sockets = sockets.to_vec();
+    let upgrading = Arc::clone(upgrading);
+    let handle = handle.clone();
+    // Off the signal thread: a SIGTERM while the new process starts is still heard.
+    std::thread::spawn(move || match crate::upgrade::start(&inv, &sockets) {
+        Ok(pid) => {
+            tracing::info!(
+                "SIGUSR2: the new process (pid {pid}) serves; this one stops accepting and drains (up to {grace:?})"
+            );
+            handle.hand_over();
+        }
+        Err(e) => {
+            tracing::error!("SIGUSR2: {e}; this process keeps serving");
+            upgrading.store(false, Ordering::Release);
+        }
+    });
+}
+
+/// Writes this process's id, replacing the file atomically (a reader never sees it half written).
+fn write_pid_file(path: &std::path::Path) {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let written = std::fs::write(&tmp, format!("{}\n", std::process::id()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::warn!("--pid-file: cannot write {}: {e}", path.display());
+    }
+}
+
+/// Removes the pid file if it still names this process (after an upgrade it names the new one).
+fn remove_pid_file(path: &std::path::Path) {
+    let ours =
+        std::fs::read_to_string(path).is_ok_and(|t| t.trim() == std::process::id().to_string());
+    if ours {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// The settings a reload cannot change (sockets, threads, limits, logs): a change to one is kept
@@ -247,6 +466,7 @@ fn restart_settings(a: &ServeArgs) -> Vec<(&'static str, String)> {
     vec![
         ("listen", d(&a.listen)),
         ("tls_listen", d(&a.tls_listen)),
+        ("accept_proxy_protocol", d(&a.accept_proxy_protocol)),
         ("workers", d(&a.workers)),
         ("pin", d(&a.pin)),
         ("backlog", d(&a.backlog)),
@@ -271,6 +491,8 @@ fn restart_settings(a: &ServeArgs) -> Vec<(&'static str, String)> {
         ("access_log", d(&a.access_log)),
         ("access_log_format", d(&a.access_log_format)),
         ("metrics", d(&a.metrics)),
+        ("health", d(&a.health)),
+        ("pid_file", d(&a.pid_file)),
     ]
 }
 

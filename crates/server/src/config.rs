@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use lowlat_http::request::HeadLimits;
 
+use crate::proxy::config::Cidr;
 use crate::tls::TlsContext;
 
 /// Default address: loopback, so a fresh `lowlat serve` is not exposed to the network.
@@ -66,6 +67,29 @@ pub struct ServerConfig {
     /// HTTP/3 over QUIC: its UDP address and limits; `None`: off (the default). Needs
     /// [`ServerConfig::tls`] for its certificates.
     pub quic: Option<crate::quic::config::QuicConfig>,
+    /// The PROXY protocol on the listeners behind an L4 balancer; off by default.
+    pub proxy_protocol: ProxyProtocolIn,
+}
+
+/// Which listeners read a PROXY protocol header first, and from whom.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyProtocolIn {
+    /// The balancers' networks. A connection from one of them on a listener below must start
+    /// with a header; one from anywhere else is served as the client it is (a header it sends
+    /// is not believed: it is the start of a bad request).
+    pub from: Vec<Cidr>,
+    /// The addresses in clear (as in [`ServerConfig::listen`]) that read it.
+    pub clear: Vec<SocketAddr>,
+    /// The TLS addresses (as in [`ServerConfig::tls_listen`]) that read it, before TLS.
+    pub tls: Vec<SocketAddr>,
+}
+
+impl ProxyProtocolIn {
+    /// Whether a connection from `ip` on a listener that reads headers must send one.
+    #[must_use]
+    pub fn expected_from(&self, ip: std::net::IpAddr) -> bool {
+        self.from.iter().any(|net| net.contains(ip))
+    }
 }
 
 impl Default for ServerConfig {
@@ -90,6 +114,7 @@ impl Default for ServerConfig {
             grace: DEFAULT_GRACE,
             h2: crate::h2::config::H2Config::default(),
             quic: None,
+            proxy_protocol: ProxyProtocolIn::default(),
         }
     }
 }

@@ -42,4 +42,8 @@ pub(crate) struct WorkerCtx<'a> {
     /// them true); otherwise the loop's time serves, and costs nothing.
     pub(crate) timed: bool,
     pub(crate) shutting_down: bool,
+    /// The shutdown hands over to a new process (USR2), which takes the clients: connections
+    /// are let go gently (HTTP/2's two GOAWAYs, idle keep-alive ones closed only once idle a
+    /// while) rather than at once.
+    pub(crate) handing_over: bool,
 }

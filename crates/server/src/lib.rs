@@ -10,7 +10,9 @@
 //! - [`config`]: every setting and its default.
 //! - `server`: binding the sockets, starting the workers, the handles that reload and stop them.
 //! - `service`: what the workers serve, and the slot a reload swaps it in.
-//! - `listener`: binding the per-worker `SO_REUSEPORT` sockets.
+//! - `listener`: binding the per-worker `SO_REUSEPORT` sockets, or sharing out handed-over ones.
+//! - [`inherit`]: listening sockets handed over at start (systemd's socket activation, the
+//!   previous process on USR2): `LISTEN_FDS`, `LISTEN_PID`, `LISTEN_FDNAMES`.
 //! - `transport`: the transport layer — bytes in clear or through TLS, under the protocol layer.
 //! - [`tls`]: the shared rustls configuration, certificates chosen by SNI, reload.
 //! - [`acme`]: automatic HTTPS: certificates obtained, stored and renewed from an ACME CA.
@@ -29,6 +31,8 @@
 //! - [`h3`]: the HTTP/3 protocol layer: requests on QUIC streams, answered by the router.
 //! - [`quic`]: QUIC under HTTP/3 (`--h3-listen`): per-worker UDP sockets and endpoints,
 //!   connections kept on their worker, streams handed up as byte streams.
+//! - `proxied`: a balancer's connection before its PROXY protocol header has arrived; the
+//!   client it names becomes the connection's peer.
 //! - `proto`: a connection in the protocol it speaks; the switch from HTTP/1.1 to HTTP/2.
 //! - `dispatch`: the one request path: a request head from any protocol to its site, route and
 //!   handler, back as a response in HTTP/1.1 form or a request to forward.
@@ -51,6 +55,9 @@
 //!   php-fpm over FastCGI.
 //! - [`settings`]: the flags and the config file, parsed and checked; the service built from
 //!   them. Nothing it builds on (workers, protocols, handlers) imports it back.
+//! - [`upgrade`]: `kill -USR2`: the binary started again with every listening socket handed
+//!   over, and its readiness awaited before this process drains.
+//! - [`health`]: the probe endpoint (`--health`): ok, or draining once shutdown begins.
 //! - [`cli`]: running `lowlat serve`: settings in, server started, signals handled.
 
 pub mod access_log;
@@ -71,13 +78,16 @@ pub mod guard;
 pub mod h2;
 pub mod h3;
 pub mod handler;
+pub mod health;
 pub mod incoming;
+pub mod inherit;
 mod listener;
 pub mod log_format;
 pub mod metrics;
 pub mod php;
 mod pool;
 mod proto;
+mod proxied;
 pub mod proxy;
 pub mod quic;
 pub mod returns;
@@ -88,6 +98,7 @@ pub mod settings;
 pub mod template;
 pub mod tls;
 mod transport;
+pub mod upgrade;
 mod wait;
 mod worker;
 

@@ -64,6 +64,9 @@ pub(crate) struct Counters {
     /// QUIC (`--h3-listen`), read at publication: connections accepted, clients sent a Retry,
     /// clients refused (the connection limit), connections open.
     pub(crate) quic: [u64; 4],
+    /// Connections on a `proxy_protocol` listener closed for a PROXY header that was bad,
+    /// missing or late.
+    pub(crate) proxy_protocol_refused: u64,
 }
 
 impl Counters {
@@ -116,12 +119,23 @@ impl Counters {
             .chain(self.compress.saved_bytes)
             .chain([self.compress.cache_bytes])
             .chain(self.quic)
+            .chain([self.proxy_protocol_refused])
     }
 }
 
 /// Words in one published copy of [`Counters`].
-const WORDS: usize =
-    5 * MAX_SITES + 5 + PARSE_KINDS.len() + DURATION_BUCKETS_US.len() + 1 + 3 + 3 + 3 + 3 + 1 + 4;
+const WORDS: usize = 5 * MAX_SITES
+    + 5
+    + PARSE_KINDS.len()
+    + DURATION_BUCKETS_US.len()
+    + 1
+    + 3
+    + 3
+    + 3
+    + 3
+    + 1
+    + 4
+    + 1;
 
 /// Sites counted apart in `lowlat_responses_total`; any beyond share the last label, `other`.
 pub(crate) const MAX_SITES: usize = 32;
@@ -212,6 +226,9 @@ impl Registry {
             return String::new();
         };
         let [quic_accepted, quic_retries, quic_refused, quic_open] = take(4)[..] else {
+            return String::new();
+        };
+        let [proxy_protocol_refused] = take(1)[..] else {
             return String::new();
         };
         let mut s = String::new();
@@ -405,6 +422,16 @@ impl Registry {
             "QUIC connections open (handshaking, established or closing).",
         );
         let _ = writeln!(s, "lowlat_quic_connections_open {quic_open}");
+        family(
+            &mut s,
+            "lowlat_proxy_protocol_refused_total",
+            "counter",
+            "Connections from a balancer closed for a PROXY protocol header that was bad, missing or late.",
+        );
+        let _ = writeln!(
+            s,
+            "lowlat_proxy_protocol_refused_total {proxy_protocol_refused}"
+        );
         if let Ok(groups) = self.upstreams.lock() {
             crate::proxy::health::render(&groups, &mut s);
         }
@@ -529,20 +556,33 @@ fn process(s: &mut String) {
 /// # Errors
 /// When the address cannot be bound.
 pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
+    serve_on(TcpListener::bind(addr)?, registry, None)
+}
+
+/// [`serve`] on a listener already bound (handed over at start).
+///
+/// # Errors
+/// When the listener's address cannot be read or the thread cannot be started.
+/// With `health`, `GET /health` is answered there too (for probes that may reach the metrics
+/// listener; `--health` gives them one of their own).
+pub fn serve_on(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    health: Option<Arc<crate::health::Health>>,
+) -> std::io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
     std::thread::Builder::new()
         .name("lowlat-metrics".into())
         .spawn(move || {
             for conn in listener.incoming().flatten() {
-                answer(conn, &registry);
+                answer(conn, &registry, health.as_deref());
             }
         })?;
     Ok(bound)
 }
 
 /// One scrape: read a head (at most 8 KiB, 2 s), answer, close.
-fn answer(mut conn: TcpStream, registry: &Registry) {
+fn answer(mut conn: TcpStream, registry: &Registry, health: Option<&crate::health::Health>) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
     let mut buf = [0u8; 8192];
@@ -554,7 +594,11 @@ fn answer(mut conn: TcpStream, registry: &Registry) {
         }
     }
     let head = &buf[..len];
-    let (status, ctype, body) = if head.starts_with(b"GET /metrics ") {
+    let probe = head.starts_with(b"GET /health ");
+    let (status, ctype, body) = if let (true, Some(h)) = (probe, health) {
+        let (status, body) = h.answer();
+        (status, "text/plain", body.to_owned())
+    } else if head.starts_with(b"GET /metrics ") {
         (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",

@@ -9,19 +9,29 @@ use crate::conn::Conn;
 use crate::ctx::WorkerCtx;
 use crate::h2::relay::StreamRelay;
 use crate::h2::H2Conn;
+use crate::proxied::{AwaitingHeader, HeaderRead};
 use crate::proxy::downstream::Downstream;
 use crate::transport::Transport;
 use crate::wait::Wait;
 use mio::Token;
+
+/// How long an HTTP/1.1 connection must have been idle for shutdown to close it (see
+/// [`Connection::shut_down`]); shutdown's sweeps look again at least every second.
+const DRAIN_IDLE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A client connection, in the protocol it speaks.
 // The worker's slab holds these by value: HTTP/1.1, the common case, stays inline (boxing it
 // would add a pointer chase to every event); HTTP/2's state is large and boxed.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Connection {
+    /// On a `proxy_protocol` listener, from a balancer: its PROXY header is awaited
+    /// ([`crate::proxied`]); HTTP/1.1 (over TLS or not) follows.
+    Awaiting(Box<AwaitingHeader>),
     H1(Conn),
     H2(Box<H2Conn>),
-    /// Only while [`Connection::switch`] moves the transport from one protocol to the other.
+    /// Only while [`Connection::switch`] moves the transport from one protocol to the other;
+    /// and a connection refused before it started (its PROXY header bad, missing or late),
+    /// which the worker then removes as closed.
     Switching,
 }
 
@@ -37,6 +47,40 @@ impl Connection {
         Self::H1(Conn::new(io, peer, now, first_deadline))
     }
 
+    /// A connection from a balancer whose PROXY header must come first.
+    pub(crate) fn awaiting_header(header: AwaitingHeader) -> Self {
+        Self::Awaiting(Box::new(header))
+    }
+
+    /// Reads the PROXY header if it is all there; once it is, the connection starts as
+    /// HTTP/1.1 and is driven at once (what followed the header may already be readable, and
+    /// edge-triggered epoll will not say so again).
+    fn header_arrived(&mut self, ctx: &mut WorkerCtx<'_>, read_closed: bool) {
+        let Self::Awaiting(a) = self else {
+            return;
+        };
+        match a.read(ctx.cfg) {
+            HeaderRead::Waiting => {}
+            HeaderRead::Refused => {
+                ctx.counters.proxy_protocol_refused += 1;
+                if let Some(sock) = a.socket() {
+                    let _ = ctx.registry.deregister(sock);
+                }
+                *self = Self::Switching;
+            }
+            HeaderRead::Ready {
+                io,
+                client,
+                first_deadline,
+            } => {
+                let mut conn = Conn::new(io, client, ctx.now, first_deadline);
+                conn.on_event(ctx, true, read_closed, true);
+                *self = Self::H1(conn);
+                self.switch(ctx);
+            }
+        }
+    }
+
     /// Handles a readiness event; a connection found to speak HTTP/2 switches here.
     pub(crate) fn on_event(
         &mut self,
@@ -46,6 +90,11 @@ impl Connection {
         writable: bool,
     ) {
         match self {
+            Self::Awaiting(_) => {
+                if readable || read_closed {
+                    self.header_arrived(ctx, read_closed);
+                }
+            }
             Self::H1(c) => {
                 c.on_event(ctx, readable, read_closed, writable);
                 // Tested here, not in `switch`: a request that stays HTTP/1.1 pays two loads,
@@ -69,7 +118,7 @@ impl Connection {
                 }
             }
             Self::H2(c) => c.drive(ctx),
-            Self::Switching => {}
+            Self::Awaiting(_) | Self::Switching => {}
         }
     }
 
@@ -90,6 +139,7 @@ impl Connection {
         match self {
             Self::H1(c) => c.closed,
             Self::H2(c) => c.closed,
+            Self::Awaiting(_) => false,
             Self::Switching => true,
         }
     }
@@ -98,6 +148,7 @@ impl Connection {
         match self {
             Self::H1(c) => c.deadline,
             Self::H2(c) => c.deadline,
+            Self::Awaiting(a) => a.deadline,
             Self::Switching => Instant::now(),
         }
     }
@@ -107,7 +158,7 @@ impl Connection {
         match self {
             Self::H1(c) => c.wait == Wait::Idle && c.is_idle(),
             Self::H2(c) => c.wait == Wait::Idle && c.is_idle(),
-            Self::Switching => false,
+            Self::Awaiting(_) | Self::Switching => false,
         }
     }
 
@@ -116,6 +167,14 @@ impl Connection {
         match self {
             Self::H1(c) => c.expire(ctx),
             Self::H2(c) => c.expire(ctx),
+            Self::Awaiting(a) => {
+                tracing::debug!("connection closed: its PROXY header did not come in time");
+                ctx.counters.proxy_protocol_refused += 1;
+                if let Some(sock) = a.socket() {
+                    let _ = ctx.registry.deregister(sock);
+                }
+                *self = Self::Switching;
+            }
             Self::Switching => {}
         }
     }
@@ -125,11 +184,21 @@ impl Connection {
     pub(crate) fn shut_down(&mut self, ctx: &mut WorkerCtx<'_>) {
         match self {
             Self::H1(c) => {
-                if c.wait == Wait::Idle && c.is_idle() {
+                // Handing over to a new process, an idle keep-alive connection closes once it
+                // has been idle a while: a client that just had its answer may be sending the
+                // next request this very moment, and closing under it would lose that request.
+                // Until then its next answer says `Connection: close`; one idle for
+                // `DRAIN_IDLE` is not that client. A plain shutdown closes idle ones at once.
+                let idle_since = c.deadline.checked_sub(ctx.cfg.keepalive_timeout);
+                let long_idle =
+                    !ctx.handing_over || idle_since.is_none_or(|t| ctx.now >= t + DRAIN_IDLE);
+                if c.wait == Wait::Idle && c.is_idle() && long_idle {
                     c.expire(ctx);
                 }
             }
             Self::H2(c) => c.drive(ctx),
+            // Nothing was asked yet: the balancer retries elsewhere.
+            Self::Awaiting(_) => self.expire(ctx),
             Self::Switching => {}
         }
     }
@@ -151,7 +220,7 @@ impl Connection {
         match self {
             Self::H1(c) => c.take_upload_wake().map(|t| (t, 0)),
             Self::H2(c) => c.take_upload_wake(),
-            Self::Switching => None,
+            Self::Awaiting(_) | Self::Switching => None,
         }
     }
 
@@ -166,7 +235,7 @@ impl Connection {
                 }
             }
             Self::H2(c) => c.relays_below(low, out),
-            Self::Switching => {}
+            Self::Awaiting(_) | Self::Switching => {}
         }
     }
 
@@ -187,7 +256,7 @@ impl Connection {
                 conn: c,
                 id: stream,
             })),
-            Self::H1(_) | Self::H2(_) | Self::Switching => f(None),
+            Self::Awaiting(_) | Self::H1(_) | Self::H2(_) | Self::Switching => f(None),
         }
     }
 }

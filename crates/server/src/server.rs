@@ -39,10 +39,13 @@ pub enum ServerError {
 /// A server whose sockets are bound; [`Server::start`] starts its workers.
 pub struct Server {
     cfg: Arc<ServerConfig>,
-    listeners: Vec<Vec<std::net::TcpListener>>,
+    /// Each worker's sockets, with the index of the address each listens on.
+    listeners: Vec<Vec<(usize, std::net::TcpListener)>>,
     addrs: Vec<SocketAddr>,
     /// The first `plain_count` addresses are in clear, the rest TLS.
     plain_count: usize,
+    /// For each address, whether connections from a balancer start with a PROXY header.
+    proxy_protocol: Vec<bool>,
     service: Service,
     /// The QUIC sockets (one per worker), when `--h3-listen` is given.
     quic: Option<crate::quic::Bound>,
@@ -55,6 +58,20 @@ impl Server {
     /// [`ServerError::Bind`] when an address cannot be bound; [`ServerError::Config`] for zero
     /// workers or no address.
     pub fn bind(cfg: ServerConfig, service: Service) -> Result<Self, ServerError> {
+        Self::bind_inherited(cfg, service, Vec::new())
+    }
+
+    /// [`Server::bind`], taking the listening sockets this process was handed
+    /// ([`crate::inherit`]) for the addresses they are bound to, and binding the others.
+    ///
+    /// # Errors
+    /// As [`Server::bind`]; [`ServerError::Config`] for a handed-over socket that no address
+    /// uses.
+    pub fn bind_inherited(
+        cfg: ServerConfig,
+        service: Service,
+        inherited: Vec<crate::inherit::InheritedSocket>,
+    ) -> Result<Self, ServerError> {
         if cfg.workers == 0 {
             return Err(ServerError::Config("--workers must be at least 1".into()));
         }
@@ -67,9 +84,36 @@ impl Server {
             ));
         }
         let all: Vec<SocketAddr> = cfg.listen.iter().chain(&cfg.tls_listen).copied().collect();
-        let (listeners, addrs) = listener::bind_all(&all, cfg.workers, cfg.backlog)
+        let mut handed = Vec::new();
+        let mut handed_udp = Vec::new();
+        for sock in inherited {
+            if sock.kind == crate::inherit::Kind::Quic {
+                handed_udp.push(sock);
+            } else if matches!(
+                sock.kind,
+                crate::inherit::Kind::Metrics | crate::inherit::Kind::Health
+            ) {
+                // The CLI's listeners, not the workers'.
+            } else {
+                handed.push(std::net::TcpListener::from(sock.fd));
+            }
+        }
+        let (listeners, addrs) = listener::bind_all(&all, cfg.workers, cfg.backlog, &mut handed)
             .map_err(|(addr, source)| ServerError::Bind { addr, source })?;
+        if let Some(unused) = handed.first() {
+            return Err(ServerError::Config(format!(
+                "a socket handed over on {} is not a listen address: give it as --listen or --tls-listen, or name it http or https (FileDescriptorName=)",
+                unused.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string())
+            )));
+        }
         let plain_count = cfg.listen.len();
+        let pp = &cfg.proxy_protocol;
+        let proxy_protocol = cfg
+            .listen
+            .iter()
+            .map(|a| pp.clear.contains(a))
+            .chain(cfg.tls_listen.iter().map(|a| pp.tls.contains(a)))
+            .collect();
         let quic = match (&cfg.quic, &cfg.tls) {
             (None, _) => None,
             (Some(_), None) => {
@@ -85,14 +129,25 @@ impl Server {
                 let rustls = tls
                     .quic_config(&crate::h3::alpn())
                     .map_err(|e| ServerError::Config(format!("--h3-listen: {e}")))?;
-                Some(crate::quic::bind(&q, cfg.workers, rustls)?)
+                let handed = std::mem::take(&mut handed_udp)
+                    .into_iter()
+                    .map(|s| std::net::UdpSocket::from(s.fd))
+                    .collect();
+                Some(crate::quic::bind(&q, cfg.workers, rustls, handed)?)
             }
         };
+        if let Some(unused) = handed_udp.first() {
+            return Err(ServerError::Config(format!(
+                "a UDP socket handed over on {} is not the --h3-listen address",
+                unused.addr
+            )));
+        }
         Ok(Self {
             cfg: Arc::new(cfg),
             listeners,
             addrs,
             plain_count,
+            proxy_protocol,
             service,
             quic,
         })
@@ -122,6 +177,7 @@ impl Server {
     /// When a worker thread or its event loop cannot be created.
     pub fn start(self) -> Result<Running, ServerError> {
         let shutdown = Arc::new(AtomicBool::new(false));
+        let handing_over = Arc::new(AtomicBool::new(false));
         let slot = Arc::new(ServiceSlot::new(Arc::clone(&self.service)));
         let cpus = allowed_cpus();
         let mut wakers = Vec::new();
@@ -136,6 +192,25 @@ impl Server {
             }
             None => (Vec::new(), None),
         };
+        // What a USR2 hands to the new process: every socket, whichever worker holds it (the
+        // workers keep them open until they stop accepting, which is after the hand-over).
+        let mut handover: Vec<crate::upgrade::HandedSocket> = Vec::new();
+        for (i, sock) in self.listeners.iter().flatten() {
+            handover.push(crate::upgrade::HandedSocket {
+                fd: std::os::fd::AsRawFd::as_raw_fd(sock),
+                name: if *i >= self.plain_count {
+                    "https"
+                } else {
+                    "http"
+                },
+            });
+        }
+        for sock in quic_sockets.iter().flatten() {
+            handover.push(crate::upgrade::HandedSocket {
+                fd: std::os::fd::AsRawFd::as_raw_fd(sock),
+                name: "quic",
+            });
+        }
         for (index, listeners) in self.listeners.into_iter().enumerate() {
             let poll = mio::Poll::new().map_err(ServerError::Worker)?;
             let waker = Arc::new(
@@ -149,13 +224,14 @@ impl Server {
                 poll,
                 listeners: listeners
                     .into_iter()
-                    .enumerate()
                     .map(|(i, sock)| worker::Listener {
                         sock: mio::net::TcpListener::from_std(sock),
                         tls: i >= self.plain_count,
+                        proxy_protocol: self.proxy_protocol[i],
                     })
                     .collect(),
                 shutdown: Arc::clone(&shutdown),
+                handing_over: Arc::clone(&handing_over),
                 services: Arc::clone(&slot),
                 quic: quic_sockets
                     .get_mut(index)
@@ -181,6 +257,7 @@ impl Server {
             threads.push(thread);
         }
         Ok(Running {
+            handover,
             h3_addr,
             addrs: self.addrs,
             plain_count: self.plain_count,
@@ -190,6 +267,7 @@ impl Server {
             },
             shutdown: ShutdownHandle {
                 flag: shutdown,
+                handing_over,
                 wakers,
             },
             threads,
@@ -223,6 +301,7 @@ impl ReloadHandle {
 #[derive(Clone)]
 pub struct ShutdownHandle {
     flag: Arc<AtomicBool>,
+    handing_over: Arc<AtomicBool>,
     wakers: Vec<Arc<mio::Waker>>,
 }
 
@@ -235,10 +314,22 @@ impl ShutdownHandle {
             let _ = waker.wake();
         }
     }
+
+    /// [`ShutdownHandle::shutdown`] once a new process serves the same sockets (USR2): the
+    /// clients are let go gently, since they have somewhere to go — HTTP/2 gets RFC 9113
+    /// §6.8's two GOAWAYs a round trip apart, so that no stream crossing them is refused, and
+    /// an idle HTTP/1.1 keep-alive connection closes only once idle half a second (its next
+    /// answer says `Connection: close`), so that no request sent as it closes is lost.
+    pub fn hand_over(&self) {
+        self.handing_over.store(true, Ordering::Release);
+        self.shutdown();
+    }
 }
 
 /// A started server.
 pub struct Running {
+    /// Every listening socket, for a USR2 to hand over.
+    handover: Vec<crate::upgrade::HandedSocket>,
     h3_addr: Option<SocketAddr>,
     addrs: Vec<SocketAddr>,
     plain_count: usize,
@@ -264,6 +355,12 @@ impl Running {
     #[must_use]
     pub fn h3_addr(&self) -> Option<SocketAddr> {
         self.h3_addr
+    }
+
+    /// Every listening socket (TCP and UDP), named by what it carries, for a binary upgrade.
+    #[must_use]
+    pub fn handover(&self) -> &[crate::upgrade::HandedSocket] {
+        &self.handover
     }
 
     /// A handle that starts a graceful shutdown.

@@ -23,10 +23,10 @@ use crate::config::ServerConfig;
 use crate::ctx::WorkerCtx;
 use crate::pool::BufferPool;
 use crate::proto::Connection;
+use crate::proxied::AwaitingHeader;
 use crate::proxy::engine::{is_upstream, Readiness, Upstreams};
 use crate::quic::QuicWorker;
 use crate::router::Router;
-use crate::transport::Transport;
 
 /// Token of the waker that announces shutdown.
 pub(crate) const WAKER: Token = Token(usize::MAX - 1);
@@ -37,10 +37,12 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from epoll per wait.
 const EVENTS_CAPACITY: usize = 1024;
 
-/// A listening socket and whether what it accepts speaks TLS.
+/// A listening socket, whether what it accepts speaks TLS, and whether connections from a
+/// balancer start with a PROXY header.
 pub(crate) struct Listener {
     pub(crate) sock: TcpListener,
     pub(crate) tls: bool,
+    pub(crate) proxy_protocol: bool,
 }
 
 /// A worker, ready to run on its own thread.
@@ -50,6 +52,8 @@ pub(crate) struct Worker {
     pub(crate) poll: Poll,
     pub(crate) listeners: Vec<Listener>,
     pub(crate) shutdown: Arc<AtomicBool>,
+    /// Set with `shutdown` when a new process takes over (USR2).
+    pub(crate) handing_over: Arc<AtomicBool>,
     /// The service to build the router from, replaced on reload.
     pub(crate) services: Arc<crate::service::ServiceSlot>,
     /// This worker's QUIC socket and what its endpoint is built from (`--h3-listen`).
@@ -119,6 +123,7 @@ impl Worker {
         let mut accept_paused = false;
         let mut accept_retry_at: Option<Instant> = None;
         let mut shutting_down = false;
+        let mut handing_over = false;
         let mut grace_deadline = None;
         // The router was built from generation 0; a reload before this thread started shows.
         let mut generation = 0;
@@ -146,6 +151,7 @@ impl Worker {
                     now: $now,
                     timed,
                     shutting_down: $shutting_down,
+                    handing_over,
                 }
             };
         }
@@ -187,6 +193,7 @@ impl Worker {
 
             if !shutting_down && self.shutdown.load(Ordering::Acquire) {
                 shutting_down = true;
+                handing_over = self.handing_over.load(Ordering::Acquire);
                 grace_deadline = Some(now + cfg.grace);
                 for l in &mut self.listeners {
                     let _ = self.poll.registry().deregister(&mut l.sock);
@@ -447,18 +454,20 @@ fn accept_all(
                 {
                     continue;
                 }
-                let (io, first_deadline) = match (&cfg.tls, listener.tls) {
-                    (Some(tls), true) => match tls.accept() {
-                        Ok(session) => (Transport::tls(stream, session), cfg.tls_handshake_timeout),
-                        Err(_) => {
-                            let _ = registry.deregister(&mut stream);
-                            continue;
-                        }
-                    },
-                    _ => (Transport::Plain(stream), cfg.keepalive_timeout),
+                counters.accepted += 1;
+                // One branch per connection, and only a listener marked for it looks further.
+                if listener.proxy_protocol && cfg.proxy_protocol.expected_from(peer.ip()) {
+                    let deadline = now + cfg.header_timeout;
+                    let header = AwaitingHeader::new(stream, peer, listener.tls, deadline);
+                    entry.insert(Connection::awaiting_header(header));
+                    continue;
+                }
+                let Some((io, first_deadline)) =
+                    crate::proxied::transport(cfg, stream, listener.tls)
+                else {
+                    continue;
                 };
                 entry.insert(Connection::accepted(io, peer, now, first_deadline));
-                counters.accepted += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
             Err(e) => match e.raw_os_error() {

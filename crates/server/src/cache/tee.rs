@@ -79,6 +79,10 @@ impl Drop for Tee<'_> {
 }
 
 impl Downstream for Tee<'_> {
+    fn client_addresses(&mut self) -> Option<lowlat_http::proxy_protocol::Addresses> {
+        self.inner.client_addresses()
+    }
+
     fn relay_head(
         &mut self,
         ctx: &mut WorkerCtx<'_>,

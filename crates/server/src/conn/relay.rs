@@ -15,6 +15,13 @@ use crate::proxy::job::RelayBody;
 use lowlat_http::Version;
 
 impl Downstream for Conn {
+    fn client_addresses(&mut self) -> Option<lowlat_http::proxy_protocol::Addresses> {
+        Some(lowlat_http::proxy_protocol::Addresses {
+            source: self.peer,
+            destination: self.io.socket().local_addr().ok()?,
+        })
+    }
+
     fn relay_head(
         &mut self,
         ctx: &mut WorkerCtx<'_>,

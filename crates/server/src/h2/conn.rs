@@ -33,6 +33,17 @@ use crate::wait::Wait;
 pub(super) const OUTPUT_HIGH_WATER: usize = 256 * 1024;
 /// Most response body bytes written per drive turn before other connections get theirs.
 const DATA_TURN_BYTES: usize = 512 * 1024;
+
+/// The largest stream id (RFC 9113 §5.1.1): shutdown's first GOAWAY names it.
+const MAX_STREAM_ID: u32 = (1 << 31) - 1;
+
+/// The payload of the PING sent with shutdown's first GOAWAY: its acknowledgement says the
+/// client has read that GOAWAY, and the final one follows.
+pub(super) const DRAIN_PING: [u8; 8] = *b"lowlat\0d";
+
+/// The final GOAWAY's latest moment after the first, for a client that never acknowledges the
+/// PING (shutdown's sweeps, at least one a second, send it).
+const DRAIN_ROUND_TRIP: std::time::Duration = std::time::Duration::from_secs(2);
 /// Recently closed stream ids remembered, to tell a frame on a closed stream (STREAM_CLOSED)
 /// from one on a stream that never existed (PROTOCOL_ERROR).
 pub(super) const CLOSED_MEMORY: usize = 128;
@@ -87,6 +98,9 @@ pub(crate) struct H2Conn {
     pub(super) settings_deadline: Option<Instant>,
     /// GOAWAY sent: no new streams; the connection closes when the last one is done.
     pub(super) goaway: bool,
+    /// Shutdown's first GOAWAY (last stream 2^31-1) went out then; the final one follows a
+    /// round trip later (see [`H2Conn::drive`]).
+    pub(super) drain_started: Option<Instant>,
     /// The client sent GOAWAY.
     pub(super) peer_goaway: bool,
     /// A connection error: close once the output is written.
@@ -179,6 +193,7 @@ impl H2Conn {
             settings_seen: false,
             settings_deadline: Some(now + cfg.settings_timeout),
             goaway: false,
+            drain_started: None,
             peer_goaway: false,
             closing: false,
             lingering: false,
@@ -231,7 +246,23 @@ impl H2Conn {
             self.wbuf = ctx.pool.take_write();
         }
         if ctx.shutting_down && !self.goaway {
-            self.go_away(ErrorCode::NoError);
+            // Handing over to a new process, RFC 9113 §6.8's graceful shutdown: a first GOAWAY
+            // with the largest stream id tells the client to open no more streams here while
+            // those it already sent (still on the wire) are served; the final one, once the
+            // PING sent behind the first comes back (a round trip, however slow the client),
+            // names the last stream processed. A single GOAWAY would refuse the streams that
+            // crossed it, which the client then has to retry elsewhere. A plain shutdown sends
+            // the final one at once.
+            match self.drain_started {
+                None if !ctx.handing_over => self.go_away(ErrorCode::NoError),
+                None => {
+                    frame::write_goaway(&mut self.wbuf, MAX_STREAM_ID, ErrorCode::NoError, b"");
+                    frame::write_ping(&mut self.wbuf, false, &DRAIN_PING);
+                    self.drain_started = Some(ctx.now);
+                }
+                Some(at) if ctx.now >= at + DRAIN_ROUND_TRIP => self.go_away(ErrorCode::NoError),
+                Some(_) => {}
+            }
         }
         let mut budget = DATA_TURN_BYTES;
         let mut unprocessed = true;

@@ -81,6 +81,13 @@ impl H2Conn {
                     let mut data = [0u8; 8];
                     data.copy_from_slice(&self.rbuf[p]);
                     frame::write_ping(&mut self.wbuf, true, &data);
+                } else if self.drain_started.is_some()
+                    && !self.goaway
+                    && self.rbuf[p] == super::conn::DRAIN_PING[..]
+                {
+                    // The client has read shutdown's first GOAWAY: every stream it opened
+                    // before that has arrived, so the final GOAWAY refuses none.
+                    self.go_away(ErrorCode::NoError);
                 }
             }
             kind::GOAWAY => {

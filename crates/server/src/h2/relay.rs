@@ -95,6 +95,14 @@ pub(super) fn log_tunnel(
 }
 
 impl Downstream for StreamRelay<'_> {
+    fn client_addresses(&mut self) -> Option<lowlat_http::proxy_protocol::Addresses> {
+        let c = &mut *self.conn;
+        Some(lowlat_http::proxy_protocol::Addresses {
+            source: c.peer,
+            destination: c.io.socket().local_addr().ok()?,
+        })
+    }
+
     fn relay_head(
         &mut self,
         ctx: &mut WorkerCtx<'_>,

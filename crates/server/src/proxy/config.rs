@@ -104,6 +104,10 @@ pub struct UpstreamGroup {
     /// FastCGI parameters set on every request to the group, after (and over) the CGI/1.1
     /// variables the request gives (nginx's `fastcgi_param`).
     pub fastcgi_params: Vec<(String, String)>,
+    /// Each new connection to a server starts with a PROXY protocol header of this version (1
+    /// or 2) naming the client; 0: none. Such a connection carries one client's requests only,
+    /// so it is never pooled.
+    pub send_proxy_protocol: u8,
 }
 
 /// A forwarding rule: requests whose path starts with `prefix` go to `group`; with `rewrite`,

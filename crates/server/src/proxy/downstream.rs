@@ -52,6 +52,12 @@ pub(crate) trait Downstream {
     fn relay_link(&mut self, upstream: mio::Token);
     /// Writes what was relayed, as far as the socket takes it.
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>);
+    /// The client's connection as a PROXY protocol header tells it to an upstream: the client
+    /// and the address it connected to. Asked only by groups that send the header, once per
+    /// upstream connection; `None` where there is no such connection (a cache refresh).
+    fn client_addresses(&mut self) -> Option<lowlat_http::proxy_protocol::Addresses> {
+        None
+    }
     /// The upstream took a streaming request body down to its low-water mark: the client may
     /// send more (HTTP/1.1: its connection is read again; HTTP/2: the stream's window given back).
     fn upload_drained(&mut self, ctx: &mut WorkerCtx<'_>) {

@@ -23,6 +23,7 @@ use lowlat_http::client::{
     parse_response, parse_upgrade_response, ResponseBody, ResponseHeaderSlots,
 };
 use lowlat_http::limits::MAX_HEADERS;
+use lowlat_http::proxy_protocol;
 use lowlat_http::Status;
 use mio::{Interest, Token};
 use slab::Slab;
@@ -295,6 +296,7 @@ impl Upstreams {
                 job: None,
                 fill: None,
                 wpos: 0,
+                preamble: Vec::new(),
                 rbuf: Vec::new(),
                 rlen: 0,
                 body: BodyLeft::UntilClose,
@@ -330,6 +332,12 @@ impl Upstreams {
                     ctx,
                     down,
                 );
+            }
+            // Asked only of a group that sends it: the client's connection's addresses.
+            match group.cfg.send_proxy_protocol {
+                1 => proxy_protocol::write_v1(&mut c.preamble, down.client_addresses()),
+                2 => proxy_protocol::write_v2(&mut c.preamble, down.client_addresses()),
+                _ => {}
             }
             entry.insert(c);
             key
@@ -533,6 +541,15 @@ impl Upstreams {
                         return;
                     }
                     match c.sock.connect_result() {
+                        Ok(true) if !c.preamble.is_empty() => {
+                            // A fresh socket's send buffer takes these few hundred bytes whole;
+                            // one that does not is treated as a failed connect.
+                            let header = std::mem::take(&mut c.preamble);
+                            if c.sock.write_raw(&header).ok() != Some(header.len()) {
+                                return self.fail(key, Failure::Connect, ctx, down);
+                            }
+                            continue;
+                        }
                         Ok(true) if c.sock.is_tls() => {
                             // The handshake's bytes count against the connect timeout: the
                             // deadline set at the connect's start stands.
@@ -1069,7 +1086,9 @@ impl Upstreams {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
         }
         c.rlen = 0;
-        let room = c.group.idle.borrow()[c.server].len() < c.group.cfg.keepalive;
+        // A connection that began with a client's PROXY header speaks for that client only.
+        let room = c.group.idle.borrow()[c.server].len() < c.group.cfg.keepalive
+            && c.group.cfg.send_proxy_protocol == 0;
         if c.keep_alive && room && !queued && !ctx.shutting_down && !c.group.retired.get() {
             c.phase = Phase::Idle;
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;

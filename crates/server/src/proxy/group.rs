@@ -191,6 +191,7 @@ mod tests {
             health: None,
             fastcgi: false,
             fastcgi_params: Vec::new(),
+            send_proxy_protocol: 0,
         };
         let health = Arc::new(GroupHealth::new(&cfg, 1));
         WorkerGroup::new(Arc::new(cfg), health)

@@ -114,6 +114,16 @@ impl Sock {
         }
     }
 
+    /// Writes on the socket itself, under TLS if there is one: the PROXY protocol header goes
+    /// before the TLS handshake, as haproxy's `send-proxy` on a `ssl` server sends it.
+    pub(crate) fn write_raw(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.write(buf),
+            Self::Unix(s) => s.write(buf),
+            Self::Tls(t) => t.tcp.write(buf),
+        }
+    }
+
     pub(crate) fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             Self::Tcp(s) => s,
@@ -168,6 +178,9 @@ pub(crate) struct UpConn {
     /// and every later read of the body must still go through the cache's tee.
     pub(crate) fill: Option<crate::cache::fill::FillRef>,
     pub(crate) wpos: usize,
+    /// The PROXY protocol header this new connection starts with (the group sends one), written
+    /// as soon as it is connected; empty otherwise.
+    pub(crate) preamble: Vec<u8>,
     /// Read buffer (from the worker's pool, only during an exchange); `rlen` bytes hold data.
     pub(crate) rbuf: Vec<u8>,
     pub(crate) rlen: usize,

@@ -113,6 +113,10 @@ pub(crate) struct QuicWorker {
     wake_buf: Vec<(Token, u32, Wake)>,
     protocols: ProtocolFactory,
     closing: bool,
+    /// Shutting down because a new process (USR2) reads the same UDP sockets: a new client's
+    /// Initial that reaches this one is dropped, not refused, so that the client's
+    /// retransmission may reach the new process, which accepts it.
+    handing_over: bool,
     pub(crate) counts: QuicCounts,
 }
 
@@ -157,6 +161,7 @@ impl QuicWorker {
             wake_buf: Vec::new(),
             protocols,
             closing: false,
+            handing_over: false,
             counts: QuicCounts::default(),
         })
     }
@@ -264,6 +269,10 @@ impl QuicWorker {
     fn incoming(&mut self, now: Instant, incoming: quinn_proto::Incoming) {
         let cfg = &self.shared.cfg;
         self.send_buf.clear();
+        if self.closing && self.handing_over {
+            self.endpoint.ignore(incoming);
+            return;
+        }
         if self.closing || self.conns.len() >= cfg.max_conns_per_worker {
             self.counts.refused += 1;
             let t = self.endpoint.refuse(incoming, &mut self.send_buf);
@@ -349,6 +358,7 @@ impl QuicWorker {
             return;
         }
         self.closing = true;
+        self.handing_over = ctx.handing_over;
         let token = ctx.token;
         for (&key, c) in &mut self.conns {
             ctx.token = client_token(key);

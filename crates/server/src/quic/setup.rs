@@ -57,12 +57,13 @@ pub(crate) fn bind(
     cfg: &QuicConfig,
     workers: usize,
     tls: Arc<rustls::ServerConfig>,
+    handed: Vec<std::net::UdpSocket>,
 ) -> Result<Bound, QuicError> {
     let random = tls.crypto_provider().secure_random;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| QuicError::Setup(e.to_string()))?;
-    let (sockets, addr, offload) =
-        udp::bind_all(cfg.listen, workers, cfg.batching).map_err(|source| QuicError::Bind {
+    let (sockets, addr, offload) = udp::bind_all(cfg.listen, workers, cfg.batching, handed)
+        .map_err(|source| QuicError::Bind {
             addr: cfg.listen,
             source,
         })?;

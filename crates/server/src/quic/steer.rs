@@ -103,7 +103,8 @@ mod tests {
     #[test]
     fn packets_reach_the_worker_their_id_names() {
         let (socks, addr, _) =
-            super::super::udp::bind_all("127.0.0.1:0".parse().unwrap(), 3, false).unwrap();
+            super::super::udp::bind_all("127.0.0.1:0".parse().unwrap(), 3, false, Vec::new())
+                .unwrap();
         attach(&socks[0], 3).unwrap();
         for s in &socks {
             s.set_nonblocking(false).unwrap();

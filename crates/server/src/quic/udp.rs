@@ -42,16 +42,42 @@ pub(crate) struct Offload {
 /// Binds `workers` UDP sockets to `addr` (port 0: the port the first got), non-blocking,
 /// `SO_REUSEPORT`, and turns on what `batching` allows of GSO and GRO. Returns the sockets, the
 /// address bound and what offload each has (the same for all: one kernel).
+///
+/// Sockets handed over for `addr` (socket activation, an upgrade) come first, one per worker;
+/// workers beyond them bind a socket of their own into the same `SO_REUSEPORT` group (a
+/// systemd socket needs `ReusePort=yes` for that). Handed-over sockets beyond the workers are
+/// closed: a UDP socket of the group that nobody reads would only lose the datagrams hashed to
+/// it, and once closed the kernel hashes over the others.
 pub(crate) fn bind_all(
     addr: SocketAddr,
     workers: usize,
     batching: bool,
+    handed: Vec<std::net::UdpSocket>,
 ) -> io::Result<(Vec<std::net::UdpSocket>, SocketAddr, Offload)> {
-    let first = bind(addr)?;
-    let actual = first.local_addr()?;
-    let mut socks = vec![first];
-    for _ in 1..workers {
-        socks.push(bind(actual)?);
+    let mut socks: Vec<std::net::UdpSocket> = handed
+        .into_iter()
+        .filter(|s| s.local_addr().ok() == Some(addr))
+        .take(workers)
+        .collect();
+    for s in &socks {
+        s.set_nonblocking(true)?;
+    }
+    if socks.is_empty() {
+        socks.push(bind(addr)?);
+    }
+    let actual = socks[0].local_addr()?;
+    let handed = socks.len();
+    while socks.len() < workers {
+        socks.push(bind(actual).map_err(|e| {
+            if handed > 0 && e.kind() == io::ErrorKind::AddrInUse {
+                io::Error::new(
+                    e.kind(),
+                    format!("{e}: the UDP socket handed over has no SO_REUSEPORT (systemd: ReusePort=yes), which each further worker's socket needs"),
+                )
+            } else {
+                e
+            }
+        })?);
     }
     let offload = if batching {
         detect(&socks[0])
@@ -345,7 +371,8 @@ mod tests {
     /// it (an answer from 127.0.0.1, the route's choice, it would drop).
     #[test]
     fn answers_leave_from_the_address_asked() {
-        let (socks, addr, _) = bind_all("0.0.0.0:0".parse().unwrap(), 1, false).unwrap();
+        let (socks, addr, _) =
+            bind_all("0.0.0.0:0".parse().unwrap(), 1, false, Vec::new()).unwrap();
         let server = &socks[0];
         let to: SocketAddr = SocketAddr::from(([127, 0, 0, 2], addr.port()));
         let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -377,7 +404,8 @@ mod tests {
     /// segment size is the datagram size (GRO on); either way the bytes and sizes match.
     #[test]
     fn gso_batch_round_trips() {
-        let (socks, addr, offload) = bind_all("127.0.0.1:0".parse().unwrap(), 1, true).unwrap();
+        let (socks, addr, offload) =
+            bind_all("127.0.0.1:0".parse().unwrap(), 1, true, Vec::new()).unwrap();
         let rx = &socks[0];
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();

@@ -26,13 +26,20 @@ pub struct ServeArgs {
     /// Check the configuration (file and flags), print one line per problem, and exit 0 or 1
     #[arg(long)]
     pub check_config: bool,
-    /// Address to listen on in clear, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8080 unless
-    /// --tls-listen is given]
+    /// Address to listen on in clear, IPv4 or IPv6 (repeatable; 'ADDR:PORT proxy_protocol':
+    /// connections from --accept-proxy-protocol networks start with a PROXY header)
+    /// [default: 127.0.0.1:8080 unless --tls-listen is given]
     #[arg(short, long = "listen", value_name = "ADDR:PORT", value_parser = parse_listen)]
     pub listen: Vec<ListenAddr>,
-    /// Address to listen on with TLS (repeatable; needs --cert and --key)
+    /// Address to listen on with TLS (repeatable; needs --cert and --key; 'ADDR:PORT
+    /// proxy_protocol' as for --listen: the header comes before TLS)
     #[arg(long = "tls-listen", value_name = "ADDR:PORT", value_parser = parse_listen)]
     pub tls_listen: Vec<ListenAddr>,
+    /// A balancer's network (ADDR or ADDR/BITS, repeatable) whose connections must start with a
+    /// PROXY protocol header (v1 or v2), whose client address then stands for the connection's;
+    /// on the listen addresses marked proxy_protocol, or on every TCP one when none is
+    #[arg(long = "accept-proxy-protocol", value_name = "NETWORK", value_parser = parse_cidr)]
+    pub accept_proxy_protocol: Vec<Cidr>,
     /// TLS certificate chain, PEM, leaf first (repeatable: each serves the names it lists, chosen
     /// by SNI; the first is the default)
     #[arg(long = "cert", value_name = "FILE")]
@@ -81,6 +88,17 @@ pub struct ServeArgs {
     /// default)
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// Answer load balancers' and orchestrators' probes at http://ADDR:PORT/health: 200 ok, or
+    /// 503 draining once shutdown begins (a listener of its own; off by default)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub health: Option<SocketAddr>,
+    /// On SIGTERM/SIGINT, keep accepting this long while /health says draining, so that
+    /// balancers stop sending first; then stop accepting and drain (--grace)
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = lowlat_http::units::parse_duration)]
+    pub shutdown_delay: Duration,
+    /// Write the process id to this file (rewritten by the new process after a USR2 upgrade)
+    #[arg(long, value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
     /// Log every request to this file (off by default; SIGUSR1 reopens it)
     #[arg(long, value_name = "PATH")]
     pub access_log: Option<PathBuf>,
@@ -228,6 +246,7 @@ impl ServeArgs {
             .map(SocketAddr::port)
             .collect();
         let quic = self.quic.to_config(&tls_ports)?;
+        let proxy_protocol = self.proxy_protocol()?;
         let access_log = match &self.access_log {
             None => None,
             Some(path) => Some(Arc::new(
@@ -251,6 +270,7 @@ impl ServeArgs {
             grace: self.grace,
             h2: self.h2.to_config(),
             quic,
+            proxy_protocol,
             ..ServerConfig::default()
         };
         if let Some(workers) = self.workers {
@@ -263,6 +283,33 @@ impl ServeArgs {
             return Err("--max-uri must be smaller than --max-head".into());
         }
         Ok(cfg)
+    }
+
+    /// Which listeners read a PROXY header, and from whom: the addresses marked `proxy_protocol`
+    /// (every TCP one when none is but --accept-proxy-protocol is given).
+    ///
+    /// # Errors
+    /// A listener marked `proxy_protocol` with no network to accept it from.
+    pub fn proxy_protocol(&self) -> Result<config::ProxyProtocolIn, String> {
+        let marked = |list: &[ListenAddr]| -> Vec<SocketAddr> {
+            let only: Vec<ListenAddr> = list.iter().filter(|l| l.proxy_protocol).cloned().collect();
+            ListenAddr::flatten(&only)
+        };
+        let (mut clear, mut tls) = (marked(&self.listen), marked(&self.tls_listen));
+        if clear.is_empty() && tls.is_empty() {
+            if self.accept_proxy_protocol.is_empty() {
+                return Ok(config::ProxyProtocolIn::default());
+            }
+            clear = ListenAddr::flatten(&self.listen);
+            tls = ListenAddr::flatten(&self.tls_listen);
+        } else if self.accept_proxy_protocol.is_empty() {
+            return Err("a listen address marked proxy_protocol needs --accept-proxy-protocol NETWORK: the balancers whose PROXY headers are believed".into());
+        }
+        Ok(config::ProxyProtocolIn {
+            from: self.accept_proxy_protocol.clone(),
+            clear,
+            tls,
+        })
     }
 
     /// The access log's format: built in, named in `[log_format]`, or given inline.
@@ -462,14 +509,19 @@ fn parse_challenge(text: &str) -> Result<ChallengeKind, String> {
     }
 }
 
-/// One `--listen` value: the addresses it stands for (a host name may resolve to several).
+/// One `--listen` value: the addresses it stands for (a host name may resolve to several), and
+/// whether connections from a balancer start with a PROXY header there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListenAddr(pub Vec<SocketAddr>);
+pub struct ListenAddr {
+    pub addrs: Vec<SocketAddr>,
+    /// `proxy_protocol` followed the address (nginx's `listen 80 proxy_protocol`).
+    pub proxy_protocol: bool,
+}
 
 impl ListenAddr {
     fn flatten(list: &[Self]) -> Vec<SocketAddr> {
         let mut out: Vec<SocketAddr> = Vec::new();
-        for addr in list.iter().flat_map(|l| &l.0) {
+        for addr in list.iter().flat_map(|l| &l.addrs) {
             if !out.contains(addr) {
                 out.push(*addr);
             }
@@ -480,22 +532,42 @@ impl ListenAddr {
 
 /// Parses a listen address as nginx's `listen` takes it: `127.0.0.1:8080`, `[::1]:8080`,
 /// `:8080` or `8080` (every IPv4 address, nginx's `listen 8080`), or `localhost:8080` (every
-/// address the name resolves to, once each).
+/// address the name resolves to, once each), optionally followed by `proxy_protocol`.
 ///
 /// # Errors
 /// A message for clap naming what is wrong.
 pub fn parse_listen(text: &str) -> Result<ListenAddr, String> {
+    let mut words = text.split_whitespace();
+    let addr = words.next().unwrap_or("");
+    let mut proxy_protocol = false;
+    for word in words {
+        if word == "proxy_protocol" {
+            proxy_protocol = true;
+        } else {
+            return Err(format!(
+                "{text:?}: {word:?} is not a listen parameter (proxy_protocol is)"
+            ));
+        }
+    }
+    let addrs = parse_listen_addr(text, addr)?;
+    Ok(ListenAddr {
+        addrs,
+        proxy_protocol,
+    })
+}
+
+/// The addresses of a listen value's first word.
+fn parse_listen_addr(text: &str, t: &str) -> Result<Vec<SocketAddr>, String> {
     use std::net::ToSocketAddrs;
-    let t = text.trim();
     if let Ok(addr) = t.parse::<SocketAddr>() {
-        return Ok(ListenAddr(vec![addr]));
+        return Ok(vec![addr]);
     }
     let port_only = t.strip_prefix(':').unwrap_or(t);
     if !port_only.is_empty() && port_only.bytes().all(|b| b.is_ascii_digit()) {
         let port: u16 = port_only
             .parse()
             .map_err(|_| format!("{text:?}: port {port_only} is above 65535"))?;
-        return Ok(ListenAddr(vec![SocketAddr::from(([0, 0, 0, 0], port))]));
+        return Ok(vec![SocketAddr::from(([0, 0, 0, 0], port))]);
     }
     let Some((host, port)) = t.rsplit_once(':') else {
         return Err(format!(
@@ -522,7 +594,7 @@ pub fn parse_listen(text: &str) -> Result<ListenAddr, String> {
     if addrs.is_empty() {
         return Err(format!("{text:?}: {host} resolves to no address"));
     }
-    Ok(ListenAddr(addrs))
+    Ok(addrs)
 }
 
 fn parse_crypto(text: &str) -> Result<CryptoBackend, String> {
@@ -730,7 +802,7 @@ mod tests {
 
     #[test]
     fn listen_addresses() {
-        let one = |t: &str| parse_listen(t).unwrap().0;
+        let one = |t: &str| parse_listen(t).unwrap().addrs;
         assert_eq!(
             one("127.0.0.1:8080"),
             vec!["127.0.0.1:8080".parse().unwrap()]
@@ -746,6 +818,9 @@ mod tests {
         assert!(local
             .iter()
             .all(|a| a.ip().is_loopback() && a.port() == 8080));
+        let marked = parse_listen("127.0.0.1:80 proxy_protocol").unwrap();
+        assert!(marked.proxy_protocol && marked.addrs == one("127.0.0.1:80"));
+        assert!(!parse_listen("127.0.0.1:80").unwrap().proxy_protocol);
         for bad in [
             "",
             ":",
@@ -754,6 +829,7 @@ mod tests {
             "localhost:",
             "localhost:http",
             "::1:8080",
+            "127.0.0.1:80 ssl",
         ] {
             let err = parse_listen(bad).unwrap_err();
             assert!(err.starts_with(&format!("{bad:?}")), "{bad}: {err}");

@@ -87,6 +87,12 @@ pub struct GroupArgs {
     /// ALPN, in clear by prior knowledge, as h2c:// URLs always are)
     #[arg(id = "proxy_protocol", long = "proxy-protocol", value_name = "PROTOCOL", default_value = "h1", value_parser = ["h1", "h2"])]
     pub protocol: String,
+    /// Start each connection to the servers with a PROXY protocol header naming the client, v1
+    /// or v2 (haproxy's send-proxy, send-proxy-v2), for servers that expect one; such a
+    /// connection carries one client's requests and is not kept for others. HTTP/1.1 and
+    /// FastCGI servers [default: none]
+    #[arg(id = "proxy_send_proxy_protocol", long = "proxy-send-proxy-protocol", value_name = "VERSION", value_parser = ["v1", "v2"])]
+    pub send_proxy_protocol: Option<String>,
     /// https:// upstreams: trust only the CAs in this PEM file [default: the system's roots]
     #[arg(
         id = "proxy_tls_ca",
@@ -428,9 +434,21 @@ fn group(
                 .into(),
         );
     }
+    let send_proxy_protocol = match g.send_proxy_protocol.as_deref() {
+        Some("v1") => 1,
+        Some("v2") => 2,
+        _ => 0,
+    };
+    if send_proxy_protocol != 0 && servers.iter().any(|s| s.h2) {
+        return Err(
+            "--proxy-send-proxy-protocol is for HTTP/1.1 servers: an HTTP/2 connection carries many clients' requests"
+                .into(),
+        );
+    }
     Ok(UpstreamGroup {
         fastcgi,
         fastcgi_params: g.fastcgi_param.clone(),
+        send_proxy_protocol,
         name,
         servers,
         balance: g.balance.clone(),

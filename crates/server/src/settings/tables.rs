@@ -188,6 +188,9 @@ pub(super) fn tokens_of(
             toml::Value::String(s) => Ok(s.clone()),
             toml::Value::Integer(i) => Ok(i.to_string()),
             toml::Value::Float(f) => Ok(f.to_string()),
+            // A listen address with its parameters: `{ address = ":80", proxy_protocol = true }`
+            // is the flag's `":80 proxy_protocol"`.
+            toml::Value::Table(t) if flag.ends_with("listen") => listen_table(t),
             _ => Err("must be a string or a number".into()),
         }
     };
@@ -206,6 +209,31 @@ pub(super) fn tokens_of(
         }
         (v, true) => Ok(vec![long, scalar(v)?]),
     }
+}
+
+/// A `{ address, proxy_protocol }` listen table as its flag's value.
+fn listen_table(t: &toml::Table) -> Result<String, String> {
+    let Some(toml::Value::String(address)) = t.get("address") else {
+        return Err("a listen table needs address = \"ADDR:PORT\"".into());
+    };
+    let mut value = address.clone();
+    for (key, v) in t {
+        match (key.as_str(), v) {
+            ("address", _) => {}
+            ("proxy_protocol", toml::Value::Boolean(on)) => {
+                if *on {
+                    value.push_str(" proxy_protocol");
+                }
+            }
+            ("proxy_protocol", _) => return Err("proxy_protocol is a switch: true or false".into()),
+            (other, _) => {
+                return Err(format!(
+                    "{other:?} is not a listen parameter (address, proxy_protocol)"
+                ))
+            }
+        }
+    }
+    Ok(value)
 }
 
 pub(super) fn first_line(e: &clap::Error) -> String {

@@ -1,0 +1,132 @@
+//! A connection from a balancer on a `proxy_protocol` listener, before its PROXY header has
+//! arrived: the header is read off the socket first — before TLS, before HTTP — and the
+//! connection then starts as any other, under the client's address the header carries.
+//!
+//! The header is peeked (`MSG_PEEK`) until [`lowlat_http::proxy_protocol::parse`] says it is
+//! whole, then exactly its length is read: the bytes behind it (a TLS ClientHello, a request)
+//! stay in the socket for the layer that owns them, which needs no way to be handed leftovers.
+//! That costs one peek and one read per connection, and only on listeners that ask for it
+//! (haproxy reads its `accept-proxy` header the same way).
+//!
+//! A header that is malformed, missing (the connection starts with anything else) or late (the
+//! header timeout) closes the connection without a word: the peer is a balancer that speaks the
+//! protocol or nothing lowlat should answer.
+
+use std::io::{self, Read as _};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lowlat_http::proxy_protocol::{self, MAX_HEADER_BYTES};
+use lowlat_http::Status;
+use mio::net::TcpStream;
+
+use crate::config::ServerConfig;
+use crate::transport::Transport;
+
+/// A connection whose PROXY header is awaited.
+pub(crate) struct AwaitingHeader {
+    sock: Option<TcpStream>,
+    /// The balancer's address (the socket's peer), for the log line of a refusal.
+    balancer: SocketAddr,
+    /// Accepted on a TLS listener: TLS starts after the header.
+    tls: bool,
+    /// When the header must be whole (the header timeout, from accept).
+    pub(crate) deadline: Instant,
+}
+
+/// What reading the header came to.
+pub(crate) enum HeaderRead {
+    /// Not all of it yet: wait for the socket.
+    Waiting,
+    /// The connection is over (bad or missing header, the peer gone).
+    Refused,
+    /// The header was taken off the socket: the connection starts, as the client it names.
+    Ready {
+        io: Transport,
+        client: SocketAddr,
+        first_deadline: Duration,
+    },
+}
+
+impl AwaitingHeader {
+    pub(crate) fn new(sock: TcpStream, balancer: SocketAddr, tls: bool, deadline: Instant) -> Self {
+        Self {
+            sock: Some(sock),
+            balancer,
+            tls,
+            deadline,
+        }
+    }
+
+    /// The socket, to deregister it.
+    pub(crate) fn socket(&mut self) -> Option<&mut TcpStream> {
+        self.sock.as_mut()
+    }
+
+    /// Reads the header if it is all there.
+    pub(crate) fn read(&mut self, cfg: &ServerConfig) -> HeaderRead {
+        let Some(sock) = &mut self.sock else {
+            return HeaderRead::Refused;
+        };
+        // The longest header either version may have: a peek this long either holds a whole
+        // header or shows that it is bad.
+        let mut buf = [0u8; MAX_HEADER_BYTES];
+        let n = match sock.peek(&mut buf) {
+            Ok(0) => return self.refuse("closed before its PROXY header"),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return HeaderRead::Waiting,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return HeaderRead::Waiting,
+            Err(_) => return self.refuse("failed before its PROXY header"),
+        };
+        let header = match proxy_protocol::parse(&buf[..n]) {
+            Ok(Status::Partial) => return HeaderRead::Waiting,
+            Ok(Status::Complete(h)) => h,
+            Err(e) => return self.refuse(&e.to_string()),
+        };
+        // Take the header (and nothing after it) off the socket. The peek showed it is there,
+        // so the reads return it at once.
+        let mut taken = 0;
+        while taken < header.len {
+            match sock.read(&mut buf[taken..header.len]) {
+                Ok(0) => return self.refuse("closed in its PROXY header"),
+                Ok(k) => taken += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.refuse("failed in its PROXY header"),
+            }
+        }
+        let client = header.addresses.map_or(self.balancer, |a| a.source);
+        let Some(sock) = self.sock.take() else {
+            return HeaderRead::Refused;
+        };
+        match transport(cfg, sock, self.tls) {
+            Some((io, first_deadline)) => HeaderRead::Ready {
+                io,
+                client,
+                first_deadline,
+            },
+            None => HeaderRead::Refused,
+        }
+    }
+
+    fn refuse(&mut self, why: &str) -> HeaderRead {
+        tracing::debug!(balancer = %self.balancer, "connection refused: {why}");
+        self.sock = None;
+        HeaderRead::Refused
+    }
+}
+
+/// The transport a connection starts with on a listener (TLS or clear), and its first deadline:
+/// the handshake's over TLS, the keep-alive's in clear. `None` when TLS cannot start a session.
+pub(crate) fn transport(
+    cfg: &ServerConfig,
+    stream: TcpStream,
+    tls: bool,
+) -> Option<(Transport, Duration)> {
+    match (&cfg.tls, tls) {
+        (Some(ctx), true) => ctx
+            .accept()
+            .ok()
+            .map(|session| (Transport::tls(stream, session), cfg.tls_handshake_timeout)),
+        _ => Some((Transport::Plain(stream), cfg.keepalive_timeout)),
+    }
+}
