@@ -75,8 +75,11 @@ impl Connection {
             } => {
                 let mut conn = Conn::new(io, client, ctx.now, first_deadline);
                 conn.on_event(ctx, true, read_closed, true);
+                let h2 = conn.wants_h2();
                 *self = Self::H1(conn);
-                self.switch(ctx);
+                if h2 {
+                    self.switch(ctx);
+                }
             }
         }
     }
@@ -212,7 +215,7 @@ impl Connection {
     pub(crate) fn is_quiet_h1(&self) -> bool {
         match self {
             Self::H1(c) => !c.closed && !c.relaying() && !c.tunnelling() && !c.upload_fed(),
-            Self::H2(_) | Self::Switching => false,
+            Self::Awaiting(_) | Self::H2(_) | Self::Switching => false,
         }
     }
 
