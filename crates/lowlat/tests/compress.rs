@@ -35,13 +35,7 @@ impl Serve {
         .args(args);
         let (child, _, seen) = support::spawn_serve(cmd);
         let addr = support::address(&seen, "http://");
-        let metrics = seen
-            .lines()
-            .find_map(|l| l.split("metrics on http://").nth(1))
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or_else(|| panic!("no metrics address in {seen}"))
-            .parse()
-            .unwrap();
+        let metrics = support::metrics_addr(&seen);
         Self {
             child,
             addr,

@@ -253,13 +253,7 @@ fn rebound_clients_keep_their_connection_on_its_worker() {
 
 /// One series of `/metrics` (`--metrics` is on `served`), once the worker has published it.
 fn metric(served: &Served, series: &str) -> u64 {
-    let log = served.log();
-    let addr = log
-        .lines()
-        .find_map(|l| l.split("metrics on http://").nth(1))
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address in {log}"))
-        .to_owned();
+    let addr = served.metrics_addr().to_string();
     // Published at the worker's sweep, at most a second behind.
     std::thread::sleep(Duration::from_millis(1300));
     let mut conn = std::net::TcpStream::connect(&addr).unwrap();

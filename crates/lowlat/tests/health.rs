@@ -49,14 +49,7 @@ fn draining_before_the_listeners_close() {
         "127.0.0.1:0",
     ]);
     let health = health_addr(&served);
-    let metrics: SocketAddr = served
-        .log()
-        .lines()
-        .find_map(|l| l.split("metrics on http://").nth(1))
-        .and_then(|rest| rest.split('/').next())
-        .expect("a metrics line")
-        .parse()
-        .unwrap();
+    let metrics: SocketAddr = served.metrics_addr();
     assert!(get(metrics, "/health").ends_with("ok\n"));
     let ok = get(health, "/health");
     assert!(

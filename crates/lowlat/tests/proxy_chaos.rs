@@ -29,8 +29,8 @@ mod support;
 
 use chaos::upstream::{body_for, pattern, Act, Chaos, Flapper};
 use chaos::{
-    assert_answer, assert_cut, assert_cut_of, connect, get, read_outcome, read_outcome_of,
-    HealthyLoop, Outcome, Rig,
+    assert_answer, assert_cut, assert_cut_of, concurrent_gets, connect, get, read_outcome,
+    read_outcome_of, HealthyLoop, Outcome, Rig,
 };
 use support::{curl, BIN};
 
@@ -71,23 +71,6 @@ const STARVED: Duration = Duration::from_secs(1);
 /// otherwise.
 fn rig(bad: &Chaos, extra: &[&str]) -> Rig {
     Rig::start(&bad.url(), &flags(extra))
-}
-
-/// Sends `GET /bad/{i}` for each `i` in `ids` from threads of their own, at once; returns each
-/// outcome with its target and how long it took.
-fn concurrent_gets(rig: &Rig, ids: std::ops::Range<usize>) -> Vec<(String, Outcome, Duration)> {
-    let addr = rig.addr();
-    let threads: Vec<_> = ids
-        .map(|i| {
-            thread::spawn(move || {
-                let target = format!("/bad/{i}");
-                let start = Instant::now();
-                let o = get(addr, &target);
-                (target, o, start.elapsed())
-            })
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
 /// An upstream that reads the request and never answers: each of three requests at once is a

@@ -575,14 +575,7 @@ fn a_cancelled_exchange_leaves_its_connection_counted_idle() {
         "--proxy",
         &format!("/=h2c://127.0.0.1:{}", upstream.addr().port()),
     ]);
-    let log = proxy.log();
-    let metrics: SocketAddr = log
-        .lines()
-        .find_map(|l| l.split("metrics on http://").nth(1))
-        .and_then(|l| l.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address in {log}"))
-        .parse()
-        .unwrap();
+    let metrics = proxy.metrics_addr();
     assert_eq!(recorder_stats(proxy.addr)["connections"], 1);
     for round in 1..=3 {
         let mut leaves = TcpStream::connect(proxy.addr).unwrap();

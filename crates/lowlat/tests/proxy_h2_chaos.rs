@@ -11,14 +11,13 @@
 //! CLOSE-WAIT socket); and a healthy route on the same proxy (one worker) answers every request
 //! meanwhile.
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod chaos;
 mod support;
 
 use chaos::h2_upstream::{H2Act, H2Chaos};
-use chaos::{assert_answer, get, HealthyLoop, Outcome, Rig};
+use chaos::{assert_answer, concurrent_gets, HealthyLoop, Outcome, Rig};
 
 /// Short timeouts, so that a hang shows as a failed assertion within seconds.
 fn rig(bad: &H2Chaos) -> Rig {
@@ -39,23 +38,6 @@ fn rig_with(bad: &H2Chaos, read_timeout: &str) -> Rig {
     .map(|s| (*s).to_owned())
     .collect();
     Rig::start(&bad.url(), &flags)
-}
-
-/// `GET /bad/{i}` for each `i` in `ids`, at once from threads of their own: each outcome with
-/// its target and how long it took.
-fn concurrent_gets(rig: &Rig, ids: std::ops::Range<usize>) -> Vec<(String, Outcome, Duration)> {
-    let addr = rig.addr();
-    let threads: Vec<_> = ids
-        .map(|i| {
-            thread::spawn(move || {
-                let target = format!("/bad/{i}");
-                let start = Instant::now();
-                let o = get(addr, &target);
-                (target, o, start.elapsed())
-            })
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
 /// A failed exchange's clean shapes: a whole 502 or 504, or a 200 cut short (by the close of

@@ -336,13 +336,7 @@ fn missing_or_garbage_headers_close_the_connection() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(upstream.last_forwarded_for(), "127.0.0.1");
     // Every refusal counted: 8 cases on two listeners, and the late one.
-    let log = served.log();
-    let metrics = log
-        .lines()
-        .find_map(|l| l.split("metrics on http://").nth(1))
-        .and_then(|rest| rest.split('/').next())
-        .expect("a metrics line")
-        .to_owned();
+    let metrics = served.metrics_addr().to_string();
     let until = Instant::now() + Duration::from_secs(5);
     loop {
         let out = support::curl(&["-s", &format!("http://{metrics}/metrics")]);

@@ -197,6 +197,23 @@ pub fn get(addr: SocketAddr, target: &str) -> Outcome {
     read_outcome(&mut s, &mut Vec::new())
 }
 
+/// Sends `GET /bad/{i}` for each `i` in `ids` from threads of their own, at once; returns each
+/// outcome with its target and how long it took.
+pub fn concurrent_gets(rig: &Rig, ids: std::ops::Range<usize>) -> Vec<(String, Outcome, Duration)> {
+    let addr = rig.addr();
+    let threads: Vec<_> = ids
+        .map(|i| {
+            std::thread::spawn(move || {
+                let target = format!("/bad/{i}");
+                let start = Instant::now();
+                let o = get(addr, &target);
+                (target, o, start.elapsed())
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
 /// Asserts that `o` is a whole response with `status` (and, for 200, the body that belongs to
 /// `target`).
 #[track_caller]
@@ -266,14 +283,7 @@ impl Rig {
         ];
         args.extend_from_slice(extra);
         let proxy = Served::start(args);
-        let log = proxy.log();
-        let metrics = log
-            .lines()
-            .find_map(|l| l.split("metrics on http://").nth(1))
-            .and_then(|l| l.split('/').next())
-            .unwrap_or_else(|| panic!("no metrics address in {log}"))
-            .parse()
-            .unwrap();
+        let metrics = proxy.metrics_addr();
         let mut rig = Rig {
             proxy,
             metrics,

@@ -242,6 +242,11 @@ impl Served {
         self.log.lock().unwrap().clone()
     }
 
+    /// The address of its metrics listener (`--metrics`), from its log.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        metrics_addr(&self.log())
+    }
+
     /// Sends it `kill -SIG`.
     pub fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
@@ -284,4 +289,14 @@ impl Drop for Served {
             eprintln!("--- log of lowlat serve ---\n{}", self.log());
         }
     }
+}
+
+/// The address a `lowlat serve` log gives for its metrics listener ("metrics on http://ADDR/").
+pub fn metrics_addr(log: &str) -> SocketAddr {
+    log.lines()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {log}"))
+        .parse()
+        .unwrap()
 }
