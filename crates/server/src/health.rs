@@ -58,20 +58,33 @@ pub fn serve(listener: TcpListener, health: Arc<Health>) -> std::io::Result<()> 
     Ok(())
 }
 
-/// One probe: read a head (at most 4 KiB, 2 s), answer, close.
-fn answer(mut conn: TcpStream, health: &Health) {
+/// Reads a request head into `buf` on a blocking side listener (this one, the metrics one):
+/// at most `buf`'s size, 2 s to read and to write. `None` when the peer left first.
+pub(crate) fn read_head<'b>(conn: &mut TcpStream, buf: &'b mut [u8]) -> Option<&'b [u8]> {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-    let mut buf = [0u8; 4096];
     let mut len = 0;
     while len < buf.len() && !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
         match conn.read(&mut buf[len..]) {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return None,
             Ok(n) => len += n,
         }
     }
-    let head = &buf[..len];
-    let probe = head.starts_with(b"GET /health ") || head.starts_with(b"HEAD /health ");
+    Some(&buf[..len])
+}
+
+/// Whether `head` asks for the health endpoint (`GET` or `HEAD /health`).
+pub(crate) fn is_probe(head: &[u8]) -> bool {
+    head.starts_with(b"GET /health ") || head.starts_with(b"HEAD /health ")
+}
+
+/// One probe: read a head (at most 4 KiB, 2 s), answer, close.
+fn answer(mut conn: TcpStream, health: &Health) {
+    let mut buf = [0u8; 4096];
+    let Some(head) = read_head(&mut conn, &mut buf) else {
+        return;
+    };
+    let probe = is_probe(head);
     let (status, body) = if probe {
         health.answer()
     } else {

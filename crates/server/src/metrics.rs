@@ -6,7 +6,7 @@
 //! — relaxed stores of a few dozen words, not per request. A scrape sums the slots, so a figure
 //! may lag by one loop turn; counters never go backwards.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -583,18 +583,11 @@ pub fn serve_on(
 
 /// One scrape: read a head (at most 8 KiB, 2 s), answer, close.
 fn answer(mut conn: TcpStream, registry: &Registry, health: Option<&crate::health::Health>) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
     let mut buf = [0u8; 8192];
-    let mut len = 0;
-    while len < buf.len() && !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-        match conn.read(&mut buf[len..]) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => len += n,
-        }
-    }
-    let head = &buf[..len];
-    let probe = head.starts_with(b"GET /health ");
+    let Some(head) = crate::health::read_head(&mut conn, &mut buf) else {
+        return;
+    };
+    let probe = crate::health::is_probe(head);
     let (status, ctype, body) = if let (true, Some(h)) = (probe, health) {
         let (status, body) = h.answer();
         (status, "text/plain", body.to_owned())
@@ -617,10 +610,16 @@ fn answer(mut conn: TcpStream, registry: &Registry, health: Option<&crate::healt
             "GET /metrics\n".to_owned(),
         )
     };
+    // A HEAD (the health probe, a 404) gets the length its GET would, and no body.
+    let length = body.len();
+    let body = if head.starts_with(b"HEAD ") {
+        ""
+    } else {
+        &body
+    };
     let _ = write!(
         conn,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n{body}"
     );
 }
 
