@@ -7,6 +7,8 @@
 #
 #   scripts/fuzz.sh 60                 every target a minute
 #   scripts/fuzz.sh 600 h2_server      one target ten minutes
+#   FUZZ_RUNS=10000000 scripts/fuzz.sh 900 hpack_decoder
+#                                      stops at 10 M executions, or after 900 s if sooner
 #
 # Built without a sanitizer (the code fuzzed is safe Rust; AddressSanitizer would slow it ~2x for
 # nothing to find) and with debug assertions, so an integer overflow is a crash, not a wrap.
@@ -24,6 +26,11 @@ rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly -
 cargo +nightly fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz
 sanitizer=${FUZZ_SANITIZER:-none}
 flags=(-s "$sanitizer" -a --features server)
+runs=()
+if [ -n "${FUZZ_RUNS:-}" ]; then
+    [[ $FUZZ_RUNS =~ ^[0-9]+$ ]] || { echo "FUZZ_RUNS must be a number" >&2; exit 2; }
+    runs=(-runs="$FUZZ_RUNS")
+fi
 if [ $# -gt 0 ]; then
     targets=("$@")
 else
@@ -40,7 +47,7 @@ for t in "${targets[@]}"; do
     log="logs/$t.log"
     # -timeout: one input taking this long is a hang, reported as a crash.
     if cargo +nightly fuzz run "${flags[@]}" "$t" "corpus/$t" -- \
-        -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
+        -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 "${runs[@]}" \
         >"$log" 2>&1; then
         result=ok
     else

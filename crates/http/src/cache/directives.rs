@@ -58,7 +58,7 @@ pub struct Directives<'a> {
 
 impl<'a> Directives<'a> {
     /// Parses every line of the field `name` in `fields`.
-    pub fn parse<F: Fields + ?Sized>(fields: &'a F, name: &'a str) -> Self {
+    pub fn parse<F: Fields + ?Sized>(fields: &'a F, name: &str) -> Self {
         let mut d = Directives::default();
         for value in values(fields, name) {
             d.add(value);
@@ -128,9 +128,12 @@ impl<'a> Directives<'a> {
     /// The directives a shared cache follows for a response (RFC 9213 §2.2): the first of the
     /// `targeted` fields (in order of precedence) that holds a directive, else `Cache-Control`.
     /// The second value says whether a targeted field was chosen: then `Expires` is ignored too.
-    pub fn for_response<F: Fields + ?Sized>(fields: &'a F, targeted: &[&'a str]) -> (Self, bool) {
+    pub fn for_response<F: Fields + ?Sized, T: AsRef<str>>(
+        fields: &'a F,
+        targeted: &[T],
+    ) -> (Self, bool) {
         for name in targeted {
-            let d = Directives::parse(fields, name);
+            let d = Directives::parse(fields, name.as_ref());
             if d.present {
                 return (d, true);
             }

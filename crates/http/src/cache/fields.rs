@@ -9,6 +9,16 @@ pub trait Fields {
     fn count(&self) -> usize;
     /// The `i`th field line's name and value.
     fn field(&self, i: usize) -> (&str, &[u8]);
+    /// Whether the `i`th field line is named `name` (ASCII case-insensitive). Holders that keep
+    /// names as bytes answer without making them a `&str` first: every look-up by name asks
+    /// this of each line.
+    fn is_named(&self, i: usize, name: &str) -> bool {
+        self.field(i).0.eq_ignore_ascii_case(name)
+    }
+    /// The `i`th field line's value.
+    fn value(&self, i: usize) -> &[u8] {
+        self.field(i).1
+    }
 }
 
 impl Fields for [httparse::Header<'_>] {
@@ -30,18 +40,17 @@ impl<N: AsRef<str>, V: AsRef<[u8]>> Fields for [(N, V)] {
 }
 
 /// The values of every field line named `name` (ASCII case-insensitive), in order.
-pub fn values<'a, F: Fields + ?Sized>(
+pub fn values<'a: 'n, 'n, F: Fields + ?Sized>(
     fields: &'a F,
-    name: &'a str,
-) -> impl Iterator<Item = &'a [u8]> + 'a {
-    (0..fields.count()).filter_map(move |i| {
-        let (n, v) = fields.field(i);
-        n.eq_ignore_ascii_case(name).then_some(v)
-    })
+    name: &'n str,
+) -> impl Iterator<Item = &'a [u8]> + 'n {
+    (0..fields.count())
+        .filter(move |&i| fields.is_named(i, name))
+        .map(move |i| fields.value(i))
 }
 
 /// The first value of the field `name`.
-pub fn first<'a, F: Fields + ?Sized>(fields: &'a F, name: &'a str) -> Option<&'a [u8]> {
+pub fn first<'a, F: Fields + ?Sized>(fields: &'a F, name: &str) -> Option<&'a [u8]> {
     values(fields, name).next()
 }
 

@@ -199,7 +199,7 @@ mod tests {
         fields: &[(&str, &str)],
     ) -> Result<(), NotStored> {
         let fields: Vec<(&str, &[u8])> = fields.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
-        let (cc, _) = Directives::for_response(&fields[..], &[]);
+        let (cc, _) = Directives::for_response::<_, &str>(&fields[..], &[]);
         let mut rcc = Directives::default();
         rcc.add(req_cc.as_bytes());
         let req = RequestFacts {
@@ -379,7 +379,7 @@ mod tests {
     #[test]
     fn cookies_when_allowed_and_valid_statuses() {
         let fields: &[(&str, &[u8])] = &[("Set-Cookie", b"a=b"), ("Cache-Control", b"max-age=5")];
-        let (cc, _) = Directives::for_response(fields, &[]);
+        let (cc, _) = Directives::for_response::<_, &str>(fields, &[]);
         let req = RequestFacts {
             get: true,
             ..RequestFacts::default()

@@ -24,7 +24,8 @@ use lowlat_http::cache::{invalidate, values, vary, Directives};
 use lowlat_http::client::Header;
 
 use super::inflight::{Role, Ticket};
-use super::object::Object;
+use super::lines::Lines;
+use super::object::{reason_of, Object};
 use super::store::Entry;
 use super::{key, now_secs, RouteCache};
 
@@ -58,8 +59,10 @@ pub(super) enum State {
 #[derive(Debug)]
 pub(super) struct Pending {
     status: u16,
-    reason: Box<str>,
-    fields: Vec<(Box<str>, Box<[u8]>)>,
+    reason: std::borrow::Cow<'static, str>,
+    /// The fields to store, as the object will hold them.
+    kept: Lines,
+    /// Sized from `Content-Length` when the response gives one that fits the object limit.
     body: Vec<u8>,
     age: AgeBase,
     fresh: Stored,
@@ -82,9 +85,9 @@ pub(crate) struct Fill {
     mode: Mode,
     /// The primary key.
     pub(super) key: Box<[u8]>,
-    /// The request's fields (for `Vary`): names and values, owned, as the request's head is
-    /// gone by the time the response comes.
-    pub(super) request: Vec<(Box<str>, Box<[u8]>)>,
+    /// The request's fields (for `Vary`), owned, as the request's head is gone by the time the
+    /// response comes.
+    pub(super) request: Lines,
     /// When the request was forwarded (RFC 9111 §4.2.3's `request_time`).
     request_time: u64,
     authorization: bool,
@@ -130,10 +133,7 @@ impl Fill {
             cache: cache.clone(),
             mode: Mode::Store,
             key: key.into(),
-            request: request
-                .iter()
-                .map(|h| (Box::<str>::from(h.name), Box::<[u8]>::from(h.value)))
-                .collect(),
+            request: Lines::of(request.iter().map(|h| (h.name, h.value)), |_| true),
             request_time: now_secs(),
             authorization,
             request_no_store: req_cc.no_store,
@@ -284,13 +284,7 @@ impl Fill {
             crate::proxy::headers::response_field_passes(n, connection.iter().copied())
                 && field_kept(n, &connection, &fresh_cc)
         });
-        let targeted: Vec<&str> = self
-            .cache
-            .policy
-            .targeted
-            .iter()
-            .map(String::as_str)
-            .collect();
+        let targeted = &self.cache.policy.targeted;
         let ignored = self.cache.policy.ignored;
         let decided: Vec<(Box<str>, Box<[u8]>)>;
         let decide: &[(Box<str>, Box<[u8]>)] = if ignored.any() {
@@ -303,13 +297,13 @@ impl Fill {
         } else {
             &merged
         };
-        let (cc, is_targeted) = Directives::for_response(decide, &targeted);
+        let (cc, is_targeted) = Directives::for_response(decide, targeted);
         let response_time = now_secs();
         let life = self.lifetime_of(stale.status, decide, &cc, is_targeted, response_time);
         let object = Arc::new(Object::new(
             stale.status,
-            &stale.reason,
-            merged.iter().map(|(n, v)| (&**n, &**v)),
+            stale.reason.clone(),
+            Lines::of(merged.iter().map(|(n, v)| (&**n, &**v)), |_| true),
             stale.body.clone(),
             AgeBase::new(fields, self.request_time, response_time),
             Stored::new(life, &cc),
@@ -325,7 +319,7 @@ impl Fill {
             cache: cache.clone(),
             mode: Mode::Invalidate { host: host.into() },
             key: key.into(),
-            request: Vec::new(),
+            request: Lines::default(),
             request_time: 0,
             authorization: false,
             request_no_store: false,
@@ -366,7 +360,6 @@ impl Fill {
             return;
         }
         let policy = &self.cache.policy;
-        let targeted: Vec<&str> = policy.targeted.iter().map(String::as_str).collect();
         // The fields the rule ignores are not there for the decisions (they are still relayed).
         let ignored = policy.ignored;
         let decided: Vec<Header<'_>>;
@@ -380,7 +373,7 @@ impl Fill {
         } else {
             fields
         };
-        let (cc, is_targeted) = Directives::for_response(decide, &targeted);
+        let (cc, is_targeted) = Directives::for_response(decide, &policy.targeted);
         let req = RequestFacts {
             get: true,
             authorization: self.authorization,
@@ -409,28 +402,27 @@ impl Fill {
             Ok(()) => {
                 let life = self.lifetime_of(status, decide, &cc, is_targeted, response_time);
                 let connection: Vec<&[u8]> = values(fields, "connection").collect();
-                let kept = fields
-                    .iter()
-                    .filter(|f| pass(f.name) && field_kept(f.name, &connection, &cc))
-                    // An ignored `Set-Cookie` is this client's, not the store's.
-                    .filter(|f| !(ignored.set_cookie && f.name.eq_ignore_ascii_case("set-cookie")))
-                    .map(|f| (Box::<str>::from(f.name), Box::<[u8]>::from(f.value)))
-                    .collect();
+                let kept = Lines::of(fields.iter().map(|f| (f.name, f.value)), |name| {
+                    pass(name)
+                        && field_kept(name, &connection, &cc)
+                        // An ignored `Set-Cookie` is this client's, not the store's.
+                        && !(ignored.set_cookie && name.eq_ignore_ascii_case("set-cookie"))
+                });
+                // The whole body in one allocation when its length is announced and fits.
+                let announced = lowlat_http::cache::first(fields, "content-length")
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .filter(|&n| n <= self.cache.store.max_object)
+                    .and_then(|n| usize::try_from(n).ok());
                 let fresh = Stored::new(life, &cc);
                 let age = AgeBase::new(fields, self.request_time, response_time);
                 status_field.stored = true;
                 status_field.ttl = Some(fresh.ttl(age.age_at(response_time)));
-                // HTTP/2 has no phrase: the standard one is stored, for HTTP/1.1 clients.
-                let standard = lowlat_http::response::reason(status);
-                let reason = match reason {
-                    "" if standard != "Unknown" => standard,
-                    r => r,
-                };
                 self.state = State::Body(Box::new(Pending {
                     status,
-                    reason: reason.into(),
-                    fields: kept,
-                    body: Vec::new(),
+                    reason: reason_of(status, reason),
+                    kept,
+                    body: Vec::with_capacity(announced.unwrap_or(0)),
                     age,
                     fresh,
                 }));
@@ -476,8 +468,9 @@ impl Fill {
         let p = *p;
         let object = Object::new(
             p.status,
-            &p.reason,
-            p.fields.iter().map(|(n, v)| (&**n, &**v)),
+            p.reason,
+            p.kept,
+            // Without a copy when the body filled what `Content-Length` sized.
             bytes::Bytes::from(p.body),
             p.age,
             p.fresh,
@@ -489,7 +482,7 @@ impl Fill {
 
     /// Stores `entry` (holding `object`) under the primary key, or as the variant the request
     /// selects when the response varies.
-    fn put(&self, entry: Entry, object: &Object) {
+    fn put(&mut self, entry: Entry, object: &Object) {
         let store = &self.cache.store;
         let vary: Vec<u8> = {
             let mut v = Vec::new();
@@ -504,7 +497,8 @@ impl Fill {
             v
         };
         if vary.is_empty() {
-            store.insert(self.key.clone(), entry);
+            // The fill is done with its key once it has stored its response.
+            store.insert(std::mem::take(&mut self.key), entry);
         } else {
             // Reuse the marker when it names the same fields, so the other variants stay.
             let id = match store.get(&self.key) {
@@ -523,7 +517,7 @@ impl Fill {
             };
             let vary_field = [("vary", &vary[..])];
             let mut secondary = Vec::new();
-            if !vary::secondary_key(&vary_field[..], &self.request[..], &mut secondary) {
+            if !vary::secondary_key(&vary_field[..], &self.request, &mut secondary) {
                 return;
             }
             let mut k = Vec::new();

@@ -51,7 +51,8 @@ pub(crate) fn wake_own() -> bool {
 pub(crate) struct Flights {
     // foldhash, random-seeded per process as std's SipHash is, at a fraction of its cost: every
     // miss enters and leaves this table (SipHash was about 1 100 instructions a miss, callgrind).
-    map: Mutex<HashMap<Box<[u8]>, Flight, foldhash::quality::RandomState>>,
+    // Keys are shared with the flight's leader: one allocation a miss, not two.
+    map: Mutex<HashMap<Arc<[u8]>, Flight, foldhash::quality::RandomState>>,
 }
 
 /// One fill in progress.
@@ -79,7 +80,7 @@ pub(crate) enum Role {
 #[derive(Debug)]
 pub(crate) struct Leader {
     flights: Arc<Flights>,
-    key: Box<[u8]>,
+    key: Arc<[u8]>,
     done: Arc<AtomicBool>,
 }
 
@@ -115,8 +116,9 @@ pub(crate) fn enter(flights: &Arc<Flights>, key: &[u8], may_wait: bool) -> Role 
         });
     }
     let done = Arc::new(AtomicBool::new(false));
+    let key: Arc<[u8]> = key.into();
     map.insert(
-        key.into(),
+        Arc::clone(&key),
         Flight {
             done: Arc::clone(&done),
             wakers: Vec::new(),
@@ -124,7 +126,7 @@ pub(crate) fn enter(flights: &Arc<Flights>, key: &[u8], may_wait: bool) -> Role 
     );
     Role::Lead(Leader {
         flights: Arc::clone(flights),
-        key: key.into(),
+        key,
         done,
     })
 }
@@ -137,8 +139,8 @@ impl Drop for Leader {
                 .map
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            match map.get(&self.key) {
-                Some(f) if Arc::ptr_eq(&f.done, &self.done) => map.remove(&self.key),
+            match map.get(&*self.key) {
+                Some(f) if Arc::ptr_eq(&f.done, &self.done) => map.remove(&*self.key),
                 _ => None,
             }
         };

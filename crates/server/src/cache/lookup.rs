@@ -224,9 +224,9 @@ fn send(
     lines.extend_from_slice(b"\r\n");
     if o.status == 200 && not_modified(|name| head.header(name), o) {
         // The client's own copy is current (RFC 9110 §13.1.2, §13.1.3).
-        res.send_stored(304, "Not Modified", &o.lines, lines, b"");
+        res.send_stored(304, "Not Modified", o.lines.bytes(), lines, b"");
     } else if !super::partial::send_range(head, o, lines, res) {
-        res.send_stored(o.status, &o.reason, &o.lines, lines, &o.body);
+        res.send_stored(o.status, &o.reason, o.lines.bytes(), lines, &o.body);
     }
 }
 
@@ -347,11 +347,11 @@ fn refresh_fill(
 pub(crate) fn after_wait(fill: &Fill) -> Option<(std::sync::Arc<Object>, u64)> {
     let cache = &fill.cache;
     let mut buf = Vec::new();
-    let (Found::Object(o), _) = find(cache, &fill.key, &fill.request[..], &mut buf) else {
+    let (Found::Object(o), _) = find(cache, &fill.key, &fill.request, &mut buf) else {
         return None;
     };
     let req_cc = if cache.policy.honour_request {
-        Directives::parse(&fill.request[..], "cache-control")
+        Directives::parse(&fill.request, "cache-control")
     } else {
         Directives::default()
     };

@@ -25,6 +25,8 @@
 //! # Layout
 //! - [`store`]: the shared store: sharded, weighted by bytes, scan-resistant eviction.
 //! - `object`: one stored response, immutable, shared as an `Arc`.
+//! - `lines`: header fields owned in one buffer as `Name: value` lines (stored heads, the
+//!   request fields a fill keeps).
 //! - `key`: the cache key of a request (scheme, host, path, query, or the rule's template) and
 //!   its variants' keys.
 //! - [`rules`]: what a site or rule configures beside RFC 9111: key template, bypass and
@@ -44,6 +46,7 @@ pub(crate) mod collapse;
 pub(crate) mod fill;
 pub(crate) mod inflight;
 pub(crate) mod key;
+pub(crate) mod lines;
 pub(crate) mod lookup;
 pub(crate) mod metrics;
 pub(crate) mod object;

@@ -1,23 +1,24 @@
 //! A stored response ([`Object`]): immutable once made, shared as an `Arc` by every worker
 //! that serves it, so no lock is held while its bytes are written to a socket.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use lowlat_http::cache::freshness::{AgeBase, Stored};
 use lowlat_http::cache::Fields;
+
+use super::lines::Lines;
 
 /// One stored response: status, the fields kept (RFC 9111 §3.1), the body, and what its
 /// freshness was decided from.
 #[derive(Debug)]
 pub(crate) struct Object {
     pub(crate) status: u16,
-    pub(crate) reason: Box<str>,
-    /// The kept fields as `Name: value\r\n` lines, ready to be copied into a head: no
-    /// `Content-Length` (written from the body), no `Age` (computed when sent), nothing
-    /// hop-by-hop.
-    pub(crate) lines: Box<[u8]>,
-    /// Each field's name and value as offsets into `lines` (name start, name end, value start,
-    /// value end), so the policy reads the fields without parsing the lines again.
-    ranges: Box<[[u32; 4]]>,
+    /// The reason phrase: the standard one (not allocated) unless the upstream sent another.
+    pub(crate) reason: Cow<'static, str>,
+    /// The kept fields, as lines ready to be copied into a head: no `Content-Length` (written
+    /// from the body), no `Age` (computed when sent), nothing hop-by-hop.
+    pub(crate) lines: Lines,
     /// The body; `Bytes` so that a 304's refreshed copy shares it.
     pub(crate) body: Bytes,
     /// When it was received and how old it was then.
@@ -28,36 +29,34 @@ pub(crate) struct Object {
     pub(crate) tags: Box<[Box<[u8]>]>,
 }
 
+/// `reason` as an object keeps it: the standard phrase for `status` borrowed, another owned.
+/// HTTP/2 and HTTP/3 have no phrase: the standard one is kept for HTTP/1.1 clients.
+pub(crate) fn reason_of(status: u16, reason: &str) -> Cow<'static, str> {
+    let standard = lowlat_http::response::reason(status);
+    if reason.is_empty() && standard != "Unknown" || reason == standard {
+        Cow::Borrowed(standard)
+    } else {
+        Cow::Owned(reason.to_owned())
+    }
+}
+
 impl Object {
-    /// An object from the fields to keep, in order.
-    pub(crate) fn new<'a>(
+    /// An object of the kept fields' `lines`.
+    pub(crate) fn new(
         status: u16,
-        reason: &str,
-        fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+        reason: Cow<'static, str>,
+        lines: Lines,
         body: Bytes,
         age: AgeBase,
         fresh: Stored,
     ) -> Self {
-        let mut lines = Vec::new();
-        let mut ranges = Vec::new();
         let mut tags = Vec::new();
-        for (name, value) in fields {
-            let at = lines.len();
-            lines.extend_from_slice(name.as_bytes());
-            let name_end = lines.len();
-            lines.extend_from_slice(b": ");
-            let value_at = lines.len();
-            lines.extend_from_slice(value);
-            let value_end = lines.len();
-            lines.extend_from_slice(b"\r\n");
-            // Heads are at most tens of KiB (the response head limit), far below u32.
-            let r = [at, name_end, value_at, value_end].map(|v| u32::try_from(v).unwrap_or(0));
-            ranges.push(r);
-            if name.eq_ignore_ascii_case("cache-tag") || name.eq_ignore_ascii_case("surrogate-key")
-            {
+        for i in 0..lines.count() {
+            if lines.name_is_one_of(i, &["cache-tag", "surrogate-key"]) {
                 // Cache-Tag is comma-separated (as CDNs read it), Surrogate-Key space-separated.
                 tags.extend(
-                    value
+                    lines
+                        .value(i)
                         .split(|&b| b == b',' || b == b' ')
                         .filter(|t| !t.is_empty())
                         .map(Box::<[u8]>::from),
@@ -66,9 +65,8 @@ impl Object {
         }
         Object {
             status,
-            reason: reason.into(),
-            lines: lines.into_boxed_slice(),
-            ranges: ranges.into_boxed_slice(),
+            reason,
+            lines,
             body,
             age,
             fresh,
@@ -79,20 +77,25 @@ impl Object {
     /// What the object costs the memory budget: its bytes plus a fixed overhead for the
     /// allocations and the map's entry (measured at about 200 bytes; 256 is kept).
     pub(crate) fn weight(&self, key_len: usize) -> u64 {
-        (key_len + self.lines.len() + self.ranges.len() * 16 + self.body.len() + 256) as u64
+        (key_len + self.lines.heap_len() + self.body.len() + 256) as u64
     }
 }
 
 impl Fields for Object {
     fn count(&self) -> usize {
-        self.ranges.len()
+        self.lines.count()
     }
 
     fn field(&self, i: usize) -> (&str, &[u8]) {
-        let [n0, n1, v0, v1] = self.ranges[i].map(|v| v as usize);
-        // Names were `&str` when stored, so the bytes are UTF-8.
-        let name = std::str::from_utf8(&self.lines[n0..n1]).unwrap_or("");
-        (name, &self.lines[v0..v1])
+        self.lines.field(i)
+    }
+
+    fn is_named(&self, i: usize, name: &str) -> bool {
+        self.lines.is_named(i, name)
+    }
+
+    fn value(&self, i: usize) -> &[u8] {
+        self.lines.value(i)
     }
 }
 
@@ -110,8 +113,8 @@ mod tests {
         ];
         let o = Object::new(
             200,
-            "OK",
-            fields,
+            reason_of(200, "OK"),
+            Lines::of(fields.iter().copied(), |_| true),
             Bytes::from_static(b"hello"),
             AgeBase {
                 initial: 0,
@@ -120,7 +123,7 @@ mod tests {
             Stored::new(60, &Directives::default()),
         );
         assert_eq!(
-            &*o.lines,
+            o.lines.bytes(),
             b"Content-Type: text/plain\r\nCache-Tag: a,b\r\nSurrogate-Key: c d\r\n"
         );
         assert_eq!(
@@ -130,5 +133,14 @@ mod tests {
         let tags: Vec<&[u8]> = o.tags.iter().map(|t| &t[..]).collect();
         assert_eq!(tags, [b"a", b"b", b"c", b"d"]);
         assert_eq!(o.count(), 3);
+        assert!(matches!(o.reason, Cow::Borrowed("OK")));
+    }
+
+    #[test]
+    fn reasons() {
+        assert!(matches!(reason_of(404, ""), Cow::Borrowed("Not Found")));
+        assert!(matches!(reason_of(404, "Not Found"), Cow::Borrowed(_)));
+        assert_eq!(reason_of(404, "Gone Away"), "Gone Away");
+        assert_eq!(reason_of(299, ""), "");
     }
 }

@@ -54,7 +54,7 @@ pub(super) fn send_range(
             res.send_stored(
                 206,
                 "Partial Content",
-                &o.lines,
+                o.lines.bytes(),
                 lines,
                 &o.body[start..=end],
             );

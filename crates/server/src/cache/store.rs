@@ -223,11 +223,10 @@ mod tests {
     use lowlat_http::cache::Directives;
 
     fn object(body: usize) -> Entry {
-        let none: [(&str, &[u8]); 0] = [];
         Entry::Object(Arc::new(Object::new(
             200,
-            "OK",
-            none,
+            std::borrow::Cow::Borrowed("OK"),
+            super::super::lines::Lines::default(),
             bytes::Bytes::from(vec![b'x'; body]),
             AgeBase {
                 initial: 0,

@@ -13,6 +13,11 @@ use crate::ctx::WorkerCtx;
 use crate::proxy::downstream::{Downstream, TunnelRead};
 use crate::proxy::job::RelayBody;
 
+thread_local! {
+    /// A buffer for the head lines a tee adds, reused: no allocation per miss.
+    static LINES: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// The client's [`Downstream`] with a fill beside it: every call goes on to the client; the
 /// head, body and end are also copied into the fill. A 304 to the cache's own conditional
 /// request becomes the stored response for the client; an error becomes the stale response
@@ -125,12 +130,17 @@ impl Downstream for Tee<'_> {
                 return;
             }
         }
-        let mut lines = added.to_vec();
+        // The added lines and `Cache-Status`, in this worker's buffer (taken out while it is
+        // used, so a relay under this one could take its own).
+        let mut lines = LINES.take();
+        lines.clear();
+        lines.extend_from_slice(added);
         self.fill
             .borrow_mut()
             .head(status, reason, fields, pass, &mut lines);
         self.inner
             .relay_head(ctx, status, reason, fields, pass, &lines, body);
+        LINES.set(lines);
     }
 
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {

@@ -27,7 +27,7 @@ use crate::handler::{ClientInfo, Handler, Req, Response, StreamedBody};
 use crate::proxy::cgi_request::{write_request, Script};
 use crate::proxy::config::InternalLocation;
 use crate::proxy::group::WorkerGroup;
-use crate::proxy::handler::{idempotent, request_hash};
+use crate::proxy::handler::request_hash;
 use crate::proxy::job::ProxyJob;
 use crate::router::{RouteError, Router};
 
@@ -204,22 +204,10 @@ impl PhpHandler {
             &self.params,
         );
         let method = req.method();
+        let hash = request_hash(&self.group, req, &client);
         res.forward(ProxyJob {
-            added: None,
-            hash: request_hash(&self.group, req, &client),
-            group: Rc::clone(&self.group),
-            request,
-            head_request: method == Method::Head,
-            idempotent: idempotent(method),
-            retried: false,
-            stale_retried: false,
-            refusals: 0,
-            // The connection that reads the body attaches it.
-            upload: None,
-            upgrade: false,
-            ws_accept: None,
-            cache: None,
             internal: self.internal.clone(),
+            ..ProxyJob::new(&self.group, request, method, hash)
         });
     }
 }

@@ -952,8 +952,17 @@ impl Upstreams {
                     continue;
                 }
                 let fields = p.fields;
+                // `pass` is asked of every field (twice when the cache keeps a copy): the
+                // `Connection` lines are looked for once here, not once a field.
+                let with_connection = match fields
+                    .iter()
+                    .position(|f| f.name.eq_ignore_ascii_case("connection"))
+                {
+                    Some(at) => &fields[at..],
+                    None => &[],
+                };
                 let connection = || {
-                    fields
+                    with_connection
                         .iter()
                         .filter(|f| f.name.eq_ignore_ascii_case("connection"))
                         .map(|f| f.value)

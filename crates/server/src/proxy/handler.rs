@@ -193,21 +193,10 @@ impl ProxyHandler {
         let hash = request_hash(&self.group, req, client);
         let method = req.method();
         res.forward(ProxyJob {
-            added: None,
-            group: Rc::clone(&self.group),
-            request,
-            head_request: method == Method::Head,
-            idempotent: idempotent(method),
-            hash,
-            retried: false,
-            stale_retried: false,
-            refusals: 0,
-            // The connection that reads the body attaches it.
-            upload: None,
             upgrade,
             ws_accept,
             cache: fill,
-            internal: None,
+            ..ProxyJob::new(&self.group, request, method, hash)
         });
     }
 
@@ -249,28 +238,6 @@ impl ProxyHandler {
             &self.group.cfg.fastcgi_params,
         );
         true
-    }
-}
-
-/// Whether a request is safe to send twice (RFC 9110 §9.2.2): retried once on another server
-/// when a connection fails before any byte of the response.
-pub(crate) fn idempotent(method: Method) -> bool {
-    matches!(
-        method,
-        Method::Get | Method::Head | Method::Put | Method::Delete | Method::Options | Method::Trace
-    )
-}
-
-/// The request's key under `group`'s consistent hashing (0 when it does not hash).
-pub(crate) fn request_hash(group: &WorkerGroup, req: &Req<'_, '_, '_>, client: &ClientInfo) -> u64 {
-    match &group.cfg.balance {
-        Balance::Hash(HashKey::Client) => match client.peer.ip() {
-            std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
-            std::net::IpAddr::V6(ip) => fnv(&ip.octets()),
-        },
-        Balance::Hash(HashKey::Header(name)) => fnv(req.header(name).unwrap_or_default()),
-        Balance::Hash(HashKey::Cookie(name)) => fnv(cookie(req, name).unwrap_or_default()),
-        _ => 0,
     }
 }
 
@@ -388,22 +355,24 @@ impl ProxyHandler {
         request: Vec<u8>,
         fill: crate::cache::fill::FillRef,
     ) {
+        let hash = request_hash(&self.group, req, client);
         crate::cache::refresh::queue(ProxyJob {
-            added: None,
-            group: Rc::clone(&self.group),
-            request,
-            head_request: false,
-            idempotent: true,
-            hash: request_hash(&self.group, req, client),
-            retried: false,
-            stale_retried: false,
-            refusals: 0,
-            upload: None,
-            upgrade: false,
-            ws_accept: None,
             cache: Some(fill),
-            internal: None,
+            ..ProxyJob::new(&self.group, request, Method::Get, hash)
         });
+    }
+}
+
+/// The request's key under `group`'s consistent hashing (0 when it does not hash).
+pub(crate) fn request_hash(group: &WorkerGroup, req: &Req<'_, '_, '_>, client: &ClientInfo) -> u64 {
+    match &group.cfg.balance {
+        Balance::Hash(HashKey::Client) => match client.peer.ip() {
+            std::net::IpAddr::V4(ip) => fnv(&ip.octets()),
+            std::net::IpAddr::V6(ip) => fnv(&ip.octets()),
+        },
+        Balance::Hash(HashKey::Header(name)) => fnv(req.header(name).unwrap_or_default()),
+        Balance::Hash(HashKey::Cookie(name)) => fnv(cookie(req, name).unwrap_or_default()),
+        _ => 0,
     }
 }
 

@@ -4,6 +4,8 @@
 
 use std::rc::Rc;
 
+use lowlat_http::request::Method;
+
 use super::group::WorkerGroup;
 use super::upload::UploadRef;
 
@@ -44,6 +46,44 @@ pub(crate) struct ProxyJob {
     /// To a FastCGI application: where its `X-Accel-Redirect` and `X-Sendfile` may point
     /// (`super::fcgi`); `None` sends none.
     pub(crate) internal: Option<Rc<[super::config::InternalLocation]>>,
+}
+
+impl ProxyJob {
+    /// A job sending `request` (written for a `method` request, `hash` its key under
+    /// consistent hashing) to `group`, and nothing more: not sent yet, no body attached (the
+    /// connection that reads one attaches it), no tunnel, no cache, no lines added.
+    pub(crate) fn new(
+        group: &Rc<WorkerGroup>,
+        request: Vec<u8>,
+        method: Method,
+        hash: u64,
+    ) -> Self {
+        ProxyJob {
+            group: Rc::clone(group),
+            request,
+            head_request: method == Method::Head,
+            idempotent: idempotent(method),
+            hash,
+            retried: false,
+            stale_retried: false,
+            refusals: 0,
+            upload: None,
+            upgrade: false,
+            ws_accept: None,
+            added: None,
+            cache: None,
+            internal: None,
+        }
+    }
+}
+
+/// Whether a request is safe to send twice (RFC 9110 §9.2.2): retried once on another server
+/// when a connection fails before any byte of the response.
+fn idempotent(method: Method) -> bool {
+    matches!(
+        method,
+        Method::Get | Method::Head | Method::Put | Method::Delete | Method::Options | Method::Trace
+    )
 }
 
 /// How the response body reaches the client.
