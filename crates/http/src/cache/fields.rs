@@ -57,11 +57,7 @@ pub fn first<'a, F: Fields + ?Sized>(fields: &'a F, name: &str) -> Option<&'a [u
 /// Seconds since the Unix epoch of an HTTP-date (RFC 9110 §5.6.7), if it is one.
 #[must_use]
 pub fn parse_date(value: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(value).ok()?;
-    let time = httpdate::parse_http_date(text.trim()).ok()?;
-    time.duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_secs())
+    crate::date::parse(value)
 }
 
 /// The largest delta-seconds a cache keeps (RFC 9111 §1.2.2: a larger one, or an overflow,

@@ -118,11 +118,7 @@ fn parse_date(field: &[u8], v: &Validators<'_>) -> Option<u64> {
     if field == v.last_modified {
         return Some(v.mtime_secs);
     }
-    let text = std::str::from_utf8(field).ok()?;
-    let time = httpdate::parse_http_date(text).ok()?;
-    time.duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_secs())
+    lowlat_http::date::parse(field)
 }
 
 #[cfg(test)]
