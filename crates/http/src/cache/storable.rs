@@ -163,18 +163,20 @@ pub fn storable<F: Fields + ?Sized>(
 /// response without them, §5.2.2.4, §5.2.2.7), and not `Age` (recomputed when sent).
 #[must_use]
 pub fn field_kept(name: &str, connection: &[&[u8]], cc: &Directives<'_>) -> bool {
-    const HOP: [&str; 9] = [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "transfer-encoding",
-        "upgrade",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "age",
-    ];
-    if HOP.iter().any(|h| name.eq_ignore_ascii_case(h)) {
+    // By length first: asked of every field of every response stored.
+    let is = |h: &str| name.eq_ignore_ascii_case(h);
+    let hop = match name.len() {
+        2 => is("te"),
+        3 => is("age"),
+        7 => is("upgrade"),
+        10 => is("connection") || is("keep-alive"),
+        16 => is("proxy-connection"),
+        17 => is("transfer-encoding"),
+        18 => is("proxy-authenticate"),
+        19 => is("proxy-authorization"),
+        _ => false,
+    };
+    if hop {
         return false;
     }
     if connection
@@ -414,6 +416,14 @@ mod tests {
             ("X-Hop", false),
             ("X-User", false),
             ("Set-Cookie", false),
+            ("TE", false),
+            ("keep-alive", false),
+            ("Proxy-Connection", false),
+            ("Proxy-Authenticate", false),
+            ("proxy-authorization", false),
+            ("Upgrade", false),
+            ("Ages", true),
+            ("Proxy-Status", true),
         ] {
             assert_eq!(field_kept(name, conn, &cc), kept, "{name}");
         }
