@@ -98,6 +98,8 @@ def main():
     compare.make_cert(run_dir)
     shutil.copy(os.path.join(compare.HERE, "..", "www", "100.html"), www)
     shutil.copy(os.path.join(compare.HERE, "..", "www", "10k.html"), www)
+    os.makedirs(os.path.join(www, "cache"), exist_ok=True)
+    shutil.copy(os.path.join(compare.HERE, "..", "www", "100.html"), os.path.join(www, "cache"))
     with open(os.path.join(www, "1m.bin"), "wb") as f:
         f.write(bytes(range(256)) * 4096)
     raw = open(args.raw, "a") if args.raw else None
@@ -112,6 +114,10 @@ def main():
                                             stderr=compare.subprocess.DEVNULL, start_new_session=True)
         compare.UPSTREAM_PIDS.add(upstream.pid)
         time.sleep(0.3)
+    # The caches' origin, as compare.py runs it (a lowlat one for the miss scenarios).
+    origin = None
+    if set(compare.CACHE_SCENARIOS) & set(scenarios):
+        origin = compare.start_cache_origin(www, scenarios, args.lowlat.split()[0])
 
     targets = [t for t in compare.PORTS
                if any(t in compare.SCENARIOS[s][3] for s in scenarios) and (not only or t in only)]
@@ -129,7 +135,8 @@ def main():
     def argv_for(s, url, conns, depth, secs, close):
         if s.startswith(("h2-", "h1-")):
             return compare.h2load_argv(url, conns, depth, secs, s.startswith("h1-"))
-        return compare.wrk_argv(url, conns, depth, secs, close, compare.SCENARIO_HEADERS.get(s, ()))
+        return compare.wrk_argv(url, conns, depth, secs, close, compare.SCENARIO_HEADERS.get(s, ()),
+                                compare.SCENARIO_SCRIPTS.get(s))
 
     servers = {}
     results = {}  # (scenario, conns, target) -> [records], one per round
@@ -138,6 +145,7 @@ def main():
             port = compare.PORTS[t]
             cmd = extra.get(t, "").format(port=port, www=www, tls_port=port + compare.TLS_PORT_OFFSET,
                                           upstream=f"127.0.0.1:{compare.UPSTREAM_PORT}",
+                                          cache_upstream=f"127.0.0.1:{compare.CACHE_UPSTREAM_PORT}",
                                           cert=os.path.join(run_dir, "cert.pem"),
                                           key=os.path.join(run_dir, "key.pem"))
             srv = (compare.Server(t, cmd.split(), run_dir) if t in extra
@@ -174,9 +182,10 @@ def main():
     finally:
         for srv in servers.values():
             srv.stop()
-        if upstream:
-            os.killpg(upstream.pid, compare.signal.SIGTERM)
-            upstream.wait()
+        for p in (upstream, origin):
+            if p:
+                os.killpg(p.pid, compare.signal.SIGTERM)
+                p.wait()
 
     scenarios = list(dict.fromkeys(sc for (sc, _, _) in results))
     print(compare.table(results, scenarios, targets))

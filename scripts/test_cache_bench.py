@@ -101,3 +101,41 @@ class CacheLines(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class MissScenario(unittest.TestCase):
+    def test_every_request_a_new_url(self):
+        # wrk runs unique.lua: each request's target is the scenario's path with a query no
+        # other request (of this run or another) has.
+        argv = compare.wrk_argv("http://127.0.0.1:1/cache/100.html", 16, 1, 8,
+                                script=compare.SCENARIO_SCRIPTS["cache-miss"])
+        self.assertEqual(argv[-3:], ["-s", str(KIT / "unique.lua"), "http://127.0.0.1:1/cache/100.html"])
+        lua = (KIT / "unique.lua").read_text()
+        self.assertIn('wrk.path .. "?n=" .. prefix', lua)
+        self.assertEqual(compare.SCENARIOS["cache-miss"][0], compare.CACHE_PATH)
+        # Without a script, the URL alone, as before.
+        self.assertEqual(compare.wrk_argv("http://x/", 16, 1, 8)[-1], "http://x/")
+
+    def test_the_origin_answers_misses_at_full_speed(self):
+        # With only miss scenarios and a lowlat binary, the origin is `lowlat serve`: it must
+        # answer on the origin's port with the Cache-Control the caches need.
+        binary = Path(__file__).resolve().parent.parent / "target" / "debug" / "lowlat"
+        if not binary.exists():
+            self.skipTest("no target/debug/lowlat (built by scripts/test.sh)")
+        with tempfile.TemporaryDirectory() as www:
+            (Path(www) / "cache").mkdir()
+            (Path(www) / "cache" / "100.html").write_bytes(b"x" * 100)
+            port = free_port()
+            old = compare.CACHE_UPSTREAM_PORT
+            compare.CACHE_UPSTREAM_PORT = port
+            try:
+                origin = compare.start_cache_origin(www, ["cache-miss"], str(binary))
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/cache/100.html?n=1", timeout=10) as r:
+                        self.assertEqual(r.read(), b"x" * 100)
+                        self.assertEqual(r.headers["Cache-Control"], "public, max-age=3600")
+                finally:
+                    origin.terminate()
+                    origin.wait()
+            finally:
+                compare.CACHE_UPSTREAM_PORT = old

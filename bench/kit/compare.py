@@ -103,9 +103,20 @@ SCENARIOS = {
     "cache": ("/cache/100.html", 1, [16, 256], ["lowlat", "nginx", "varnish", "squid", "trafficserver"]),
     # the same 100 bytes as a file from lowlat: the denominator of "hit ÷ the same bytes as a file"
     "cache-static": ("/100.html", 1, [16, 256], ["lowlat"]),
+    # every request a miss: /cache/100.html?n=<unique> (unique.lua), so each is looked up, fetched
+    # from the origin, stored and answered
+    "cache-miss": ("/cache/100.html", 1, [16], ["lowlat", "nginx", "varnish"]),
+    # the denominator of "a miss ÷ an uncached proxied request" for nginx: the same origin and
+    # page through a location without proxy_cache (lowlat's: the cache-miss scenario against a
+    # second lowlat without --cache, interleaved.py --also)
+    "cache-pass": ("/pass/100.html", 1, [16], ["nginx"]),
 }
 # Request headers a scenario adds to HEADERS.
 SCENARIO_HEADERS = {"gzip": ["-H", "Accept-Encoding: gzip"]}
+# The wrk script a scenario runs (in this directory).
+SCENARIO_SCRIPTS = {"cache-miss": "unique.lua"}
+# The scenarios that need nginx's cache locations and the caches' origin.
+CACHE_SCENARIOS = ("cache", "cache-miss", "cache-pass")
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
          "varnish": 8084, "haproxy": 8086, "caddy": 8087, "ceiling-proxy": 8088, "squid": 8091,
@@ -316,7 +327,7 @@ def make_server(name, args, run_dir, www):
         # the cache scenario's parts only when it runs (nginx.conf.in says why)
         for part in ("http", "server"):
             path = os.path.join(run_dir, f"nginx-cache-{part}.conf")
-            if args is not None and "cache" in args.scenarios.split(","):
+            if args is not None and set(CACHE_SCENARIOS) & set(args.scenarios.split(",")):
                 render(f"nginx-cache-{part}.conf.in", run_dir, www, path)
             elif os.path.exists(path):
                 os.remove(path)
@@ -398,6 +409,38 @@ def origin_requests(path):
         return None
 
 
+def start_cache_origin(www, scenarios, lowlat=""):
+    """The caches' origin on CACHE_UPSTREAM_PORT, pinned to CPU 1 beside wrk; returns its process.
+    cache-origin.py counts the requests it answers (the cache scenario checks that all but one
+    were hits), but in Python it answers a few hundred a second: where every request reaches the
+    origin (cache-miss, cache-pass) it would be what is measured. So when no scenario needs the
+    counts and a lowlat binary is given, the origin is `lowlat serve` on the same files with the
+    same Cache-Control."""
+    fast = lowlat and "cache" not in scenarios and {"cache-miss", "cache-pass"} & set(scenarios)
+    if fast:
+        argv = [lowlat, "serve", "--workers", "1", "--listen", f"127.0.0.1:{CACHE_UPSTREAM_PORT}", "--root", www,
+                "--add-header", "Cache-Control: public, max-age=3600"]
+    else:
+        argv = [sys.executable, os.path.join(HERE, "cache-origin.py"), str(CACHE_UPSTREAM_PORT), www]
+    origin = subprocess.Popen(["taskset", "-c", "1"] + argv, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    UPSTREAM_PIDS.add(origin.pid)
+    deadline = time.time() + 10
+    while not (port_open(CACHE_UPSTREAM_PORT) if fast else origin_requests(CACHE_PATH) is not None):
+        if time.time() > deadline or origin.poll() is not None:
+            sys.exit(f"the caches' origin ({argv[0]}) did not answer on port {CACHE_UPSTREAM_PORT}")
+        time.sleep(0.1)
+    return origin
+
+
+def port_open(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def prime(url):
     """One request before the warm-up, so that a cache that does not collapse concurrent misses
     (nginx without proxy_cache_lock, say) still asks the origin once; True on a 200."""
@@ -449,13 +492,15 @@ def make_cert(run_dir):
                        check=True, capture_output=True)
 
 
-def wrk_argv(url, conns, depth, seconds, close=False, extra_headers=()):
+def wrk_argv(url, conns, depth, seconds, close=False, extra_headers=(), script=None):
     headers = [h.replace("keep-alive", "close") for h in HEADERS] if close else HEADERS
     headers = headers + list(extra_headers)
     argv = ["taskset", "-c", "1", "wrk", "-t1", "-c", str(conns), "-d", f"{seconds}s", "--latency",
             "--timeout", "8s"] + headers
     if depth > 1:
         return argv + ["-s", os.path.join(HERE, "pipeline.lua"), url, "--", str(depth)]
+    if script:
+        return argv + ["-s", os.path.join(HERE, script), url]
     return argv + [url]
 
 
@@ -601,16 +646,8 @@ def main():
         UPSTREAM_PIDS.add(upstream.pid)
         time.sleep(0.3)
     origin = None
-    if "cache" in scenarios or "varnish" in targets_of(scenarios, only):
-        origin = subprocess.Popen(["taskset", "-c", "1", sys.executable, os.path.join(HERE, "cache-origin.py"),
-                                   str(CACHE_UPSTREAM_PORT), www], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
-        UPSTREAM_PIDS.add(origin.pid)
-        deadline = time.time() + 10
-        while origin_requests(CACHE_PATH) is None:
-            if time.time() > deadline or origin.poll() is not None:
-                sys.exit(f"cache-origin.py did not answer on port {CACHE_UPSTREAM_PORT}")
-            time.sleep(0.1)
+    if set(CACHE_SCENARIOS) & set(scenarios) or "varnish" in targets_of(scenarios, only):
+        origin = start_cache_origin(www, scenarios, args.loader or next(iter((args.lowlat or "").split()), ""))
     try:
         run_all(args, scenarios, only, www, raw)
     finally:
@@ -662,7 +699,8 @@ def run_all(args, scenarios, only, www, raw):
                     before = origin_requests(CACHE_PATH) if s == "cache" else None
                     if s == "cache" and not prime(url):
                         log(f"  {target} did not answer 200 to {url}")
-                    subprocess.run(wrk_argv(url, 64, 1, 2, close, SCENARIO_HEADERS.get(s, ())),
+                    subprocess.run(wrk_argv(url, 64, 1, 2, close, SCENARIO_HEADERS.get(s, ()),
+                                            SCENARIO_SCRIPTS.get(s)),
                                    capture_output=True, timeout=60)  # warm-up
                 runs = [(c, m) for c in ([int(c) for c in args.conns.split()] if args.conns else levels)
                         for m in ([int(m) for m in (args.streams or ("10" if h3 else "100")).split()]
@@ -674,7 +712,7 @@ def run_all(args, scenarios, only, www, raw):
                             argv = (lowlat_load_argv(args.loader, url, conns, depth, args.duration) if h3
                                     else h2load_argv(url, conns, depth, args.duration, h1) if h2 or h1
                                     else wrk_argv(url, conns, depth, args.duration, close,
-                                                  SCENARIO_HEADERS.get(s, ())))
+                                                  SCENARIO_HEADERS.get(s, ()), SCENARIO_SCRIPTS.get(s)))
                             rec = measure(srv, argv, args.duration)
                             if rec["foreign_cpu_pct"] <= args.foreign_max:
                                 break
