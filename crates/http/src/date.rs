@@ -66,15 +66,13 @@ impl DateCache {
 /// Hand-written for the form every sender uses (IMF-fixdate, RFC 9110 §5.6.7: "MUST generate"):
 /// a cache parses the `Date` of every response it stores and conditional requests carry one,
 /// and `httpdate` spent about 600 instructions a date (it checks a date by converting it to a
-/// `SystemTime` and back), this about 100 (callgrind, a cache miss). The two obsolete forms go
-/// to `httpdate`.
+/// `SystemTime` and back), this about 240 (callgrind, a cache miss: docs/PERFORMANCE.md). The
+/// two obsolete forms go to `httpdate`.
 #[must_use]
 pub fn parse(value: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(value).ok()?.trim();
-    if let Some(fixed) = text.as_bytes().first_chunk::<DATE_LEN>() {
-        if text.len() == DATE_LEN {
-            return parse_imf_fixdate(fixed);
-        }
+    if let Ok(fixed) = <&[u8; DATE_LEN]>::try_from(text.as_bytes()) {
+        return parse_imf_fixdate(fixed);
     }
     let time = httpdate::parse_http_date(text).ok()?;
     time.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs())

@@ -63,7 +63,7 @@ pub(super) struct Pending {
     reason: std::borrow::Cow<'static, str>,
     /// The fields to store, as the object will hold them.
     kept: Lines,
-    /// Sized from `Content-Length` when the response gives one that fits the object limit.
+    /// Sized to the body's length when the relay knows it and it fits the object limit.
     body: Vec<u8>,
     age: AgeBase,
     fresh: Stored,
@@ -338,12 +338,14 @@ impl Fill {
     }
 
     /// The head arrived: decide, and say so in `Cache-Status` (appended to `status_line`).
+    /// `length`: the body's, when the relay's framing knows it (what the copy is sized to).
     pub(super) fn head(
         &mut self,
         status: u16,
         reason: &str,
         fields: &[Header<'_>],
         pass: &dyn Fn(&str) -> bool,
+        length: Option<u64>,
         line: &mut Vec<u8>,
     ) {
         if let Mode::Invalidate { host } = &self.mode {
@@ -409,10 +411,8 @@ impl Fill {
                         // An ignored `Set-Cookie` is this client's, not the store's.
                         && !(ignored.set_cookie && name.eq_ignore_ascii_case("set-cookie"))
                 });
-                // The whole body in one allocation when its length is announced and fits.
-                let announced = lowlat_http::cache::first(fields, "content-length")
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
+                // The whole body in one allocation when its length is known and fits.
+                let announced = length
                     .filter(|&n| n <= self.cache.store.max_object)
                     .and_then(|n| usize::try_from(n).ok());
                 let fresh = Stored::new(life, &cc);

@@ -2,8 +2,8 @@
 //! request's a fill keeps for `Vary`. Each field is a `Name: value\r\n` line, so a stored head
 //! is copied into a response as it is, and its name and value are found by offsets kept beside
 //! it. Two allocations for any number of fields, each sized once ([`Lines::with_capacity`]):
-//! a field per `Box<str>` and `Box<[u8]>` was two allocations a field and most of a miss's
-//! cost (callgrind: about 30 of the 44 allocations a stored response made).
+//! a field per `Box<str>` and `Box<[u8]>` was two allocations a field, most of the 44 a cache
+//! miss made (callgrind; 11 since, docs/PERFORMANCE.md).
 
 use lowlat_http::cache::Fields;
 

@@ -13,11 +13,6 @@ use crate::ctx::WorkerCtx;
 use crate::proxy::downstream::{Downstream, TunnelRead};
 use crate::proxy::job::RelayBody;
 
-thread_local! {
-    /// A buffer for the head lines a tee adds, reused: no allocation per miss.
-    static LINES: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
 /// The client's [`Downstream`] with a fill beside it: every call goes on to the client; the
 /// head, body and end are also copied into the fill. A 304 to the cache's own conditional
 /// request becomes the stored response for the client; an error becomes the stale response
@@ -130,17 +125,20 @@ impl Downstream for Tee<'_> {
                 return;
             }
         }
-        // The added lines and `Cache-Status`, in this worker's buffer (taken out while it is
-        // used, so a relay under this one could take its own).
-        let mut lines = LINES.take();
-        lines.clear();
+        // The added lines and `Cache-Status`, in a buffer of the worker's pool (no allocation
+        // a miss).
+        let mut lines = ctx.pool.take_write();
         lines.extend_from_slice(added);
+        let length = match body {
+            RelayBody::Length(n) => Some(n),
+            _ => None,
+        };
         self.fill
             .borrow_mut()
-            .head(status, reason, fields, pass, &mut lines);
+            .head(status, reason, fields, pass, length, &mut lines);
         self.inner
             .relay_head(ctx, status, reason, fields, pass, &lines, body);
-        LINES.set(lines);
+        ctx.pool.give_write(lines);
     }
 
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
