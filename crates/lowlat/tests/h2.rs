@@ -810,3 +810,71 @@ fn large_bodies_share_the_connection() {
         "not interleaved: {order:?}"
     );
 }
+
+/// A client that sends its requests and closes its side at once, more than one read buffer
+/// (16 KiB) of them arriving with the FIN in one segment: every request is answered and the
+/// connection ends as soon as they are. The FIN was seen while the connection still spoke
+/// HTTP/1.1 (before the preface was recognised); the HTTP/2 side must know it, since no event
+/// will say so again and a short read no longer means everything was read.
+#[test]
+fn a_half_closed_client_with_more_than_a_buffer_is_answered_at_once() {
+    use std::os::fd::AsRawFd;
+    let server = Serve::start(&["--keepalive-timeout", "30s", "--header-timeout", "30s"]);
+    for round in 0..5 {
+        let mut out = frame::PREFACE.to_vec();
+        frame::write_settings(&mut out, &[]);
+        frame::write_settings_ack(&mut out);
+        // A first request made large by a long field, so that the second lies past the first
+        // 16 KiB read.
+        let long = vec![b'a'; 30_000];
+        let mut block = Vec::new();
+        lowlat_http::h2::Encoder::default().encode_fields(
+            [
+                (&b":method"[..], &b"GET"[..]),
+                (b":scheme", b"http"),
+                (b":path", b"/100.html"),
+                (b":authority", b"localhost"),
+                (b"x-long", &long[..]),
+            ],
+            &mut block,
+        );
+        frame::write_headers(&mut out, 1, &block, true, 16_384);
+        frame::write_headers(&mut out, 3, &Raw::block("/100.html"), true, 16_384);
+        assert!(out.len() > 16 * 1024);
+        let mut s = TcpStream::connect(server.http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // Corked, the data and the FIN leave as one segment and arrive as one event.
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt on a socket this test owns, with a pointer to a live c_int.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_CORK,
+                (&raw const on).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0);
+        let start = Instant::now();
+        s.write_all(&out).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut c = Raw {
+            s,
+            buf: Vec::new(),
+            dec: lowlat_http::h2::Decoder::default(),
+        };
+        let mut ended = Vec::new();
+        while let Some(f) = c.next() {
+            if f.h.kind == kind::DATA && f.h.has(flag::END_STREAM) {
+                ended.push(f.h.stream);
+            }
+        }
+        let took = start.elapsed();
+        assert_eq!(ended, [1, 3], "round {round}: answers");
+        assert!(
+            took < Duration::from_secs(2),
+            "round {round}: the connection ended after {took:?}"
+        );
+    }
+}

@@ -119,6 +119,18 @@ enum UploadLeft {
     Chunked(ChunkedDecoder),
 }
 
+/// What an HTTP/1.1 connection found to speak HTTP/2 hands over to [`crate::h2::H2Conn`].
+pub(crate) struct Handover {
+    pub(crate) io: Transport,
+    pub(crate) peer: std::net::SocketAddr,
+    /// What was read so far (`rbuf[..rlen]`): the preface, and maybe frames after it.
+    pub(crate) rbuf: Vec<u8>,
+    pub(crate) rlen: usize,
+    /// epoll already reported the client's FIN: no event will report it again, so the HTTP/2
+    /// side must read to the end of stream rather than stop at a short read.
+    pub(crate) fin_seen: bool,
+}
+
 /// One client connection.
 pub(crate) struct Conn {
     /// The socket, in clear or under TLS.
@@ -388,14 +400,17 @@ impl Conn {
     }
 
     /// The transport and what was read, for the HTTP/2 side; the rest goes back to the pool.
-    pub(crate) fn into_h2(
-        mut self,
-        ctx: &mut WorkerCtx<'_>,
-    ) -> (Transport, std::net::SocketAddr, Vec<u8>, usize) {
+    pub(crate) fn into_h2(mut self, ctx: &mut WorkerCtx<'_>) -> Handover {
         if self.wbuf.capacity() > 0 {
             ctx.pool.give_write(std::mem::take(&mut self.wbuf));
         }
-        (self.io, self.peer, self.rbuf, self.rlen)
+        Handover {
+            io: self.io,
+            peer: self.peer,
+            rbuf: self.rbuf,
+            rlen: self.rlen,
+            fin_seen: self.fin_seen,
+        }
     }
 
     /// One `read(2)` into the spare room of the read buffer.

@@ -132,8 +132,8 @@ impl Connection {
         let Self::H1(c) = std::mem::replace(self, Self::Switching) else {
             return;
         };
-        let (io, peer, rbuf, rlen) = c.into_h2(ctx);
-        let mut h2 = Box::new(H2Conn::new(io, peer, rbuf, rlen, ctx));
+        let handover = c.into_h2(ctx);
+        let mut h2 = Box::new(H2Conn::new(handover, ctx));
         h2.drive(ctx);
         *self = Self::H2(h2);
     }

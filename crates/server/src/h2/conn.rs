@@ -25,6 +25,7 @@ use lowlat_http::h2::frame::{self, ErrorCode};
 use lowlat_http::h2::{Decoder, Encoder, RequestHead, Settings};
 
 use super::stream::{State, Stream};
+use crate::conn::Handover;
 use crate::ctx::WorkerCtx;
 use crate::transport::Transport;
 use crate::wait::Wait;
@@ -139,13 +140,14 @@ impl H2Conn {
 impl H2Conn {
     /// Takes over a connection whose first bytes (`rbuf[..rlen]`) start HTTP/2: ALPN chose
     /// `h2`, or `--h2c` and the preface. Queues our SETTINGS.
-    pub(crate) fn new(
-        io: Transport,
-        peer: SocketAddr,
-        mut rbuf: Vec<u8>,
-        rlen: usize,
-        ctx: &mut WorkerCtx<'_>,
-    ) -> Self {
+    pub(crate) fn new(from: Handover, ctx: &mut WorkerCtx<'_>) -> Self {
+        let Handover {
+            io,
+            peer,
+            mut rbuf,
+            rlen,
+            fin_seen,
+        } = from;
         let cfg = &ctx.cfg.h2;
         if rbuf.len() < crate::pool::BUF_CAPACITY {
             rbuf.resize(crate::pool::BUF_CAPACITY, 0);
@@ -201,7 +203,7 @@ impl H2Conn {
             write_blocked: false,
             wrote: false,
             eof: false,
-            fin_seen: false,
+            fin_seen,
             closed: false,
             flood_window: now,
             control_frames: 0,
