@@ -1,11 +1,13 @@
 //! What the tests of the `lowlat` binary share: starting `lowlat serve` as a process and
-//! reading the addresses from its banner; starting the proxy's upstreams ([`upstream`]); an
+//! reading the addresses from its banner; starting the proxy's upstreams ([`upstream`]); the
+//! cache's counting origin ([`origin`]); an
 //! HTTP/3 client ([`h3`]); the small client-side helpers (curl, a response head's fields, a free
 //! port, TCP sockets by state, a command's JSON output).
 
 #![allow(dead_code)]
 
 pub mod h3;
+pub mod origin;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader};

@@ -169,6 +169,9 @@ pub(crate) fn render(s: &mut String) {
             "# HELP lowlat_cache_{name} {help}\n# TYPE lowlat_cache_{name} gauge\nlowlat_cache_{name} {v}"
         );
     }
+    if let Some(disk) = &store.disk {
+        render_disk(s, disk);
+    }
     let sites = SITES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -188,5 +191,59 @@ pub(crate) fn render(s: &mut String) {
                 per_site(&site.counts, name)
             );
         }
+    }
+}
+
+/// The disk tier's families, `lowlat_cache_disk_*`.
+fn render_disk(s: &mut String, disk: &super::disk::DiskTier) {
+    let c = disk.counters();
+    for (name, v, help) in [
+        (
+            "reads",
+            &c.reads,
+            "Entries read back from disk on a memory miss.",
+        ),
+        ("writes", &c.writes, "Entries written to disk."),
+        (
+            "dropped",
+            &c.dropped,
+            "Writes dropped because the disk tier's queue was full.",
+        ),
+        (
+            "errors",
+            &c.errors,
+            "Disk writes that failed and files found damaged or gone.",
+        ),
+        (
+            "evictions",
+            &c.evictions,
+            "Files removed to keep within --cache-disk-size.",
+        ),
+    ] {
+        let _ = writeln!(
+            s,
+            "# HELP lowlat_cache_disk_{name}_total {help}\n# TYPE lowlat_cache_disk_{name}_total counter\nlowlat_cache_disk_{name}_total {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+    let (files, bytes) = disk.usage();
+    for (name, v, help) in [
+        ("objects", files, "Entries held on disk."),
+        ("bytes", bytes, "Bytes of the disk tier's files."),
+        (
+            "capacity_bytes",
+            disk.capacity(),
+            "The disk tier's budget (--cache-disk-size).",
+        ),
+        (
+            "loaded",
+            u64::from(disk.loaded()),
+            "1 once the files found at start are all indexed.",
+        ),
+    ] {
+        let _ = writeln!(
+            s,
+            "# HELP lowlat_cache_disk_{name} {help}\n# TYPE lowlat_cache_disk_{name} gauge\nlowlat_cache_disk_{name} {v}"
+        );
     }
 }

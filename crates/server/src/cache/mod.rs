@@ -24,6 +24,9 @@
 //!
 //! # Layout
 //! - [`store`]: the shared store: sharded, weighted by bytes, scan-resistant eviction.
+//! - [`disk`]: the disk tier beside it (`--cache-disk`): files written in the background,
+//!   read on a memory miss, reloaded at start.
+//! - `record`: one entry as a file holds it.
 //! - `object`: one stored response, immutable, shared as an `Arc`.
 //! - `lines`: header fields owned in one buffer as `Name: value` lines (stored heads, the
 //!   request fields a fill keeps).
@@ -43,6 +46,7 @@
 //! - `purge`: `PURGE` by URL, prefix or tag, from trusted networks.
 
 pub(crate) mod collapse;
+pub mod disk;
 pub(crate) mod fill;
 pub(crate) mod inflight;
 pub(crate) mod key;
@@ -52,6 +56,7 @@ pub(crate) mod metrics;
 pub(crate) mod object;
 pub(crate) mod partial;
 pub(crate) mod purge;
+pub(crate) mod record;
 pub(crate) mod refresh;
 pub mod rules;
 pub(crate) mod send;
@@ -62,6 +67,7 @@ use std::sync::Arc;
 
 use lowlat_http::cache::freshness::Heuristic;
 
+pub use disk::DiskConfig;
 pub use store::{CacheStore, StoreConfig};
 
 /// How a forwarding rule caches: the shared store, the rule's policy, and its site's counters.

@@ -40,6 +40,25 @@ pub(crate) fn reason_of(status: u16, reason: &str) -> Cow<'static, str> {
     }
 }
 
+/// The cache-tags of a response's kept fields (`Cache-Tag`, `Surrogate-Key`), for purging by
+/// tag.
+pub(crate) fn tags_of(lines: &Lines) -> Box<[Box<[u8]>]> {
+    let mut tags = Vec::new();
+    for i in 0..lines.count() {
+        if lines.name_is_one_of(i, &["cache-tag", "surrogate-key"]) {
+            // Cache-Tag is comma-separated (as CDNs read it), Surrogate-Key space-separated.
+            tags.extend(
+                lines
+                    .value(i)
+                    .split(|&b| b == b',' || b == b' ')
+                    .filter(|t| !t.is_empty())
+                    .map(Box::<[u8]>::from),
+            );
+        }
+    }
+    tags.into_boxed_slice()
+}
+
 impl Object {
     /// An object of the kept fields' `lines`.
     pub(crate) fn new(
@@ -50,19 +69,7 @@ impl Object {
         age: AgeBase,
         fresh: Stored,
     ) -> Self {
-        let mut tags = Vec::new();
-        for i in 0..lines.count() {
-            if lines.name_is_one_of(i, &["cache-tag", "surrogate-key"]) {
-                // Cache-Tag is comma-separated (as CDNs read it), Surrogate-Key space-separated.
-                tags.extend(
-                    lines
-                        .value(i)
-                        .split(|&b| b == b',' || b == b' ')
-                        .filter(|t| !t.is_empty())
-                        .map(Box::<[u8]>::from),
-                );
-            }
-        }
+        let tags = tags_of(&lines);
         Object {
             status,
             reason,
@@ -70,7 +77,7 @@ impl Object {
             body,
             age,
             fresh,
-            tags: tags.into_boxed_slice(),
+            tags,
         }
     }
 

@@ -14,7 +14,6 @@ use std::net::IpAddr;
 
 use lowlat_http::request::Request;
 
-use super::store::Entry;
 use super::{key, RouteCache};
 use crate::handler::Response;
 
@@ -46,10 +45,7 @@ pub(crate) fn purge(
         .filter(|t| !t.is_empty())
         .collect();
     let purged = if !tags.is_empty() {
-        store.remove_where(|_, e| match e {
-            Entry::Object(o) => o.tags.iter().any(|t| tags.contains(&&t[..])),
-            Entry::Vary { .. } => false,
-        })
+        store.remove_where(|_, stored| stored.iter().any(|t| tags.contains(&&t[..])))
     } else if let Some(prefix) = primary.strip_suffix(b"*") {
         let origin_len = key::origin(primary).len();
         // Only the host's own keys: the prefix holds at least the path's slash.

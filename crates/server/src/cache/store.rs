@@ -10,6 +10,9 @@
 //! is as scan-resistant but it runs maintenance on a background thread and costs more per
 //! read; `quick_cache` reads under a shard's read lock with one atomic for the reference bit.
 //!
+//! With `--cache-disk`, a [`DiskTier`] holds every entry too (more than memory, larger objects,
+//! across restarts): what memory misses is looked for there and kept in memory again.
+//!
 //! Entries under a primary key (scheme, host, path and query) are the response itself, or —
 //! when its response had `Vary` — a marker holding the `Vary` value, the variants being
 //! stored under the primary key followed by their secondary key (RFC 9111 §4.1).
@@ -20,6 +23,7 @@ use std::sync::Arc;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 
+use super::disk::{DiskConfig, DiskTier};
 use super::object::Object;
 
 /// What is stored under a key.
@@ -74,12 +78,15 @@ pub struct CacheCounters {
 }
 
 /// The cache's size settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
     /// The memory budget, bytes.
     pub size: u64,
-    /// The largest response stored; a larger one streams through unstored.
+    /// The largest response kept in memory; a larger one streams through unstored (or goes
+    /// to the disk tier alone, when it takes it).
     pub max_object: u64,
+    /// The disk tier, if any.
+    pub disk: Option<DiskConfig>,
 }
 
 /// Shards of the map: enough that workers rarely meet on one lock (16 × the cores of most
@@ -92,8 +99,11 @@ pub struct CacheStore {
     /// The next `Vary` marker's id.
     next_marker: AtomicU64,
     map: Cache<Box<[u8]>, Entry, Bytes, DefaultHashBuilder, Evictions>,
-    /// The largest object stored (bytes of body), capped to what one shard can hold.
+    /// The largest object stored in any tier (bytes of body).
     pub(crate) max_object: u64,
+    /// The largest object memory holds, capped to what one shard can hold.
+    memory_max: u64,
+    pub(crate) disk: Option<DiskTier>,
     pub counters: CacheCounters,
     /// The fills in progress (request collapsing, background refreshes).
     pub(crate) flights: Arc<super::inflight::Flights>,
@@ -110,8 +120,10 @@ impl std::fmt::Debug for CacheStore {
 
 impl CacheStore {
     /// A store with this budget.
-    #[must_use]
-    pub fn new(cfg: StoreConfig) -> Self {
+    ///
+    /// # Errors
+    /// When the disk tier's folder cannot be made or written.
+    pub fn new(cfg: &StoreConfig) -> std::io::Result<Self> {
         let counters = CacheCounters::default();
         let size = cfg.size.max(1 << 20);
         // The estimate sizes the shards' tables; 8 KiB an object is a typical web response.
@@ -131,37 +143,95 @@ impl CacheStore {
         );
         // An object larger than a shard's budget would be refused by the map anyway; half of
         // one leaves room for others beside it.
-        let max_object = cfg.max_object.min(map.shard_capacity() / 2);
-        CacheStore {
-            next_marker: AtomicU64::new(1),
+        let memory_max = cfg.max_object.min(map.shard_capacity() / 2);
+        let disk = cfg.disk.as_ref().map(DiskTier::open).transpose()?;
+        let max_object = memory_max.max(disk.as_ref().map_or(0, |d| d.max_object));
+        // Marker ids start at the time of start, so that none repeats one stored on disk by
+        // an earlier run (a variant's key holds its marker's id).
+        let first_marker = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs() << 24);
+        Ok(CacheStore {
+            next_marker: AtomicU64::new(first_marker),
             map,
             max_object,
+            memory_max,
+            disk,
             counters,
             flights: Arc::default(),
+        })
+    }
+
+    /// Whether memory holds `entry` (the disk tier may take larger objects).
+    fn fits_memory(&self, entry: &Entry) -> bool {
+        match entry {
+            Entry::Object(o) => o.body.len() as u64 <= self.memory_max,
+            Entry::Vary { .. } => true,
         }
     }
 
-    /// What is stored under `key`.
+    /// What is stored under `key`: in memory, else on disk (then kept in memory again).
     pub(crate) fn get(&self, key: &[u8]) -> Option<Entry> {
-        self.map.get(key)
+        let found = self.map.get(key);
+        if found.is_some() {
+            return found;
+        }
+        let entry = self.disk.as_ref()?.read(key)?;
+        if self.fits_memory(&entry) {
+            self.map.insert(key.into(), entry.clone());
+        }
+        Some(entry)
     }
 
-    /// Stores `entry` under `key` (replacing what was there).
+    /// Stores `entry` under `key` (replacing what was there), in memory when it fits and on
+    /// disk when there is a disk tier.
     pub(crate) fn insert(&self, key: Box<[u8]>, entry: Entry) {
-        self.map.insert(key, entry);
+        if let Some(disk) = &self.disk {
+            disk.write(&key, &entry);
+        }
+        if self.fits_memory(&entry) {
+            self.map.insert(key, entry);
+        } else {
+            self.map.remove(&key);
+        }
     }
 
     /// Removes what is stored under `key`; true if something was.
     pub(crate) fn remove(&self, key: &[u8]) -> bool {
-        self.map.remove(key).is_some()
+        let on_disk = self.disk.as_ref().is_some_and(|d| d.remove(key));
+        self.map.remove(key).is_some() || on_disk
     }
 
-    /// Removes every entry for which `doomed` says so (purge by prefix or tag): a walk over
-    /// the whole map, shard by shard.
-    pub(crate) fn remove_where(&self, doomed: impl Fn(&[u8], &Entry) -> bool) -> u64 {
-        let before = self.map.len();
-        self.map.retain(|k, v| !doomed(k, v));
-        (before.saturating_sub(self.map.len())) as u64
+    /// Removes every entry for which `doomed(key, its cache-tags)` says so (purge by prefix
+    /// or tag): a walk over the whole map, shard by shard, and over the disk tier's index.
+    /// Returns how many keys went.
+    pub(crate) fn remove_where(&self, doomed: impl Fn(&[u8], &[Box<[u8]>]) -> bool) -> u64 {
+        fn tags(v: &Entry) -> &[Box<[u8]>] {
+            match v {
+                Entry::Object(o) => &o.tags,
+                Entry::Vary { .. } => &[],
+            }
+        }
+        let Some(disk) = &self.disk else {
+            let before = self.map.len();
+            self.map.retain(|k, v| !doomed(k, tags(v)));
+            return (before.saturating_sub(self.map.len())) as u64;
+        };
+        let gone = std::sync::Mutex::new(std::collections::HashSet::<Box<[u8]>>::new());
+        self.map.retain(|k, v| {
+            let doom = doomed(k, tags(v));
+            if doom {
+                gone.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(k.clone());
+            }
+            !doom
+        });
+        let mut gone = gone
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        gone.extend(disk.remove_where(&doomed).iter().map(|k| Box::from(&k[..])));
+        gone.len() as u64
     }
 
     /// A new `Vary` marker id.
@@ -189,31 +259,35 @@ impl CacheStore {
 }
 
 /// The process's store, with the size settings it was made for.
-static SHARED: std::sync::Mutex<Option<(u64, u64, Arc<CacheStore>)>> = std::sync::Mutex::new(None);
+static SHARED: std::sync::Mutex<Option<(StoreConfig, Arc<CacheStore>)>> =
+    std::sync::Mutex::new(None);
 
 /// The process's store, if caching was ever turned on (for `/metrics`).
 pub(crate) fn current() -> Option<Arc<CacheStore>> {
     SHARED
         .lock()
         .ok()
-        .and_then(|s| s.as_ref().map(|(_, _, store)| Arc::clone(store)))
+        .and_then(|s| s.as_ref().map(|(_, store)| Arc::clone(store)))
 }
 
 /// The process's store for this configuration: the one made before when its configuration
 /// is the same (so a reload keeps what is cached), else a new one.
-#[must_use]
-pub fn shared(cfg: StoreConfig) -> Arc<CacheStore> {
+///
+/// # Errors
+/// When the disk tier's folder cannot be made or written.
+pub fn shared(cfg: &StoreConfig) -> std::io::Result<Arc<CacheStore>> {
     let mut slot = SHARED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((size, max, store)) = &*slot {
-        if *size == cfg.size && *max == cfg.max_object {
-            return Arc::clone(store);
+    if let Some((made_for, store)) = &*slot {
+        if made_for == cfg {
+            return Ok(Arc::clone(store));
         }
     }
-    let store = Arc::new(CacheStore::new(cfg));
-    *slot = Some((cfg.size, cfg.max_object, Arc::clone(&store)));
-    store
+    // The old store (and its disk tier's threads) goes once no worker holds it.
+    let store = Arc::new(CacheStore::new(cfg)?);
+    *slot = Some((cfg.clone(), Arc::clone(&store)));
+    Ok(store)
 }
 
 #[cfg(test)]
@@ -238,10 +312,12 @@ mod tests {
 
     #[test]
     fn keeps_within_budget_under_a_flood_of_keys() {
-        let store = CacheStore::new(StoreConfig {
+        let store = CacheStore::new(&StoreConfig {
             size: 4 << 20,
             max_object: 1 << 20,
-        });
+            disk: None,
+        })
+        .unwrap();
         for i in 0..100_000u32 {
             store.insert(format!("http://a/{i}").into_bytes().into(), object(1000));
         }
@@ -257,10 +333,12 @@ mod tests {
 
     #[test]
     fn a_scan_does_not_flush_the_hot_set() {
-        let store = CacheStore::new(StoreConfig {
+        let store = CacheStore::new(&StoreConfig {
             size: 4 << 20,
             max_object: 1 << 20,
-        });
+            disk: None,
+        })
+        .unwrap();
         let hot: Vec<Box<[u8]>> = (0..500)
             .map(|i| format!("http://a/hot/{i}").into_bytes().into())
             .collect();
@@ -288,24 +366,30 @@ mod tests {
 
     #[test]
     fn max_object_fits_a_shard() {
-        let store = CacheStore::new(StoreConfig {
+        let store = CacheStore::new(&StoreConfig {
             size: 8 << 20,
             max_object: 1 << 30,
-        });
+            disk: None,
+        })
+        .unwrap();
         assert!(store.max_object <= 4 << 20, "{}", store.max_object);
-        let store = CacheStore::new(StoreConfig {
+        let store = CacheStore::new(&StoreConfig {
             size: 1 << 30,
             max_object: 1 << 20,
-        });
+            disk: None,
+        })
+        .unwrap();
         assert_eq!(store.max_object, 1 << 20);
     }
 
     #[test]
     fn remove_and_remove_where() {
-        let store = CacheStore::new(StoreConfig {
+        let store = CacheStore::new(&StoreConfig {
             size: 4 << 20,
             max_object: 1 << 20,
-        });
+            disk: None,
+        })
+        .unwrap();
         for p in ["/a/1", "/a/2", "/b/1"] {
             store.insert(format!("http://h{p}").into_bytes().into(), object(10));
         }

@@ -7,7 +7,7 @@ use clap::Args;
 use lowlat_http::units::parse_nonzero_size;
 
 use crate::cache::rules::{Condition, Ignored, StatusTtl};
-use crate::cache::{CachePolicy, RouteCache, StoreConfig};
+use crate::cache::{CachePolicy, DiskConfig, RouteCache, StoreConfig};
 
 /// The cache's flags.
 #[derive(Debug, Clone, Args)]
@@ -22,6 +22,17 @@ pub struct CacheArgs {
     /// Largest response the cache stores; larger ones stream through unstored
     #[arg(long, value_name = "SIZE", default_value = "16m", value_parser = parse_nonzero_size)]
     pub cache_max_object: u64,
+    /// A folder for the cache's disk tier: every stored response also written there, read
+    /// back when memory no longer holds it, and found again after a restart (off without)
+    #[arg(long, value_name = "DIR")]
+    pub cache_disk: Option<std::path::PathBuf>,
+    /// Budget of the disk tier's files; the least used are removed
+    #[arg(long, value_name = "SIZE", default_value = "1g", value_parser = parse_nonzero_size)]
+    pub cache_disk_size: u64,
+    /// Largest response the disk tier stores (larger than --cache-max-object: kept on disk
+    /// only); it is held in memory while it arrives
+    #[arg(long, value_name = "SIZE", default_value = "64m", value_parser = parse_nonzero_size)]
+    pub cache_disk_max_object: u64,
     /// Give no heuristic lifetime (by default a response with `Last-Modified` and no explicit
     /// freshness is fresh for 10% of its age, at most a day: RFC 9111 §4.2.2)
     #[arg(long)]
@@ -161,12 +172,27 @@ pub struct RuleCache {
 impl CacheArgs {
     /// The process's store and the policy of the top-level flags, whether or not `--cache`
     /// turns caching on everywhere (a site or a rule may turn it on for itself).
-    #[must_use]
-    pub fn store_and_base(&self) -> Option<RouteCache> {
-        let store = crate::cache::store::shared(StoreConfig {
+    ///
+    /// # Errors
+    /// When the disk tier's folder cannot be made or written.
+    pub fn store_and_base(&self) -> Result<RouteCache, String> {
+        let disk = self.cache_disk.as_ref().map(|dir| DiskConfig {
+            dir: dir.clone(),
+            size: self.cache_disk_size,
+            max_object: self.cache_disk_max_object,
+        });
+        let store = crate::cache::store::shared(&StoreConfig {
             size: self.cache_size,
             max_object: self.cache_max_object,
-        });
+            disk,
+        })
+        .map_err(|e| {
+            let dir = self
+                .cache_disk
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""));
+            format!("--cache-disk: cannot use {}: {e}", dir.display())
+        })?;
         let mut policy = CachePolicy::default();
         policy.heuristic.enabled = !self.cache_no_heuristic;
         policy.store_set_cookie = self.cache_set_cookie;
@@ -174,7 +200,7 @@ impl CacheArgs {
         if !self.cache_purge_from.is_empty() {
             policy.purge_from.clone_from(&self.cache_purge_from);
         }
-        Some(RouteCache {
+        Ok(RouteCache {
             store,
             policy: std::sync::Arc::new(policy),
             site: std::sync::Arc::default(),

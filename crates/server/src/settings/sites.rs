@@ -195,9 +195,10 @@ fn route_caches(
     crate::cache::metrics::retain_sites(if caching { &labels } else { &[] });
     let mut out: Vec<Vec<Option<RouteCache>>> =
         routes.iter().map(|r| vec![None; r.len()]).collect();
-    let Some(base) = caching.then(|| args.cache.store_and_base()).flatten() else {
+    if !caching {
         return Ok(out);
-    };
+    }
+    let base = args.cache.store_and_base()?;
     for ((site, caches), label) in sites.iter().zip(out.iter_mut()).zip(&labels) {
         let counters = crate::cache::metrics::site_counters(label);
         let site_policy = site.cache_policy.over(&args.cache.policy);
