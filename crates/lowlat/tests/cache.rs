@@ -1089,6 +1089,16 @@ fn a_key_template_decides_what_is_one_entry() {
     let purge = raw("PURGE /k HTTP/1.0\r\n\r\n");
     assert!(purge.starts_with("HTTP/1.1 400"), "{purge}");
     assert_eq!(origin.count("PURGE /k"), 0);
+    // A prefix purge finds the template's keys, whatever follows the path in them.
+    origin.set("/k/1", 200, "Cache-Control: max-age=60", b"one");
+    for lang in ["lang=fr", "lang=en"] {
+        request(p.addr, "GET", "/k/1", &[&format!("Cookie: {lang}")]);
+    }
+    let purged = request(p.addr, "PURGE", "/k/*", &[]);
+    assert_eq!(purged.body, b"{\"purged\": 2}\n");
+    let fr = request(p.addr, "GET", "/k/1", &["Cookie: lang=fr"]);
+    assert!(fr.cache_status().contains("fwd=uri-miss"), "{}", fr.head);
+    assert!(get(p.addr, "/k").cache_status().contains("hit"));
 }
 
 /// `--cache-bypass`: a request with the cookie (or the method) goes to the origin and its

@@ -380,10 +380,7 @@ impl DiskTier {
 
     /// Removes every entry (stored or queued) for which `doomed(key, tags)` holds; the keys of
     /// those that had a file.
-    pub(crate) fn remove_where(
-        &self,
-        doomed: &dyn Fn(&[u8], &[Tag]) -> bool,
-    ) -> Vec<Arc<[u8]>> {
+    pub(crate) fn remove_where(&self, doomed: &dyn Fn(&[u8], &[Tag]) -> bool) -> Vec<Arc<[u8]>> {
         let mut ix = self.shared.index();
         let keys: Vec<Arc<[u8]>> = ix
             .map

@@ -14,12 +14,26 @@ use std::net::IpAddr;
 
 use lowlat_http::request::Request;
 
-use super::{key, RouteCache};
+use super::RouteCache;
 use crate::handler::Response;
 
 /// Whether a request is a purge.
 pub(crate) fn is_purge(head: &Request<'_, '_>) -> bool {
     head.method_token == "PURGE"
+}
+
+/// For `PURGE /prefix/*`, the start every key under the prefix has: the purge's own key up to
+/// where its path's `*` landed. With the default key that is the scheme, host and prefix; a
+/// rule's key template puts the path where it says (`$host$uri|$cookie_lang`), and what follows
+/// it in the key (the cookie) then matters no more than the rest of the path. `None` for any
+/// other purge, and when the template leaves the path out (the purge then names one key).
+fn prefix_of<'k>(primary: &'k [u8], path: &str) -> Option<&'k [u8]> {
+    let stem = path.strip_suffix('*')?.as_bytes();
+    if !stem.starts_with(b"/") {
+        return None;
+    }
+    let at = memchr::memmem::find(primary, path.as_bytes())?;
+    Some(&primary[..at + stem.len()])
 }
 
 /// Answers a purge from `peer`; `primary` is its target's key.
@@ -46,14 +60,7 @@ pub(crate) fn purge(
         .collect();
     let purged = if !tags.is_empty() {
         store.remove_where(|_, stored| stored.iter().any(|t| tags.contains(&&t[..])))
-    } else if let Some(prefix) = primary.strip_suffix(b"*") {
-        let origin_len = key::origin(primary).len();
-        // Only the host's own keys: the prefix holds at least the path's slash.
-        let prefix = if prefix.len() > origin_len {
-            prefix
-        } else {
-            primary
-        };
+    } else if let Some(prefix) = prefix_of(primary, head.path) {
         store.remove_where(|k, _| k.starts_with(prefix))
     } else {
         u64::from(store.remove(primary))
@@ -63,4 +70,23 @@ pub(crate) fn purge(
     body.extend_from_slice(itoa::Buffer::new().format(purged).as_bytes());
     body.extend_from_slice(b"}\n");
     res.send(200, b"application/json", &body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_of;
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(
+            prefix_of(b"http://h/a/*", "/a/*"),
+            Some(&b"http://h/a/"[..])
+        );
+        assert_eq!(prefix_of(b"http://h/*", "/*"), Some(&b"http://h/"[..]));
+        assert_eq!(prefix_of(b"h/a/*|fr", "/a/*"), Some(&b"h/a/"[..]));
+        assert_eq!(prefix_of(b"http://h/a/1", "/a/1"), None);
+        // The template leaves the path out: one key, no prefix.
+        assert_eq!(prefix_of(b"h|fr", "/a/*"), None);
+        assert_eq!(prefix_of(b"h*", "*"), None);
+    }
 }
