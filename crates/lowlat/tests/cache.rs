@@ -10,7 +10,7 @@ use std::time::Duration;
 
 mod support;
 use support::origin::{get, request, request_to, Framing, Got, Origin};
-use support::{curl, Served};
+use support::{curl, metric, Served};
 
 fn proxy(origin: &Origin, more: &[&str]) -> Served {
     let rule = format!("/={}", origin.url());
@@ -795,16 +795,6 @@ fn a_body_arriving_in_pieces_is_stored() {
     assert!(second.cache_status().contains("hit"), "{}", second.head);
     assert!(second.body == body);
     assert_eq!(origin.count("GET /pieces"), 1);
-}
-
-/// Reads `/metrics` at `addr` and returns the value of `name`.
-fn metric(addr: &str, name: &str) -> u64 {
-    let out = curl(&[&format!("http://{addr}/metrics")]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
 }
 
 /// `n` clients, each on its own thread and connection, ask for `target` at once (as near as

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 use support::origin::{get, request, Origin};
-use support::{curl, Served};
+use support::{metric, Served};
 
 /// `lowlat serve --proxy /=ORIGIN --cache --cache-disk DIR --metrics ADDR` and `more`.
 fn proxy(origin: &Origin, dir: &Path, more: &[&str]) -> (Served, String) {
@@ -28,15 +28,6 @@ fn proxy(origin: &Origin, dir: &Path, more: &[&str]) -> (Served, String) {
     args.extend_from_slice(more);
     let served = Served::start(args);
     (served, metrics)
-}
-
-fn metric(addr: &str, name: &str) -> u64 {
-    let out = curl(&[&format!("http://{addr}/metrics")]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
 }
 
 /// Waits until `metric` reaches `at_least` (the writer and the loader work in the background).

@@ -12,7 +12,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{curl, field, find, Served};
+use support::origin::get;
+use support::{curl, field, Served};
 
 /// An origin: `lowlat serve` on `root` with cacheable answers and a metrics listener.
 struct Origin {
@@ -47,14 +48,7 @@ impl Origin {
 /// `name`'s value on the `/metrics` of `addr`, once it has settled: workers publish their
 /// counts at most a second apart, so two scrapes over a second apart that agree are current.
 fn metric(addr: &str, name: &str) -> u64 {
-    let read = || {
-        let out = curl(&["-s", &format!("http://{addr}/metrics")]);
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("no {name} in {text}")) as u64
-    };
+    let read = || support::metric(addr, name);
     let mut last = read();
     loop {
         std::thread::sleep(Duration::from_millis(1100));
@@ -63,38 +57,6 @@ fn metric(addr: &str, name: &str) -> u64 {
             return now;
         }
         last = now;
-    }
-}
-
-/// A response: its head and body.
-struct Got {
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Got {
-    fn cache_status(&self) -> &str {
-        field(&self.head, "cache-status").unwrap_or("")
-    }
-}
-
-/// One `GET` on a connection of its own.
-fn get(addr: SocketAddr, target: &str) -> Got {
-    get_from(addr, target, "cache.test")
-}
-
-/// One `GET` with this `Host` (part of the cache key).
-fn get_from(addr: SocketAddr, target: &str, host: &str) -> Got {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let request = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).unwrap();
-    let mut all = Vec::new();
-    s.read_to_end(&mut all).unwrap();
-    let end = find(&all, b"\r\n\r\n").expect("a response head") + 4;
-    Got {
-        head: String::from_utf8_lossy(&all[..end]).into_owned(),
-        body: all[end..].to_vec(),
     }
 }
 

@@ -124,6 +124,16 @@ pub fn curl(args: &[&str]) -> Output {
         .expect("run curl (scripts/test-deps.sh installs it)")
 }
 
+/// The value of the series `name` (no labels) on the `/metrics` of `addr`, scraped now.
+pub fn metric(addr: &str, name: &str) -> u64 {
+    let out = curl(&[&format!("http://{addr}/metrics")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}")) as u64
+}
+
 /// The value of the first field `name` (case-insensitive) in a response head.
 pub fn field<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().skip(1).find_map(|line| {
