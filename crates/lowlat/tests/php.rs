@@ -547,17 +547,123 @@ fn php_fpm_keeps_one_connection_for_many_requests() {
     assert_eq!(v["pool"], "unix", "{v}");
 }
 
-/// Connected sockets whose name is `path` (the server's ends of a Unix socket's connections),
-/// from /proc/net/unix.
-fn connected_unix(path: &Path) -> usize {
-    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+/// `curl` asking for `path` `n` times over one keep-alive connection: the statuses.
+fn statuses_over_one_connection(addr: std::net::SocketAddr, path: &str, n: usize) -> Vec<u16> {
+    let url = format!("http://{addr}{path}");
+    let mut args = vec!["-s", "-w", "%{http_code}\n"];
+    for _ in 0..n {
+        args.extend_from_slice(&["-o", "/dev/null", &url]);
+    }
+    let out = curl(&args);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.parse().unwrap_or(0))
+        .collect()
+}
+
+/// Requests that overlap in time keep their php-fpm connections, and more clients at once than
+/// php-fpm has processes are all answered: a connection waiting in php-fpm's backlog gets the
+/// process of the next one to finish, or — when nothing else is running to finish — of an idle
+/// one the sweep closes, instead of waiting behind connections kept idle in the pool.
+#[test]
+fn overlapping_requests_keep_their_connections_and_a_backlog_is_served() {
+    // Two processes, both held by the scripts' connections once two clients have run: the
+    // status page's request (a group of its own) then waits in php-fpm's backlog until the
+    // sweep closes one of them.
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let status_rule = format!("/fpm-status=fastcgi+unix:{}", fpm.sock.display());
+    let served = serve(
+        root.path(),
+        &fpm.unix(),
+        &[
+            "--proxy",
+            &status_rule,
+            "--proxy-fastcgi-param",
+            "SCRIPT_FILENAME=/fpm-status",
+            "--proxy-first-byte-timeout",
+            "5s",
+        ],
+    );
+    let addr = served.addr;
+    let run = |clients: usize, each: usize| -> Vec<u16> {
+        let threads: Vec<_> = (0..clients)
+            .map(|_| {
+                std::thread::spawn(move || statuses_over_one_connection(addr, "/pid.php", each))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    };
+    // Two clients: two connections, kept — after a few more while lowlat learns that php-fpm
+    // serves two at once (a new connection's request still unread when another's is answered
+    // may be queued). php-fpm counts requests, not connections, so the connections are told
+    // apart by their sockets' inodes, sampled while the requests run; a connection a request
+    // would make over a hundred.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (stop, sock) = (std::sync::Arc::clone(&stop), fpm.sock.clone());
+        std::thread::spawn(move || {
+            let mut seen = std::collections::HashSet::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                seen.extend(connected_unix_inodes(&sock));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            seen
+        })
+    };
+    let statuses = run(2, 60);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = sampler.join().unwrap();
+    assert_eq!(statuses.len(), 120);
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert!(
+        (1..=40).contains(&seen.len()),
+        "{} php-fpm connections seen for 120 requests from two clients",
+        seen.len()
+    );
+    // Both processes are held by those two idle connections: the status page's request waits
+    // in php-fpm's backlog until the sweep closes one.
+    let asked = Instant::now();
+    let (status, _, body) = get(&served, "/fpm-status?json", &[]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "the status page waited {:?} for a process",
+        asked.elapsed()
+    );
+    // Three times as many clients as processes, each waiting its turn in php-fpm's backlog.
+    let start = Instant::now();
+    let statuses = run(6, 20);
+    assert_eq!(statuses.len(), 120);
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// The inodes of the connected sockets whose name is `path` (the server's ends of a Unix
+/// socket's connections), from /proc/net/unix.
+fn connected_unix_inodes(path: &Path) -> Vec<u64> {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
     let name = path.display().to_string();
     table
         .lines()
         .filter(|l| l.ends_with(&name))
         // Num RefCount Protocol Flags Type St Inode Path: St 03 is connected.
         .filter(|l| l.split_whitespace().nth(5) == Some("03"))
-        .count()
+        .filter_map(|l| l.split_whitespace().nth(6)?.parse().ok())
+        .collect()
+}
+
+/// How many sockets whose name is `path` are connected (the server's ends of a Unix socket's
+/// connections).
+fn connected_unix(path: &Path) -> usize {
+    connected_unix_inodes(path).len()
 }
 
 #[test]

@@ -344,6 +344,7 @@ impl Worker {
                 while let Some(up) = ctx.proxy_cancels.pop() {
                     upstreams.cancel(up, &mut ctx);
                 }
+                upstreams.release_for_queued(&mut ctx);
                 // Upstream timeouts: 504 (or a cut response) to their clients; idle pooled
                 // connections past their keep-alive time close.
                 for up in upstreams.expired(now) {

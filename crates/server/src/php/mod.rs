@@ -13,8 +13,10 @@
 //!
 //! # Layout
 //! - [`config`]: the flags and the settings every worker shares.
+//! - `kinds`: what a path names under the root, remembered per worker for `--cache-valid`.
 
 pub mod config;
+mod kinds;
 
 use std::os::unix::ffi::OsStrExt;
 use std::rc::Rc;
@@ -30,6 +32,7 @@ use crate::proxy::group::WorkerGroup;
 use crate::proxy::handler::request_hash;
 use crate::proxy::job::ProxyJob;
 use crate::router::{RouteError, Router};
+use kinds::{Kind, Kinds};
 
 pub use config::{PhpArgs, PhpConfig};
 
@@ -48,6 +51,7 @@ pub(crate) fn mount(
         internal: (!cfg.internal.is_empty()).then(|| Rc::from(&cfg.internal[..])),
         cfg: Arc::clone(cfg),
         files: StaticFiles::new(Arc::clone(files)),
+        kinds: Kinds::new(files.cache_valid),
         files_cfg: Arc::clone(files),
         params: merged_params(&group.cfg.fastcgi_params, &cfg.params),
         group,
@@ -90,6 +94,8 @@ enum Resolved {
 struct PhpHandler {
     cfg: Arc<PhpConfig>,
     files: StaticFiles,
+    /// What paths name under the root, remembered for a while.
+    kinds: Kinds,
     files_cfg: Arc<FilesConfig>,
     group: Rc<WorkerGroup>,
     internal: Option<Rc<[InternalLocation]>>,
@@ -122,7 +128,7 @@ impl Handler for PhpHandler {
             res.send_status(404);
             return;
         }
-        match resolve(&self.cfg, &self.files_cfg, &self.norm) {
+        match resolve(&self.cfg, &self.files_cfg, &mut self.kinds, &self.norm) {
             Resolved::Static => self.files.handle(req, res),
             Resolved::Status(status) => res.send_status(status),
             Resolved::Redirect => {
@@ -213,14 +219,14 @@ impl PhpHandler {
 }
 
 /// What the normalised path `norm` is under the root.
-fn resolve(cfg: &PhpConfig, files: &FilesConfig, norm: &[u8]) -> Resolved {
+fn resolve(cfg: &PhpConfig, files: &FilesConfig, kinds: &mut Kinds, norm: &[u8]) -> Resolved {
     // The first segment ending in `.php` ends the script (nginx's `^(.+?\.php)(/.*)$`); it
     // runs only if it is a file, whatever follows.
     let mut end = 0;
     while end < norm.len() {
         let next = memchr::memchr(b'/', &norm[end + 1..]).map_or(norm.len(), |i| end + 1 + i);
         if norm[..next].ends_with(b".php") {
-            return match kind(cfg, files, &norm[..next]) {
+            return match kinds.of(cfg, files, &norm[..next]) {
                 Kind::File => Resolved::Script { len: next },
                 Kind::Missing | Kind::Directory => Resolved::Status(404),
                 Kind::Status(s) => Resolved::Status(s),
@@ -228,66 +234,44 @@ fn resolve(cfg: &PhpConfig, files: &FilesConfig, norm: &[u8]) -> Resolved {
         }
         end = next;
     }
-    match kind(cfg, files, norm) {
+    match kinds.of(cfg, files, norm) {
         Kind::File if norm.ends_with(b"/") => Resolved::Status(404),
         Kind::File => Resolved::Static,
         Kind::Directory if !norm.ends_with(b"/") => Resolved::Redirect,
         Kind::Directory => {
             let mut index = norm.to_vec();
             index.extend_from_slice(cfg.index.as_bytes());
-            if kind(cfg, files, &index) == Kind::File {
+            if kinds.of(cfg, files, &index) == Kind::File {
                 return Resolved::DirectoryScript;
             }
             index.truncate(norm.len());
             index.extend_from_slice(files.index.as_bytes());
-            if kind(cfg, files, &index) == Kind::File {
+            if kinds.of(cfg, files, &index) == Kind::File {
                 return Resolved::Static;
             }
-            front(cfg, files)
+            front(cfg, files, kinds)
         }
-        Kind::Missing => front(cfg, files),
+        Kind::Missing => front(cfg, files, kinds),
         Kind::Status(s) => Resolved::Status(s),
     }
 }
 
 /// The front controller, if the site has one.
-fn front(cfg: &PhpConfig, files: &FilesConfig) -> Resolved {
+fn front(cfg: &PhpConfig, files: &FilesConfig, kinds: &mut Kinds) -> Resolved {
     let mut index = b"/".to_vec();
     index.extend_from_slice(cfg.index.as_bytes());
-    if cfg.front_controller && kind(cfg, files, &index) == Kind::File {
+    if cfg.front_controller && kinds.of(cfg, files, &index) == Kind::File {
         Resolved::Front
     } else {
         Resolved::Status(404)
     }
 }
 
-/// What a path names on the file system.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    File,
-    Directory,
-    Missing,
-    Status(u16),
-}
-
-/// What `path` (normalised) names under the root: opened and checked as the static file
-/// handler opens files (under the root, symlinks resolved, no dotfile on the way).
-fn kind(cfg: &PhpConfig, files: &FilesConfig, path: &[u8]) -> Kind {
-    let rel = std::ffi::OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(path));
-    let full = cfg.root.join(rel);
-    match crate::files::entry::open_checked(files, &cfg.root, &full) {
-        Ok((_, meta)) if meta.is_file() => Kind::File,
-        Ok((_, meta)) if meta.is_dir() => Kind::Directory,
-        Ok(_) | Err(404) => Kind::Missing,
-        Err(status) => Kind::Status(status),
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn site() -> (tempfile::TempDir, PhpConfig, Arc<FilesConfig>) {
+    pub(super) fn site() -> (tempfile::TempDir, PhpConfig, Arc<FilesConfig>) {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         for d in ["blog", "static", "uploads/evil.jpg", "docs"] {
@@ -344,11 +328,25 @@ mod tests {
             // A file named as a directory is no file: the front controller, as try_files does.
             ("/static/app.css/", Resolved::Front),
         ] {
-            assert_eq!(resolve(&cfg, &files, path.as_bytes()), want, "{path}");
+            assert_eq!(
+                resolve(
+                    &cfg,
+                    &files,
+                    &mut Kinds::new(std::time::Duration::ZERO),
+                    path.as_bytes()
+                ),
+                want,
+                "{path}"
+            );
         }
         cfg.front_controller = false;
         assert_eq!(
-            resolve(&cfg, &files, b"/2024/05/hello-world/"),
+            resolve(
+                &cfg,
+                &files,
+                &mut Kinds::new(std::time::Duration::ZERO),
+                b"/2024/05/hello-world/"
+            ),
             Resolved::Status(404)
         );
     }

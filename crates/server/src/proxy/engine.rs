@@ -43,6 +43,10 @@ use crate::ctx::WorkerCtx;
 pub(crate) use super::upstream::TOKEN_BASE;
 /// Stop reading an upstream while this much of its response waits to be written to the client.
 pub(crate) const RELAY_HIGH_WATER: usize = 256 * 1024;
+/// How long a new php-fpm connection's request may wait unread before the sweep frees a
+/// process for it (see `Upstreams::release_for_queued`).
+const QUEUED_TOO_LONG: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
 /// Reads of one response a drive makes (each at most a 16 KiB buffer: 512 KiB, the turn a file
@@ -860,7 +864,14 @@ impl Upstreams {
     fn process(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) -> bool {
         let c = &mut self.conns[key];
         if c.fcgi.is_some() {
-            return match fcgi::process(c, ctx, down) {
+            let fresh = !c.reused && !c.got_bytes;
+            let progress = fcgi::process(c, ctx, down);
+            if fresh && c.got_bytes {
+                // A new connection got its process: as many as now hold one, php-fpm serves.
+                self.fastcgi_seen(key);
+            }
+            let c = &mut self.conns[key];
+            return match progress {
                 Progress::More => true,
                 Progress::File => {
                     c.phase = Phase::File;
@@ -1078,7 +1089,7 @@ impl Upstreams {
 
     /// The response is complete: the client is told, the connection goes back to its pool.
     fn finish(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
-        let queued = self.conns[key].fcgi.is_some() && self.fastcgi_queued(key);
+        let queued = self.conns[key].fcgi.is_some() && self.fastcgi_queued(key, ctx.now);
         let c = &mut self.conns[key];
         let label = &c.group.cfg.servers[c.server].label;
         let took = ctx.now.saturating_duration_since(c.sent_at);
@@ -1111,21 +1122,108 @@ impl Upstreams {
         }
     }
 
-    /// Whether another connection of this worker to connection `key`'s FastCGI server waits
-    /// for its first response byte. php-fpm gives each connection a process of its own for as
-    /// long as it stays open (`FCGI_KEEP_CONN`), so a connection kept idle in the pool holds a
-    /// process that a connection queued in php-fpm's backlog may be waiting for: while one
-    /// waits, a finished connection is closed rather than pooled, and its process takes the
-    /// next one. (Pooled connections and php-fpm's `pm.max_children`: docs/php.md.)
-    fn fastcgi_queued(&self, key: usize) -> bool {
+    /// Whether a connection of this worker to connection `key`'s FastCGI server may be queued
+    /// in php-fpm's backlog, so that `key`, whose exchange just ended, is closed rather than
+    /// pooled. php-fpm gives each connection a process of its own for as long as it stays open
+    /// (`FCGI_KEEP_CONN`), so a connection kept in the pool holds a process that a queued
+    /// connection may be waiting for; closed, its process takes the next one. (Pooled
+    /// connections and php-fpm's `pm.max_children`: docs/php.md.)
+    ///
+    /// None can be queued while this worker has no more connections open to the server than
+    /// php-fpm has been seen to serve at once (each connection that has had a byte of answer,
+    /// or whose request php-fpm has read, holds a process): requests that merely overlap then
+    /// keep their connections. Beyond
+    /// that, queued is a new connection (none of its requests answered) with no byte of
+    /// answer whose request php-fpm has not read: over a Unix socket the kernel says so (its
+    /// request, written before `key`'s and in an earlier turn of the loop, still unread while
+    /// `key`'s was answered whole); over TCP it cannot (it acknowledges bytes no one has read),
+    /// and any new connection still waiting counts. A
+    /// process held elsewhere (another worker's pool) can make the count wrong: the sweep's
+    /// [`Upstreams::release_for_queued`] then frees one.
+    fn fastcgi_queued(&self, key: usize, now: Instant) -> bool {
         let c = &self.conns[key];
-        self.conns.iter().any(|(k, o)| {
-            k != key
-                && o.server == c.server
-                && std::rc::Rc::ptr_eq(&o.group, &c.group)
+        let (mut open, mut held, mut queued) = (0, 0, false);
+        for (k, o) in &self.conns {
+            if o.server != c.server || !std::rc::Rc::ptr_eq(&o.group, &c.group) {
+                continue;
+            }
+            open += 1;
+            if o.reused || o.got_bytes {
+                held += 1;
+                continue;
+            }
+            let waiting = match o.phase {
+                Phase::Connecting => true,
+                Phase::Sending | Phase::Waiting => match o.sock.unread_output() {
+                    // Read by php-fpm: a process has it.
+                    Some(0) => {
+                        held += 1;
+                        false
+                    }
+                    Some(_) => o.sent_at <= c.sent_at && o.sent_at < now,
+                    None => true,
+                },
+                _ => false,
+            };
+            queued |= waiting && k != key;
+        }
+        let mut capacity = c.group.fastcgi_capacity.borrow_mut();
+        let seen = &mut capacity[c.server];
+        *seen = (*seen).max(held);
+        queued && open > *seen
+    }
+
+    /// Learns how many of this worker's connections to connection `key`'s php-fpm hold a
+    /// process at once (each that has had a byte of answer): at least that many are served.
+    fn fastcgi_seen(&self, key: usize) {
+        let c = &self.conns[key];
+        let held = self
+            .conns
+            .iter()
+            .filter(|(_, o)| {
+                o.server == c.server
+                    && std::rc::Rc::ptr_eq(&o.group, &c.group)
+                    && (o.reused || o.got_bytes)
+            })
+            .count();
+        let mut capacity = c.group.fastcgi_capacity.borrow_mut();
+        capacity[c.server] = capacity[c.server].max(held);
+    }
+
+    /// The sweep's part for php-fpm: a new connection whose request has waited unread (over
+    /// TCP: without a byte of answer) longer than [`QUEUED_TOO_LONG`] while this worker pools
+    /// idle connections to the same php-fpm (through any group: `--php` and a `--proxy` rule
+    /// may name one pool) is queued behind processes those hold — which `fastcgi_queued` did
+    /// not foresee (another group's or worker's connections hold processes too). One idle
+    /// connection closes per such server and sweep, its process takes the queued one, and what
+    /// was learnt of the server's capacity is forgotten.
+    pub(crate) fn release_for_queued(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let now = ctx.now;
+        let mut stuck: Vec<super::config::UpstreamAddr> = Vec::new();
+        for (_, o) in &self.conns {
+            let waited = now.saturating_duration_since(o.sent_at);
+            let addr = &o.group.cfg.servers[o.server].addr;
+            if o.fcgi.is_some()
+                && !o.reused
                 && !o.got_bytes
-                && matches!(o.phase, Phase::Connecting | Phase::Sending | Phase::Waiting)
-        })
+                && matches!(o.phase, Phase::Sending | Phase::Waiting)
+                && waited > QUEUED_TOO_LONG
+                && o.sock.unread_output().is_none_or(|unread| unread > 0)
+                && !stuck.contains(addr)
+            {
+                stuck.push(addr.clone());
+            }
+        }
+        for addr in stuck {
+            let idle = self.conns.iter().find_map(|(k, c)| {
+                (c.phase == Phase::Idle && c.group.cfg.servers[c.server].addr == addr)
+                    .then(|| (k, std::rc::Rc::clone(&c.group), c.server))
+            });
+            if let Some((key, group, server)) = idle {
+                group.fastcgi_capacity.borrow_mut()[server] = 0;
+                self.close(key, ctx);
+            }
+        }
     }
 
     /// The upstream switched protocols and the client was told: the connection becomes a

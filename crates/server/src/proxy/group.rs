@@ -31,6 +31,9 @@ pub(crate) struct WorkerGroup {
     pub(crate) sequence: Cell<u64>,
     /// A reload replaced this group: its connections are closed once idle, never pooled.
     pub(crate) retired: Cell<bool>,
+    /// FastCGI servers: the most connections of this worker php-fpm has been seen to hold a
+    /// process for at once, per server (see `Upstreams::fastcgi_queued`).
+    pub(crate) fastcgi_capacity: RefCell<Vec<usize>>,
 }
 
 impl WorkerGroup {
@@ -55,6 +58,7 @@ impl WorkerGroup {
             spare: RefCell::new(Vec::new()),
             sequence: Cell::new(0),
             retired: Cell::new(false),
+            fastcgi_capacity: RefCell::new(vec![0; n]),
         }
     }
 

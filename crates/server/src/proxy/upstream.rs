@@ -45,6 +45,22 @@ impl Sock {
         }
     }
 
+    /// Bytes written that the peer has not read yet, where the kernel can tell: on a Unix
+    /// socket, `SIOCOUTQ` counts what still waits in the reader's queue (a connection in the
+    /// listener's backlog has all its request there). `None` over TCP, whose count is of bytes
+    /// not yet acknowledged, which the peer's kernel does before its program reads them.
+    pub(crate) fn unread_output(&self) -> Option<usize> {
+        use std::os::fd::AsRawFd;
+        let Self::Unix(s) = self else {
+            return None;
+        };
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ (TIOCOUTQ's number on Linux) writes one c_int through the pointer,
+        // which points at `n`, alive for the call; the descriptor is this socket's own.
+        let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &raw mut n) };
+        (rc == 0).then(|| usize::try_from(n).unwrap_or(0))
+    }
+
     /// Whether a handshake follows the connect.
     pub(crate) fn is_tls(&self) -> bool {
         matches!(self, Self::Tls(_))
