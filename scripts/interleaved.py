@@ -118,6 +118,8 @@ def main():
     origin = None
     if set(compare.CACHE_SCENARIOS) & set(scenarios):
         origin = compare.start_cache_origin(www, scenarios, args.lowlat.split()[0])
+    # The php scenario's php-fpm, as compare.py runs it.
+    fpm = compare.start_php_fpm(run_dir, www) if "php" in scenarios else None
 
     targets = [t for t in compare.PORTS
                if any(t in compare.SCENARIOS[s][3] for s in scenarios) and (not only or t in only)]
@@ -147,7 +149,8 @@ def main():
                                           upstream=f"127.0.0.1:{compare.UPSTREAM_PORT}",
                                           cache_upstream=f"127.0.0.1:{compare.CACHE_UPSTREAM_PORT}",
                                           cert=os.path.join(run_dir, "cert.pem"),
-                                          key=os.path.join(run_dir, "key.pem"))
+                                          key=os.path.join(run_dir, "key.pem"),
+                                          php="unix:" + os.path.join(run_dir, "php-fpm.sock"))
             srv = (compare.Server(t, cmd.split(), run_dir) if t in extra
                    else compare.make_server(t, args, run_dir, www))
             compare.log(f"starting {t}")
@@ -182,7 +185,7 @@ def main():
     finally:
         for srv in servers.values():
             srv.stop()
-        for p in (upstream, origin):
+        for p in (upstream, origin, fpm):
             if p:
                 os.killpg(p.pid, compare.signal.SIGTERM)
                 p.wait()

@@ -30,7 +30,8 @@ from cache-origin.py on {cache_upstream}, pinned to CPU 1, which marks it cachea
 for it once, then every request is a hit -- checked by counting the origin's requests), beside
 cache-static (lowlat serving the same 100 bytes as a file, /100.html), so that lowlat's "hit ÷ the
 same bytes as a file" comes out of one run; --lowlat then needs both, e.g. `--root {www} --proxy
-/cache/=http://{cache_upstream} --cache`. Peers: nginx, lighttpd, h2o, caddy, haproxy
+/cache/=http://{cache_upstream} --cache`. PHP: php (GET /hello.php through each server to one php-fpm
+pool on a Unix socket, pinned to CPU 1; --lowlat takes {php}, e.g. `--root {www} --php {php}`). Peers: nginx, lighttpd, h2o, caddy, haproxy
 (proxy only), varnish (caching from cache-origin.py), squid and Apache Traffic Server (cache only),
 may-minihttp, and "ceiling"
 (ceiling/ceiling.c: no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh
@@ -110,11 +111,19 @@ SCENARIOS = {
     # page through a location without proxy_cache (lowlat's: the cache-miss scenario against a
     # second lowlat without --cache, interleaved.py --also)
     "cache-pass": ("/pass/100.html", 1, [16], ["nginx"]),
+    # PHP through FastCGI: /hello.php (`<?php echo "hello";`) through each server to one php-fpm
+    # pool (start_php_fpm: 16 static children, OPcache on, a Unix socket, pinned to CPU 1 beside
+    # wrk); nginx with fastcgi_keep_conn and an upstream keepalive, caddy's php_fastcgi, h2o's
+    # fastcgi.connect, lighttpd's mod_fastcgi; lowlat's --lowlat takes {php} (unix:SOCKET)
+    "php": ("/hello.php", 1, [16, 256], ["lowlat", "nginx", "caddy", "h2o", "lighttpd"]),
 }
 # Request headers a scenario adds to HEADERS.
 SCENARIO_HEADERS = {"gzip": ["-H", "Accept-Encoding: gzip"]}
 # The wrk script a scenario runs (in this directory).
 SCENARIO_SCRIPTS = {"cache-miss": "unique.lua"}
+# php-fpm's children: more than the web servers keep idle connections to it (nginx's keepalive
+# 8), since php-fpm gives a child to a kept connection for as long as it stays open.
+PHP_CHILDREN = 16
 # The scenarios that need nginx's cache locations and the caches' origin.
 CACHE_SCENARIOS = ("cache", "cache-miss", "cache-pass")
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
@@ -125,6 +134,7 @@ UPSTREAM_PORT = 8078  # the proxy scenarios' upstream: {upstream} in --lowlat
 CACHE_UPSTREAM_PORT = 8077  # the caches' origin (cache-origin.py): {cache_upstream} in --lowlat
 CACHE_PATH = SCENARIOS["cache"][0]  # what the origin must be asked for once per cache
 UPSTREAM_PIDS = set()  # not counted as a neighbour's CPU
+UPSTREAM_TREES = set()  # nor these processes' children (php-fpm's), looked up at each run
 CONF = os.path.join(HERE, "..", "conf")  # the peers' configurations, shared with bench/specs
 
 
@@ -290,7 +300,7 @@ def conf_values(run_dir, www):
     values = {"run_dir": run_dir, "www": www, "cert": os.path.join(run_dir, "cert.pem"),
               "key": os.path.join(run_dir, "key.pem"), "cert_and_key": os.path.join(run_dir, "cert+key.pem"),
               "upstream": f"127.0.0.1:{UPSTREAM_PORT}", "cache_upstream": f"127.0.0.1:{CACHE_UPSTREAM_PORT}",
-              "cache_upstream_port": CACHE_UPSTREAM_PORT}
+              "cache_upstream_port": CACHE_UPSTREAM_PORT, "php_socket": os.path.join(run_dir, "php-fpm.sock")}
     for name, port in PORTS.items():
         values[f"{name}_port"] = port
         values[f"{name}_tls_port"] = port + TLS_PORT_OFFSET
@@ -321,7 +331,8 @@ def make_server(name, args, run_dir, www):
                                   cert=os.path.join(run_dir, "cert.pem"),
                                   key=os.path.join(run_dir, "key.pem"),
                                   upstream=f"127.0.0.1:{UPSTREAM_PORT}",
-                                  cache_upstream=f"127.0.0.1:{CACHE_UPSTREAM_PORT}").split()
+                                  cache_upstream=f"127.0.0.1:{CACHE_UPSTREAM_PORT}",
+                                  php="unix:" + os.path.join(run_dir, "php-fpm.sock")).split()
         return Server(name, argv, run_dir)
     if name == "nginx":
         # the cache scenario's parts only when it runs (nginx.conf.in says why)
@@ -431,6 +442,37 @@ def start_cache_origin(www, scenarios, lowlat=""):
             sys.exit(f"the caches' origin ({argv[0]}) did not answer on port {CACHE_UPSTREAM_PORT}")
         time.sleep(0.1)
     return origin
+
+
+def start_php_fpm(run_dir, www):
+    """The php scenario's php-fpm: Debian's, a pool of PHP_CHILDREN static children on
+    run_dir/php-fpm.sock with OPcache on, pinned to CPU 1 beside wrk (not counted as a
+    neighbour); writes www/hello.php. Returns its process."""
+    found = sorted(n for n in os.listdir("/usr/sbin") if n.startswith("php-fpm")) if os.path.isdir("/usr/sbin") else []
+    if not found:
+        sys.exit("php-fpm not found in /usr/sbin: install php-fpm (scripts/test-deps.sh does)")
+    with open(os.path.join(www, "hello.php"), "w") as f:
+        f.write('<?php echo "hello";\n')
+    sock = os.path.join(run_dir, "php-fpm.sock")
+    if os.path.exists(sock):
+        os.remove(sock)
+    conf = os.path.join(run_dir, "php-fpm.conf")
+    as_root = os.geteuid() == 0
+    with open(conf, "w") as f:
+        f.write(f"[global]\nerror_log = {run_dir}/php-fpm.log\ndaemonize = no\npid = {run_dir}/php-fpm.pid\n"
+                "[bench]\n" + ("user = root\ngroup = root\n" if as_root else "")
+                + f"listen = {sock}\nlisten.backlog = 4096\npm = static\npm.max_children = {PHP_CHILDREN}\n"
+                "pm.max_requests = 0\nphp_admin_value[opcache.enable] = 1\n"
+                "php_admin_value[display_errors] = Off\n")
+    argv = ["taskset", "-c", "1", os.path.join("/usr/sbin", found[-1]), "-y", conf, "-F"] + (["-R"] if as_root else [])
+    fpm = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 30
+    while not os.path.exists(sock):
+        if fpm.poll() is not None or time.time() > deadline:
+            sys.exit(f"php-fpm did not start: see {run_dir}/php-fpm.log")
+        time.sleep(0.05)
+    UPSTREAM_TREES.add(fpm.pid)
+    return fpm
 
 
 def port_open(port):
@@ -570,7 +612,8 @@ def measure(srv, argv, seconds):
     a1 = all_ticks()
     now = srv.pids()
     srv_ticks = sum((ticks(p) or (0, 0))[0] - s0.get(p, 0) for p in now)
-    foreign, top = foreign_ticks(a0, a1, set(now) | mine | UPSTREAM_PIDS)
+    upstreams = UPSTREAM_PIDS.union(*(proc_tree(p) for p in UPSTREAM_TREES))
+    foreign, top = foreign_ticks(a0, a1, set(now) | mine | upstreams)
     rec = (parse_lowlat_load(out) if "--h3" in argv else parse_h2load(out) if "h2load" in argv
            else parse_wrk(out))
     rec.update({
@@ -648,10 +691,11 @@ def main():
     origin = None
     if set(CACHE_SCENARIOS) & set(scenarios) or "varnish" in targets_of(scenarios, only):
         origin = start_cache_origin(www, scenarios, args.loader or next(iter((args.lowlat or "").split()), ""))
+    fpm = start_php_fpm(args.run_dir, www) if "php" in scenarios else None
     try:
         run_all(args, scenarios, only, www, raw)
     finally:
-        for p in (upstream, origin):
+        for p in (upstream, origin, fpm):
             if p:
                 os.killpg(p.pid, signal.SIGTERM)
                 p.wait()
