@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the peer servers and load tools that lowlat is measured against:
-# wrk, nginx, lighttpd, h2o, varnish, haproxy, caddy, squid, Apache Traffic Server, ab and h2load
-# from Debian, and a one-worker may-minihttp TechEmpower app (bench/peers/may-mini) built with
+# wrk, nginx, lighttpd, h2o, varnish, haproxy, caddy, squid, Apache Traffic Server, ab, h2load and
+# php-fpm (the php scenario's application server) from Debian, and a one-worker may-minihttp TechEmpower app (bench/peers/may-mini) built with
 # cargo, and the ceiling responder (ceiling/ceiling.c), both into $ANCHORS_BUILD; and wrk2 from the
 # source tarball here.
 # Safe to run again; it only installs what is missing.
@@ -15,6 +15,8 @@ for pair in wrk:wrk nginx:nginx-light lighttpd:lighttpd h2o:h2o varnishd:varnish
     pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need="$need $pkg"
 done
+# php-fpm's binary carries its version (php-fpm8.2): any will do.
+ls /usr/sbin/php-fpm* >/dev/null 2>&1 || need="$need php-fpm"
 if [ -n "$need" ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -23,7 +25,7 @@ if [ -n "$need" ]; then
 fi
 
 # Debian starts the packaged daemons on install; the kit runs its own copies.
-for svc in nginx lighttpd h2o varnish haproxy caddy squid trafficserver; do
+for svc in nginx lighttpd h2o varnish haproxy caddy squid trafficserver $(cd /etc/init.d 2>/dev/null && ls -d php*-fpm 2>/dev/null); do
     if command -v systemctl >/dev/null 2>&1; then systemctl stop "$svc" 2>/dev/null || true; fi
     if [ -x "/etc/init.d/$svc" ]; then "/etc/init.d/$svc" stop >/dev/null 2>&1 || true; fi
 done

@@ -178,6 +178,7 @@ impl Worker {
                     .as_ref()
                     .and_then(QuicWorker::next_timer)
                     .map_or(next_sweep, |t| t.min(next_sweep));
+                let wake = upstreams.fastcgi_check_at.map_or(wake, |t| t.min(wake));
                 wake.saturating_duration_since(now)
             } else {
                 Duration::ZERO
@@ -284,6 +285,12 @@ impl Worker {
                 if rung {
                     clients.cache_news(&mut upstreams, &mut ctx, &mut relays);
                 }
+            }
+
+            // php-fpm connections that may wait behind idle ones, once it can be told.
+            if upstreams.fastcgi_check_at.is_some_and(|t| now >= t) {
+                let mut ctx = worker_ctx!(Token(0), now, shutting_down);
+                upstreams.release_for_queued(&mut ctx);
             }
 
             // QUIC: datagrams left over from a busy turn, then the timers due.

@@ -43,9 +43,13 @@ use crate::ctx::WorkerCtx;
 pub(crate) use super::upstream::TOKEN_BASE;
 /// Stop reading an upstream while this much of its response waits to be written to the client.
 pub(crate) const RELAY_HIGH_WATER: usize = 256 * 1024;
-/// How long a new php-fpm connection's request may wait unread before the sweep frees a
-/// process for it (see `Upstreams::release_for_queued`).
-const QUEUED_TOO_LONG: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long a new php-fpm connection's request must have waited unread to count as queued in
+/// php-fpm's backlog rather than about to be read by a process coming for it (see
+/// `Upstreams::fastcgi_queued`): a process that is free takes a connection well within it,
+/// even on a loaded machine, where a shorter wait was mistaken for a queue and every request
+/// cost a connection; a connection truly queued waits this much longer before a process is
+/// freed for it.
+const QUEUED_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
@@ -99,6 +103,10 @@ pub(crate) struct Upstreams {
     h2: H2Upstreams,
     /// Requests waiting for another's fill of their cache key (tokens of their own).
     parked: crate::cache::collapse::Parked,
+    /// When to look again for php-fpm connections queued behind idle ones (a new connection's
+    /// request was unread when another finished, too recently to tell): the worker wakes then
+    /// and calls [`Upstreams::release_for_queued`].
+    pub(crate) fastcgi_check_at: Option<Instant>,
 }
 
 impl Upstreams {
@@ -1134,43 +1142,59 @@ impl Upstreams {
     /// or whose request php-fpm has read, holds a process): requests that merely overlap then
     /// keep their connections. Beyond
     /// that, queued is a new connection (none of its requests answered) with no byte of
-    /// answer whose request php-fpm has not read: over a Unix socket the kernel says so (its
-    /// request, written before `key`'s and in an earlier turn of the loop, still unread while
-    /// `key`'s was answered whole); over TCP it cannot (it acknowledges bytes no one has read),
-    /// and any new connection still waiting counts. A
+    /// answer whose request php-fpm has not read for [`QUEUED_AFTER`]: over a Unix socket the
+    /// kernel says so (its request unread); over TCP it cannot (it acknowledges bytes no one
+    /// has read), and any new connection still waiting that long counts. One waiting less
+    /// long may be about to be read: the connection is pooled, and the worker looks again
+    /// when the time is up ([`Upstreams::fastcgi_check_at`]). A
     /// process held elsewhere (another worker's pool) can make the count wrong: the sweep's
     /// [`Upstreams::release_for_queued`] then frees one.
-    fn fastcgi_queued(&self, key: usize, now: Instant) -> bool {
+    fn fastcgi_queued(&mut self, key: usize, now: Instant) -> bool {
         let c = &self.conns[key];
-        let (mut open, mut held, mut queued) = (0, 0, false);
-        for (k, o) in &self.conns {
-            if o.server != c.server || !std::rc::Rc::ptr_eq(&o.group, &c.group) {
-                continue;
-            }
+        let same = |o: &UpConn| o.server == c.server && std::rc::Rc::ptr_eq(&o.group, &c.group);
+        let (mut open, mut held) = (0, 0);
+        for (_, o) in self.conns.iter().filter(|(_, o)| same(o)) {
             open += 1;
-            if o.reused || o.got_bytes {
-                held += 1;
-                continue;
-            }
-            let waiting = match o.phase {
-                Phase::Connecting => true,
-                Phase::Sending | Phase::Waiting => match o.sock.unread_output() {
-                    // Read by php-fpm: a process has it.
-                    Some(0) => {
-                        held += 1;
-                        false
-                    }
-                    Some(_) => o.sent_at <= c.sent_at && o.sent_at < now,
-                    None => true,
-                },
-                _ => false,
-            };
-            queued |= waiting && k != key;
+            held += usize::from(o.reused || o.got_bytes);
         }
         let mut capacity = c.group.fastcgi_capacity.borrow_mut();
         let seen = &mut capacity[c.server];
         *seen = (*seen).max(held);
-        queued && open > *seen
+        if open <= *seen {
+            return false;
+        }
+        // The new connections still waiting: one whose request php-fpm has not read for a
+        // while is queued; those it has read hold a process (and teach how many it serves).
+        let mut recheck: Option<Instant> = None;
+        for (k, o) in self.conns.iter().filter(|(_, o)| same(o)) {
+            if k == key || o.reused || o.got_bytes {
+                continue;
+            }
+            let unread = match o.phase {
+                Phase::Connecting => return true,
+                Phase::Sending | Phase::Waiting => o.sock.unread_output(),
+                _ => continue,
+            };
+            if unread == Some(0) {
+                held += 1;
+                *seen = (*seen).max(held);
+                if open <= *seen {
+                    return false;
+                }
+            } else if now.saturating_duration_since(o.sent_at) > QUEUED_AFTER {
+                return true;
+            } else {
+                let at = o.sent_at + QUEUED_AFTER;
+                recheck = Some(recheck.map_or(at, |r| r.min(at)));
+            }
+        }
+        drop(capacity);
+        if let Some(at) = recheck {
+            // Too soon to tell: kept for now, looked at again once it is not.
+            let next = self.fastcgi_check_at.map_or(at, |t| t.min(at));
+            self.fastcgi_check_at = Some(next);
+        }
+        false
     }
 
     /// Learns how many of this worker's connections to connection `key`'s php-fpm hold a
@@ -1190,8 +1214,9 @@ impl Upstreams {
         capacity[c.server] = capacity[c.server].max(held);
     }
 
-    /// The sweep's part for php-fpm: a new connection whose request has waited unread (over
-    /// TCP: without a byte of answer) longer than [`QUEUED_TOO_LONG`] while this worker pools
+    /// The sweep's part for php-fpm, and what runs at [`Upstreams::fastcgi_check_at`]: a new
+    /// connection whose request has waited unread (over TCP: without a byte of answer) longer
+    /// than [`QUEUED_AFTER`] while this worker pools
     /// idle connections to the same php-fpm (through any group: `--php` and a `--proxy` rule
     /// may name one pool) is queued behind processes those hold — which `fastcgi_queued` did
     /// not foresee (another group's or worker's connections hold processes too). One idle
@@ -1199,6 +1224,7 @@ impl Upstreams {
     /// was learnt of the server's capacity is forgotten.
     pub(crate) fn release_for_queued(&mut self, ctx: &mut WorkerCtx<'_>) {
         let now = ctx.now;
+        self.fastcgi_check_at = None;
         let mut stuck: Vec<super::config::UpstreamAddr> = Vec::new();
         for (_, o) in &self.conns {
             let waited = now.saturating_duration_since(o.sent_at);
@@ -1207,7 +1233,7 @@ impl Upstreams {
                 && !o.reused
                 && !o.got_bytes
                 && matches!(o.phase, Phase::Sending | Phase::Waiting)
-                && waited > QUEUED_TOO_LONG
+                && waited > QUEUED_AFTER
                 && o.sock.unread_output().is_none_or(|unread| unread > 0)
                 && !stuck.contains(addr)
             {
