@@ -457,3 +457,63 @@ fn basic_auth_against_apache_htpasswd_files() {
     std::thread::sleep(Duration::from_millis(2100));
     assert_eq!(with_basic(s.addr, secret, Some("new:new-pass")).0, 200);
 }
+
+/// The access log says what the rate limits did, as nginx's `$limit_req_status`: `PASSED`,
+/// `REJECTED`, `REJECTED_DRY_RUN`, and `-` where no zone applies; the JSON log as
+/// `limit_req_status`.
+#[test]
+fn the_access_log_says_what_the_limits_did() {
+    let dir = tempfile::tempdir().unwrap();
+    for json in [false, true] {
+        let log = dir.path().join(if json { "json.log" } else { "text.log" });
+        let log_arg = log.display().to_string();
+        let mut args = vec![
+            "--rate-limit",
+            "/plaintext=1r/m",
+            "--rate-limit",
+            "/json=1r/m,dry-run",
+            "--access-log",
+            &log_arg,
+        ];
+        if json {
+            args.extend_from_slice(&["--access-log-format", "json"]);
+        } else {
+            args.extend_from_slice(&[
+                "--access-log-format",
+                "$request_uri $status $limit_req_status",
+            ]);
+        }
+        let s = Served::start(args);
+        for path in ["/plaintext", "/plaintext", "/json", "/json", "/100.html"] {
+            status(s.addr, path, &[]);
+        }
+        s.stop();
+        let text = std::fs::read_to_string(&log).unwrap();
+        let got: Vec<String> = if json {
+            text.lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    format!(
+                        "{} {} {}",
+                        v["target"].as_str().unwrap(),
+                        v["status"],
+                        v["limit_req_status"].as_str().unwrap_or("-")
+                    )
+                })
+                .collect()
+        } else {
+            text.lines().map(str::to_owned).collect()
+        };
+        assert_eq!(
+            got,
+            [
+                "/plaintext 200 PASSED",
+                "/plaintext 429 REJECTED",
+                "/json 200 PASSED",
+                "/json 200 REJECTED_DRY_RUN",
+                "/100.html 200 -",
+            ],
+            "{text}"
+        );
+    }
+}

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::guard::ratelimit::LimitOutcome;
 use lowlat_http::Version;
 
 /// A worker's buffer is written out once it holds this much.
@@ -122,6 +123,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) fields: Fields<'a>,
     /// What the cache did (`$upstream_cache_status`), on a cached route.
     pub(crate) cache: Option<crate::cache::CacheOutcome>,
+    /// What the rate limits did (`$limit_req_status`), where a zone applies.
+    pub(crate) limit: Option<LimitOutcome>,
 }
 
 impl<'a> Entry<'a> {
@@ -139,9 +142,11 @@ impl<'a> Entry<'a> {
         site: usize,
         tls: bool,
         cache: Option<crate::cache::CacheOutcome>,
+        limit: Option<LimitOutcome>,
     ) -> Self {
         Entry {
             cache,
+            limit,
             remote,
             method: req.method_token,
             target: req.target,
@@ -215,6 +220,8 @@ pub(crate) struct HeldRequest {
     tls: bool,
     /// What the cache's lookup did (the relay's end may say otherwise).
     cache: Option<crate::cache::CacheOutcome>,
+    /// What the rate limits did.
+    limit: Option<LimitOutcome>,
 }
 
 impl HeldRequest {
@@ -225,11 +232,13 @@ impl HeldRequest {
         site: usize,
         tls: bool,
         cache: Option<crate::cache::CacheOutcome>,
+        limit: Option<LimitOutcome>,
         cfg: &AccessLogConfig,
     ) {
         self.buf.clear();
         self.fields.clear();
         self.cache = cache;
+        self.limit = limit;
         self.site = site;
         self.tls = tls;
         let put = |bytes: &[u8], buf: &mut Vec<u8>| {
@@ -265,6 +274,7 @@ impl HeldRequest {
             |r: &std::ops::Range<usize>| std::str::from_utf8(&self.buf[r.clone()]).unwrap_or("-");
         Entry {
             cache: crate::cache::relaying().or(self.cache),
+            limit: self.limit,
             remote,
             method: text(&self.method),
             target: text(&self.target),
@@ -561,6 +571,7 @@ impl WorkerLog {
                 LogVar::UpstreamCacheStatus => {
                     dash(b, e.cache.map(|c| c.token().as_bytes()));
                 }
+                LogVar::LimitReqStatus => dash(b, e.limit.map(|l| l.token().as_bytes())),
             }
         }
         b.push(b'\n');
@@ -591,6 +602,8 @@ impl WorkerLog {
             bytes_received: Option<u64>,
             #[serde(skip_serializing_if = "Option::is_none")]
             upstream_cache_status: Option<&'static str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            limit_req_status: Option<&'static str>,
             /// The site's first server name; absent for a request refused before routing.
             #[serde(skip_serializing_if = "Option::is_none")]
             site: Option<&'a str>,
@@ -617,6 +630,7 @@ impl WorkerLog {
             upstream_response_time: e.upstream.map(|u| u.time.as_secs_f64()),
             bytes_received: e.received,
             upstream_cache_status: e.cache.map(crate::cache::CacheOutcome::token),
+            limit_req_status: e.limit.map(LimitOutcome::token),
             site: e
                 .site
                 .and_then(|i| self.cfg.sites.get(i))

@@ -103,6 +103,7 @@ pub(crate) fn answered(
             site,
             tls,
             done.cache,
+            done.limit,
         ));
     }
 }
@@ -115,11 +116,17 @@ pub(crate) fn hold(
     req: &Request<'_, '_>,
     site: usize,
     tls: bool,
-    cache: Option<crate::cache::CacheOutcome>,
+    done: &Finished,
 ) {
     if let Some(log) = ctx.access_log.as_deref() {
-        held.get_or_insert_with(Box::default)
-            .hold(req, site, tls, cache, log.config());
+        held.get_or_insert_with(Box::default).hold(
+            req,
+            site,
+            tls,
+            done.cache,
+            done.limit,
+            log.config(),
+        );
     }
 }
 
@@ -232,6 +239,7 @@ pub(crate) fn refused(
             head_bytes: 0,
             fields: crate::access_log::Fields::None,
             cache: None,
+            limit: None,
         });
     }
 }

@@ -88,6 +88,8 @@ pub struct Response<'a> {
     head_bytes: u64,
     /// What the cache did (`$upstream_cache_status`), on a cached route.
     cache: Option<crate::cache::CacheOutcome>,
+    /// What the rate limits did (`$limit_req_status`), where a zone applies.
+    limit: Option<crate::guard::ratelimit::LimitOutcome>,
     /// Who asked (for handlers that pass it on: the proxy).
     // Both lent by the connection (the client is known once per connection, the slot is its
     // own): a `Response`, made and moved for every request, carries two words for them.
@@ -109,6 +111,8 @@ pub struct Response<'a> {
 pub(crate) struct Finished {
     /// What the cache did, on a cached route.
     pub(crate) cache: Option<crate::cache::CacheOutcome>,
+    /// What the rate limits did, where a zone applies.
+    pub(crate) limit: Option<crate::guard::ratelimit::LimitOutcome>,
     pub(crate) sent: bool,
     pub(crate) close: bool,
     pub(crate) file: Option<FileBody>,
@@ -134,6 +138,7 @@ impl<'a> Response<'a> {
         };
         Self {
             cache: None,
+            limit: None,
             out,
             scratch,
             date,
@@ -492,9 +497,15 @@ impl<'a> Response<'a> {
         self.cache = Some(outcome);
     }
 
+    /// Says what the rate limits did (the access log's `$limit_req_status`).
+    pub(crate) fn set_limit_outcome(&mut self, outcome: crate::guard::ratelimit::LimitOutcome) {
+        self.limit = Some(outcome);
+    }
+
     pub(crate) fn finish(self) -> Finished {
         Finished {
             cache: self.cache,
+            limit: self.limit,
             sent: self.sent,
             close: self.close,
             file: self.file,

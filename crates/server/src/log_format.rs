@@ -74,9 +74,12 @@ pub enum LogVar {
     /// What the cache did: HIT, MISS, EXPIRED, STALE, UPDATING, REVALIDATED, BYPASS; `-` on a
     /// route without a cache (as nginx's).
     UpstreamCacheStatus,
+    /// What the rate limits did: PASSED, REJECTED, REJECTED_DRY_RUN; `-` where no zone
+    /// applies (as nginx's).
+    LimitReqStatus,
 }
 
-const NAMES: [(&str, LogVar); 26] = [
+const NAMES: [(&str, LogVar); 27] = [
     ("remote_addr", LogVar::RemoteAddr),
     ("remote_user", LogVar::RemoteUser),
     ("time_local", LogVar::TimeLocal),
@@ -103,6 +106,7 @@ const NAMES: [(&str, LogVar); 26] = [
     ("upstream_status", LogVar::UpstreamStatus),
     ("upstream_response_time", LogVar::UpstreamResponseTime),
     ("upstream_cache_status", LogVar::UpstreamCacheStatus),
+    ("limit_req_status", LogVar::LimitReqStatus),
 ];
 
 /// One piece of a compiled format.

@@ -169,7 +169,7 @@ impl Conn {
                 }
                 // Answered later, by the upstream side; what follows waits for it.
                 ctx.proxy_starts.push((ctx.token, 0, job));
-                dispatch::hold(ctx, &mut self.held, &req, site, self.client.tls, done.cache);
+                dispatch::hold(ctx, &mut self.held, &req, site, self.client.tls, &done);
                 self.relay = Some(Relay {
                     keep_alive,
                     version: req.version,
@@ -296,6 +296,7 @@ impl Conn {
                 head_bytes: 0,
                 fields: crate::access_log::Fields::None,
                 cache: None,
+                limit: None,
             });
         }
         Self::write_status(wbuf, ctx, status, Version::Http11, true);

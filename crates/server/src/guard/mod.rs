@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::handler::{Handler, Req, Response};
 use crate::proxy::config::Cidr;
 use access::AccessRule;
-use ratelimit::{Verdict, Zone};
+use ratelimit::{LimitOutcome, Verdict, Zone};
 
 /// A site's guard: its rate-limit zones, then its access rules, then its Basic
 /// authentication (nginx's order: `limit_req` before `allow`/`deny` and `auth_basic`).
@@ -71,16 +71,27 @@ impl Handler for Guard {
         let head = req.head;
         let ip = client::address(peer, head.headers, &self.trusted);
         let now = crate::clock::loop_now();
+        let mut limited = None;
         for i in 0..self.zones.len() {
             let zone = &self.zones[i];
             if !head.path.starts_with(&zone.spec.prefix) {
                 continue;
             }
-            if let Verdict::Refuse { retry_after } = zone.check(head, ip, now) {
-                let status = zone.spec.status;
-                self.too_many(res, status, retry_after);
-                return;
+            match zone.check(head, ip, now) {
+                Verdict::Refuse { retry_after } => {
+                    let status = zone.spec.status;
+                    res.set_limit_outcome(LimitOutcome::Rejected);
+                    self.too_many(res, status, retry_after);
+                    return;
+                }
+                Verdict::DryRunRefuse => limited = Some(LimitOutcome::RejectedDryRun),
+                Verdict::Pass => {
+                    limited.get_or_insert(LimitOutcome::Passed);
+                }
             }
+        }
+        if let Some(outcome) = limited {
+            res.set_limit_outcome(outcome);
         }
         if !access::allowed(&self.rules, ip, head.path.as_bytes()) {
             res.send_status(403);

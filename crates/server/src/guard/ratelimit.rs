@@ -69,6 +69,29 @@ impl std::fmt::Debug for Zone {
     }
 }
 
+/// What the rate limits did with a request, as nginx's `$limit_req_status` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitOutcome {
+    /// Within every zone that applies.
+    Passed,
+    /// Refused by a zone (429, or the zone's status).
+    Rejected,
+    /// Over a dry-run zone's limit: let through.
+    RejectedDryRun,
+}
+
+impl LimitOutcome {
+    /// nginx's word for it.
+    #[must_use]
+    pub fn token(self) -> &'static str {
+        match self {
+            Self::Passed => "PASSED",
+            Self::Rejected => "REJECTED",
+            Self::RejectedDryRun => "REJECTED_DRY_RUN",
+        }
+    }
+}
+
 /// What a zone says of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {

@@ -126,7 +126,7 @@ impl H2Conn {
             } else {
                 s.state = State::HalfClosedRemote;
             }
-            dispatch::hold(ctx, &mut s.held, req, site, client.tls, done.cache);
+            dispatch::hold(ctx, &mut s.held, req, site, client.tls, &done);
             s.relay = Some(Relay {
                 upstream: None,
                 open: true,

@@ -578,7 +578,7 @@ impl H3Conn {
                 }
                 // Answered as the upstream's response arrives (`relay`).
                 ctx.proxy_starts.push((ctx.token, n, job));
-                dispatch::hold(ctx, &mut s.held, req, routed.site, true, routed.done.cache);
+                dispatch::hold(ctx, &mut s.held, req, routed.site, true, &routed.done);
                 s.relay = Some(Relay {
                     head_request: req.is_head(),
                     ..Relay::default()
