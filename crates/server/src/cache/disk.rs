@@ -33,8 +33,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use super::entry::Entry;
 use super::record::{self, Summary, PREAMBLE};
-use super::store::Entry;
 
 /// The disk tier's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,10 +23,10 @@ use lowlat_http::cache::storable::{field_kept, storable, NotStored, Policy, Requ
 use lowlat_http::cache::{invalidate, values, vary, Directives};
 use lowlat_http::client::Header;
 
+use super::entry::Entry;
 use super::inflight::{Role, Ticket};
 use super::lines::Lines;
 use super::object::{reason_of, Object};
-use super::store::Entry;
 use super::{key, now_secs, RouteCache};
 
 /// `Cache-Status`'s `detail` on a response the rule's no-store conditions kept out.

@@ -13,10 +13,10 @@ use lowlat_http::cache::status::{CacheStatus, Fwd};
 use lowlat_http::cache::{vary, Directives};
 use lowlat_http::request::Method;
 
+use super::entry::Entry;
 use super::fill::{Fill, FillRef};
 use super::inflight::Role;
 use super::object::Object;
-use super::store::Entry;
 use super::{key, now_secs, CacheOutcome, RouteCache};
 use crate::handler::{Req, Response};
 

@@ -26,6 +26,7 @@
 //! - [`store`]: the shared store: sharded, weighted by bytes, scan-resistant eviction.
 //! - [`disk`]: the disk tier beside it (`--cache-disk`): files written in the background,
 //!   read on a memory miss, reloaded at start.
+//! - `entry`: what is stored under a key: a response, or a `Vary` marker.
 //! - `record`: one entry as a file holds it.
 //! - `object`: one stored response, immutable, shared as an `Arc`.
 //! - `lines`: header fields owned in one buffer as `Name: value` lines (stored heads, the
@@ -47,6 +48,7 @@
 
 pub(crate) mod collapse;
 pub mod disk;
+pub(crate) mod entry;
 pub(crate) mod fill;
 pub(crate) mod inflight;
 pub(crate) mod key;

@@ -22,9 +22,9 @@ use bytes::Bytes;
 use lowlat_http::cache::freshness::{AgeBase, Stored};
 use lowlat_http::cache::Fields;
 
+use super::entry::Entry;
 use super::lines::Lines;
 use super::object::{reason_of, tags_of, Object};
-use super::store::Entry;
 
 const MAGIC: &[u8; 4] = b"LLC1";
 const OBJECT: u8 = 0;

@@ -24,17 +24,7 @@ use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 
 use super::disk::{DiskConfig, DiskTier};
-use super::object::Object;
-
-/// What is stored under a key.
-#[derive(Debug, Clone)]
-pub(crate) enum Entry {
-    /// A response.
-    Object(Arc<Object>),
-    /// The responses for this primary key vary on the fields `value` names (a `Vary` value,
-    /// combined); their keys hold `id` (see `key::variant`).
-    Vary { value: Arc<[u8]>, id: u64 },
-}
+use super::entry::Entry;
 
 /// Weighs entries in bytes.
 #[derive(Debug, Clone, Copy)]
@@ -292,6 +282,7 @@ pub fn shared(cfg: &StoreConfig) -> std::io::Result<Arc<CacheStore>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::object::Object;
     use super::*;
     use lowlat_http::cache::freshness::{AgeBase, Stored};
     use lowlat_http::cache::Directives;
