@@ -508,22 +508,25 @@ fn a_picture_under_uploads_never_runs() {
     );
 }
 
+/// [`serve`] over `fpm`'s Unix socket, with php-fpm's status page at `/fpm-status` through a
+/// `--proxy` rule to the same pool (a FastCGI group of its own), and `extra`.
+fn serve_with_status_page(fpm: &Fpm, root: &Path, extra: &[&str]) -> Served {
+    let status_rule = format!("/fpm-status=fastcgi+unix:{}", fpm.sock.display());
+    let mut args = vec![
+        "--proxy",
+        &status_rule,
+        "--proxy-fastcgi-param",
+        "SCRIPT_FILENAME=/fpm-status",
+    ];
+    args.extend_from_slice(extra);
+    serve(root, &fpm.unix(), &args)
+}
+
 #[test]
 fn php_fpm_keeps_one_connection_for_many_requests() {
     let fpm = Fpm::start(2);
     let root = docroot();
-    // php-fpm's status page through a --proxy rule to the same pool: a FastCGI group of its own.
-    let status_rule = format!("/fpm-status=fastcgi+unix:{}", fpm.sock.display());
-    let served = serve(
-        root.path(),
-        &fpm.unix(),
-        &[
-            "--proxy",
-            &status_rule,
-            "--proxy-fastcgi-param",
-            "SCRIPT_FILENAME=/fpm-status",
-        ],
-    );
+    let served = serve_with_status_page(&fpm, root.path(), &[]);
     let mut pids = std::collections::HashSet::new();
     for _ in 0..20 {
         let (status, _, body) = get(&served, "/pid.php", &[]);
@@ -572,19 +575,7 @@ fn overlapping_requests_keep_their_connections_and_a_backlog_is_served() {
     // sweep closes one of them.
     let fpm = Fpm::start(2);
     let root = docroot();
-    let status_rule = format!("/fpm-status=fastcgi+unix:{}", fpm.sock.display());
-    let served = serve(
-        root.path(),
-        &fpm.unix(),
-        &[
-            "--proxy",
-            &status_rule,
-            "--proxy-fastcgi-param",
-            "SCRIPT_FILENAME=/fpm-status",
-            "--proxy-first-byte-timeout",
-            "5s",
-        ],
-    );
+    let served = serve_with_status_page(&fpm, root.path(), &["--proxy-first-byte-timeout", "5s"]);
     let addr = served.addr;
     let run = |clients: usize, each: usize| -> Vec<u16> {
         let threads: Vec<_> = (0..clients)

@@ -147,14 +147,16 @@ impl Index {
         let Some(mut f) = self.map.get(key).and_then(|s| s.file) else {
             return;
         };
-        let Some((k, _)) = self.map.get_key_value(key) else {
+        // The segment holds the key under the file's tick: taken out, it moves.
+        let k = if f.protected {
+            self.protected.remove(&f.tick)
+        } else {
+            self.probation.remove(&f.tick)
+        };
+        let Some(k) = k else {
             return;
         };
-        let k = Arc::clone(k);
-        if f.protected {
-            self.protected.remove(&f.tick);
-        } else {
-            self.probation.remove(&f.tick);
+        if !f.protected {
             self.protected_bytes += f.len;
         }
         f.tick = self.next_tick();
@@ -346,6 +348,7 @@ impl DiskTier {
         };
         let path = self.shared.path(id);
         let found = std::fs::read(&path).ok().and_then(|bytes| {
+            let bytes = bytes::Bytes::from(bytes);
             let (k, entry) = record::decode(&bytes).ok()?;
             (k == key).then_some(entry)
         });

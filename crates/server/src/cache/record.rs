@@ -244,11 +244,11 @@ impl Summary {
     }
 }
 
-/// The entry a whole file holds, and its key.
-pub(crate) fn decode(file: &[u8]) -> Result<(&[u8], Entry), Malformed> {
+/// The entry a whole file holds, and its key. The body is a slice of `file`, not a copy.
+pub(crate) fn decode(file: &Bytes) -> Result<(&[u8], Entry), Malformed> {
     let n = head_len(file)?;
     let head = file.get(PREAMBLE..PREAMBLE + n).ok_or(Malformed)?;
-    let body = &file[PREAMBLE + n..];
+    let body = file.slice(PREAMBLE + n..);
     let h = parse_head(head)?;
     let entry = match h.parts {
         Parts::Object {
@@ -266,7 +266,7 @@ pub(crate) fn decode(file: &[u8]) -> Result<(&[u8], Entry), Malformed> {
                 status,
                 reason_of(status, reason),
                 lines,
-                Bytes::copy_from_slice(body),
+                body,
                 age,
                 fresh,
             )))
@@ -311,10 +311,10 @@ mod tests {
         )))
     }
 
-    fn whole(key: &[u8], e: &Entry) -> Vec<u8> {
+    fn whole(key: &[u8], e: &Entry) -> Bytes {
         let (mut head, body) = encode(key, e);
         head.extend_from_slice(&body);
-        head
+        head.into()
     }
 
     #[test]
@@ -354,15 +354,19 @@ mod tests {
     fn every_cut_and_every_damaged_preamble_is_refused() {
         let file = whole(b"http://h/x", &object());
         for n in 0..file.len() {
-            assert_eq!(decode(&file[..n]).err(), Some(Malformed), "cut at {n}");
+            assert_eq!(
+                decode(&file.slice(..n)).err(),
+                Some(Malformed),
+                "cut at {n}"
+            );
         }
-        let mut longer = file.clone();
+        let mut longer = file.to_vec();
         longer.push(0);
-        assert!(decode(&longer).is_err());
+        assert!(decode(&longer.into()).is_err());
         for i in 0..PREAMBLE {
-            let mut bad = file.clone();
+            let mut bad = file.to_vec();
             bad[i] ^= 0x40;
-            assert!(decode(&bad).is_err(), "byte {i}");
+            assert!(decode(&bad.into()).is_err(), "byte {i}");
         }
     }
 
@@ -371,9 +375,9 @@ mod tests {
         let file = whole(b"http://h/x", &object());
         for i in PREAMBLE..file.len() {
             for bit in [0x01, 0x80] {
-                let mut bad = file.clone();
+                let mut bad = file.to_vec();
                 bad[i] ^= bit;
-                let _ = decode(&bad);
+                let _ = decode(&bad.into());
             }
         }
     }

@@ -207,19 +207,15 @@ impl CacheStore {
             self.map.retain(|k, v| !doomed(k, tags(v)));
             return (before.saturating_sub(self.map.len())) as u64;
         };
-        let gone = std::sync::Mutex::new(std::collections::HashSet::<Box<[u8]>>::new());
+        let gone = std::cell::RefCell::new(std::collections::HashSet::<Box<[u8]>>::new());
         self.map.retain(|k, v| {
             let doom = doomed(k, tags(v));
             if doom {
-                gone.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(k.clone());
+                gone.borrow_mut().insert(k.clone());
             }
             !doom
         });
-        let mut gone = gone
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut gone = gone.into_inner();
         gone.extend(disk.remove_where(&doomed).iter().map(|k| Box::from(&k[..])));
         gone.len() as u64
     }

@@ -9,6 +9,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
 
+use crate::clock::loop_now;
+
 use super::config::PhpConfig;
 use crate::files::cache::Cache;
 use crate::files::FilesConfig;
@@ -41,7 +43,7 @@ impl Kinds {
 
     /// What `path` (normalised) names under the root.
     pub(super) fn of(&mut self, cfg: &PhpConfig, files: &FilesConfig, path: &[u8]) -> Kind {
-        let now = Instant::now();
+        let now = loop_now();
         if let Some(&mut (kind, at)) = self.cache.get_mut(path) {
             if now.saturating_duration_since(at) < self.valid {
                 return kind;

@@ -876,7 +876,7 @@ impl Upstreams {
             let progress = fcgi::process(c, ctx, down);
             if fresh && c.got_bytes {
                 // A new connection got its process: as many as now hold one, php-fpm serves.
-                self.fastcgi_seen(key);
+                let _ = self.fastcgi_seen(key);
             }
             let c = &mut self.conns[key];
             return match progress {
@@ -1150,16 +1150,11 @@ impl Upstreams {
     /// process held elsewhere (another worker's pool) can make the count wrong: the sweep's
     /// [`Upstreams::release_for_queued`] then frees one.
     fn fastcgi_queued(&mut self, key: usize, now: Instant) -> bool {
+        let (open, mut held) = self.fastcgi_seen(key);
         let c = &self.conns[key];
         let same = |o: &UpConn| o.server == c.server && std::rc::Rc::ptr_eq(&o.group, &c.group);
-        let (mut open, mut held) = (0, 0);
-        for (_, o) in self.conns.iter().filter(|(_, o)| same(o)) {
-            open += 1;
-            held += usize::from(o.reused || o.got_bytes);
-        }
         let mut capacity = c.group.fastcgi_capacity.borrow_mut();
         let seen = &mut capacity[c.server];
-        *seen = (*seen).max(held);
         if open <= *seen {
             return false;
         }
@@ -1199,19 +1194,19 @@ impl Upstreams {
 
     /// Learns how many of this worker's connections to connection `key`'s php-fpm hold a
     /// process at once (each that has had a byte of answer): at least that many are served.
-    fn fastcgi_seen(&self, key: usize) {
+    /// Returns the connections open to it and those holding a process.
+    fn fastcgi_seen(&self, key: usize) -> (usize, usize) {
         let c = &self.conns[key];
-        let held = self
-            .conns
-            .iter()
-            .filter(|(_, o)| {
-                o.server == c.server
-                    && std::rc::Rc::ptr_eq(&o.group, &c.group)
-                    && (o.reused || o.got_bytes)
-            })
-            .count();
+        let (mut open, mut held) = (0, 0);
+        for (_, o) in &self.conns {
+            if o.server == c.server && std::rc::Rc::ptr_eq(&o.group, &c.group) {
+                open += 1;
+                held += usize::from(o.reused || o.got_bytes);
+            }
+        }
         let mut capacity = c.group.fastcgi_capacity.borrow_mut();
         capacity[c.server] = capacity[c.server].max(held);
+        (open, held)
     }
 
     /// The sweep's part for php-fpm, and what runs at [`Upstreams::fastcgi_check_at`]: a new
@@ -1224,22 +1219,30 @@ impl Upstreams {
     /// was learnt of the server's capacity is forgotten.
     pub(crate) fn release_for_queued(&mut self, ctx: &mut WorkerCtx<'_>) {
         let now = ctx.now;
-        self.fastcgi_check_at = None;
         let mut stuck: Vec<super::config::UpstreamAddr> = Vec::new();
+        // A request not yet waiting long enough is looked at again when it has: a sweep must
+        // not drop the recheck `fastcgi_queued` asked for.
+        let mut recheck: Option<Instant> = None;
         for (_, o) in &self.conns {
-            let waited = now.saturating_duration_since(o.sent_at);
-            let addr = &o.group.cfg.servers[o.server].addr;
-            if o.fcgi.is_some()
-                && !o.reused
-                && !o.got_bytes
-                && matches!(o.phase, Phase::Sending | Phase::Waiting)
-                && waited > QUEUED_AFTER
-                && o.sock.unread_output().is_none_or(|unread| unread > 0)
-                && !stuck.contains(addr)
+            if o.fcgi.is_none()
+                || o.reused
+                || o.got_bytes
+                || !matches!(o.phase, Phase::Sending | Phase::Waiting)
+                || o.sock.unread_output() == Some(0)
             {
+                continue;
+            }
+            if now.saturating_duration_since(o.sent_at) <= QUEUED_AFTER {
+                let at = o.sent_at + QUEUED_AFTER;
+                recheck = Some(recheck.map_or(at, |r| r.min(at)));
+                continue;
+            }
+            let addr = &o.group.cfg.servers[o.server].addr;
+            if !stuck.contains(addr) {
                 stuck.push(addr.clone());
             }
         }
+        self.fastcgi_check_at = recheck;
         for addr in stuck {
             let idle = self.conns.iter().find_map(|(k, c)| {
                 (c.phase == Phase::Idle && c.group.cfg.servers[c.server].addr == addr)
