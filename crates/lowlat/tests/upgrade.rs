@@ -226,8 +226,11 @@ fn ten_upgrades_under_load() {
             lowlat_load(&["-c", "4", "-m", "4", "-d", "8s", "--h2", "-k", &tls_url]),
         ),
     ];
+    let h2load_log = dir.path().join("h2load.log");
     let h2load = Command::new("h2load")
-        .args(["-D", "8", "-c", "4", "-m", "4", &tls_url])
+        .args(["-D", "8", "-c", "4", "-m", "4", "--log-file"])
+        .arg(&h2load_log)
+        .arg(&tls_url)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -264,10 +267,26 @@ fn ten_upgrades_under_load() {
     }
     let out = h2load.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(" 0 failed, 0 errored, 0 timeout"),
-        "h2load: {text}"
-    );
+    assert!(text.contains(" 0 timeout"), "h2load: {text}");
+    // h2load counts as failed the requests it queued in the read that brought the first
+    // GOAWAY: its HTTP/2 library then refuses to send them. Its log tells them apart: a request
+    // never sent has no start time. Every request that reached the server was answered 2xx.
+    let log = std::fs::read_to_string(&h2load_log).unwrap();
+    let mut sent = 0;
+    for line in log.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 3, "h2load log line {line:?}");
+        if fields[0] == "0" {
+            assert_eq!(fields[1], "-1", "h2load log line {line:?}");
+            continue;
+        }
+        sent += 1;
+        assert!(
+            fields[1].starts_with('2'),
+            "h2load: a sent request got {line:?}: {text}"
+        );
+    }
+    assert!(sent > 0, "h2load sent nothing: {text}");
 
     assert_eq!(download.join().unwrap(), 1 << 30, "download");
     tunnel.write_all(b"last\n").unwrap();
