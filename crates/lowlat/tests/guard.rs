@@ -517,3 +517,129 @@ fn the_access_log_says_what_the_limits_did() {
         );
     }
 }
+
+/// `GET path` on a new connection: its status, and the connection (the rest unread).
+fn open_get(addr: SocketAddr, path: &str) -> (u16, TcpStream) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: guard.test\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "head of {path}");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap();
+    (code, s)
+}
+
+/// `--limit-conn`: a zone counts a key's requests in progress — a forwarded request until its
+/// answer is relayed, a file until it is sent, each HTTP/2 stream — refuses one more (503), and
+/// gives each place back when its answer is done or its client leaves.
+#[test]
+fn a_connection_limit_counts_requests_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("files")).unwrap();
+    // Far more than the socket buffers hold: a client that reads none keeps it in progress.
+    std::fs::File::create(dir.path().join("files/big"))
+        .unwrap()
+        .set_len(256 << 20)
+        .unwrap();
+    let origin = support::origin::Origin::start();
+    let slow = Duration::from_millis(1500);
+    origin.set_slow("/slow/a", 200, "", b"slow", slow, Duration::ZERO);
+    origin.set("/fast", 200, "", b"fast");
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let root = dir.path().display().to_string();
+    let s = Served::start([
+        "--h2c",
+        "--root",
+        &root,
+        "--proxy",
+        &format!("/slow/={}", origin.url()),
+        "--proxy",
+        &format!("/fast={}", origin.url()),
+        "--limit-conn",
+        "/slow/=2",
+        "--limit-conn",
+        "/files/=1",
+        "--metrics",
+        &metrics,
+    ]);
+    let addr = s.addr;
+
+    // Two forwarded requests wait for the slow origin; a third is refused at once, a path
+    // outside the zone is not.
+    let waiting: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || status(addr, "/slow/a", &[])))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    assert_eq!(status(addr, "/slow/a", &[]), 503);
+    assert!(started.elapsed() < slow / 2, "the refusal waited");
+    assert_eq!(status(addr, "/fast", &[]), 200);
+    for w in waiting {
+        assert_eq!(w.join().unwrap(), 200);
+    }
+    // Their places are given back with their answers.
+    assert_eq!(status(addr, "/slow/a", &[]), 200);
+
+    // Each HTTP/2 stream counts: three at once on one connection, one refused.
+    let url = format!("http://{addr}/slow/a");
+    let out = curl(&[
+        "-s",
+        "--http2-prior-knowledge",
+        "--parallel",
+        "--parallel-immediate",
+        "-o",
+        "/dev/null",
+        "-o",
+        "/dev/null",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}\n",
+        &url,
+        &url,
+        &url,
+    ]);
+    let mut codes: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    codes.sort();
+    assert_eq!(codes, ["200", "200", "503"], "{out:?}");
+
+    // A file in progress holds its place until its client leaves.
+    let (code, reader) = open_get(addr, "/files/big");
+    assert_eq!(code, 200);
+    let (code, _) = open_get(addr, "/files/big");
+    assert_eq!(code, 503);
+    drop(reader);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _) = open_get(addr, "/files/big");
+        if code == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the place was not given back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let refused = |zone: &str| {
+        support::metric(
+            &metrics,
+            &format!("lowlat_conn_limit_refused_total{{zone=\"{zone}\",dry_run=\"false\"}}"),
+        )
+    };
+    assert_eq!(refused("/slow/=2"), 2);
+    assert!(refused("/files/=1") >= 1);
+    assert_eq!(
+        support::metric(&metrics, "lowlat_conn_limit_in_progress{zone=\"/slow/=2\"}"),
+        0
+    );
+}

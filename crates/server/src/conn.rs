@@ -63,8 +63,10 @@ const CHUNK_FRAMING_ALLOWANCE: usize = 64 * 1024;
 const UPSTREAM_WAIT_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
 /// A response being relayed from an upstream.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Relay {
+    /// The request's places in connection-limit zones, given back when the relay ends.
+    _slots: crate::handler::Slots,
     /// The client's request asked to keep the connection open (and the server agreed).
     keep_alive: bool,
     version: Version,

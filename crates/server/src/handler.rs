@@ -69,7 +69,13 @@ pub struct FileBody {
     pub file: Rc<File>,
     pub offset: u64,
     pub len: u64,
+    /// The request's places in connection-limit zones, given back when the file is sent.
+    pub(crate) slots: Slots,
 }
+
+/// A request's places in the connection-limit zones that apply to it (`limit_conn`), kept
+/// wherever its answer is still in progress and given back when dropped.
+pub(crate) type Slots = Option<Box<[crate::guard::connlimit::Slot]>>;
 
 /// The answer being written for one request.
 pub struct Response<'a> {
@@ -90,6 +96,8 @@ pub struct Response<'a> {
     cache: Option<crate::cache::CacheOutcome>,
     /// What the rate limits did (`$limit_req_status`), where a zone applies.
     limit: Option<crate::guard::ratelimit::LimitOutcome>,
+    /// Places taken in connection-limit zones.
+    slots: Slots,
     /// Who asked (for handlers that pass it on: the proxy).
     // Both lent by the connection (the client is known once per connection, the slot is its
     // own): a `Response`, made and moved for every request, carries two words for them.
@@ -113,6 +121,9 @@ pub(crate) struct Finished {
     pub(crate) cache: Option<crate::cache::CacheOutcome>,
     /// What the rate limits did, where a zone applies.
     pub(crate) limit: Option<crate::guard::ratelimit::LimitOutcome>,
+    /// Places taken in connection-limit zones, when no file carries them: the protocol keeps
+    /// them with a forwarded request until its relayed answer ends.
+    pub(crate) slots: Slots,
     pub(crate) sent: bool,
     pub(crate) close: bool,
     pub(crate) file: Option<FileBody>,
@@ -139,6 +150,7 @@ impl<'a> Response<'a> {
         Self {
             cache: None,
             limit: None,
+            slots: None,
             out,
             scratch,
             date,
@@ -502,10 +514,19 @@ impl<'a> Response<'a> {
         self.limit = Some(outcome);
     }
 
-    pub(crate) fn finish(self) -> Finished {
+    /// Holds places taken in connection-limit zones until the answer is done.
+    pub(crate) fn hold_slots(&mut self, slots: Box<[crate::guard::connlimit::Slot]>) {
+        self.slots = Some(slots);
+    }
+
+    pub(crate) fn finish(mut self) -> Finished {
+        if let Some(file) = &mut self.file {
+            file.slots = self.slots.take();
+        }
         Finished {
             cache: self.cache,
             limit: self.limit,
+            slots: self.slots,
             sent: self.sent,
             close: self.close,
             file: self.file,

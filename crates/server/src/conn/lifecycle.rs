@@ -48,7 +48,7 @@ impl Conn {
     /// A tunnel's one line and count, when it ends (however it ends): status 101, the bytes
     /// each way, and how long it was open.
     fn log_tunnel(&self, ctx: &mut WorkerCtx<'_>, t: &ClientTunnel) {
-        let started = self.relay.map_or(ctx.now, |r| r.started);
+        let started = self.relay.as_ref().map_or(ctx.now, |r| r.started);
         let took = Instant::now().saturating_duration_since(started);
         ctx.counters.response(0, 101, t.sent, took);
         if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), &self.held) {

@@ -171,6 +171,7 @@ impl Conn {
                 ctx.proxy_starts.push((ctx.token, 0, job));
                 dispatch::hold(ctx, &mut self.held, &req, site, self.client.tls, &done);
                 self.relay = Some(Relay {
+                    _slots: done.slots,
                     keep_alive,
                     version: req.version,
                     head_only: req.is_head(),

@@ -687,6 +687,7 @@ fn send(v: &Variant, status: u16, extra: &[u8], start: u64, len: u64, res: &mut 
                 file: Rc::clone(file),
                 offset: start,
                 len,
+                slots: None,
             },
         ),
     }

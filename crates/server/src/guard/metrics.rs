@@ -1,14 +1,18 @@
-//! The rate-limit zones' families on `/metrics`: requests each zone refused (or, in a dry
-//! run, would have) and the keys it holds. Zones are registered when the settings build them
-//! and kept across reloads while their spec is unchanged, so their counts go on.
+//! The limit zones' families on `/metrics`: requests each rate-limit zone refused (or, in a dry
+//! run, would have) and the keys it holds; the same for each connection-limit zone, with the
+//! requests in progress. Zones are registered when the settings build them and kept across
+//! reloads while their spec is unchanged, so their counts go on (and the places held by
+//! requests in progress across a reload are counted by the zone that goes on).
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+use super::connlimit::{ConnZone, ConnZoneSpec};
 use super::ratelimit::{Zone, ZoneSpec};
 
 static ZONES: Mutex<Vec<Arc<Zone>>> = Mutex::new(Vec::new());
+static CONN_ZONES: Mutex<Vec<Arc<ConnZone>>> = Mutex::new(Vec::new());
 
 /// The zone for `spec`: the one already running with this very spec (a reload keeps its
 /// buckets and counts), or a new one. Zones no longer in the settings are dropped at the next
@@ -25,16 +29,75 @@ pub fn zone(spec: ZoneSpec) -> Arc<Zone> {
     z
 }
 
-/// Keeps only `current` registered (the zones of the settings now in use).
-pub fn retain(current: &[Arc<Zone>]) {
-    let mut zones = ZONES
+/// The connection-limit zone for `spec`, as [`zone`] finds or makes a rate-limit one.
+pub fn conn_zone(spec: ConnZoneSpec) -> Arc<ConnZone> {
+    let mut zones = CONN_ZONES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    zones.retain(|z| current.iter().any(|c| Arc::ptr_eq(c, z)));
+    if let Some(z) = zones.iter().find(|z| z.spec == spec) {
+        return Arc::clone(z);
+    }
+    let z = Arc::new(ConnZone::new(spec));
+    zones.push(Arc::clone(&z));
+    z
+}
+
+/// Keeps only `current` registered (the zones of the settings now in use).
+pub fn retain(current: &[Arc<Zone>], current_conns: &[Arc<ConnZone>]) {
+    ZONES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retain(|z| current.iter().any(|c| Arc::ptr_eq(c, z)));
+    CONN_ZONES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retain(|z| current_conns.iter().any(|c| Arc::ptr_eq(c, z)));
 }
 
 /// Appends the zones' counts to `s`, when there are zones.
 pub(crate) fn render(s: &mut String) {
+    render_rate(s);
+    render_conn(s);
+}
+
+fn render_conn(s: &mut String) {
+    let zones = CONN_ZONES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if zones.is_empty() {
+        return;
+    }
+    s.push_str("# HELP lowlat_conn_limit_refused_total Requests a connection-limit zone refused (in a dry run: would have).\n# TYPE lowlat_conn_limit_refused_total counter\n");
+    for z in zones.iter() {
+        let _ = writeln!(
+            s,
+            "lowlat_conn_limit_refused_total{{zone=\"{}\",dry_run=\"{}\"}} {}",
+            label(&z.spec.text),
+            z.spec.dry_run,
+            z.refused.load(Ordering::Relaxed)
+        );
+    }
+    s.push_str("# HELP lowlat_conn_limit_in_progress Requests a connection-limit zone counts now, every key together.\n# TYPE lowlat_conn_limit_in_progress gauge\n");
+    for z in zones.iter() {
+        let _ = writeln!(
+            s,
+            "lowlat_conn_limit_in_progress{{zone=\"{}\"}} {}",
+            label(&z.spec.text),
+            z.in_progress()
+        );
+    }
+    s.push_str("# HELP lowlat_conn_limit_keys Keys with requests in progress in a connection-limit zone.\n# TYPE lowlat_conn_limit_keys gauge\n");
+    for z in zones.iter() {
+        let _ = writeln!(
+            s,
+            "lowlat_conn_limit_keys{{zone=\"{}\"}} {}",
+            label(&z.spec.text),
+            z.keys()
+        );
+    }
+}
+
+fn render_rate(s: &mut String) {
     let zones = ZONES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

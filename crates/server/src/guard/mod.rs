@@ -6,12 +6,16 @@
 //! - [`access`]: `allow` / `deny` rules, first match wins (403).
 //! - [`basic`]: HTTP Basic authentication against htpasswd files (401).
 //! - [`ratelimit`]: `limit_req` zones: leaky buckets per key, shared by every worker (429).
-//! - `client`: the client's address after trusted proxies, which both judge.
+//! - [`connlimit`]: `limit_conn` zones: requests in progress per key (503).
+//! - [`key`]: what the limits count by.
+//! - `client`: the client's address after trusted proxies, which all of them judge.
 //! - `metrics`: the zones' counts on `/metrics`.
 
 pub mod access;
 pub mod basic;
 mod client;
+pub mod connlimit;
+pub mod key;
 pub(crate) mod metrics;
 pub mod ratelimit;
 
@@ -20,13 +24,16 @@ use std::sync::Arc;
 use crate::handler::{Handler, Req, Response};
 use crate::proxy::config::Cidr;
 use access::AccessRule;
+use connlimit::{ConnZone, Taken};
 use ratelimit::{LimitOutcome, Verdict, Zone};
 
-/// A site's guard: its rate-limit zones, then its access rules, then its Basic
-/// authentication (nginx's order: `limit_req` before `allow`/`deny` and `auth_basic`).
+/// A site's guard: its rate-limit zones, its connection-limit zones, then its access rules,
+/// then its Basic authentication (nginx's order: `limit_req` and `limit_conn` before
+/// `allow`/`deny` and `auth_basic`).
 pub struct Guard {
     rules: Arc<[AccessRule]>,
     zones: Vec<Arc<Zone>>,
+    conns: Vec<Arc<ConnZone>>,
     auth: Vec<Arc<basic::BasicAuth>>,
     trusted: Arc<Vec<Cidr>>,
     /// Reused for `Retry-After` lines.
@@ -38,13 +45,15 @@ impl Guard {
     #[must_use]
     pub fn new(
         rules: Arc<[AccessRule]>,
-        zones: Vec<Arc<Zone>>,
+        (zones, conns): (Vec<Arc<Zone>>, Vec<Arc<ConnZone>>),
         auth: Vec<Arc<basic::BasicAuth>>,
         trusted: Arc<Vec<Cidr>>,
     ) -> Option<Guard> {
-        (!rules.is_empty() || !zones.is_empty() || !auth.is_empty()).then(|| Guard {
+        let nothing = rules.is_empty() && zones.is_empty() && conns.is_empty() && auth.is_empty();
+        (!nothing).then(|| Guard {
             rules,
             zones,
+            conns,
             auth,
             trusted,
             line: Vec::new(),
@@ -92,6 +101,23 @@ impl Handler for Guard {
         }
         if let Some(outcome) = limited {
             res.set_limit_outcome(outcome);
+        }
+        let mut slots = Vec::new();
+        for zone in &self.conns {
+            if !head.path.starts_with(&zone.spec.prefix) {
+                continue;
+            }
+            match zone.take(head, ip) {
+                Taken::Pass(slot) => slots.push(slot),
+                Taken::Refuse => {
+                    // The places taken in earlier zones are given back with `slots`.
+                    res.send_status(zone.spec.status);
+                    return;
+                }
+            }
+        }
+        if !slots.is_empty() {
+            res.hold_slots(slots.into_boxed_slice());
         }
         if !access::allowed(&self.rules, ip, head.path.as_bytes()) {
             res.send_status(403);

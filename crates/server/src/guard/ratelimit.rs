@@ -8,27 +8,13 @@
 //! `quick_cache` table bounded in entries: a flood of distinct (spoofed) keys evicts keys seen
 //! once before keys seen often, and memory stays within the bound whatever is sent.
 
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use lowlat_http::request::Request;
 
-/// What a zone counts by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyPart {
-    /// The client's address (after trusted proxies).
-    Addr,
-    /// A request field, by name (lower case); absent counts as empty.
-    Header(String),
-    /// A cookie, by name.
-    Cookie(String),
-    /// The `Host` (lower case, as sent).
-    Host,
-    /// The path, without the query.
-    Path,
-}
+use super::key::KeyPart;
 
 /// A zone's settings, as the settings layer checked them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,29 +102,9 @@ impl Zone {
         }
     }
 
-    /// The key of `req` from a client at `client`, hashed (with a per-process random seed, so
-    /// that no one can aim two keys at one bucket).
-    fn key(&self, req: &Request<'_, '_>, client: std::net::IpAddr) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        for part in &self.spec.key {
-            match part {
-                KeyPart::Addr => client.hash(&mut h),
-                KeyPart::Header(name) => req.header(name).unwrap_or_default().hash(&mut h),
-                KeyPart::Cookie(name) => cookie(req, name).unwrap_or_default().hash(&mut h),
-                KeyPart::Host => {
-                    for b in req.header("host").unwrap_or_default() {
-                        h.write_u8(b.to_ascii_lowercase());
-                    }
-                }
-                KeyPart::Path => req.path.hash(&mut h),
-            }
-        }
-        h.finish()
-    }
-
     /// Counts `req` against its key's bucket at `now`.
     pub fn check(&self, req: &Request<'_, '_>, client: std::net::IpAddr, now: Instant) -> Verdict {
-        let key = self.key(req, client);
+        let key = super::key::hash(&self.spec.key, &self.hasher, req, client);
         let bucket = self
             .buckets
             .get_or_insert_with(&key, || Ok::<_, ()>(Arc::new(AtomicU64::new(EMPTY))))
@@ -194,19 +160,6 @@ fn admit(bucket: &AtomicU64, now_ms: u64, per_ks: u64, burst: u64) -> Option<u64
             Err(seen) => old = seen,
         }
     }
-}
-
-/// The value of cookie `name` in the request's `Cookie` fields.
-fn cookie<'a>(req: &Request<'a, '_>, name: &str) -> Option<&'a [u8]> {
-    req.headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
-        .flat_map(|h| h.value.split(|&b| b == b';'))
-        .find_map(|pair| {
-            let pair = pair.trim_ascii_start();
-            let (n, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
-            (n == name.as_bytes()).then(|| &v[1..])
-        })
 }
 
 #[cfg(test)]

@@ -127,6 +127,7 @@ impl H2Conn {
                 s.state = State::HalfClosedRemote;
             }
             dispatch::hold(ctx, &mut s.held, req, site, client.tls, &done);
+            s.slots = done.slots;
             s.relay = Some(Relay {
                 upstream: None,
                 open: true,

@@ -45,6 +45,8 @@ pub(crate) struct Stream {
     pub(crate) relay: Option<Relay>,
     /// The relayed request's log fields (only with an access log).
     pub(crate) held: Option<Box<crate::access_log::HeldRequest>>,
+    /// The request's places in connection-limit zones, given back with the stream.
+    pub(crate) slots: crate::handler::Slots,
     /// The request's body streaming to an upstream as its DATA frames arrive.
     pub(crate) upload: Option<Box<crate::proxy::upload::UploadFeed>>,
     /// Trailer fields (names in lower case) relayed from the upstream: sent as a last HEADERS
@@ -121,6 +123,7 @@ impl Stream {
             file: None,
             relay: None,
             held: None,
+            slots: None,
             upload: None,
             trailers: None,
             tunnel: None,

@@ -272,6 +272,7 @@ impl H3Conn {
             progress: now,
             relay: None,
             held: None,
+            slots: None,
             trailers: None,
             upload: None,
         });
@@ -579,6 +580,7 @@ impl H3Conn {
                 // Answered as the upstream's response arrives (`relay`).
                 ctx.proxy_starts.push((ctx.token, n, job));
                 dispatch::hold(ctx, &mut s.held, req, routed.site, true, &routed.done);
+                s.slots = routed.done.slots;
                 s.relay = Some(Relay {
                     head_request: req.is_head(),
                     ..Relay::default()

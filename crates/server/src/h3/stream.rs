@@ -51,6 +51,8 @@ pub(super) struct ReqStream {
     pub(super) relay: Option<Relay>,
     /// A forwarded request's log fields, kept until it is answered.
     pub(super) held: Option<Box<HeldRequest>>,
+    /// The request's places in connection-limit zones, given back with the stream.
+    pub(super) slots: crate::handler::Slots,
     /// A relayed response's trailer section (a HEADERS frame), written after its body.
     pub(super) trailers: Option<Vec<u8>>,
     /// The body streams to an upstream as it arrives (`proxy::upload`): DATA goes there.

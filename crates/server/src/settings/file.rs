@@ -243,6 +243,7 @@ fn site_flags() -> Vec<String> {
             "deny".to_owned(),
             "access".to_owned(),
             "rate-limit".to_owned(),
+            "limit-conn".to_owned(),
         ])
         .chain(CACHE_POLICY_FLAGS.map(str::to_owned))
         .filter(|f| f != "help")

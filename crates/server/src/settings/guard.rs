@@ -1,5 +1,5 @@
-//! The protection flags: `--allow` / `--deny` (access rules, in the order given) and
-//! `--rate-limit` (zones), for the whole server or per `[[site]]`.
+//! The protection flags: `--allow` / `--deny` (access rules, in the order given),
+//! `--rate-limit` and `--limit-conn` (zones), for the whole server or per `[[site]]`.
 //!
 //! `--allow` and `--deny` are two flags whose values make one list in command-line order (the
 //! first match wins, as nginx's `allow`/`deny`), so this group reads them with their positions
@@ -10,7 +10,9 @@
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::guard::access::AccessRule;
-use crate::guard::ratelimit::{KeyPart, ZoneSpec};
+use crate::guard::connlimit::ConnZoneSpec;
+use crate::guard::key::KeyPart;
+use crate::guard::ratelimit::ZoneSpec;
 
 /// The protection flags.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +20,7 @@ pub struct GuardArgs {
     /// Access rules, in order.
     pub access: Vec<AccessRule>,
     pub rate_limit: Vec<ZoneSpec>,
+    pub limit_conn: Vec<ConnZoneSpec>,
     pub basic_auth: Vec<BasicAuthSpec>,
 }
 
@@ -88,6 +91,9 @@ impl clap::FromArgMatches for GuardArgs {
         if let Some(zones) = m.get_many::<ZoneSpec>("rate_limit") {
             self.rate_limit = zones.cloned().collect();
         }
+        if let Some(zones) = m.get_many::<ConnZoneSpec>("limit_conn") {
+            self.limit_conn = zones.cloned().collect();
+        }
         if let Some(rules) = m.get_many::<BasicAuthSpec>("basic_auth") {
             self.basic_auth = rules.cloned().collect();
         }
@@ -128,6 +134,14 @@ impl clap::Args for GuardArgs {
                 .action(ArgAction::Append)
                 .value_parser(parse_rate_limit)
                 .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more at once (0), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
+        )
+        .arg(
+            Arg::new("limit_conn")
+                .long("limit-conn")
+                .value_name("[PREFIX=]N[,key=K][,status=S][,dry-run]")
+                .action(ArgAction::Append)
+                .value_parser(parse_limit_conn)
+                .help("Limit requests in progress at once per key, as nginx's limit_conn: N at most (a file until sent, a forwarded request until its answer or tunnel ends), key= as --rate-limit's (addr by default), status=503 (default) or 429, dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
         )
         .arg(
             Arg::new("basic_auth")
@@ -271,6 +285,45 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
     Ok(spec)
 }
 
+/// `[PREFIX=]N[,key=K][,status=S][,dry-run]`.
+fn parse_limit_conn(text: &str) -> Result<ConnZoneSpec, String> {
+    let (prefix, rest) = match text.split_once('=') {
+        Some((p, r)) if p.starts_with('/') => (p.to_owned(), r),
+        _ => (String::new(), text),
+    };
+    let mut parts = rest.split(',').map(str::trim);
+    let n = parts.next().unwrap_or_default();
+    let max = n
+        .parse()
+        .ok()
+        .filter(|&n| n > 0 && n <= 1_000_000)
+        .ok_or_else(|| format!("{n:?}: the most requests at once per key, from 1 to 1000000"))?;
+    let mut spec = ConnZoneSpec {
+        prefix,
+        max,
+        key: vec![KeyPart::Addr],
+        status: 503,
+        dry_run: false,
+        text: text.to_owned(),
+    };
+    for part in parts {
+        let (name, value) = part.split_once('=').unwrap_or((part, ""));
+        match name {
+            "key" => spec.key = parse_key(value)?,
+            "status" => {
+                spec.status = match value {
+                    "429" => 429,
+                    "503" => 503,
+                    _ => return Err(format!("status={value}: 503 or 429")),
+                }
+            }
+            "dry-run" if value.is_empty() => spec.dry_run = true,
+            _ => return Err(format!("unknown part {part:?} (key=, status=, dry-run)")),
+        }
+    }
+    Ok(spec)
+}
+
 /// `100r/s`, `30r/m` → thousandths of a request per second.
 fn parse_rate(text: &str) -> Result<u64, String> {
     let (n, per) = text
@@ -383,6 +436,31 @@ mod tests {
             "10r/s,what",
         ] {
             assert!(parse(&["--rate-limit", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn connection_limits() {
+        let g = parse(&[
+            "--limit-conn",
+            "10",
+            "--limit-conn",
+            "/download/=1,key=addr+path,status=429,dry-run",
+        ])
+        .unwrap();
+        let (a, b) = (&g.limit_conn[0], &g.limit_conn[1]);
+        assert_eq!(
+            (a.max, a.status, a.prefix.as_str(), a.dry_run),
+            (10, 503, "", false)
+        );
+        assert_eq!(a.key, [KeyPart::Addr]);
+        assert_eq!(
+            (b.max, b.status, b.prefix.as_str(), b.dry_run),
+            (1, 429, "/download/", true)
+        );
+        assert_eq!(b.key, [KeyPart::Addr, KeyPart::Path]);
+        for bad in ["0", "x", "10,key=ip", "10,status=404", "10,burst=3", "/a=0"] {
+            assert!(parse(&["--limit-conn", bad]).is_err(), "{bad}");
         }
     }
 }

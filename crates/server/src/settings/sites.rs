@@ -131,7 +131,11 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         .iter()
         .flat_map(|(_, s)| s.zones.iter().cloned())
         .collect();
-    crate::guard::metrics::retain(&zones);
+    let conn_zones: Vec<_> = sites
+        .iter()
+        .flat_map(|(_, s)| s.conn_zones.iter().cloned())
+        .collect();
+    crate::guard::metrics::retain(&zones, &conn_zones);
     // The first site is the default (a request naming no listed site goes to it); the others
     // are chosen by Host. Check once, here, that the routes fit together, so the per-worker
     // builds cannot fail.
@@ -244,6 +248,7 @@ struct SiteService {
     /// Access rules and rate-limit zones (one per process, shared by the workers' routers).
     access: Arc<[crate::guard::access::AccessRule]>,
     zones: Vec<Arc<crate::guard::ratelimit::Zone>>,
+    conn_zones: Vec<Arc<crate::guard::connlimit::ConnZone>>,
     auth: Vec<Arc<crate::guard::basic::BasicAuth>>,
     /// The site's PHP application and its php-fpm group, when it has one.
     php: Option<(Arc<crate::php::PhpConfig>, usize)>,
@@ -351,6 +356,12 @@ impl SiteService {
                 .iter()
                 .map(|spec| crate::guard::metrics::zone(spec.clone()))
                 .collect(),
+            conn_zones: site
+                .guard
+                .limit_conn
+                .iter()
+                .map(|spec| crate::guard::metrics::conn_zone(spec.clone()))
+                .collect(),
             auth: site
                 .guard
                 .basic_auth
@@ -391,7 +402,7 @@ impl SiteService {
         }
         if let Some(guard) = crate::guard::Guard::new(
             Arc::clone(&self.access),
-            self.zones.clone(),
+            (self.zones.clone(), self.conn_zones.clone()),
             self.auth.clone(),
             Arc::clone(trusted),
         ) {
