@@ -575,7 +575,12 @@ fn overlapping_requests_keep_their_connections_and_a_backlog_is_served() {
     // sweep closes one of them.
     let fpm = Fpm::start(2);
     let root = docroot();
-    let served = serve_with_status_page(&fpm, root.path(), &["--proxy-first-byte-timeout", "5s"]);
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let served = serve_with_status_page(
+        &fpm,
+        root.path(),
+        &["--proxy-first-byte-timeout", "5s", "--metrics", &metrics],
+    );
     let addr = served.addr;
     let run = |clients: usize, each: usize| -> Vec<u16> {
         let threads: Vec<_> = (0..clients)
@@ -625,16 +630,89 @@ fn overlapping_requests_keep_their_connections_and_a_backlog_is_served() {
         "the status page waited {:?} for a process",
         asked.elapsed()
     );
-    // Three times as many clients as processes, each waiting its turn in php-fpm's backlog.
+    // Three times as many clients as processes: once one request was seen queued in php-fpm's
+    // backlog, the others wait their turn in lowlat, each taking the next connection that
+    // comes free — not a connection each, queued in php-fpm's backlog.
+    let connects_before = connects(&metrics);
     let start = Instant::now();
-    let statuses = run(6, 20);
-    assert_eq!(statuses.len(), 120);
+    let statuses = run(6, 60);
+    assert_eq!(statuses.len(), 360);
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     assert!(
-        start.elapsed() < Duration::from_secs(5),
+        start.elapsed() < Duration::from_secs(10),
         "{:?}",
         start.elapsed()
     );
+    let opened = connects(&metrics) - connects_before;
+    assert!(
+        opened <= 12,
+        "{opened} php-fpm connections opened for 360 requests from six clients"
+    );
+}
+
+/// A request waiting in lowlat for a php-fpm connection waits no longer than its first-byte
+/// timeout (504), and the queue goes on serving after it.
+#[test]
+fn a_request_waiting_for_a_php_fpm_connection_times_out() {
+    let fpm = Fpm::start(1);
+    let root = docroot();
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let served = serve(
+        root.path(),
+        &fpm.unix(),
+        &["--proxy-first-byte-timeout", "3s", "--metrics", &metrics],
+    );
+    let addr = served.addr;
+    let timed = move |path: &'static str| {
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let code = statuses_over_one_connection(addr, path, 1)[0];
+            (code, started.elapsed())
+        })
+    };
+    // Two at once for one process: the second is queued in php-fpm's backlog, which the
+    // worker sees when the first is answered (two seconds in). From then on requests beyond
+    // one wait in lowlat.
+    let x = timed("/sleep.php?s=2");
+    std::thread::sleep(Duration::from_millis(200));
+    let y = timed("/sleep.php?s=1");
+    assert_eq!(x.join().unwrap().0, 200);
+    // The second runs for a second more: a request sent now waits for it, and one after that
+    // waits behind both past its first-byte timeout — in lowlat, opening no connection.
+    let connects_before = connects(&metrics);
+    let a = timed("/sleep.php?s=4");
+    std::thread::sleep(Duration::from_millis(100));
+    let b = timed("/pid.php");
+    assert_eq!(y.join().unwrap().0, 200);
+    let (code, waited) = b.join().unwrap();
+    assert_eq!(code, 504, "after {waited:?}");
+    assert_eq!(
+        connects(&metrics),
+        connects_before,
+        "a waiting request connected"
+    );
+    assert!(
+        waited > Duration::from_millis(2500) && waited < Duration::from_millis(4500),
+        "answered after {waited:?}"
+    );
+    // The first waiter got the process, and then its own first-byte timeout.
+    assert_eq!(a.join().unwrap().0, 504);
+    // Once its script is done, the process answers again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while statuses_over_one_connection(addr, "/pid.php", 1)[0] != 200 {
+        assert!(Instant::now() < deadline, "php-fpm is not answering again");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Connections opened to every upstream server, from `/metrics` at `addr`.
+fn connects(addr: &str) -> u64 {
+    let out = curl(&[&format!("http://{addr}/metrics")]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("lowlat_upstream_connects_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// The inodes of the connected sockets whose name is `path` (the server's ends of a Unix

@@ -249,6 +249,23 @@ impl Clients {
         while let Some(up) = ctx.proxy_cancels.pop() {
             upstreams.cancel(up, ctx);
         }
+        // A php-fpm connection it gave back may start a request that waited for one.
+        self.start_forwarded(upstreams, ctx);
+    }
+
+    /// Starts the requests queued to go upstream when no client's settle is to follow: those
+    /// the upstream side woke itself (a php-fpm connection came free in a sweep or as a client
+    /// left, `proxy::fcgi_queue`), each on its client's behalf.
+    pub(crate) fn start_forwarded(&mut self, upstreams: &mut Upstreams, ctx: &mut WorkerCtx<'_>) {
+        while let Some((from, stream, job)) = ctx.proxy_starts.pop() {
+            self.with_downstream(from, stream, ctx, |down, ctx| match down {
+                Some(down) => upstreams.start((from, stream), job, ctx, down),
+                None => job.group.give_buffer(job.request),
+            });
+            while let Some(up) = ctx.proxy_cancels.pop() {
+                upstreams.cancel(up, ctx);
+            }
+        }
     }
 
     /// Hands each HTTP/2 upstream exchange with news (a head, data, trailers, its end, a

@@ -170,6 +170,7 @@ impl Worker {
                 // would never be chosen again.
                 let mut ctx = worker_ctx!(Token(0), Instant::now(), shutting_down);
                 upstreams.retire_groups(&mut ctx);
+                clients.start_forwarded(&mut upstreams, &mut ctx);
             }
             let now = Instant::now();
             let timeout = if deferred.is_empty() && !quic_more {
@@ -291,6 +292,7 @@ impl Worker {
             if upstreams.fastcgi_check_at.is_some_and(|t| now >= t) {
                 let mut ctx = worker_ctx!(Token(0), now, shutting_down);
                 upstreams.release_for_queued(&mut ctx);
+                clients.start_forwarded(&mut upstreams, &mut ctx);
             }
 
             // QUIC: datagrams left over from a busy turn, then the timers due.
@@ -352,6 +354,7 @@ impl Worker {
                     upstreams.cancel(up, &mut ctx);
                 }
                 upstreams.release_for_queued(&mut ctx);
+                clients.start_forwarded(&mut upstreams, &mut ctx);
                 // Upstream timeouts: 504 (or a cut response) to their clients; idle pooled
                 // connections past their keep-alive time close.
                 for up in upstreams.expired(now) {

@@ -30,6 +30,8 @@ use slab::Slab;
 
 use super::downstream::Downstream;
 use super::fcgi::{self, FileTurn, Progress};
+use super::fcgi_queue;
+use super::group::WorkerGroup;
 use super::h2up::{self, Delivered, H2Upstreams};
 use super::headers::response_field_passes;
 use super::health::now_ms;
@@ -50,6 +52,10 @@ pub(crate) const RELAY_HIGH_WATER: usize = 256 * 1024;
 /// cost a connection; a connection truly queued waits this much longer before a process is
 /// freed for it.
 const QUEUED_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How often a worker whose php-fpm serves all it can tries one connection more (see
+/// `Upstreams::fastcgi_at_capacity`).
+const FASTCGI_PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Resume once the client's backlog is below this.
 pub(crate) const RELAY_LOW_WATER: usize = 64 * 1024;
@@ -103,6 +109,9 @@ pub(crate) struct Upstreams {
     h2: H2Upstreams,
     /// Requests waiting for another's fill of their cache key (tokens of their own).
     parked: crate::cache::collapse::Parked,
+    /// Requests waiting for a connection to a php-fpm that serves all it can (tokens of their
+    /// own).
+    fcgi_waiting: super::fcgi_queue::Backlog,
     /// When to look again for php-fpm connections queued behind idle ones (a new connection's
     /// request was unread when another finished, too recently to tell): the worker wakes then
     /// and calls [`Upstreams::release_for_queued`].
@@ -114,6 +123,9 @@ impl Upstreams {
     pub(crate) fn client_of(&self, token: Token) -> Option<(Token, u32)> {
         if h2up::owns(token) {
             return self.h2.client_of(token);
+        }
+        if fcgi_queue::owns(token) {
+            return self.fcgi_waiting.client_of(token);
         }
         self.conns.get(token.0 - TOKEN_BASE).and_then(|c| c.client)
     }
@@ -271,12 +283,22 @@ impl Upstreams {
             None
         };
         let now = ctx.now;
+        if reuse.is_none()
+            && pooled
+            && group.cfg.servers[server].fastcgi
+            && self.fastcgi_at_capacity(&group, server, ctx.now)
+        {
+            let token = self.fcgi_waiting.push(client, job, server, now);
+            down.relay_link(token);
+            return;
+        }
         let key = if let Some(key) = reuse {
             let c = &mut self.conns[key];
             c.phase = Phase::Sending;
             c.reused = true;
             key
         } else {
+            group.health.stats.connect(server, ctx.worker);
             let sock = match Sock::connect(&group.cfg.servers[server]) {
                 Ok(s) => s,
                 Err(e) => {
@@ -446,6 +468,12 @@ impl Upstreams {
         if crate::cache::collapse::owns(token) {
             return self.parked.cancel(token);
         }
+        if fcgi_queue::owns(token) {
+            if let Some(job) = self.fcgi_waiting.take(token) {
+                job.group.give_buffer(job.request);
+            }
+            return;
+        }
         let key = token.0 - TOKEN_BASE;
         if let Some(c) = self.conns.get(key) {
             if c.phase != Phase::Idle {
@@ -482,6 +510,7 @@ impl Upstreams {
             .map(|(k, _)| Token(TOKEN_BASE + k))
             .collect();
         self.h2.expired(now, &mut out);
+        self.fcgi_waiting.expired(now, &mut out);
         out
     }
 
@@ -496,6 +525,17 @@ impl Upstreams {
         if h2up::owns(token) {
             // Delivered to the client as news, through `take_touched`.
             return self.h2.expire(token, ctx);
+        }
+        if fcgi_queue::owns(token) {
+            // Waited for a connection as long as it would have for an answer.
+            if let Some(job) = self.fcgi_waiting.take(token) {
+                tracing::debug!(group = %job.group.cfg.name, "no php-fpm connection came free in time");
+                job.group.give_buffer(job.request);
+                if let Some(down) = down {
+                    down.relay_error(ctx, 504);
+                }
+            }
+            return;
         }
         let key = token.0 - TOKEN_BASE;
         let Some(c) = self.conns.get(key) else {
@@ -1117,13 +1157,22 @@ impl Upstreams {
         // A connection that began with a client's PROXY header speaks for that client only.
         let room = c.group.idle.borrow()[c.server].len() < c.group.cfg.keepalive
             && c.group.cfg.send_proxy_protocol == 0;
+        if queued {
+            // From now on the requests beyond what php-fpm serves wait here, not in its
+            // backlog; a connection beyond what it serves is tried again a while later.
+            c.group.fastcgi_full.borrow_mut()[c.server] = Some(ctx.now + FASTCGI_PROBE_EVERY);
+        }
         if c.keep_alive && room && !queued && !ctx.shutting_down && !c.group.retired.get() {
             c.phase = Phase::Idle;
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
             c.group.idle.borrow_mut()[c.server].push(key);
             gauges(&c.group, c.server, ctx.worker);
+            let (group, server) = (std::rc::Rc::clone(&c.group), c.server);
             if c.readable {
                 self.idle_event(key, ctx);
+            }
+            if is_fastcgi(&group, server) {
+                self.wake_waiter(&group, server, ctx);
             }
         } else {
             self.remove(key, ctx);
@@ -1190,6 +1239,46 @@ impl Upstreams {
             self.fastcgi_check_at = Some(next);
         }
         false
+    }
+
+    /// Whether this worker holds as many connections to FastCGI `server` of `group` as it may
+    /// at `now`: once one of its requests was seen queued in php-fpm's backlog, as many as
+    /// php-fpm has been seen to serve at once — and one more every [`FASTCGI_PROBE_EVERY`], to
+    /// find out whether it serves more now (a dynamic pool grows); queued too, that one costs
+    /// a pooled connection closed to free a process for it.
+    fn fastcgi_at_capacity(
+        &self,
+        group: &std::rc::Rc<WorkerGroup>,
+        server: usize,
+        now: Instant,
+    ) -> bool {
+        let Some(probe_at) = group.fastcgi_full.borrow()[server] else {
+            return false;
+        };
+        let allowed = group.fastcgi_capacity.borrow()[server] + usize::from(now >= probe_at);
+        let open = self
+            .conns
+            .iter()
+            .filter(|(_, o)| o.server == server && std::rc::Rc::ptr_eq(&o.group, group))
+            .count();
+        open >= allowed
+    }
+
+    /// A connection to FastCGI `server` of `group` came free (pooled) or closed: the request
+    /// that has waited longest for one is started (by the client side's settle, on its
+    /// client's behalf).
+    fn wake_waiter(
+        &mut self,
+        group: &std::rc::Rc<WorkerGroup>,
+        server: usize,
+        ctx: &mut WorkerCtx<'_>,
+    ) {
+        if self.fcgi_waiting.is_empty() {
+            return;
+        }
+        if let Some((client, job)) = self.fcgi_waiting.next_for(group, server) {
+            ctx.proxy_starts.push((client.0, client.1, job));
+        }
     }
 
     /// Learns how many of this worker's connections to connection `key`'s php-fpm hold a
@@ -1409,6 +1498,9 @@ impl Upstreams {
     fn remove(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) {
         let mut c = self.conns.remove(key);
         gauges(&c.group, c.server, ctx.worker);
+        if is_fastcgi(&c.group, c.server) {
+            self.wake_waiter(&c.group, c.server, ctx);
+        }
         let _ = ctx.registry.deregister(c.sock.source());
         if !c.rbuf.is_empty() {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
@@ -1417,6 +1509,11 @@ impl Upstreams {
             ctx.pool.give_read(t.into_buffer());
         }
     }
+}
+
+/// Whether `server` of `group` is a FastCGI server.
+fn is_fastcgi(group: &WorkerGroup, server: usize) -> bool {
+    group.cfg.servers[server].fastcgi
 }
 
 /// Hands the trailer fields a chunked body ended with (those that may pass) to the client. No

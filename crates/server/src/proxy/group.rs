@@ -34,6 +34,10 @@ pub(crate) struct WorkerGroup {
     /// FastCGI servers: the most connections of this worker php-fpm has been seen to hold a
     /// process for at once, per server (see `Upstreams::fastcgi_queued`).
     pub(crate) fastcgi_capacity: RefCell<Vec<usize>>,
+    /// FastCGI servers: once a request of this worker was seen queued in php-fpm's backlog,
+    /// requests beyond its capacity wait in the worker instead (`super::fcgi_queue`), and one
+    /// connection more may be tried from this instant on.
+    pub(crate) fastcgi_full: RefCell<Vec<Option<std::time::Instant>>>,
 }
 
 impl WorkerGroup {
@@ -59,6 +63,7 @@ impl WorkerGroup {
             sequence: Cell::new(0),
             retired: Cell::new(false),
             fastcgi_capacity: RefCell::new(vec![0; n]),
+            fastcgi_full: RefCell::new(vec![None; n]),
         }
     }
 

@@ -287,6 +287,7 @@ impl H2Upstreams {
         ctx: &mut WorkerCtx<'_>,
     ) -> Option<usize> {
         let s = &group.cfg.servers[server];
+        group.health.stats.connect(server, ctx.worker);
         let mut sock = match Sock::connect(s) {
             Ok(sock) => sock,
             Err(e) => {

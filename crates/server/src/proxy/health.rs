@@ -432,6 +432,21 @@ pub(crate) fn render(groups: &[GroupView], s: &mut String) {
     }
     head(
         s,
+        "lowlat_upstream_connects_total",
+        "counter",
+        "Connections opened to each upstream server (a pooled one reused is not counted).",
+    );
+    for (g, srv, _, t) in &rows {
+        let _ = writeln!(
+            s,
+            "lowlat_upstream_connects_total{{group=\"{}\",server=\"{}\"}} {}",
+            esc(g),
+            esc(srv),
+            t.connects
+        );
+    }
+    head(
+        s,
         "lowlat_upstream_up",
         "gauge",
         "Whether each upstream server may be chosen (passive and active health).",

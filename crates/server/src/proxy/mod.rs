@@ -21,6 +21,8 @@
 //! - `fcgi`: a FastCGI exchange on an upstream connection: records read, the CGI head relayed,
 //!   stderr logged, a file sent for `X-Accel-Redirect`.
 //! - `fcgi_state`: that exchange's state, held by the upstream connection.
+//! - `fcgi_queue`: requests waiting in the worker for a php-fpm connection when php-fpm serves
+//!   all it can.
 //! - `upstream`: one upstream connection and its socket.
 //! - [`upstream_tls`]: TLS to `https://` servers: the client configuration, the socket, the
 //!   reasons a handshake fails.
@@ -36,6 +38,7 @@ pub mod config;
 pub(crate) mod downstream;
 pub(crate) mod engine;
 pub(crate) mod fcgi;
+pub(crate) mod fcgi_queue;
 pub(crate) mod fcgi_state;
 pub(crate) mod group;
 pub(crate) mod h2up;

@@ -1,5 +1,5 @@
 //! Per upstream server counts for `/metrics`: responses by class, failures by kind, a response
-//! time histogram, and the connections in flight and idle. Each worker writes only its own slot
+//! time histogram, connections opened, and the connections in flight and idle. Each worker writes only its own slot
 //! (a cache line of its own: plain relaxed loads and stores, no locked instruction on the request
 //! path); a scrape sums the slots.
 
@@ -25,6 +25,7 @@ struct Slot {
     failures: [AtomicU64; 4],
     buckets: [AtomicU64; UPSTREAM_BUCKETS_US.len() + 1],
     sum_us: AtomicU64,
+    connects: AtomicU64,
     active: AtomicU64,
     idle: AtomicU64,
 }
@@ -51,6 +52,7 @@ pub struct ServerTotals {
     pub failures: [u64; 4],
     pub buckets: [u64; UPSTREAM_BUCKETS_US.len() + 1],
     pub sum_us: u64,
+    pub connects: u64,
     pub active: u64,
     pub idle: u64,
 }
@@ -91,6 +93,13 @@ impl ServerStats {
         }
     }
 
+    /// A connection to `server` is being opened.
+    pub(crate) fn connect(&self, server: usize, worker: usize) {
+        if let Some(s) = self.slot(server, worker) {
+            bump(&s.connects, 1);
+        }
+    }
+
     /// This worker's connections to `server`: in an exchange, and idle in its pool.
     pub(crate) fn connections(&self, server: usize, worker: usize, active: u64, idle: u64) {
         if let Some(s) = self.slot(server, worker) {
@@ -115,6 +124,7 @@ impl ServerStats {
                     add(&mut t.failures, &s.failures);
                     add(&mut t.buckets, &s.buckets);
                     t.sum_us += s.sum_us.load(Ordering::Relaxed);
+                    t.connects += s.connects.load(Ordering::Relaxed);
                     t.active += s.active.load(Ordering::Relaxed);
                     t.idle += s.idle.load(Ordering::Relaxed);
                 }
