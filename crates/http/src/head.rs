@@ -58,15 +58,6 @@ impl Clone for RequestHead {
     }
 }
 
-/// Connection-specific fields HTTP/2 and HTTP/3 forbid (RFC 9113 §8.2.2, RFC 9114 §4.2).
-const CONNECTION_SPECIFIC: [&[u8]; 5] = [
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"transfer-encoding",
-    b"upgrade",
-];
-
 /// What a decoder checks a section against.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rules {
@@ -242,7 +233,7 @@ pub(crate) fn regular_name_ok(name: &[u8], value: &[u8]) -> bool {
 /// fields in either, and a decoder refuses. `te` is the caller's to judge by its value.
 #[must_use]
 pub fn is_connection_specific(name: &[u8]) -> bool {
-    CONNECTION_SPECIFIC.contains(&name)
+    crate::fields::CONNECTION_SPECIFIC.contains(&name)
 }
 
 /// A `content-length` value: decimal digits only.

@@ -16,6 +16,7 @@
 //! - [`head`]: the request head HTTP/2 and HTTP/3 decode into, and the checks they share.
 //! - [`h3`]: HTTP/3 frames, QPACK, and field sections to and from heads; QUIC is the caller's.
 //! - [`client`]: the other side — parsing response heads, for the load generator.
+//! - [`fields`]: the connection-specific and hop-by-hop fields, named once.
 //! - [`fastcgi`]: FastCGI records, parameters and the CGI response head, the web server's side.
 //! - [`proxy_protocol`]: the PROXY protocol header (v1 text, v2 binary) an L4 balancer puts
 //!   before a connection's bytes, parsed and written.
@@ -33,6 +34,7 @@ pub mod client;
 pub mod date;
 pub mod error;
 pub mod fastcgi;
+pub mod fields;
 pub mod h2;
 pub mod h3;
 pub mod head;

@@ -244,15 +244,6 @@ pub(crate) fn refused(
     }
 }
 
-/// Fields HTTP/2 and HTTP/3 forbid in a response (RFC 9113 §8.2.2, RFC 9114 §4.2).
-const HOP_BY_HOP: [&[u8]; 5] = [
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"transfer-encoding",
-    b"upgrade",
-];
-
 /// Reads the head a handler wrote in HTTP/1.1 form at the start of `buf` (`HTTP/1.1 200 OK`,
 /// fields, blank line) for a protocol that sends fields (HTTP/2, HTTP/3), lower-casing the
 /// names in place. Returns the status, the fields to
@@ -280,10 +271,7 @@ pub(crate) fn translate_head(
         while v < line_end && (buf[v] == b' ' || buf[v] == b'\t') {
             v += 1;
         }
-        // The forbidden names all start with one of these letters: most fields skip the compare.
-        if !(matches!(buf[at], b'c' | b'k' | b'p' | b't' | b'u')
-            && HOP_BY_HOP.contains(&&buf[at..colon]))
-        {
+        if !lowlat_http::fields::is_connection_specific(&buf[at..colon]) {
             fields.push((at..colon, v..line_end));
         }
         at = end + 1;

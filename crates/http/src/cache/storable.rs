@@ -165,18 +165,13 @@ pub fn storable<F: Fields + ?Sized>(
 pub fn field_kept(name: &str, connection: &[&[u8]], cc: &Directives<'_>) -> bool {
     // By length first: asked of every field of every response stored.
     let is = |h: &str| name.eq_ignore_ascii_case(h);
-    let hop = match name.len() {
-        2 => is("te"),
+    let not_kept = match name.len() {
         3 => is("age"),
-        7 => is("upgrade"),
-        10 => is("connection") || is("keep-alive"),
-        16 => is("proxy-connection"),
-        17 => is("transfer-encoding"),
         18 => is("proxy-authenticate"),
         19 => is("proxy-authorization"),
-        _ => false,
+        _ => crate::fields::is_hop_by_hop(name),
     };
-    if hop {
+    if not_kept {
         return false;
     }
     if connection

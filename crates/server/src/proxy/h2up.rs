@@ -1148,16 +1148,10 @@ fn status_for(kind: usize) -> u16 {
 
 /// Fields HTTP/2 forbids in a request (RFC 9113 §8.2.2), besides `Host` (the `:authority`).
 fn connection_specific(name: &str) -> bool {
-    [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-    ]
-    .iter()
-    .any(|f| name.eq_ignore_ascii_case(f))
+    name.eq_ignore_ascii_case("host")
+        || lowlat_http::fields::CONNECTION_SPECIFIC
+            .iter()
+            .any(|f| name.as_bytes().eq_ignore_ascii_case(f))
 }
 
 /// Opens a stream for `request` (the HTTP/1.1 bytes the proxy handler wrote: head, then a body

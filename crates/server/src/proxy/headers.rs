@@ -18,20 +18,12 @@ use super::config::Cidr;
 // named here too, where the proxy reads them.
 pub use crate::incoming::{ClientInfo, StreamedBody};
 
-/// Fields that are the proxy's to set, or belong to one hop only.
+/// Fields that are the proxy's to set, or belong to one hop only: the hop-by-hop ones,
+/// `Trailer` (a relayed body is framed again, its trailers announced anew) and every `Proxy-*`.
 fn is_hop_by_hop(name: &str) -> bool {
-    // By length first: asked of every field of every relayed head, and most names have a
-    // length none of these has (one comparison instead of seven).
-    let is = |n: &str| name.eq_ignore_ascii_case(n);
-    let listed = match name.len() {
-        2 => is("te"),
-        7 => is("trailer") || is("upgrade"),
-        10 => is("connection") || is("keep-alive"),
-        17 => is("transfer-encoding"),
-        _ => false,
-    };
-    // `Proxy-Connection` among them.
-    listed || name.len() > 6 && name.as_bytes()[..6].eq_ignore_ascii_case(b"proxy-")
+    lowlat_http::fields::is_hop_by_hop(name)
+        || name.len() == 7 && name.eq_ignore_ascii_case("trailer")
+        || name.len() > 6 && name.as_bytes()[..6].eq_ignore_ascii_case(b"proxy-")
 }
 
 /// Whether `name` is listed in one of the `Connection` field values.
