@@ -2,7 +2,9 @@
 //! and a new connection per request, TLS, HTTP/2) and h2load run — no error, no reset, every
 //! request answered — and while a 1 GiB download and a WebSocket tunnel are in flight on the
 //! first process, which complete. A new binary that cannot start leaves the old one serving.
-//! Under systemd (`NOTIFY_SOCKET`), each new process is announced as the main one.
+//! Under systemd (`NOTIFY_SOCKET`), each new process is announced as the main one. HTTP/3
+//! requests made the whole time across five upgrades are all answered: each process keeps its
+//! QUIC connections, passed their datagrams by the newest.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -122,7 +124,18 @@ fn open_tunnel(addr: SocketAddr) -> TcpStream {
 
 fn start(dir: &Path, http: u16, https: u16, extra: &[&str]) -> (Served, PathBuf) {
     let (cmd, pid_file) = command(dir, http, https, extra);
-    (Served::spawn(cmd), pid_file)
+    let served = Served::spawn(cmd);
+    wait_for_pid_file(&pid_file, &served);
+    (served, pid_file)
+}
+
+/// Waits until the pid file names `served` (it is written just after the banner).
+fn wait_for_pid_file(pid_file: &Path, served: &Served) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while read_pid(pid_file) != Some(served.pid()) {
+        assert!(Instant::now() < until, "no pid file: {}", served.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The `lowlat serve` [`start`] runs, not yet started.
@@ -453,6 +466,7 @@ fn systemd_is_told_the_new_main_pid() {
     let (mut cmd, pid_file) = command(dir.path(), http, https, &[]);
     cmd.env("NOTIFY_SOCKET", &socket_path);
     let served = Served::spawn(cmd);
+    wait_for_pid_file(&pid_file, &served);
     let mut main = read_pid(&pid_file).unwrap();
     assert_eq!(main, served.pid());
     notify.expect(main, "READY=1", &served);
@@ -484,4 +498,74 @@ fn systemd_is_told_the_new_main_pid() {
     }
     // Nothing else was said: no STOPPING=1 from a process that was drained after an upgrade.
     assert_eq!(notify.recv(Duration::from_millis(200)), None, "{pids:?}");
+}
+
+/// HTTP/3 across five upgrades in a row: `lowlat load --h3` makes requests the whole time, on
+/// connections that begin on each process in turn. Every old process keeps answering its own
+/// connections until they end (GOAWAY, then closed once their requests are answered) while the
+/// newest reads the shared UDP sockets and passes it their datagrams: no request lost or
+/// refused, no handshake timed out.
+#[test]
+fn h3_connections_survive_upgrades() {
+    let dir = tempfile::tempdir().unwrap();
+    let (http, https) = (free_port(), free_port());
+    let h3 = format!("127.0.0.1:{https}");
+    let (served, pid_file) = start(dir.path(), http, https, &["--h3-listen", &h3]);
+    let first = read_pid(&pid_file).unwrap();
+    let url = format!("https://127.0.0.1:{https}/plaintext");
+    let load = lowlat_load(&["-c", "4", "-d", "9s", "--h3", "-k", &url]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut pids = vec![first];
+    for _ in 0..5 {
+        pids.push(upgrade(&pid_file, &served));
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    let out = load.wait_with_output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("h3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let responses = report["responses"].as_u64().unwrap();
+    assert_eq!(
+        report["errors"]["total"],
+        0,
+        "h3: {} of {responses}: {report}; {}; {}",
+        report["errors"],
+        String::from_utf8_lossy(&out.stderr),
+        served.log()
+    );
+    assert!(responses > 100, "h3: {report}");
+    // Every request answered but those in flight when the run's time was up (one per
+    // connection): none refused by a GOAWAY either (the first names every stream).
+    let unanswered = report["requests"].as_u64().unwrap() - responses;
+    assert!(unanswered <= 4, "h3: {unanswered} unanswered: {report}");
+    let codes = report["status_codes"].to_string();
+    assert!(!codes.contains("\"5"), "h3: {codes}");
+    let last = *pids.last().unwrap();
+    let until = Instant::now() + Duration::from_secs(40);
+    for &pid in &pids[..pids.len() - 1] {
+        while alive(pid) {
+            assert!(Instant::now() < until, "{pid} is still running");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    kill("TERM", last);
+    while alive(last) {
+        assert!(Instant::now() < until, "{last} is still running");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The old processes were passed datagrams of their connections by the newer ones (each
+    // worker says how many as it exits).
+    std::thread::sleep(Duration::from_millis(200));
+    let log = served.log();
+    let passed: u64 = log
+        .lines()
+        .filter(|l| l.contains(" passed in by a newer one"))
+        .filter_map(|l| {
+            l.split(" passed in by a newer one")
+                .next()?
+                .rsplit(", ")
+                .next()
+        })
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .sum();
+    assert!(passed > 0, "no datagram passed to an older process: {log}");
 }

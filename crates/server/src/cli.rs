@@ -196,7 +196,10 @@ fn listen_on_inherited(args: &mut ServeArgs, inherited: &[crate::inherit::Inheri
     use crate::settings::ListenAddr;
     let named = |list: &[ListenAddr], addr| list.iter().any(|l| l.addrs.contains(&addr));
     for sock in inherited {
-        let addr = sock.addr;
+        // A hand-off channel listens on nothing.
+        let Some(addr) = sock.addr else {
+            continue;
+        };
         // A UDP socket may share its address with a TCP one (HTTP/3 beside TLS on 443).
         let tcp = !matches!(sock.kind, Kind::Quic);
         if tcp && (named(&args.listen, addr) || named(&args.tls_listen, addr)) {
@@ -216,6 +219,7 @@ fn listen_on_inherited(args: &mut ServeArgs, inherited: &[crate::inherit::Inheri
                 });
             }
             Kind::Quic | Kind::Stream | Kind::Metrics | Kind::Health => {}
+            Kind::QuicHandoff { .. } => {}
         }
     }
 }
@@ -336,7 +340,7 @@ fn serve_with(
     let mut handover: Vec<crate::upgrade::HandedSocket> = running.handover().to_vec();
     handover.extend(side.iter().map(|(l, name)| crate::upgrade::HandedSocket {
         fd: std::os::fd::AsRawFd::as_raw_fd(l),
-        name,
+        name: (*name).into(),
     }));
     let upgrading = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Set once a new process serves: this one is no longer the service's main process, and
