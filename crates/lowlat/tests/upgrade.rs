@@ -37,6 +37,34 @@ fn kill(sig: &str, pid: u32) {
         .status();
 }
 
+/// The processes a test's upgrades started (the first is `Served`'s, which kills it when
+/// dropped): killed when the test ends, so that one that fails leaves none serving.
+#[derive(Debug)]
+struct Processes(Vec<u32>);
+
+impl std::ops::Deref for Processes {
+    type Target = Vec<u32>;
+    fn deref(&self) -> &Vec<u32> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Processes {
+    fn deref_mut(&mut self) -> &mut Vec<u32> {
+        &mut self.0
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if alive(pid) {
+                kill("KILL", pid);
+            }
+        }
+    }
+}
+
 /// Sends USR2 to the process in the pid file and waits until a new one has replaced it there.
 fn upgrade(pid_file: &Path, served: &Served) -> u32 {
     let old = read_pid(pid_file).expect("a pid file");
@@ -258,7 +286,7 @@ fn ten_upgrades_under_load() {
         .expect("h2load (scripts/test-deps.sh installs nghttp2-client)");
 
     std::thread::sleep(Duration::from_millis(500));
-    let mut pids = vec![first];
+    let mut pids = Processes(vec![first]);
     for i in 0..10 {
         pids.push(upgrade(&pid_file, &served));
         // The tunnel, still on the first process, carries bytes both ways.
@@ -355,6 +383,7 @@ fn failed_start_keeps_the_old_process() {
     assert_eq!(String::from_utf8_lossy(&ok.stdout), "Hello, World!");
     std::fs::write(&config, "max_body = \"2m\"\n").unwrap();
     let new = upgrade(&pid_file, &served);
+    let _started = Processes(vec![new]);
     assert_ne!(new, old);
     let ok = support::curl(&["-s", &format!("http://127.0.0.1:{http}/plaintext")]);
     assert_eq!(String::from_utf8_lossy(&ok.stdout), "Hello, World!");
@@ -470,7 +499,7 @@ fn systemd_is_told_the_new_main_pid() {
     let mut main = read_pid(&pid_file).unwrap();
     assert_eq!(main, served.pid());
     notify.expect(main, "READY=1", &served);
-    let mut pids = vec![main];
+    let mut pids = Processes(vec![main]);
     for _ in 0..2 {
         let new = upgrade(&pid_file, &served);
         let text = notify.expect(main, &format!("MAINPID={new}\n"), &served);
@@ -515,7 +544,7 @@ fn h3_connections_survive_upgrades() {
     let url = format!("https://127.0.0.1:{https}/plaintext");
     let load = lowlat_load(&["-c", "4", "-d", "9s", "--h3", "-k", &url]);
     std::thread::sleep(Duration::from_millis(1000));
-    let mut pids = vec![first];
+    let mut pids = Processes(vec![first]);
     for _ in 0..5 {
         pids.push(upgrade(&pid_file, &served));
         std::thread::sleep(Duration::from_millis(1200));
