@@ -3,7 +3,8 @@
 //! in clear and over TLS. The client connects from 127.0.0.2 so that its address differs from
 //! the balancer's (127.0.0.1): the access log and the upstream's `X-Forwarded-For` must show
 //! the client's. A header from a network not trusted is not believed; a missing, malformed or
-//! late header closes the connection.
+//! late header closes the connection. Sent on to an upstream, the header names what the
+//! balancer's named: the client and the address it connected to.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -466,4 +467,181 @@ fn the_flag_alone_applies_to_every_listener() {
     let _ = s.read_to_string(&mut answer);
     assert!(answer.ends_with("Hello, World!"), "{answer}");
     served.stop();
+}
+
+/// A balancer of the test's own: each connection to it is relayed to `to`, with `header` (a
+/// PROXY header naming whatever addresses the test chooses) written first.
+fn balancer(to: SocketAddr, header: Vec<u8>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(mut server) = TcpStream::connect(to) else {
+                return;
+            };
+            server.write_all(&header).unwrap();
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c_in, &mut s_out);
+                let _ = s_out.shutdown(std::net::Shutdown::Write);
+            });
+            let (mut s_in, mut c_out) = (server, client);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s_in, &mut c_out);
+                let _ = c_out.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+/// An upstream that expects a PROXY header on each connection: it keeps the header's bytes,
+/// then answers the request after it with 200.
+struct HeaderReader {
+    addr: SocketAddr,
+    headers: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl HeaderReader {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let headers = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&headers);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { return };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let (header_len, head_end) = loop {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => break (0, None),
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                    let len = match lowlat_http::proxy_protocol::parse(&buf) {
+                        Ok(lowlat_http::Status::Complete(h)) => h.len,
+                        Ok(lowlat_http::Status::Partial) => continue,
+                        Err(e) => panic!("the upstream got no PROXY header ({e}): {buf:?}"),
+                    };
+                    if let Some(end) = support::find(&buf[len..], b"\r\n\r\n") {
+                        break (len, Some(end));
+                    }
+                };
+                if head_end.is_none() {
+                    continue;
+                }
+                kept.lock().unwrap().push(buf[..header_len].to_vec());
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\nconnection: close\r\n\r\nupstream",
+                );
+            }
+        });
+        Self { addr, headers }
+    }
+
+    /// The header of the last connection, parsed.
+    fn last(&self) -> (Vec<u8>, lowlat_http::proxy_protocol::ProxyHeader) {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(bytes) = self.headers.lock().unwrap().pop() {
+                let lowlat_http::Status::Complete(h) =
+                    lowlat_http::proxy_protocol::parse(&bytes).unwrap()
+                else {
+                    panic!("a partial header kept: {bytes:?}");
+                };
+                return (bytes, h);
+            }
+            assert!(Instant::now() < until, "the upstream got no connection");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The PROXY header of version `version` naming `source` → `destination`.
+fn header(version: u8, source: &str, destination: &str) -> Vec<u8> {
+    let addresses = Some(lowlat_http::proxy_protocol::Addresses {
+        source: source.parse().unwrap(),
+        destination: destination.parse().unwrap(),
+    });
+    let mut out = Vec::new();
+    if version == 1 {
+        lowlat_http::proxy_protocol::write_v1(&mut out, addresses);
+    } else {
+        lowlat_http::proxy_protocol::write_v2(&mut out, addresses);
+    }
+    out
+}
+
+/// Behind a balancer and in front of an upstream that both speak the PROXY protocol, the
+/// header lowlat sends names what the balancer's named — the client, and the address the client
+/// connected to at the balancer — not lowlat's own listener, as haproxy passes on what it was
+/// told. Each version in, each version out, IPv4 and IPv6, HTTP/1.1 and HTTP/2 (h2c) from the
+/// client; a balancer's `LOCAL` header (its own health check) is passed on as the connection's
+/// own addresses.
+#[test]
+fn the_header_sent_on_names_the_balancers_destination() {
+    let upstream = HeaderReader::start();
+    let front = |version: &str| {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "serve",
+            "--workers",
+            "1",
+            "--listen",
+            "127.0.0.1:0 proxy_protocol",
+            "--accept-proxy-protocol",
+            "127.0.0.1/32",
+            "--proxy-send-proxy-protocol",
+            version,
+            "--h2c",
+            "--proxy",
+        ])
+        .arg(format!("/up/=http://{}", upstream.addr));
+        Served::spawn(cmd)
+    };
+    let fronts = [(1u8, front("v1")), (2u8, front("v2"))];
+    let cases = [
+        ("192.0.2.7:40000", "198.51.100.9:443"),
+        ("[2001:db8::7]:40001", "[2001:db8::9]:8443"),
+    ];
+    for (out_version, served) in &fronts {
+        for in_version in [1u8, 2] {
+            for (source, destination) in cases {
+                let lb = balancer(served.addr, header(in_version, source, destination));
+                for proto in ["--http1.1", "--http2-prior-knowledge"] {
+                    let what = format!("v{in_version} in, v{out_version} out, {source}, {proto}");
+                    let out = Command::new("curl")
+                        .args(["-s", proto])
+                        .arg(format!("http://{lb}/up/x"))
+                        .output()
+                        .unwrap();
+                    assert_eq!(String::from_utf8_lossy(&out.stdout), "upstream", "{what}");
+                    let (bytes, got) = upstream.last();
+                    assert_eq!(got.version, *out_version, "{what}");
+                    let named = got.addresses.unwrap_or_else(|| panic!("{what}: {bytes:?}"));
+                    assert_eq!(named.source, source.parse().unwrap(), "{what}");
+                    assert_eq!(named.destination, destination.parse().unwrap(), "{what}");
+                    assert_eq!(bytes, header(*out_version, source, destination), "{what}");
+                }
+            }
+        }
+        // LOCAL: the balancer speaks for itself; the connection's own addresses are named.
+        let mut local = header(2, "127.0.0.1:1", "127.0.0.1:2");
+        local[12] = 0x20;
+        local[13] = 0;
+        local[14..16].copy_from_slice(&[0, 0]);
+        local.truncate(16);
+        let lb = balancer(served.addr, local);
+        let out = Command::new("curl")
+            .args(["-s", "--http1.1"])
+            .arg(format!("http://{lb}/up/local"))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "upstream");
+        let (bytes, got) = upstream.last();
+        let named = got.addresses.unwrap_or_else(|| panic!("LOCAL: {bytes:?}"));
+        assert_eq!(named.destination, served.addr, "LOCAL");
+        assert_eq!(named.source.ip(), served.addr.ip(), "LOCAL");
+    }
 }

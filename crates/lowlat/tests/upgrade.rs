@@ -2,6 +2,9 @@
 //! and a new connection per request, TLS, HTTP/2) and h2load run — no error, no reset, every
 //! request answered — and while a 1 GiB download and a WebSocket tunnel are in flight on the
 //! first process, which complete. A new binary that cannot start leaves the old one serving.
+//! Under systemd (`NOTIFY_SOCKET`), each new process is announced as the main one. HTTP/3
+//! requests made the whole time across five upgrades are all answered: each process keeps its
+//! QUIC connections, passed their datagrams by the newest.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -32,6 +35,34 @@ fn kill(sig: &str, pid: u32) {
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
         .status();
+}
+
+/// The processes a test's upgrades started (the first is `Served`'s, which kills it when
+/// dropped): killed when the test ends, so that one that fails leaves none serving.
+#[derive(Debug)]
+struct Processes(Vec<u32>);
+
+impl std::ops::Deref for Processes {
+    type Target = Vec<u32>;
+    fn deref(&self) -> &Vec<u32> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Processes {
+    fn deref_mut(&mut self) -> &mut Vec<u32> {
+        &mut self.0
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if alive(pid) {
+                kill("KILL", pid);
+            }
+        }
+    }
 }
 
 /// Sends USR2 to the process in the pid file and waits until a new one has replaced it there.
@@ -120,6 +151,23 @@ fn open_tunnel(addr: SocketAddr) -> TcpStream {
 }
 
 fn start(dir: &Path, http: u16, https: u16, extra: &[&str]) -> (Served, PathBuf) {
+    let (cmd, pid_file) = command(dir, http, https, extra);
+    let served = Served::spawn(cmd);
+    wait_for_pid_file(&pid_file, &served);
+    (served, pid_file)
+}
+
+/// Waits until the pid file names `served` (it is written just after the banner).
+fn wait_for_pid_file(pid_file: &Path, served: &Served) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while read_pid(pid_file) != Some(served.pid()) {
+        assert!(Instant::now() < until, "no pid file: {}", served.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The `lowlat serve` [`start`] runs, not yet started.
+fn command(dir: &Path, http: u16, https: u16, extra: &[&str]) -> (Command, PathBuf) {
     let pki = lowlat_testkit::pki::Pki::new();
     let cert = pki.leaf(
         "up",
@@ -144,7 +192,7 @@ fn start(dir: &Path, http: u16, https: u16, extra: &[&str]) -> (Served, PathBuf)
         .arg(&pid_file)
         .args(["--grace", "60s"])
         .args(extra);
-    (Served::spawn(cmd), pid_file)
+    (cmd, pid_file)
 }
 
 fn lowlat_load(args: &[&str]) -> std::process::Child {
@@ -238,7 +286,7 @@ fn ten_upgrades_under_load() {
         .expect("h2load (scripts/test-deps.sh installs nghttp2-client)");
 
     std::thread::sleep(Duration::from_millis(500));
-    let mut pids = vec![first];
+    let mut pids = Processes(vec![first]);
     for i in 0..10 {
         pids.push(upgrade(&pid_file, &served));
         // The tunnel, still on the first process, carries bytes both ways.
@@ -335,6 +383,7 @@ fn failed_start_keeps_the_old_process() {
     assert_eq!(String::from_utf8_lossy(&ok.stdout), "Hello, World!");
     std::fs::write(&config, "max_body = \"2m\"\n").unwrap();
     let new = upgrade(&pid_file, &served);
+    let _started = Processes(vec![new]);
     assert_ne!(new, old);
     let ok = support::curl(&["-s", &format!("http://127.0.0.1:{http}/plaintext")]);
     assert_eq!(String::from_utf8_lossy(&ok.stdout), "Hello, World!");
@@ -344,4 +393,208 @@ fn failed_start_keeps_the_old_process() {
         assert!(Instant::now() < until);
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A socket standing for systemd's notification socket: it receives each datagram with the
+/// sender's pid (`SO_PASSCRED`), as systemd does to decide whom to believe.
+struct NotifySocket(std::os::unix::net::UnixDatagram);
+
+impl NotifySocket {
+    fn bind(path: &Path) -> Self {
+        use std::os::fd::AsRawFd;
+        let sock = std::os::unix::net::UnixDatagram::bind(path).unwrap();
+        let on: libc::c_int = 1;
+        // SAFETY: `on` is a live c_int and its size is passed; the kernel only reads it.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PASSCRED,
+                (&raw const on).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "SO_PASSCRED");
+        Self(sock)
+    }
+
+    /// The next notification and its sender's pid, within `wait`.
+    fn recv(&self, wait: Duration) -> Option<(u32, String)> {
+        use std::os::fd::AsRawFd;
+        let fd = self.0.as_raw_fd();
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd, for the length given.
+        if unsafe { libc::poll(&raw mut pfd, 1, ms) } != 1 {
+            return None;
+        }
+        let mut buf = [0u8; 512];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        #[repr(C, align(8))]
+        struct Control([u8; 64]);
+        let mut control = Control([0; 64]);
+        // SAFETY: all-zero is a valid (empty) msghdr.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = control.0.len() as _;
+        // SAFETY: every pointer in `msg` points at a live buffer of the length beside it.
+        let n = unsafe { libc::recvmsg(fd, &raw mut msg, 0) };
+        assert!(n >= 0, "recvmsg: {}", std::io::Error::last_os_error());
+        let mut pid = 0;
+        // SAFETY: `msg` was just filled by the kernel; the CMSG macros stay within
+        // `msg_controllen`, and SCM_CREDENTIALS data is a `ucred`.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                    && (*cmsg).cmsg_type == libc::SCM_CREDENTIALS
+                {
+                    let cred =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::ucred>());
+                    pid = u32::try_from(cred.pid).unwrap_or(0);
+                }
+                cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
+            }
+        }
+        let text = String::from_utf8_lossy(&buf[..usize::try_from(n).unwrap_or(0)]).into_owned();
+        Some((pid, text))
+    }
+
+    /// The next notification, which must come from `pid` and start with `start`.
+    fn expect(&self, pid: u32, start: &str, served: &Served) -> String {
+        let (from, text) = self
+            .recv(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("no {start:?} from {pid}: {}", served.log()));
+        assert_eq!(from, pid, "{text:?} from {from}, not {pid}");
+        assert!(text.starts_with(start), "{text:?}, not {start:?}…");
+        text
+    }
+}
+
+/// Under systemd (`Type=notify`): READY=1 once serving; on each USR2 the process being
+/// replaced, still the main one, says `MAINPID=<new>` (with READY=1) once the new one serves,
+/// and then nothing more — not even STOPPING=1 as it drains and exits; the new one then
+/// notifies in its turn: RELOADING=1 and READY=1 around a SIGHUP, STOPPING=1 at SIGTERM. Every
+/// notification comes from the process systemd takes as the main one at that moment, so none
+/// would be dropped under the default `NotifyAccess=main`.
+#[test]
+fn systemd_is_told_the_new_main_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify");
+    let notify = NotifySocket::bind(&socket_path);
+    let (http, https) = (free_port(), free_port());
+    let (mut cmd, pid_file) = command(dir.path(), http, https, &[]);
+    cmd.env("NOTIFY_SOCKET", &socket_path);
+    let served = Served::spawn(cmd);
+    wait_for_pid_file(&pid_file, &served);
+    let mut main = read_pid(&pid_file).unwrap();
+    assert_eq!(main, served.pid());
+    notify.expect(main, "READY=1", &served);
+    let mut pids = Processes(vec![main]);
+    for _ in 0..2 {
+        let new = upgrade(&pid_file, &served);
+        let text = notify.expect(main, &format!("MAINPID={new}\n"), &served);
+        assert!(text.contains("\nREADY=1"), "{text:?}");
+        // The one replaced has no connection left: it exits at once.
+        let until = Instant::now() + Duration::from_secs(20);
+        while alive(main) {
+            assert!(Instant::now() < until, "{main} is still running");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let ok = support::curl(&["-s", &format!("http://127.0.0.1:{http}/plaintext")]);
+        assert_eq!(String::from_utf8_lossy(&ok.stdout), "Hello, World!");
+        main = new;
+        pids.push(new);
+    }
+    kill("HUP", main);
+    notify.expect(main, "RELOADING=1\n", &served);
+    notify.expect(main, "READY=1", &served);
+    kill("TERM", main);
+    notify.expect(main, "STOPPING=1", &served);
+    let until = Instant::now() + Duration::from_secs(20);
+    while alive(main) {
+        assert!(Instant::now() < until, "{main} is still running");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Nothing else was said: no STOPPING=1 from a process that was drained after an upgrade.
+    assert_eq!(notify.recv(Duration::from_millis(200)), None, "{pids:?}");
+}
+
+/// HTTP/3 across five upgrades in a row: `lowlat load --h3` makes requests the whole time, on
+/// connections that begin on each process in turn. Every old process keeps answering its own
+/// connections until they end (GOAWAY, then closed once their requests are answered) while the
+/// newest reads the shared UDP sockets and passes it their datagrams: no request lost or
+/// refused, no handshake timed out.
+#[test]
+fn h3_connections_survive_upgrades() {
+    let dir = tempfile::tempdir().unwrap();
+    let (http, https) = (free_port(), free_port());
+    let h3 = format!("127.0.0.1:{https}");
+    let (served, pid_file) = start(dir.path(), http, https, &["--h3-listen", &h3]);
+    let first = read_pid(&pid_file).unwrap();
+    let url = format!("https://127.0.0.1:{https}/plaintext");
+    let load = lowlat_load(&["-c", "4", "-d", "9s", "--h3", "-k", &url]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut pids = Processes(vec![first]);
+    for _ in 0..5 {
+        pids.push(upgrade(&pid_file, &served));
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    let out = load.wait_with_output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("h3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let responses = report["responses"].as_u64().unwrap();
+    assert_eq!(
+        report["errors"]["total"],
+        0,
+        "h3: {} of {responses}: {report}; {}; {}",
+        report["errors"],
+        String::from_utf8_lossy(&out.stderr),
+        served.log()
+    );
+    assert!(responses > 100, "h3: {report}");
+    // Every request answered but those in flight when the run's time was up (one per
+    // connection): none refused by a GOAWAY either (the first names every stream).
+    let unanswered = report["requests"].as_u64().unwrap() - responses;
+    assert!(unanswered <= 4, "h3: {unanswered} unanswered: {report}");
+    let codes = report["status_codes"].to_string();
+    assert!(!codes.contains("\"5"), "h3: {codes}");
+    let last = *pids.last().unwrap();
+    let until = Instant::now() + Duration::from_secs(40);
+    for &pid in &pids[..pids.len() - 1] {
+        while alive(pid) {
+            assert!(Instant::now() < until, "{pid} is still running");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    kill("TERM", last);
+    while alive(last) {
+        assert!(Instant::now() < until, "{last} is still running");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The old processes were passed datagrams of their connections by the newer ones (each
+    // worker says how many as it exits).
+    std::thread::sleep(Duration::from_millis(200));
+    let log = served.log();
+    let passed: u64 = log
+        .lines()
+        .filter(|l| l.contains(" passed in by a newer one"))
+        .filter_map(|l| {
+            l.split(" passed in by a newer one")
+                .next()?
+                .rsplit(", ")
+                .next()
+        })
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .sum();
+    assert!(passed > 0, "no datagram passed to an older process: {log}");
 }

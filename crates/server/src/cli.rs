@@ -1,6 +1,7 @@
 //! Running `lowlat serve`: reading its settings (flags, then the config file under them),
 //! starting the server, and handling signals — SIGINT/SIGTERM (graceful shutdown), SIGHUP
-//! (reload), SIGUSR1 (reopen the access log), SIGUSR2 (binary upgrade) — with one-line errors.
+//! (reload), SIGUSR1 (reopen the access log), SIGUSR2 (binary upgrade) — with one-line errors,
+//! and telling systemd each step (`crate::notify`) when it runs under `Type=notify`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -195,7 +196,10 @@ fn listen_on_inherited(args: &mut ServeArgs, inherited: &[crate::inherit::Inheri
     use crate::settings::ListenAddr;
     let named = |list: &[ListenAddr], addr| list.iter().any(|l| l.addrs.contains(&addr));
     for sock in inherited {
-        let addr = sock.addr;
+        // A hand-off channel listens on nothing.
+        let Some(addr) = sock.addr else {
+            continue;
+        };
         // A UDP socket may share its address with a TCP one (HTTP/3 beside TLS on 443).
         let tcp = !matches!(sock.kind, Kind::Quic);
         if tcp && (named(&args.listen, addr) || named(&args.tls_listen, addr)) {
@@ -215,6 +219,7 @@ fn listen_on_inherited(args: &mut ServeArgs, inherited: &[crate::inherit::Inheri
                 });
             }
             Kind::Quic | Kind::Stream | Kind::Metrics | Kind::Health => {}
+            Kind::QuicHandoff { .. } => {}
         }
     }
 }
@@ -318,8 +323,13 @@ fn serve_with(
         write_pid_file(path);
     }
     // The previous process (USR2) waits for this before it stops accepting.
+    // Under systemd: a process a USR2 started is announced by the one it replaces (MAINPID=),
+    // which systemd hears from its main process; any other says it is ready itself.
+    let notifier = notifier();
     if let Some(fd) = ready {
         crate::upgrade::report_ready(fd);
+    } else if let Some(n) = &notifier {
+        n.ready();
     }
     let handle = running.shutdown_handle();
     let reloader = running.reload_handle();
@@ -330,9 +340,12 @@ fn serve_with(
     let mut handover: Vec<crate::upgrade::HandedSocket> = running.handover().to_vec();
     handover.extend(side.iter().map(|(l, name)| crate::upgrade::HandedSocket {
         fd: std::os::fd::AsRawFd::as_raw_fd(l),
-        name,
+        name: (*name).into(),
     }));
     let upgrading = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Set once a new process serves: this one is no longer the service's main process, and
+    // tells systemd nothing more.
+    let handed_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let draining = Arc::clone(&health);
     std::thread::Builder::new()
         .name("lowlat-signals".into())
@@ -343,17 +356,29 @@ fn serve_with(
                     upgrade(
                         invocation.as_ref(),
                         &handover,
-                        &upgrading,
+                        &Upgrading {
+                            busy: Arc::clone(&upgrading),
+                            done: Arc::clone(&handed_over),
+                            notifier: notifier.clone(),
+                        },
                         &handle,
                         grace,
                     );
                     continue;
                 }
+                let main = !handed_over.load(std::sync::atomic::Ordering::Acquire);
+                let systemd = notifier.as_deref().filter(|_| main);
                 if signal == signal_hook::consts::SIGHUP {
+                    if let Some(n) = systemd {
+                        n.reloading();
+                    }
                     if let Some(path) = &config_path {
                         reload_config(path, &reloader, &old_args, registry.as_deref());
                     }
                     reload(tls.as_deref());
+                    if let Some(n) = systemd {
+                        n.ready();
+                    }
                     continue;
                 }
                 if signal == signal_hook::consts::SIGUSR1 {
@@ -365,6 +390,9 @@ fn serve_with(
                 }
                 count += 1;
                 if count == 1 {
+                    if let Some(n) = systemd {
+                        n.stopping();
+                    }
                     draining.set_draining();
                     if shutdown_delay.is_zero() {
                         tracing::info!(
@@ -397,13 +425,37 @@ fn serve_with(
     result
 }
 
+/// `NOTIFY_SOCKET`'s notifier, when systemd (or another service manager) listens; a value
+/// that is not an address is reported once and ignored.
+fn notifier() -> Option<Arc<crate::notify::Notifier>> {
+    match crate::notify::Notifier::from_env() {
+        Ok(n) => n.map(Arc::new),
+        Err(e) => {
+            tracing::warn!("{e}; systemd is not told when this process is ready");
+            None
+        }
+    }
+}
+
+/// An upgrade's state, shared between the signal thread and the thread that waits for the new
+/// process.
+struct Upgrading {
+    /// An upgrade is under way (or done): another USR2 is refused.
+    busy: Arc<std::sync::atomic::AtomicBool>,
+    /// The new process serves: this one drains.
+    done: Arc<std::sync::atomic::AtomicBool>,
+    /// Told the new process's pid, when systemd listens.
+    notifier: Option<Arc<crate::notify::Notifier>>,
+}
+
 /// SIGUSR2: the binary started again with every listening socket; once it reports that it
-/// serves, this process stops accepting and drains. One upgrade at a time; a failed one leaves
-/// this process serving, and may be tried again.
+/// serves, systemd (when it listens) is told that the new process is the main one, and this
+/// process stops accepting and drains. One upgrade at a time; a failed one leaves this process
+/// serving, and may be tried again.
 fn upgrade(
     invocation: Option<&crate::upgrade::Invocation>,
     sockets: &[crate::upgrade::HandedSocket],
-    upgrading: &Arc<std::sync::atomic::AtomicBool>,
+    upgrading: &Upgrading,
     handle: &crate::ShutdownHandle,
     grace: std::time::Duration,
 ) {
@@ -412,7 +464,7 @@ fn upgrade(
         tracing::error!("SIGUSR2: this process's binary path is unknown; not upgraded");
         return;
     };
-    if upgrading.swap(true, Ordering::AcqRel) {
+    if upgrading.busy.swap(true, Ordering::AcqRel) {
         tracing::warn!("SIGUSR2: an upgrade is already under way");
         return;
     }
@@ -422,7 +474,9 @@ fn upgrade(
         sockets.len()
     );
     let sockets = sockets.to_vec();
-    let upgrading = Arc::clone(upgrading);
+    let busy = Arc::clone(&upgrading.busy);
+    let done = Arc::clone(&upgrading.done);
+    let notifier = upgrading.notifier.clone();
     let handle = handle.clone();
     // Off the signal thread: a SIGTERM while the new process starts is still heard.
     std::thread::spawn(move || match crate::upgrade::start(&inv, &sockets) {
@@ -430,11 +484,17 @@ fn upgrade(
             tracing::info!(
                 "SIGUSR2: the new process (pid {pid}) serves; this one stops accepting and drains (up to {grace:?})"
             );
+            // Before anything else: systemd must know the new main process before this one,
+            // draining, can exit.
+            done.store(true, Ordering::Release);
+            if let Some(n) = &notifier {
+                n.main_pid(pid);
+            }
             handle.hand_over();
         }
         Err(e) => {
             tracing::error!("SIGUSR2: {e}; this process keeps serving");
-            upgrading.store(false, Ordering::Release);
+            busy.store(false, Ordering::Release);
         }
     });
 }

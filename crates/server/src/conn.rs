@@ -125,6 +125,7 @@ enum UploadLeft {
 pub(crate) struct Handover {
     pub(crate) io: Transport,
     pub(crate) peer: std::net::SocketAddr,
+    pub(crate) named: Option<Box<lowlat_http::proxy_protocol::Addresses>>,
     /// What was read so far (`rbuf[..rlen]`): the preface, and maybe frames after it.
     pub(crate) rbuf: Vec<u8>,
     pub(crate) rlen: usize,
@@ -139,6 +140,10 @@ pub(crate) struct Conn {
     pub(crate) io: Transport,
     /// The client's address (for the access log).
     peer: std::net::SocketAddr,
+    /// The addresses a balancer's PROXY header named (`crate::proxied`): passed on in the
+    /// header sent to an upstream in place of this socket's. Boxed: only connections from a
+    /// balancer have it, and the others should not carry 32 bytes for it.
+    pub(crate) named: Option<Box<lowlat_http::proxy_protocol::Addresses>>,
     /// The client as handlers that pass it on see it (the proxy).
     client: ClientInfo,
     /// Read buffer, fully initialised; `rlen` bytes of it hold data. Empty (no capacity) while
@@ -221,6 +226,7 @@ impl Conn {
         Self {
             io,
             peer,
+            named: None,
             client,
             rbuf: Vec::new(),
             rlen: 0,
@@ -409,6 +415,7 @@ impl Conn {
         Handover {
             io: self.io,
             peer: self.peer,
+            named: self.named,
             rbuf: self.rbuf,
             rlen: self.rlen,
             fin_seen: self.fin_seen,

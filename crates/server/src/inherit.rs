@@ -11,6 +11,10 @@
 //! sockets): all of them are kept, for a socket of a `SO_REUSEPORT` group that nobody accepts
 //! from still gets its share of new connections.
 //!
+//! Beside the sockets, a USR2 hands over the QUIC hand-off channels (Unix socket pairs' ends,
+//! named `quic-handoff.GENERATION.WORKER`): through them this process passes the datagrams of
+//! older processes' QUIC connections to their owners (`crate::quic`).
+//!
 //! What it does not do: bind, or decide which worker gets which socket (`listener`).
 
 use std::net::SocketAddr;
@@ -38,6 +42,9 @@ pub enum Kind {
     Metrics,
     /// The `--health` listener (named `health`), likewise.
     Health,
+    /// A QUIC hand-off channel to worker `worker` of the process of generation `generation`
+    /// (a Unix `SOCK_SEQPACKET` socket), handed over on USR2.
+    QuicHandoff { generation: u8, worker: usize },
 }
 
 /// One handed-over socket.
@@ -47,8 +54,8 @@ pub struct InheritedSocket {
     /// Its `LISTEN_FDNAMES` entry (`""` when none).
     pub name: String,
     pub kind: Kind,
-    /// The address it is bound to.
-    pub addr: SocketAddr,
+    /// The address it is bound to (`None` for a hand-off channel: a Unix socket).
+    pub addr: Option<SocketAddr>,
 }
 
 /// Why the handed-over sockets cannot be used: one line for the CLI.
@@ -122,6 +129,19 @@ fn take(fd: RawFd, name: String) -> Result<InheritedSocket, InheritError> {
     let ty = sock
         .r#type()
         .map_err(|e| bad(format!("not a socket: {e}")))?;
+    if let Some((generation, worker)) = crate::quic::parse_handoff_name(&name) {
+        if ty != socket2::Type::SEQPACKET {
+            return Err(bad(
+                "a QUIC hand-off channel that is not a SOCK_SEQPACKET socket".into(),
+            ));
+        }
+        return Ok(InheritedSocket {
+            fd: owned,
+            name,
+            kind: Kind::QuicHandoff { generation, worker },
+            addr: None,
+        });
+    }
     let addr = sock
         .local_addr()
         .ok()
@@ -147,6 +167,6 @@ fn take(fd: RawFd, name: String) -> Result<InheritedSocket, InheritError> {
         fd: owned,
         name,
         kind,
-        addr,
+        addr: Some(addr),
     })
 }

@@ -57,6 +57,8 @@
 //!   them. Nothing it builds on (workers, protocols, handlers) imports it back.
 //! - [`upgrade`]: `kill -USR2`: the binary started again with every listening socket handed
 //!   over, and its readiness awaited before this process drains.
+//! - [`notify`]: systemd's `sd_notify` protocol: ready, reloading, stopping, and the new main
+//!   process after a USR2 upgrade.
 //! - [`health`]: the probe endpoint (`--health`): ok, or draining once shutdown begins.
 //! - [`cli`]: running `lowlat serve`: settings in, server started, signals handled.
 
@@ -84,6 +86,7 @@ pub mod inherit;
 mod listener;
 pub mod log_format;
 pub mod metrics;
+pub mod notify;
 pub mod php;
 mod pool;
 mod proto;

@@ -71,9 +71,11 @@ impl Connection {
             HeaderRead::Ready {
                 io,
                 client,
+                named,
                 first_deadline,
             } => {
                 let mut conn = Conn::new(io, client, ctx.now, first_deadline);
+                conn.named = named.map(Box::new);
                 conn.on_event(ctx, true, read_closed, true);
                 let h2 = conn.wants_h2();
                 *self = Self::H1(conn);

@@ -8,6 +8,11 @@
 //! That costs one peek and one read per connection, and only on listeners that ask for it
 //! (haproxy reads its `accept-proxy` header the same way).
 //!
+//! The header's addresses are kept with the connection: the client's becomes its peer, and
+//! both — the client and the address it connected to at the balancer — are what a PROXY header
+//! sent on to an upstream names (`--proxy-send-proxy-protocol`), as haproxy passes on what it
+//! was told rather than its own addresses.
+//!
 //! A header that is malformed, missing (the connection starts with anything else) or late (the
 //! header timeout) closes the connection without a word: the peer is a balancer that speaks the
 //! protocol or nothing lowlat should answer.
@@ -44,6 +49,9 @@ pub(crate) enum HeaderRead {
     Ready {
         io: Transport,
         client: SocketAddr,
+        /// What the header named (`None` for `LOCAL`/`UNKNOWN`: the balancer speaks for
+        /// itself, and the connection's own addresses stand).
+        named: Option<proxy_protocol::Addresses>,
         first_deadline: Duration,
     },
 }
@@ -102,6 +110,7 @@ impl AwaitingHeader {
             Some((io, first_deadline)) => HeaderRead::Ready {
                 io,
                 client,
+                named: header.addresses,
                 first_deadline,
             },
             None => HeaderRead::Refused,

@@ -86,9 +86,16 @@ impl Server {
         let all: Vec<SocketAddr> = cfg.listen.iter().chain(&cfg.tls_listen).copied().collect();
         let mut handed = Vec::new();
         let mut handed_udp = Vec::new();
+        let mut channels = Vec::new();
         for sock in inherited {
             if sock.kind == crate::inherit::Kind::Quic {
                 handed_udp.push(sock);
+            } else if let crate::inherit::Kind::QuicHandoff { generation, worker } = sock.kind {
+                channels.push(crate::quic::HandedChannel {
+                    generation,
+                    worker,
+                    fd: sock.fd,
+                });
             } else if matches!(
                 sock.kind,
                 crate::inherit::Kind::Metrics | crate::inherit::Kind::Health
@@ -133,15 +140,25 @@ impl Server {
                     .into_iter()
                     .map(|s| std::net::UdpSocket::from(s.fd))
                     .collect();
-                Some(crate::quic::bind(&q, cfg.workers, rustls, handed)?)
+                let channels = std::mem::take(&mut channels);
+                Some(crate::quic::bind(
+                    &q,
+                    cfg.workers,
+                    rustls,
+                    handed,
+                    channels,
+                )?)
             }
         };
         if let Some(unused) = handed_udp.first() {
             return Err(ServerError::Config(format!(
                 "a UDP socket handed over on {} is not the --h3-listen address",
-                unused.addr
+                unused.addr.map_or_else(String::new, |a| a.to_string())
             )));
         }
+        // Channels to older processes' QUIC connections, with no QUIC here to read for them:
+        // closed (those processes go on sending; they no longer receive).
+        drop(channels);
         Ok(Self {
             cfg: Arc::new(cfg),
             listeners,
@@ -183,12 +200,18 @@ impl Server {
         let mut wakers = Vec::new();
         let mut threads = Vec::new();
         let h3_addr = self.h3_addr();
-        let (mut quic_sockets, quic_shared) = match self.quic {
+        let (mut quic_sockets, quic_shared): (Vec<Option<_>>, _) = match self.quic {
             Some(q) => {
                 let crate::quic::Bound {
-                    sockets, shared, ..
+                    sockets,
+                    inboxes,
+                    shared,
+                    ..
                 } = q;
-                (sockets.into_iter().map(Some).collect(), Some(shared))
+                (
+                    sockets.into_iter().zip(inboxes).map(Some).collect(),
+                    Some(shared),
+                )
             }
             None => (Vec::new(), None),
         };
@@ -202,14 +225,25 @@ impl Server {
                     "https"
                 } else {
                     "http"
-                },
+                }
+                .into(),
             });
         }
-        for sock in quic_sockets.iter().flatten() {
+        for (sock, _) in quic_sockets.iter().flatten() {
             handover.push(crate::upgrade::HandedSocket {
                 fd: std::os::fd::AsRawFd::as_raw_fd(sock),
-                name: "quic",
+                name: "quic".into(),
             });
+        }
+        // The QUIC hand-off channels (`quic::handoff`): the new process passes this one's
+        // connections' datagrams through them, and those of the older ones still alive.
+        if let Some(shared) = &quic_shared {
+            for (fd, name) in shared.handoff.handed() {
+                handover.push(crate::upgrade::HandedSocket {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    name: name.into(),
+                });
+            }
         }
         for (index, listeners) in self.listeners.into_iter().enumerate() {
             let poll = mio::Poll::new().map_err(ServerError::Worker)?;
@@ -236,7 +270,8 @@ impl Server {
                 quic: quic_sockets
                     .get_mut(index)
                     .and_then(Option::take)
-                    .zip(quic_shared.clone()),
+                    .zip(quic_shared.clone())
+                    .map(|((sock, inbox), shared)| (sock, inbox, shared)),
             };
             let service = Arc::clone(&self.service);
             let pin = self

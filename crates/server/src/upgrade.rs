@@ -1,8 +1,9 @@
 //! Hot binary upgrade (`kill -USR2`, as nginx's): this process starts its binary again — the
 //! file installed at its path now, with the same arguments — and hands the new process every
 //! listening socket it has (each worker's TCP sockets, the QUIC sockets, the metrics and health
-//! listeners). The new one starts accepting on them and says so; only then does this one stop
-//! accepting and drain. Connections waiting in the sockets' queues are never reset, because
+//! listeners), and the channels through which it passes on the datagrams of this process's QUIC
+//! connections (`crate::quic`'s hand-off). The new one starts accepting on them and says so;
+//! only then does this one stop accepting (and reading the QUIC sockets) and drain. Connections waiting in the sockets' queues are never reset, because
 //! the sockets themselves never close: the new process holds them before this one lets go.
 //!
 //! The hand-over speaks systemd's convention ([`crate::inherit`]): the sockets at descriptors
@@ -68,11 +69,11 @@ impl Invocation {
 }
 
 /// A listening socket to hand over, and its name (`http`, `https`, `quic`, `metrics`,
-/// `health`).
-#[derive(Debug, Clone, Copy)]
+/// `health`; `quic-handoff.G.W` for a QUIC hand-off channel).
+#[derive(Debug, Clone)]
 pub struct HandedSocket {
     pub fd: RawFd,
-    pub name: &'static str,
+    pub name: std::borrow::Cow<'static, str>,
 }
 
 /// Starts the new process with `sockets` and waits until it is ready. Returns its pid.
@@ -80,12 +81,19 @@ pub struct HandedSocket {
 /// # Errors
 /// [`UpgradeError`]; the new process, if it was started and is not ready, is stopped.
 pub fn start(inv: &Invocation, sockets: &[HandedSocket]) -> Result<u32, UpgradeError> {
+    // A QUIC hand-off channel whose process has exited since (its other end closed) is left
+    // out: the new process would pass that process's datagrams to nobody, and keep its
+    // generation from being used again.
+    let sockets: Vec<&HandedSocket> = sockets
+        .iter()
+        .filter(|s| !s.name.starts_with(crate::quic::HANDOFF_PREFIX) || peer_alive(s.fd))
+        .collect();
     let (ready_read, ready_write) = pipe().map_err(UpgradeError::Pipe)?;
     let n = sockets.len();
     let ready_target = LISTEN_FDS_START + RawFd::try_from(n).unwrap_or(RawFd::MAX - 4);
     let mut sources: Vec<RawFd> = sockets.iter().map(|s| s.fd).collect();
     sources.push(ready_write.as_raw_fd());
-    let names: Vec<&str> = sockets.iter().map(|s| s.name).collect();
+    let names: Vec<&str> = sockets.iter().map(|s| s.name.as_ref()).collect();
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
@@ -148,6 +156,18 @@ pub fn start(inv: &Invocation, sockets: &[HandedSocket]) -> Result<u32, UpgradeE
             Err(UpgradeError::Timeout(pid))
         }
     }
+}
+
+/// Whether the other end of the connected socket `fd` is still open (`POLLHUP` not reported).
+fn peer_alive(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the length given; a zero timeout does not block.
+    let rc = unsafe { libc::poll(&raw mut pfd, 1, 0) };
+    rc >= 0 && pfd.revents & (libc::POLLHUP | libc::POLLNVAL) == 0
 }
 
 /// `Ok(true)`: a byte came; `Ok(false)`: end of file; `Err`: nothing within `timeout`.

@@ -32,6 +32,9 @@ use crate::router::Router;
 pub(crate) const WAKER: Token = Token(usize::MAX - 1);
 /// Token of the worker's QUIC socket (below the connections, above any listener).
 const QUIC: Token = Token(FIRST_CONN - 1);
+/// Token of the worker's QUIC hand-off inbox, where a newer process (USR2) passes datagrams of
+/// this one's connections.
+const QUIC_HANDOFF: Token = Token(FIRST_CONN - 2);
 /// How long accepting pauses after `EMFILE`/`ENFILE`/`ENOBUFS` before it is tried again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from epoll per wait.
@@ -56,8 +59,13 @@ pub(crate) struct Worker {
     pub(crate) handing_over: Arc<AtomicBool>,
     /// The service to build the router from, replaced on reload.
     pub(crate) services: Arc<crate::service::ServiceSlot>,
-    /// This worker's QUIC socket and what its endpoint is built from (`--h3-listen`).
-    pub(crate) quic: Option<(std::net::UdpSocket, Arc<crate::quic::QuicShared>)>,
+    /// This worker's QUIC socket, its hand-off inbox and what its endpoint is built from
+    /// (`--h3-listen`).
+    pub(crate) quic: Option<(
+        std::net::UdpSocket,
+        crate::quic::Inbox,
+        Arc<crate::quic::QuicShared>,
+    )>,
     /// What wakes this worker's loop ([`WAKER`]): shutdown and reload ring it, and the cache
     /// (a flight a request of this worker waits for ended; a background refresh was queued).
     pub(crate) waker: Arc<mio::Waker>,
@@ -79,16 +87,18 @@ impl Worker {
         let alt_svc = self
             .quic
             .as_ref()
-            .and_then(|(sock, _)| sock.local_addr().ok())
+            .and_then(|(sock, _, _)| sock.local_addr().ok())
             .map(|a| format!("Alt-Svc: h3=\":{}\"; ma=86400", a.port()));
         if let Some(line) = &alt_svc {
             router.add_default_header(line);
         }
         let quic = match self.quic.take() {
-            Some((sock, shared)) => Some(QuicWorker::new(
+            Some((sock, inbox, shared)) => Some(QuicWorker::new(
                 self.index,
                 sock,
                 QUIC,
+                inbox,
+                QUIC_HANDOFF,
                 self.poll.registry(),
                 shared,
                 crate::h3::protocol_for,
@@ -221,12 +231,21 @@ impl Worker {
                 if token == QUIC {
                     if let Some(q) = &mut clients.quic {
                         let mut ctx = worker_ctx!(QUIC, now, shutting_down);
-                        quic_more = q.on_event(
+                        // Or-ed: an event that only says writable leaves what was unread.
+                        quic_more |= q.on_event(
                             event.is_readable() || event.is_error(),
                             event.is_writable(),
                             now,
                             &mut ctx,
                         );
+                        clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
+                    }
+                    continue;
+                }
+                if token == QUIC_HANDOFF {
+                    if let Some(q) = &mut clients.quic {
+                        let mut ctx = worker_ctx!(QUIC, now, shutting_down);
+                        quic_more |= q.on_inbox(now, &mut ctx);
                         clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
                     }
                     continue;

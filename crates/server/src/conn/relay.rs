@@ -16,6 +16,10 @@ use lowlat_http::Version;
 
 impl Downstream for Conn {
     fn client_addresses(&mut self) -> Option<lowlat_http::proxy_protocol::Addresses> {
+        // From a balancer: what its header named, as haproxy passes it on.
+        if let Some(named) = &self.named {
+            return Some(**named);
+        }
         Some(lowlat_http::proxy_protocol::Addresses {
             source: self.peer,
             destination: self.io.socket().local_addr().ok()?,

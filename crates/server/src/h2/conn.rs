@@ -66,6 +66,8 @@ pub(super) struct Pending {
 pub(crate) struct H2Conn {
     pub(crate) io: Transport,
     pub(super) peer: SocketAddr,
+    /// What a balancer's PROXY header named, passed on to upstreams (see `crate::proxied`).
+    pub(super) named: Option<Box<lowlat_http::proxy_protocol::Addresses>>,
     pub(super) rbuf: Vec<u8>,
     pub(super) rlen: usize,
     pub(super) wbuf: Vec<u8>,
@@ -144,6 +146,7 @@ impl H2Conn {
         let Handover {
             io,
             peer,
+            named,
             mut rbuf,
             rlen,
             fin_seen,
@@ -172,6 +175,7 @@ impl H2Conn {
         Self {
             io,
             peer,
+            named,
             rbuf,
             rlen,
             wbuf,

@@ -97,6 +97,9 @@ pub(super) fn log_tunnel(
 impl Downstream for StreamRelay<'_> {
     fn client_addresses(&mut self) -> Option<lowlat_http::proxy_protocol::Addresses> {
         let c = &mut *self.conn;
+        if let Some(named) = &c.named {
+            return Some(**named);
+        }
         Some(lowlat_http::proxy_protocol::Addresses {
             source: c.peer,
             destination: c.io.socket().local_addr().ok()?,

@@ -67,8 +67,12 @@ pub(crate) struct H3Conn {
     pub(super) spare_out: Vec<u8>,
     pub(super) closed: bool,
     /// Shutting down: GOAWAY sent with this stream id; requests from it on are refused, and
-    /// the connection closes once those before it are answered.
+    /// the connection closes once those before it are answered (and the final GOAWAY is sent).
     pub(super) goaway: Option<u64>,
+    /// When the final GOAWAY (the real last stream id) is due: the first one named every
+    /// stream, so that requests crossing it are not refused (RFC 9114 §5.2), and a round trip
+    /// after it the client has stopped sending new ones. `None` once sent.
+    pub(super) final_goaway_at: Option<std::time::Instant>,
     /// Responses written whole and finished whose last bytes the client has not acknowledged:
     /// a shutdown waits for them (closing the connection would drop what is unsent).
     pub(super) unacked: FxHashSet<u64>,
@@ -101,6 +105,7 @@ impl Default for H3Conn {
             spare_out: Vec::new(),
             closed: false,
             goaway: None,
+            final_goaway_at: None,
             unacked: FxHashSet::default(),
             last_request: None,
             client_leaving: false,
@@ -132,13 +137,23 @@ impl H3Conn {
     /// Shutting down (or the client is: it sent GOAWAY) with every request answered: the
     /// connection closes.
     pub(super) fn close_if_done(&mut self, io: &mut StreamIo<'_>) {
-        if (self.goaway.is_some() || self.client_leaving)
+        if ((self.goaway.is_some() && self.final_goaway_at.is_none()) || self.client_leaving)
             && self.requests.is_empty()
             && self.unacked.is_empty()
             && !self.closed
         {
             self.closed = true;
             io.close(ErrorCode::NoError.value(), b"");
+        }
+    }
+
+    /// Queues the final GOAWAY: requests from the stream after the last one seen are refused.
+    pub(super) fn final_goaway(&mut self) {
+        self.final_goaway_at = None;
+        let next = self.last_request.map_or(0, |id| id + 4);
+        self.goaway = Some(next);
+        if let Some((_, pending)) = &mut self.control_out {
+            frame::put_goaway(pending, next);
         }
     }
 
@@ -364,6 +379,10 @@ impl H3Conn {
     /// for its upstream is the upstream side's to time out.
     pub(super) fn expire(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
         let now = ctx.now;
+        if self.final_goaway_at.is_some_and(|t| now >= t) {
+            self.final_goaway();
+            self.flush_control(io);
+        }
         let cfg = ctx.cfg;
         let mut late: Vec<(u64, Option<u16>)> = Vec::new();
         for (&id, s) in &self.requests {

@@ -14,6 +14,14 @@ use crate::proxy::downstream::{Downstream, Wake};
 use crate::proxy::engine::RELAY_LOW_WATER;
 use crate::quic::{is_bidi, proxy_stream, request_stream, QuicProtocol, StreamIo};
 
+/// The last client-initiated bidirectional stream id there can be (2^62 − 4): the first
+/// GOAWAY's, which refuses nothing.
+const MAX_CLIENT_STREAM: u64 = (1 << 62) - 4;
+
+/// Round trips (quinn-proto's estimate) between the two GOAWAYs: one for the first to reach the
+/// client and a request it crossed to arrive, one more for a late or re-sent packet.
+const FINAL_GOAWAY_ROUND_TRIPS: u32 = 2;
+
 impl QuicProtocol for H3Conn {
     fn connected(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
         // Our control stream: its type, then SETTINGS (RFC 9114 §6.2.1).
@@ -75,11 +83,20 @@ impl QuicProtocol for H3Conn {
         if self.closed || self.goaway.is_some() {
             return;
         }
-        // The first request stream not to be processed: the one after the last seen.
-        let next = self.last_request.map_or(0, |id| id + 4);
-        self.goaway = Some(next);
-        if let Some((_, pending)) = &mut self.control_out {
-            frame::put_goaway(pending, next);
+        match &mut self.control_out {
+            // RFC 9114 §5.2's graceful shutdown, in two steps as HTTP/2's (`crate::h2`): a
+            // GOAWAY naming the last client stream there can be, so that a request already on
+            // its way is processed, not refused — a refusal the client may never read, should
+            // the connection close in the same flight — and, a round trip later (checked by the
+            // sweep: `H3Conn::expire`), the final one with the last stream seen. The client
+            // sends no new request once it has the first.
+            Some((_, pending)) => {
+                frame::put_goaway(pending, MAX_CLIENT_STREAM);
+                self.goaway = Some(MAX_CLIENT_STREAM);
+                self.final_goaway_at = Some(io.now() + FINAL_GOAWAY_ROUND_TRIPS * io.rtt());
+            }
+            // No control stream (yet): no GOAWAY to send; nothing to wait for.
+            None => self.final_goaway(),
         }
         self.flush_control(io);
         self.close_if_done(io);

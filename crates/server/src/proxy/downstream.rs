@@ -53,7 +53,8 @@ pub(crate) trait Downstream {
     /// Writes what was relayed, as far as the socket takes it.
     fn flush_relayed(&mut self, ctx: &mut WorkerCtx<'_>);
     /// The client's connection as a PROXY protocol header tells it to an upstream: the client
-    /// and the address it connected to. Asked only by groups that send the header, once per
+    /// and the address it connected to — a balancer's, when the connection came through one
+    /// with a PROXY header of its own (`crate::proxied`). Asked only by groups that send the header, once per
     /// upstream connection; `None` where there is no such connection (a cache refresh).
     fn client_addresses(&mut self) -> Option<lowlat_http::proxy_protocol::Addresses> {
         None

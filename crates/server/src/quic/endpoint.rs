@@ -9,6 +9,11 @@
 //! protocol, then it transmits (GSO batches where the kernel has them), then its next timer is
 //! filed.
 //!
+//! Across a binary upgrade (`super::handoff`): a datagram whose connection ID names an older
+//! process's generation is passed to that process rather than handled; once a newer process
+//! serves, this one stops reading the socket and takes its connections' datagrams from its
+//! inbox instead, answering them from the socket as before.
+//!
 //! Address validation: a new client whose address is not proven is answered with a Retry
 //! (stateless: a token in the Retry, no memory kept) when `--h3-retry` says so or when more
 //! than `--h3-retry-above` handshakes are in progress on this worker — the flood of spoofed
@@ -35,6 +40,7 @@ use quinn_proto::{
 };
 use rustc_hash::FxHashMap;
 
+use super::handoff::{self, Inbox, HEADER_LEN};
 use super::setup::QuicShared;
 use super::streams::{QuicProtocol, StreamIo};
 use super::udp::{self, Offload, MAX_GSO_SEGMENTS, RECV_BUFFER};
@@ -88,12 +94,26 @@ pub(crate) struct QuicCounts {
     pub(crate) refused: u64,
     pub(crate) datagrams_in: u64,
     pub(crate) sends: u64,
+    /// Datagrams of an older process's connections, passed to it.
+    pub(crate) passed_on: u64,
+    /// Datagrams of this process's connections a newer process passed here.
+    pub(crate) passed_in: u64,
 }
 
 /// One worker's QUIC side.
 pub(crate) struct QuicWorker {
     worker: usize,
     sock: UdpSocket,
+    token: Token,
+    /// Still reading `sock`: until a newer process takes it over (USR2).
+    reading: bool,
+    /// Where a newer process passes this one's datagrams (`super::handoff`).
+    inbox: Inbox,
+    /// Read into from `inbox`: a header and a datagram; empty until the first arrives (only a
+    /// process that handed over needs it).
+    inbox_buf: Vec<u8>,
+    /// The inbox's budget ran out with datagrams perhaps left (its events are edge-triggered).
+    inbox_more: bool,
     endpoint: Endpoint,
     shared: Arc<QuicShared>,
     offload: Offload,
@@ -121,11 +141,15 @@ pub(crate) struct QuicWorker {
 }
 
 impl QuicWorker {
-    /// Worker `worker`'s endpoint on `sock`, registered under `token`.
+    /// Worker `worker`'s endpoint on `sock`, registered under `token`, with its hand-off
+    /// `inbox` under `inbox_token`.
+    #[allow(clippy::too_many_arguments)] // each is one of the worker's own, passed once at start
     pub(crate) fn new(
         worker: usize,
         sock: std::net::UdpSocket,
         token: Token,
+        inbox: Inbox,
+        inbox_token: Token,
         registry: &Registry,
         shared: Arc<QuicShared>,
         protocols: ProtocolFactory,
@@ -133,10 +157,16 @@ impl QuicWorker {
         let mut sock = UdpSocket::from_std(sock);
         // Writable too: edge-triggered, it fires only when a full send buffer drains.
         registry.register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)?;
+        registry.register(
+            &mut mio::unix::SourceFd(&inbox.raw_fd()),
+            inbox_token,
+            Interest::READABLE,
+        )?;
         let mut config: EndpointConfig = shared.endpoint.clone();
         let random = shared.random;
         let id = u8::try_from(worker % super::steer::MAX_WORKERS).unwrap_or(0);
-        config.cid_generator(move || Box::new(super::cid::WorkerCids::new(id, random)));
+        let generation = shared.handoff.generation;
+        config.cid_generator(move || Box::new(super::cid::WorkerCids::new(id, generation, random)));
         let endpoint = Endpoint::new(
             Arc::new(config),
             Some(Arc::clone(&shared.server)),
@@ -146,6 +176,11 @@ impl QuicWorker {
         Ok(Self {
             worker,
             sock,
+            token,
+            reading: true,
+            inbox,
+            inbox_buf: Vec::new(),
+            inbox_more: false,
             endpoint,
             offload: shared.offload,
             shared,
@@ -176,12 +211,14 @@ impl QuicWorker {
         let c = &self.counts;
         tracing::info!(
             worker = self.worker,
-            "quic: {} connections accepted, {} clients sent a Retry, {} refused; {} datagrams in, {} sends",
+            "quic: {} connections accepted, {} clients sent a Retry, {} refused; {} datagrams in, {} sends; {} passed on to an older process, {} passed in by a newer one",
             c.accepted,
             c.retries,
             c.refused,
             c.datagrams_in,
-            c.sends
+            c.sends,
+            c.passed_on,
+            c.passed_in
         );
     }
 
@@ -207,34 +244,84 @@ impl QuicWorker {
 
     /// Whether datagrams may be left unread (the budget ran out): the loop comes back at once.
     pub(crate) fn receive(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) -> bool {
+        let mut more = self.reading && self.read_socket(now);
+        if self.inbox_more {
+            self.inbox_more = self.read_inbox(now);
+            more |= self.inbox_more;
+        }
+        self.drive_touched(now, ctx);
+        more
+    }
+
+    /// The inbox has news: datagrams of this process's connections, read by a newer process.
+    /// Returns whether some may be left unread (the budget ran out).
+    pub(crate) fn on_inbox(&mut self, now: Instant, ctx: &mut WorkerCtx<'_>) -> bool {
+        self.inbox_more = self.read_inbox(now);
+        self.drive_touched(now, ctx);
+        self.inbox_more
+    }
+
+    /// Reads the socket (up to the budget): each datagram goes to its connection, or to the
+    /// older process that owns it. Returns whether the budget ran out.
+    fn read_socket(&mut self, now: Instant) -> bool {
         let fd = self.sock.as_raw_fd();
+        let generation = self.shared.handoff.generation;
         let mut budget = RECV_BUDGET;
-        let mut more = false;
         while budget > 0 {
             let got = match udp::recv(fd, &mut self.recv_buf) {
                 Ok(Some(got)) => got,
-                Ok(None) => break,
+                Ok(None) => return false,
                 Err(e) => {
                     tracing::debug!(worker = self.worker, "quic: recvmsg: {e}");
-                    break;
+                    return false;
                 }
             };
             let segment = got.segment.max(1);
             let mut start = 0;
             while start < got.len {
                 let end = (start + segment).min(got.len);
-                let data = BytesMut::from(&self.recv_buf[start..end]);
+                let bytes = &self.recv_buf[start..end];
                 start = end;
                 budget = budget.saturating_sub(1);
                 self.counts.datagrams_in += 1;
+                // An older process's connection (after an upgrade): passed to it. For our own,
+                // this is one byte compared.
+                if let Some((older, worker)) = handoff::owner(bytes, generation) {
+                    if self
+                        .shared
+                        .handoff
+                        .forward(older, worker, got.from, got.local, bytes)
+                    {
+                        self.counts.passed_on += 1;
+                        continue;
+                    }
+                }
+                let data = BytesMut::from(bytes);
                 self.datagram(now, got.from, got.local, data);
             }
-            if budget == 0 {
-                more = true;
-            }
         }
-        self.drive_touched(now, ctx);
-        more
+        true
+    }
+
+    /// Reads the inbox (up to the budget). Returns whether the budget ran out.
+    fn read_inbox(&mut self, now: Instant) -> bool {
+        if self.inbox_buf.is_empty() {
+            self.inbox_buf = vec![0; HEADER_LEN + RECV_BUFFER];
+        }
+        for _ in 0..RECV_BUDGET {
+            let got = match self.inbox.recv(&mut self.inbox_buf) {
+                Ok(Some(got)) => got,
+                Ok(None) => return false,
+                Err(e) => {
+                    tracing::debug!(worker = self.worker, "quic: hand-off inbox: {e}");
+                    return false;
+                }
+            };
+            self.counts.passed_in += 1;
+            let data = BytesMut::from(&self.inbox_buf[got.range]);
+            self.datagram(now, got.from, got.local, data);
+        }
+        true
     }
 
     fn datagram(
@@ -359,6 +446,17 @@ impl QuicWorker {
         }
         self.closing = true;
         self.handing_over = ctx.handing_over;
+        if self.handing_over {
+            // The newer process reads the socket from now on, and passes our connections'
+            // datagrams to the inbox; the socket is still ours to send on.
+            self.reading = false;
+            if let Err(e) = ctx
+                .registry
+                .reregister(&mut self.sock, self.token, Interest::WRITABLE)
+            {
+                tracing::warn!(worker = self.worker, "quic: cannot stop reading: {e}");
+            }
+        }
         let token = ctx.token;
         for (&key, c) in &mut self.conns {
             ctx.token = client_token(key);

@@ -1,6 +1,7 @@
 //! What every worker's QUIC endpoint is built from: the sockets bound (one per worker, the
 //! steering program attached), quinn-proto's server, transport and endpoint configurations
-//! from the `--h3-*` limits, and the offload the kernel has.
+//! from the `--h3-*` limits, the offload the kernel has, and the hand-off channels between the
+//! processes of an upgrade (`super::handoff`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use quinn_proto::{IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt};
 use rustls::crypto::SecureRandom;
 
 use super::config::QuicConfig;
+use super::handoff::{HandedChannel, Handoff, Inbox};
 use super::{steer, udp};
 
 /// Streams the client may open one way (HTTP/3 needs three: its control stream and QPACK's
@@ -27,11 +29,14 @@ pub(crate) struct QuicShared {
     pub(crate) endpoint: quinn_proto::EndpointConfig,
     pub(crate) random: &'static dyn SecureRandom,
     pub(crate) offload: udp::Offload,
+    /// This process's generation and the older processes' channels.
+    pub(crate) handoff: Handoff,
 }
 
-/// The bound sockets (one per worker) and what they share.
+/// The bound sockets (one per worker), each worker's hand-off inbox, and what they share.
 pub(crate) struct Bound {
     pub(crate) sockets: Vec<std::net::UdpSocket>,
+    pub(crate) inboxes: Vec<Inbox>,
     pub(crate) addr: SocketAddr,
     pub(crate) shared: Arc<QuicShared>,
 }
@@ -48,8 +53,10 @@ pub enum QuicError {
     Setup(String),
 }
 
-/// Binds one socket per worker, attaches the steering program, and builds the configuration
-/// every worker's endpoint shares from `tls` (TLS 1.3 only, see `TlsContext::quic_config`).
+/// Binds one socket per worker, attaches the steering program, makes the hand-off channels
+/// (routes to the older processes in `channels`, handed over with the sockets), and builds the
+/// configuration every worker's endpoint shares from `tls` (TLS 1.3 only, see
+/// `TlsContext::quic_config`).
 ///
 /// # Errors
 /// A socket that cannot be bound; a TLS configuration QUIC cannot use.
@@ -58,6 +65,7 @@ pub(crate) fn bind(
     workers: usize,
     tls: Arc<rustls::ServerConfig>,
     handed: Vec<std::net::UdpSocket>,
+    channels: Vec<HandedChannel>,
 ) -> Result<Bound, QuicError> {
     let random = tls.crypto_provider().secure_random;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
@@ -79,12 +87,21 @@ pub(crate) fn bind(
             false
         }
     };
+    let (handoff, inboxes) = Handoff::new(workers, channels)
+        .map_err(|e| QuicError::Setup(format!("cannot make the hand-off channels: {e}")))?;
     tracing::info!(
         "quic: GSO {}, GRO {}, steering by connection ID {}",
         if offload.gso { "on" } else { "off" },
         if offload.gro { "on" } else { "off" },
         if steered { "on" } else { "off" },
     );
+    let older = handoff.older();
+    if !older.is_empty() {
+        tracing::info!(
+            "quic: generation {}; datagrams of generation {older:?} go to the process that owns them",
+            handoff.generation
+        );
+    }
     let mut transport = TransportConfig::default();
     transport
         .max_concurrent_bidi_streams(VarInt::from_u32(cfg.max_streams))
@@ -111,6 +128,7 @@ pub(crate) fn bind(
         .map_err(|e| QuicError::Setup(e.to_string()))?;
     Ok(Bound {
         sockets,
+        inboxes,
         addr,
         shared: Arc::new(QuicShared {
             cfg: cfg.clone(),
@@ -118,6 +136,7 @@ pub(crate) fn bind(
             endpoint,
             random,
             offload,
+            handoff,
         }),
     })
 }

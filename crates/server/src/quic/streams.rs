@@ -224,6 +224,11 @@ impl StreamIo<'_> {
         self.now
     }
 
+    /// The connection's round-trip time (quinn-proto's smoothed estimate).
+    pub(crate) fn rtt(&self) -> std::time::Duration {
+        self.conn.rtt()
+    }
+
     /// The client's address.
     pub(crate) fn peer(&self) -> SocketAddr {
         self.conn.remote_address()
