@@ -82,6 +82,9 @@ pub struct ResponseHead {
     pub keep_alive: bool,
     /// Length of the head in bytes, including the final blank line.
     pub head_len: usize,
+    /// The `Content-Length` the head announced (checked: digits only, every copy the same),
+    /// also where the response has no body (`HEAD`, `304`), whose length a proxy passes on.
+    pub content_length: Option<u64>,
 }
 
 impl ResponseHead {
@@ -222,6 +225,7 @@ fn parse_any_response<'h, 'b>(
             body,
             keep_alive,
             head_len,
+            content_length: fields.content_length,
         },
         reason: resp.reason.unwrap_or(""),
         fields: resp.headers,
@@ -741,6 +745,7 @@ mod tests {
                 body: ResponseBody::Length(13),
                 keep_alive: true,
                 head_len: head.len(),
+                content_length: Some(13),
             }))
         );
     }

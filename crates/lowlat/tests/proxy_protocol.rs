@@ -336,6 +336,22 @@ fn missing_or_garbage_headers_close_the_connection() {
     let _ = s.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(upstream.last_forwarded_for(), "127.0.0.1");
+    // A v2 header longer than most (addresses and a 400-byte TLV): read whole.
+    let mut long = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    let body_len: u16 = 12 + 3 + 400;
+    long.extend_from_slice(&[0x21, 0x11]);
+    long.extend_from_slice(&body_len.to_be_bytes());
+    long.extend_from_slice(&[192, 0, 2, 77, 127, 0, 0, 1, 0x9c, 0x40, 0, 80]);
+    long.extend_from_slice(&[0x04, 0x01, 0x90]); // PP2_TYPE_NOOP, 400 bytes
+    long.extend_from_slice(&[0u8; 400]);
+    long.extend_from_slice(b"GET /up/tlv HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut s = TcpStream::connect(served.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(&long).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(upstream.last_forwarded_for(), "192.0.2.77");
     // Every refusal counted: 8 cases on two listeners, and the late one.
     let metrics = served.metrics_addr().to_string();
     let until = Instant::now() + Duration::from_secs(5);

@@ -28,6 +28,9 @@ use mio::net::TcpStream;
 use crate::config::ServerConfig;
 use crate::transport::Transport;
 
+/// The first peek's length: every v1 header, and a v2 header with its addresses and a few TLVs.
+const SMALL_PEEK: usize = 256;
+
 /// A connection whose PROXY header is awaited.
 pub(crate) struct AwaitingHeader {
     sock: Option<TcpStream>,
@@ -76,20 +79,31 @@ impl AwaitingHeader {
         let Some(sock) = &mut self.sock else {
             return HeaderRead::Refused;
         };
-        // The longest header either version may have: a peek this long either holds a whole
-        // header or shows that it is bad.
-        let mut buf = [0u8; MAX_HEADER_BYTES];
-        let n = match sock.peek(&mut buf) {
-            Ok(0) => return self.refuse("closed before its PROXY header"),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return HeaderRead::Waiting,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return HeaderRead::Waiting,
-            Err(_) => return self.refuse("failed before its PROXY header"),
-        };
-        let header = match proxy_protocol::parse(&buf[..n]) {
-            Ok(Status::Partial) => return HeaderRead::Waiting,
-            Ok(Status::Complete(h)) => h,
-            Err(e) => return self.refuse(&e.to_string()),
+        // A peek of the longest header either version may have either holds a whole header or
+        // shows that it is bad. Most headers are far shorter (v1 at most 107 bytes, v2 with
+        // IPv6 addresses 52), so a small buffer is tried first: zeroing the longest one for every
+        // connection cost more than parsing the header (4 096 instructions under callgrind).
+        let mut small = [0u8; SMALL_PEEK];
+        let mut large;
+        let mut buf: &mut [u8] = &mut small;
+        let header = loop {
+            let n = match sock.peek(buf) {
+                Ok(0) => return self.refuse("closed before its PROXY header"),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return HeaderRead::Waiting,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return HeaderRead::Waiting,
+                Err(_) => return self.refuse("failed before its PROXY header"),
+            };
+            match proxy_protocol::parse(&buf[..n]) {
+                // A v2 header with more than the small buffer holds (its TLVs): peek again.
+                Ok(Status::Partial) if n == SMALL_PEEK && buf.len() == SMALL_PEEK => {
+                    large = [0u8; MAX_HEADER_BYTES];
+                    buf = &mut large;
+                }
+                Ok(Status::Partial) => return HeaderRead::Waiting,
+                Ok(Status::Complete(h)) => break h,
+                Err(e) => return self.refuse(&e.to_string()),
+            }
         };
         // Take the header (and nothing after it) off the socket. The peek showed it is there,
         // so the reads return it at once.

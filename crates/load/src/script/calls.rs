@@ -471,6 +471,7 @@ fn final_head(raw: &[u8], request_was_head: bool) -> (usize, ResponseHead) {
         body: ResponseBody::None,
         keep_alive: true,
         head_len: 0,
+        content_length: None,
     };
     (raw.len(), none)
 }

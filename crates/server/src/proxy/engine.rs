@@ -1026,12 +1026,7 @@ impl Upstreams {
                         .filter(|f| f.name.eq_ignore_ascii_case("connection"))
                         .map(|f| f.value)
                 };
-                let announced = p
-                    .fields
-                    .iter()
-                    .find(|f| f.name.eq_ignore_ascii_case("content-length"))
-                    .and_then(|f| std::str::from_utf8(f.value).ok())
-                    .and_then(|v| v.trim().parse().ok());
+                let announced = p.head.content_length;
                 let (relay, left) = match p.head.body {
                     ResponseBody::None => (RelayBody::None { length: announced }, None),
                     ResponseBody::Length(n) => (RelayBody::Length(n), Some(BodyLeft::Length(n))),
