@@ -40,6 +40,7 @@
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
 //! - [`incoming`]: what is known of a request beyond its head (the client, a streamed body).
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
+//! - `sitename`: whether a site answers to a name, one rule for `Host` and SNI.
 //! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
 //! - [`builtin`]: `/plaintext` and `/json`.
 //! - [`cache`]: the proxy's cache (RFC 9111): one store per process, hits served from memory,
@@ -95,6 +96,7 @@ pub mod router;
 mod server;
 mod service;
 pub mod settings;
+mod sitename;
 pub mod template;
 pub mod tls;
 mod transport;

@@ -120,17 +120,11 @@ impl Router {
                 .map_or(host, |(h, _)| h)
         };
         let name = name.trim_end_matches('.');
-        let parent = name.split_once('.').map(|(_, p)| p);
+        // The rule the TLS layer picks a site's handshake by, from the SNI.
         self.sites
             .iter_mut()
             .enumerate()
-            .find(|(_, (names, _))| {
-                names.iter().any(|n| {
-                    n.eq_ignore_ascii_case(name)
-                        || n.strip_prefix("*.")
-                            .is_some_and(|w| parent.is_some_and(|p| p.eq_ignore_ascii_case(w)))
-                })
-            })
+            .find(|(_, (names, _))| crate::sitename::matches(names, name))
             .map(|(i, (_, r))| (i, r))
     }
 
