@@ -39,6 +39,9 @@
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
 //! - [`incoming`]: what is known of a request beyond its head (the client, a streamed body).
+//! - [`client_cert`]: what a client certificate verified in a handshake says (subject,
+//!   fingerprint…), worked out once per connection.
+//! - [`client_auth`]: a site's client-certificate rule, checked before its routes (mTLS).
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
 //! - `sitename`: whether a site answers to a name, one rule for `Host` and SNI.
 //! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
@@ -67,6 +70,8 @@ pub mod app;
 pub mod builtin;
 pub mod cache;
 pub mod cli;
+pub mod client_auth;
+pub mod client_cert;
 mod clients;
 mod clock;
 pub mod compress;

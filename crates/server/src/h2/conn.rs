@@ -66,6 +66,8 @@ pub(super) struct Pending {
 pub(crate) struct H2Conn {
     pub(crate) io: Transport,
     pub(super) peer: SocketAddr,
+    /// The client as handlers see it: the same for every stream.
+    pub(super) client: crate::proxy::headers::ClientInfo,
     pub(super) rbuf: Vec<u8>,
     pub(super) rlen: usize,
     pub(super) wbuf: Vec<u8>,
@@ -144,6 +146,7 @@ impl H2Conn {
         let Handover {
             io,
             peer,
+            client,
             mut rbuf,
             rlen,
             fin_seen,
@@ -172,6 +175,7 @@ impl H2Conn {
         Self {
             io,
             peer,
+            client,
             rbuf,
             rlen,
             wbuf,
