@@ -24,7 +24,7 @@ const PROXY: Guide = Guide {
 };
 const PROTECTION: Guide = Guide {
     path: "docs/protection.md",
-    about: "access rules by network, rate limits and Basic authentication, per site and path",
+    about: "access rules by network, rate limits, Basic authentication and client certificates (mTLS), per site and path",
 };
 const PHP: Guide = Guide {
     path: "docs/php.md",

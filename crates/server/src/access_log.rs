@@ -125,6 +125,9 @@ pub(crate) struct Entry<'a> {
     pub(crate) cache: Option<crate::cache::CacheOutcome>,
     /// What the rate limits did (`$limit_req_status`), where a zone applies.
     pub(crate) limit: Option<LimitOutcome>,
+    /// The client's certificate, when it was verified for the request's site
+    /// (`$ssl_client_*`; `$ssl_client_verify` is `SUCCESS` then, `NONE` otherwise).
+    pub(crate) cert: Option<&'a crate::client_cert::ClientCert>,
 }
 
 impl<'a> Entry<'a> {
@@ -147,6 +150,7 @@ impl<'a> Entry<'a> {
         Entry {
             cache,
             limit,
+            cert: None,
             remote,
             method: req.method_token,
             target: req.target,
@@ -222,6 +226,8 @@ pub(crate) struct HeldRequest {
     cache: Option<crate::cache::CacheOutcome>,
     /// What the rate limits did.
     limit: Option<LimitOutcome>,
+    /// The client's certificate, when it was verified for the request's site.
+    pub(crate) cert: Option<std::rc::Rc<crate::client_cert::ClientCert>>,
 }
 
 impl HeldRequest {
@@ -275,6 +281,7 @@ impl HeldRequest {
         Entry {
             cache: crate::cache::relaying().or(self.cache),
             limit: self.limit,
+            cert: self.cert.as_deref(),
             remote,
             method: text(&self.method),
             target: text(&self.target),
@@ -572,6 +579,17 @@ impl WorkerLog {
                     dash(b, e.cache.map(|c| c.token().as_bytes()));
                 }
                 LogVar::LimitReqStatus => dash(b, e.limit.map(|l| l.token().as_bytes())),
+                LogVar::SslClientVerify => b.extend_from_slice(match (e.cert, e.tls) {
+                    (Some(_), _) => crate::client_cert::VERIFY_SUCCESS.as_bytes(),
+                    (None, true) => crate::client_cert::VERIFY_NONE.as_bytes(),
+                    (None, false) => b"-",
+                }),
+                LogVar::SslClientSDn => dash(b, e.cert.map(|c| c.subject.as_bytes())),
+                LogVar::SslClientIDn => dash(b, e.cert.map(|c| c.issuer.as_bytes())),
+                LogVar::SslClientSerial => dash(b, e.cert.map(|c| c.serial.as_bytes())),
+                LogVar::SslClientFingerprint => {
+                    dash(b, e.cert.map(|c| c.fingerprint.as_bytes()));
+                }
             }
         }
         b.push(b'\n');
@@ -607,6 +625,17 @@ impl WorkerLog {
             /// The site's first server name; absent for a request refused before routing.
             #[serde(skip_serializing_if = "Option::is_none")]
             site: Option<&'a str>,
+            /// The client certificate verified for the request's site: absent without one.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            ssl_client_verify: Option<&'static str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            ssl_client_s_dn: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            ssl_client_i_dn: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            ssl_client_serial: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            ssl_client_fingerprint: Option<&'a str>,
         }
         let line = Line {
             time: std::str::from_utf8(&self.iso_time).unwrap_or(""),
@@ -635,6 +664,11 @@ impl WorkerLog {
                 .site
                 .and_then(|i| self.cfg.sites.get(i))
                 .map(String::as_str),
+            ssl_client_verify: e.cert.map(|_| crate::client_cert::VERIFY_SUCCESS),
+            ssl_client_s_dn: e.cert.map(|c| &*c.subject),
+            ssl_client_i_dn: e.cert.map(|c| &*c.issuer),
+            ssl_client_serial: e.cert.map(|c| &*c.serial),
+            ssl_client_fingerprint: e.cert.map(|c| &*c.fingerprint),
         };
         if serde_json::to_writer(&mut self.buf, &line).is_ok() {
             self.buf.push(b'\n');

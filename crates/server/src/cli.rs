@@ -373,7 +373,13 @@ fn serve_with(
                         n.reloading();
                     }
                     if let Some(path) = &config_path {
-                        reload_config(path, &reloader, &old_args, registry.as_deref());
+                        reload_config(
+                            path,
+                            &reloader,
+                            &old_args,
+                            registry.as_deref(),
+                            tls.as_deref(),
+                        );
                     }
                     reload(tls.as_deref());
                     if let Some(n) = systemd {
@@ -558,12 +564,14 @@ fn restart_settings(a: &ServeArgs) -> Vec<(&'static str, String)> {
 
 /// SIGHUP with `--config`: re-reads the file (under the same command line) and serves the new
 /// files and app settings from the next request on; a file that does not check is refused and
-/// the configuration in use stays.
+/// the configuration in use stays. The sites' client-certificate rules go to the TLS layer
+/// first, so that no request is answered under a rule its handshakes were not asked under.
 fn reload_config(
     path: &std::path::Path,
     reloader: &crate::ReloadHandle,
     old: &[(&'static str, String)],
     registry: Option<&crate::metrics::Registry>,
+    tls: Option<&TlsContext>,
 ) {
     let new = match merged(path, &command_line()) {
         Ok(new) => new,
@@ -578,8 +586,23 @@ fn reload_config(
             return;
         }
     };
+    let kept = |e: &dyn std::fmt::Display| {
+        tracing::error!(
+            "SIGHUP: {}: {e}; the configuration in use is kept",
+            path.display()
+        );
+    };
+    let client_auth = match new.client_auth_sites() {
+        Ok(sites) => sites,
+        Err(e) => return kept(&e),
+    };
     match service_with_upstreams(&new) {
         Ok((svc, upstreams)) => {
+            if let Some(tls) = tls {
+                if let Err(e) = tls.set_client_auth(client_auth) {
+                    return kept(&e);
+                }
+            }
             reloader.set_service(svc);
             if let Some(r) = registry {
                 r.set_sites(site_labels(&new));
@@ -603,14 +626,12 @@ fn reload_config(
                 );
             }
         }
-        Err(e) => tracing::error!(
-            "SIGHUP: {}: {e}; the configuration in use is kept",
-            path.display()
-        ),
+        Err(e) => kept(&e),
     }
 }
 
-/// SIGHUP: re-reads the certificates; connections already open keep theirs.
+/// SIGHUP: re-reads the certificates and the client CA files; connections already open keep
+/// theirs.
 fn reload(tls: Option<&TlsContext>) {
     let Some(tls) = tls else {
         return;

@@ -126,6 +126,8 @@ pub(crate) struct Handover {
     pub(crate) io: Transport,
     pub(crate) peer: std::net::SocketAddr,
     pub(crate) named: Option<Box<lowlat_http::proxy_protocol::Addresses>>,
+    /// The client as handlers see it, its certificate looked at (once the handshake is done).
+    pub(crate) client: ClientInfo,
     /// What was read so far (`rbuf[..rlen]`): the preface, and maybe frames after it.
     pub(crate) rbuf: Vec<u8>,
     pub(crate) rlen: usize,
@@ -146,6 +148,9 @@ pub(crate) struct Conn {
     pub(crate) named: Option<Box<lowlat_http::proxy_protocol::Addresses>>,
     /// The client as handlers that pass it on see it (the proxy).
     client: ClientInfo,
+    /// The handshake may have verified a client certificate, not looked at yet: it is, before
+    /// the first request (some site asks for client certificates; never set otherwise).
+    cert_pending: bool,
     /// Read buffer, fully initialised; `rlen` bytes of it hold data. Empty (no capacity) while
     /// the connection has no unanswered bytes.
     rbuf: Vec<u8>,
@@ -222,8 +227,10 @@ impl Conn {
             peer,
             tls: io.is_tls(),
             early_data: false,
+            cert: None,
         };
         Self {
+            cert_pending: io.by_name(),
             io,
             peer,
             named: None,
@@ -412,13 +419,26 @@ impl Conn {
         if self.wbuf.capacity() > 0 {
             ctx.pool.give_write(std::mem::take(&mut self.wbuf));
         }
+        self.look_at_client_cert();
         Handover {
             io: self.io,
             peer: self.peer,
             named: self.named,
+            client: self.client,
             rbuf: self.rbuf,
             rlen: self.rlen,
             fin_seen: self.fin_seen,
+        }
+    }
+
+    /// Notes the certificate the handshake verified, if any: once per connection, when its
+    /// first request is about to be answered (the handshake is done by then: no plaintext
+    /// comes before it).
+    #[cold]
+    fn look_at_client_cert(&mut self) {
+        if self.cert_pending {
+            self.cert_pending = false;
+            self.client.cert = self.io.client_cert();
         }
     }
 

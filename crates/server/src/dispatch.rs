@@ -79,8 +79,7 @@ pub(crate) fn route(
 pub(crate) fn answered(
     ctx: &mut WorkerCtx<'_>,
     req: &Request<'_, '_>,
-    peer: std::net::SocketAddr,
-    tls: bool,
+    client: &ClientInfo,
     site: usize,
     status: u16,
     done: &Finished,
@@ -92,19 +91,21 @@ pub(crate) fn answered(
     let took = end.saturating_duration_since(started);
     ctx.counters.response(site, status, done.body_bytes, took);
     if let Some(log) = ctx.access_log.as_deref_mut() {
-        log.record(&Entry::answered(
+        let mut entry = Entry::answered(
             req,
-            peer,
+            client.peer,
             status,
             done.body_bytes,
             done.head_bytes,
             took,
             ctx.worker,
             site,
-            tls,
+            client.tls,
             done.cache,
             done.limit,
-        ));
+        );
+        entry.cert = verified_cert(client, done);
+        log.record(&entry);
     }
 }
 
@@ -115,18 +116,29 @@ pub(crate) fn hold(
     held: &mut Option<Box<HeldRequest>>,
     req: &Request<'_, '_>,
     site: usize,
-    tls: bool,
+    client: &ClientInfo,
     done: &Finished,
 ) {
     if let Some(log) = ctx.access_log.as_deref() {
-        held.get_or_insert_with(Box::default).hold(
-            req,
-            site,
-            tls,
-            done.cache,
-            done.limit,
-            log.config(),
-        );
+        let held = held.get_or_insert_with(Box::default);
+        held.hold(req, site, client.tls, done.cache, done.limit, log.config());
+        held.cert = if done.client_verified {
+            client.cert.clone()
+        } else {
+            None
+        };
+    }
+}
+
+/// The client's certificate when it was verified for the request's site, for the log.
+fn verified_cert<'c>(
+    client: &'c ClientInfo,
+    done: &Finished,
+) -> Option<&'c crate::client_cert::ClientCert> {
+    if done.client_verified {
+        client.cert.as_deref()
+    } else {
+        None
     }
 }
 
@@ -240,6 +252,7 @@ pub(crate) fn refused(
             fields: crate::access_log::Fields::None,
             cache: None,
             limit: None,
+            cert: None,
         });
     }
 }

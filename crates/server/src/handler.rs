@@ -102,6 +102,9 @@ pub struct Response<'a> {
     // Both lent by the connection (the client is known once per connection, the slot is its
     // own): a `Response`, made and moved for every request, carries two words for them.
     client: Option<&'a ClientInfo>,
+    /// What the site's client-certificate rule found (`crate::client_auth`): nothing when the
+    /// site has none.
+    cert_check: Option<bool>,
     /// Where a request to forward is put (the connection's slot); nothing is written then.
     forward: Option<&'a mut Option<ProxyJob>>,
     /// The request's body is still arriving and will stream (framed so) to whoever forwards
@@ -130,6 +133,9 @@ pub(crate) struct Finished {
     pub(crate) status: u16,
     pub(crate) body_bytes: u64,
     pub(crate) head_bytes: u64,
+    /// The client's certificate counted for the request's site (the access log's
+    /// `$ssl_client_verify`).
+    pub(crate) client_verified: bool,
 }
 
 impl<'a> Response<'a> {
@@ -163,6 +169,7 @@ impl<'a> Response<'a> {
             body_bytes: 0,
             head_bytes: 0,
             client: None,
+            cert_check: None,
             forward: None,
             streamed: None,
             compress: None,
@@ -196,8 +203,29 @@ impl<'a> Response<'a> {
 
     /// The client that asked, when the connection said.
     #[must_use]
-    pub fn client(&self) -> Option<ClientInfo> {
-        self.client.copied()
+    pub fn client(&self) -> Option<&'a ClientInfo> {
+        self.client
+    }
+
+    /// Says what the site's client-certificate rule found: whether the client's certificate
+    /// was verified by the site's CA file. Handlers pass it on ([`Response::client_cert`]).
+    pub(crate) fn set_cert_checked(&mut self, verified: bool) {
+        self.cert_check = Some(verified);
+    }
+
+    /// What an upstream is told of the client's certificate: nothing on a site that asks for
+    /// none; else the certificate when the site's CA file verified it, or that there is none.
+    #[must_use]
+    pub fn client_cert(&self) -> crate::client_cert::CertReport<'a> {
+        use crate::client_cert::CertReport;
+        match self.cert_check {
+            None => CertReport::NotAsked,
+            Some(true) => self
+                .client
+                .and_then(|c| c.cert.as_deref())
+                .map_or(CertReport::Absent, CertReport::Verified),
+            Some(false) => CertReport::Absent,
+        }
     }
 
     /// Answers by forwarding: the response will come from an upstream.
@@ -533,6 +561,7 @@ impl<'a> Response<'a> {
             status: self.status,
             body_bytes: self.body_bytes,
             head_bytes: self.head_bytes,
+            client_verified: self.cert_check == Some(true),
         }
     }
 }

@@ -39,7 +39,11 @@
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
 //! - [`incoming`]: what is known of a request beyond its head (the client, a streamed body).
+//! - [`client_cert`]: what a client certificate verified in a handshake says (subject,
+//!   fingerprint…), worked out once per connection.
+//! - [`client_auth`]: a site's client-certificate rule, checked before its routes (mTLS).
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
+//! - `sitename`: whether a site answers to a name, one rule for `Host` and SNI.
 //! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
 //! - [`builtin`]: `/plaintext` and `/json`.
 //! - [`cache`]: the proxy's cache (RFC 9111): one store per process, hits served from memory,
@@ -68,6 +72,8 @@ pub mod app;
 pub mod builtin;
 pub mod cache;
 pub mod cli;
+pub mod client_auth;
+pub mod client_cert;
 mod clients;
 mod clock;
 pub mod compress;
@@ -98,6 +104,7 @@ pub mod router;
 mod server;
 mod service;
 pub mod settings;
+mod sitename;
 pub mod template;
 pub mod tls;
 mod transport;

@@ -3,7 +3,9 @@
 //! which the access log walks per request (`crate::access_log`): no name lookup, no parsing and
 //! no allocation per line.
 //!
-//! Variables are nginx's common ones, plus `$site` (the site's first server name). A value is
+//! Variables are nginx's common ones, plus `$site` (the site's first server name). The client
+//! certificate's (`$ssl_client_s_dn`, `$ssl_client_fingerprint`…) are nginx's but for the
+//! fingerprint, which is SHA-256 where nginx's is SHA-1. A value is
 //! escaped as nginx's default `escape=default` does: `"`, `\` and bytes outside printable ASCII
 //! become `\xHH`, so a client cannot forge a line or a field. A value that is missing is `-`.
 //! An unknown variable is refused when the format is compiled (so by `--check-config`).
@@ -77,9 +79,18 @@ pub enum LogVar {
     /// What the rate limits did: PASSED, REJECTED, REJECTED_DRY_RUN; `-` where no zone
     /// applies (as nginx's).
     LimitReqStatus,
+    /// `SUCCESS` when a client certificate was verified for the request's site, `NONE` over
+    /// TLS without one, `-` in clear.
+    SslClientVerify,
+    /// The verified certificate's subject (RFC 4514), issuer, serial (hex) and SHA-256
+    /// fingerprint (hex); `-` without one.
+    SslClientSDn,
+    SslClientIDn,
+    SslClientSerial,
+    SslClientFingerprint,
 }
 
-const NAMES: [(&str, LogVar); 27] = [
+const NAMES: [(&str, LogVar); 32] = [
     ("remote_addr", LogVar::RemoteAddr),
     ("remote_user", LogVar::RemoteUser),
     ("time_local", LogVar::TimeLocal),
@@ -107,6 +118,11 @@ const NAMES: [(&str, LogVar); 27] = [
     ("upstream_response_time", LogVar::UpstreamResponseTime),
     ("upstream_cache_status", LogVar::UpstreamCacheStatus),
     ("limit_req_status", LogVar::LimitReqStatus),
+    ("ssl_client_verify", LogVar::SslClientVerify),
+    ("ssl_client_s_dn", LogVar::SslClientSDn),
+    ("ssl_client_i_dn", LogVar::SslClientIDn),
+    ("ssl_client_serial", LogVar::SslClientSerial),
+    ("ssl_client_fingerprint", LogVar::SslClientFingerprint),
 ];
 
 /// One piece of a compiled format.

@@ -26,6 +26,7 @@ use lowlat_http::Status;
 use mio::net::TcpStream;
 
 use crate::config::ServerConfig;
+use crate::tls::Accept;
 use crate::transport::Transport;
 
 /// The first peek's length: every v1 header, and a v2 header with its addresses and a few TLVs.
@@ -146,10 +147,13 @@ pub(crate) fn transport(
     tls: bool,
 ) -> Option<(Transport, Duration)> {
     match (&cfg.tls, tls) {
-        (Some(ctx), true) => ctx
-            .accept()
-            .ok()
-            .map(|session| (Transport::tls(stream, session), cfg.tls_handshake_timeout)),
+        (Some(ctx), true) => {
+            let io = match ctx.accept().ok()? {
+                Accept::Session(session) => Transport::tls(stream, session),
+                Accept::ByName(configs) => Transport::tls_by_name(stream, configs).ok()?,
+            };
+            Some((io, cfg.tls_handshake_timeout))
+        }
         _ => Some((Transport::Plain(stream), cfg.keepalive_timeout)),
     }
 }

@@ -70,6 +70,9 @@ pub struct Router {
     compress: Option<std::rc::Rc<crate::compress::CompressConfig>>,
     /// Handlers asked, in order, before the sites or the routes (see [`Router::early`]).
     hooks: Vec<EarlyHook>,
+    /// The site asks for client certificates (`crate::client_auth`): it does not advertise
+    /// HTTP/3, over which none is asked for (see [`Router::add_default_header`]).
+    asks_client_certs: bool,
 }
 
 /// Where an early hook is asked.
@@ -120,17 +123,11 @@ impl Router {
                 .map_or(host, |(h, _)| h)
         };
         let name = name.trim_end_matches('.');
-        let parent = name.split_once('.').map(|(_, p)| p);
+        // The rule the TLS layer picks a site's handshake by, from the SNI.
         self.sites
             .iter_mut()
             .enumerate()
-            .find(|(_, (names, _))| {
-                names.iter().any(|n| {
-                    n.eq_ignore_ascii_case(name)
-                        || n.strip_prefix("*.")
-                            .is_some_and(|w| parent.is_some_and(|p| p.eq_ignore_ascii_case(w)))
-                })
-            })
+            .find(|(_, (names, _))| crate::sitename::matches(names, name))
             .map(|(i, (_, r))| (i, r))
     }
 
@@ -383,10 +380,23 @@ impl Router {
             (!self.extra_headers.is_empty()).then(|| std::rc::Rc::from(&self.extra_headers[..]));
     }
 
+    /// Marks this router's site as one that asks for client certificates.
+    pub fn set_asks_client_certs(&mut self) {
+        self.asks_client_certs = true;
+    }
+
     /// Adds the header line `line` (`Name: value`) to every response of this router and of its
     /// sites, except those whose own lines (`add_header`) already set that field: a default the
-    /// server adds, as `Alt-Svc` for HTTP/3, which a site's configuration may override.
+    /// server adds, as `Alt-Svc` for HTTP/3, which a site's configuration may override. A site
+    /// that asks for client certificates gets none: the one default is HTTP/3's `Alt-Svc`, and
+    /// over HTTP/3 no certificate is asked for, so its clients are better kept on TCP.
     pub fn add_default_header(&mut self, line: &str) {
+        if self.asks_client_certs {
+            for (_, site) in &mut self.sites {
+                site.add_default_header(line);
+            }
+            return;
+        }
         let name = line.split(':').next().unwrap_or(line).trim().as_bytes();
         let set_here = self.extra_headers.split(|&b| b == b'\n').any(|l| {
             l.split(|&b| b == b':')
@@ -426,6 +436,7 @@ impl Router {
             added: _,
             compress: _,
             hooks: _,
+            asks_client_certs: _,
         } = self;
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,

@@ -16,14 +16,27 @@
 //! - A client that speaks plain HTTP to a TLS port is detected on its first byte (a TLS record
 //!   starts with 0x16, a request line with a letter); the transport then switches to clear text
 //!   so that the protocol layer can answer 400 in words the client reads, as nginx does.
+//!
+//! When sites ask for client certificates (`crate::tls::ClientAuthConfigs`), a TLS connection is
+//! first *accepting*: a rustls `Acceptor` reads its ClientHello, whose server name chooses the
+//! configuration the handshake then goes on under, and the stream records which CA file
+//! verified the client's certificate ([`Transport::client_cert`]). Reading goes through the
+//! same one test as before (`detour`, which clear text also takes), so a server whose sites ask
+//! for no certificate runs the very path it ran without this.
 
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+use std::sync::Arc;
 
 use mio::net::TcpStream;
+use rustls::server::Acceptor;
 use rustls::ServerConnection;
+
+use crate::client_cert::ClientCert;
+use crate::tls::{CaTag, ClientAuthConfigs};
 
 /// The first byte of a TLS handshake record (RFC 8446 §5.1, `ContentType.handshake`).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
@@ -78,6 +91,19 @@ pub(crate) struct TlsStream {
     first_read: bool,
     /// The client spoke plain HTTP: bypass TLS from now on (to answer 400 and close).
     cleartext: bool,
+    /// Reads take another way than TLS records: `cleartext`, or `accepting`. One flag, so that
+    /// the ordinary read pays the one test it paid before client certificates existed.
+    detour: bool,
+    /// The ClientHello is being read to choose the configuration (`tls` stands in meanwhile).
+    accepting: Option<Box<Accepting>>,
+    /// The configuration asked for a client certificate, verified against this CA file.
+    client_ca: Option<Arc<CaTag>>,
+}
+
+/// A connection's ClientHello being read, before its configuration is chosen by name.
+struct Accepting {
+    acceptor: Acceptor,
+    configs: Arc<ClientAuthConfigs>,
 }
 
 impl Transport {
@@ -89,7 +115,61 @@ impl Transport {
             tls,
             first_read: true,
             cleartext: false,
+            detour: false,
+            accepting: None,
+            client_ca: None,
         }))
+    }
+
+    /// A TLS transport whose configuration its ClientHello's server name chooses among
+    /// `configs`. The shared configuration's state machine stands in until then: it is
+    /// handshaking and has nothing to write, which is what the protocol layer must see.
+    ///
+    /// # Errors
+    /// When rustls cannot start a session.
+    pub(crate) fn tls_by_name(
+        sock: TcpStream,
+        configs: Arc<ClientAuthConfigs>,
+    ) -> Result<Self, rustls::Error> {
+        let stand_in = ServerConnection::new(configs.plain())?;
+        Ok(Self::Tls(Box::new(TlsStream {
+            sock,
+            tls: stand_in,
+            first_read: true,
+            cleartext: false,
+            detour: true,
+            accepting: Some(Box::new(Accepting {
+                acceptor: Acceptor::default(),
+                configs,
+            })),
+            client_ca: None,
+        })))
+    }
+
+    /// Whether the client may have presented a certificate: the connection was accepted by
+    /// name (some site asks for client certificates). Only such a connection is asked for
+    /// [`Transport::client_cert`], once, when its handshake is done.
+    pub(crate) fn by_name(&self) -> bool {
+        matches!(self, Self::Tls(t) if t.accepting.is_some() || t.client_ca.is_some())
+    }
+
+    /// The client's certificate, once the handshake is done, when its configuration asked for
+    /// one and the client sent one (rustls verified it, against the CA file the description
+    /// records). Worked out anew at each call: a connection asks once.
+    pub(crate) fn client_cert(&self) -> Option<Rc<ClientCert>> {
+        let Self::Tls(t) = self else {
+            return None;
+        };
+        let tag = t.client_ca.as_ref()?;
+        if t.detour || t.tls.is_handshaking() {
+            return None;
+        }
+        let leaf = t.tls.peer_certificates()?.first()?;
+        Some(Rc::new(ClientCert::new(
+            leaf.as_ref(),
+            Arc::clone(&tag.ca),
+            &|data| tag.sha256(data),
+        )))
     }
 
     /// The socket, for registering with the event loop and for shutdown.
@@ -129,7 +209,7 @@ impl Transport {
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<ReadResult> {
         match self {
             Self::Plain(s) => read_plain(s, buf),
-            Self::Tls(t) if t.cleartext => read_plain(&mut t.sock, buf),
+            Self::Tls(t) if t.detour => t.read_detour(buf),
             Self::Tls(t) => t.read(buf),
         }
     }
@@ -293,6 +373,107 @@ fn sendfile(s: &TcpStream, file: &File, offset: u64, len: u64) -> io::Result<u64
     u64::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
+/// Where reading a ClientHello got.
+enum Hello {
+    /// Not all of it yet: wait for the socket.
+    Waiting,
+    /// The client closed first.
+    Closed,
+    /// The handshake goes on under the configuration chosen.
+    Started,
+    /// The client spoke plain HTTP.
+    PlainHttp,
+}
+
+impl TlsStream {
+    /// A read while `detour` is set: in clear, or the ClientHello still to be read.
+    #[cold]
+    fn read_detour(&mut self, buf: &mut [u8]) -> io::Result<ReadResult> {
+        if self.cleartext {
+            return read_plain(&mut self.sock, buf);
+        }
+        match self.read_hello()? {
+            Hello::Waiting => Err(io::ErrorKind::WouldBlock.into()),
+            Hello::Closed => Ok(ReadResult { n: 0, more: false }),
+            // The handshake's next records may be in the socket already.
+            Hello::Started => self.read(buf),
+            Hello::PlainHttp => {
+                self.cleartext = true;
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "plain HTTP on a TLS port",
+                ))
+            }
+        }
+    }
+
+    /// Reads what the socket has of the ClientHello; once it is whole, starts the handshake
+    /// under the configuration its server name chooses.
+    fn read_hello(&mut self) -> io::Result<Hello> {
+        let Some(accepting) = self.accepting.as_deref_mut() else {
+            self.detour = self.cleartext;
+            return Ok(Hello::Started);
+        };
+        loop {
+            let mut rd = SocketReader {
+                sock: &mut self.sock,
+                short: false,
+                first: None,
+            };
+            let got = accepting.acceptor.read_tls(&mut rd);
+            let (short, first) = (rd.short, rd.first);
+            match got {
+                Ok(0) => return Ok(Hello::Closed),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Hello::Waiting),
+                Err(e) => return Err(e),
+            }
+            if self.first_read {
+                if let Some(byte) = first {
+                    self.first_read = false;
+                    if byte != TLS_HANDSHAKE_RECORD && byte.is_ascii_alphabetic() {
+                        // Answered in clear (400), as on any TLS port.
+                        self.accepting = None;
+                        return Ok(Hello::PlainHttp);
+                    }
+                }
+            }
+            match accepting.acceptor.accept() {
+                Ok(None) if short => return Ok(Hello::Waiting),
+                Ok(None) => {}
+                Ok(Some(hello)) => {
+                    let (config, client_ca) = accepting.configs.choose(&hello.client_hello());
+                    match hello.into_connection(config) {
+                        Ok(mut tls) => {
+                            tls.set_buffer_limit(Some(TLS_BUFFER_LIMIT));
+                            self.tls = tls;
+                        }
+                        Err((e, mut alert)) => {
+                            let _ = alert.write_all(&mut self.sock);
+                            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                        }
+                    }
+                    self.client_ca = client_ca;
+                    self.accepting = None;
+                    self.detour = false;
+                    // Records after the ClientHello (a compatibility ChangeCipherSpec), then
+                    // the server's flight.
+                    if let Err(e) = self.tls.process_new_packets() {
+                        let _ = self.write_pending();
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                    }
+                    self.write_pending()?;
+                    return Ok(Hello::Started);
+                }
+                Err((e, mut alert)) => {
+                    let _ = alert.write_all(&mut self.sock);
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                }
+            }
+        }
+    }
+}
+
 /// Reads the socket for rustls, noting a short read (the socket is drained: edge-triggered
 /// epoll will announce the next bytes) and the first byte of the stream.
 struct SocketReader<'a> {
@@ -366,6 +547,7 @@ impl TlsStream {
                     self.first_read = false;
                     if byte != TLS_HANDSHAKE_RECORD && byte.is_ascii_alphabetic() {
                         self.cleartext = true;
+                        self.detour = true;
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
                             "plain HTTP on a TLS port",
@@ -376,6 +558,11 @@ impl TlsStream {
             if let Err(e) = self.tls.process_new_packets() {
                 // rustls queued the alert that says why; let it out before closing.
                 let _ = self.write_pending();
+                if self.client_ca.is_some() {
+                    // A certificate refused (unknown CA, expired, none where one is required)
+                    // is the operator's question more often than any other handshake failure.
+                    tracing::debug!("TLS handshake refused: {e}");
+                }
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
             // Handshake replies, tickets, key updates.

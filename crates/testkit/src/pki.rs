@@ -3,16 +3,20 @@
 //!
 //! A [`Pki`] holds one certificate authority. [`Pki::leaf`] issues a server certificate for some
 //! names, signed by that CA, and writes the chain (leaf then CA, as a server sends it) and the key;
-//! a client that trusts [`Pki::ca_path`] verifies it. [`Pki::self_signed`] and expired leaves
-//! cover the failure cases.
+//! a client that trusts [`Pki::ca_path`] verifies it. [`Pki::client`] issues a client certificate
+//! (extended key usage `clientAuth`, a subject of the test's choosing) that a server trusting the
+//! same CA file verifies (mTLS). [`Pki::self_signed`] and expired leaves cover the failure cases.
 
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SignatureAlgorithm,
 };
 use time::{Duration, OffsetDateTime};
+
+/// The kinds of subject attribute [`Pki::client`] takes (rcgen's).
+pub use rcgen::DnType;
 
 /// Which kind of key a certificate gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,12 +52,19 @@ impl Pki {
     /// When a key or certificate cannot be made or written (a broken test environment).
     #[must_use]
     pub fn new() -> Self {
+        Self::named("lowlat test CA")
+    }
+
+    /// A new CA whose subject's common name is `name` (two CAs of one test told apart).
+    ///
+    /// # Panics
+    /// As [`Pki::new`].
+    #[must_use]
+    pub fn named(name: &str) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let key = KeyPair::generate().expect("CA key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "lowlat test CA");
+        params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -134,6 +145,35 @@ impl Pki {
         let cert = params
             .signed_by(&key, &self.issuer)
             .expect("leaf certificate");
+        let chain = format!("{}{}", cert.pem(), self.ca_pem);
+        self.write(file, &chain, &key.serialize_pem(), cert.der().to_vec())
+    }
+
+    /// A client certificate (extended key usage `clientAuth`) whose subject is `subject`, in
+    /// order (`[(DnType::CountryName, "FR"), (DnType::CommonName, "alice")]`), signed by this
+    /// CA, valid from yesterday for 30 days; written to `FILE.crt` (leaf and CA, as a client
+    /// sends its chain) and `FILE.key`.
+    ///
+    /// # Panics
+    /// As [`Pki::new`].
+    #[must_use]
+    pub fn client(&self, file: &str, subject: &[(DnType, &str)]) -> CertFiles {
+        let key = new_key(KeyKind::EcdsaP256);
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
+        // In the order given (rcgen's default name would come first).
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for (kind, value) in subject {
+            params.distinguished_name.push(kind.clone(), *value);
+        }
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - Duration::days(1);
+        params.not_after = now + Duration::days(30);
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("client certificate");
         let chain = format!("{}{}", cert.pem(), self.ca_pem);
         self.write(file, &chain, &key.serialize_pem(), cert.der().to_vec())
     }

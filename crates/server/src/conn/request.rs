@@ -18,6 +18,9 @@ impl Conn {
     /// Answers every complete request at the start of the read buffer.
     pub(super) fn process(&mut self, ctx: &mut WorkerCtx<'_>) {
         self.unparsed = false;
+        if self.cert_pending {
+            self.look_at_client_cert();
+        }
         if self.upload.is_some() {
             // What arrives is the body streaming to the upstream, not requests.
             self.feed_upload();
@@ -169,7 +172,7 @@ impl Conn {
                 }
                 // Answered later, by the upstream side; what follows waits for it.
                 ctx.proxy_starts.push((ctx.token, 0, job));
-                dispatch::hold(ctx, &mut self.held, &req, site, self.client.tls, &done);
+                dispatch::hold(ctx, &mut self.held, &req, site, &self.client, &done);
                 self.relay = Some(Relay {
                     _slots: done.slots,
                     keep_alive,
@@ -185,12 +188,10 @@ impl Conn {
                 break;
             }
             let status = if done.sent { done.status } else { 500 };
-            let tls = self.client.tls;
             dispatch::answered(
                 ctx,
                 &req,
-                self.peer,
-                tls,
+                &self.client,
                 site,
                 status,
                 &done,
@@ -298,6 +299,7 @@ impl Conn {
                 fields: crate::access_log::Fields::None,
                 cache: None,
                 limit: None,
+                cert: None,
             });
         }
         Self::write_status(wbuf, ctx, status, Version::Http11, true);

@@ -68,6 +68,8 @@ pub(crate) struct H2Conn {
     pub(super) peer: SocketAddr,
     /// What a balancer's PROXY header named, passed on to upstreams (see `crate::proxied`).
     pub(super) named: Option<Box<lowlat_http::proxy_protocol::Addresses>>,
+    /// The client as handlers see it: the same for every stream.
+    pub(super) client: crate::proxy::headers::ClientInfo,
     pub(super) rbuf: Vec<u8>,
     pub(super) rlen: usize,
     pub(super) wbuf: Vec<u8>,
@@ -147,6 +149,7 @@ impl H2Conn {
             io,
             peer,
             named,
+            client,
             mut rbuf,
             rlen,
             fin_seen,
@@ -176,6 +179,7 @@ impl H2Conn {
             io,
             peer,
             named,
+            client,
             rbuf,
             rlen,
             wbuf,

@@ -14,7 +14,7 @@ use super::stream::{Relay, State, Stream};
 use crate::ctx::WorkerCtx;
 use crate::dispatch::{self, translate_head, HeadRefusal};
 use crate::handler::Response;
-use crate::proxy::headers::{ClientInfo, StreamedBody};
+use crate::proxy::headers::StreamedBody;
 use crate::proxy::upload::UploadFeed;
 
 impl H2Conn {
@@ -82,18 +82,13 @@ impl H2Conn {
         // tunnel can take it up.
         let tunnel = entry.is_some_and(|i| self.streams[i].tunnel.is_some());
         self.res_buf.clear();
-        let client = ClientInfo {
-            peer: self.peer,
-            tls: self.io.is_tls(),
-            early_data: false,
-        };
         let mut forward = None;
         let routed = dispatch::route(
             ctx,
             req,
             body,
             &mut self.res_buf,
-            &client,
+            &self.client,
             true,
             streamed,
             &mut forward,
@@ -126,7 +121,7 @@ impl H2Conn {
             } else {
                 s.state = State::HalfClosedRemote;
             }
-            dispatch::hold(ctx, &mut s.held, req, site, client.tls, &done);
+            dispatch::hold(ctx, &mut s.held, req, site, &self.client, &done);
             s.slots = done.slots;
             s.relay = Some(Relay {
                 upstream: None,
@@ -148,9 +143,7 @@ impl H2Conn {
         if !sent {
             self.status_page(ctx, status);
         }
-        dispatch::answered(
-            ctx, req, self.peer, client.tls, site, status, &done, started,
-        );
+        dispatch::answered(ctx, req, &self.client, site, status, &done, started);
         let file = if sent { done.file } else { None };
         if streamed.is_some() || tunnel {
             // Answered without forwarding (refused): the client may still be sending its body,

@@ -566,10 +566,13 @@ impl H3Conn {
                 return Err(425);
             }
             self.res_buf.clear();
+            // No client certificate over QUIC: a site that requires one answers 421, and the
+            // client asks again over TCP (`crate::client_auth`).
             let client = ClientInfo {
                 peer,
                 tls: true,
                 early_data,
+                cert: None,
             };
             let mut forward = None;
             let routed = dispatch::route(
@@ -598,7 +601,7 @@ impl H3Conn {
                 }
                 // Answered as the upstream's response arrives (`relay`).
                 ctx.proxy_starts.push((ctx.token, n, job));
-                dispatch::hold(ctx, &mut s.held, req, routed.site, true, &routed.done);
+                dispatch::hold(ctx, &mut s.held, req, routed.site, &client, &routed.done);
                 s.slots = routed.done.slots;
                 s.relay = Some(Relay {
                     head_request: req.is_head(),
@@ -613,7 +616,7 @@ impl H3Conn {
                 self.res_buf.clear();
                 write_status_page(&mut self.res_buf, 500);
             }
-            dispatch::answered(ctx, req, peer, true, routed.site, status, &done, s.started);
+            dispatch::answered(ctx, req, &client, routed.site, status, &done, s.started);
             s.file = if done.sent { done.file } else { None };
             Ok(true)
         });

@@ -182,11 +182,15 @@ impl PhpHandler {
             res.send_status(501);
             return;
         }
-        let client = res.client().unwrap_or(ClientInfo {
-            peer: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-            tls: false,
-            early_data: false,
-        });
+        let unknown;
+        let client = match res.client() {
+            Some(c) => c,
+            None => {
+                unknown = ClientInfo::plain(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+                &unknown
+            }
+        };
+        let cert = res.client_cert();
         let root = self.cfg.root.as_os_str().as_bytes();
         let mut filename = Vec::with_capacity(root.len() + self.script.len());
         filename.extend_from_slice(root);
@@ -205,12 +209,12 @@ impl PhpHandler {
             req.body,
             streamed,
             &script,
-            &client,
+            (client, cert),
             &self.cfg.server,
             &self.params,
         );
         let method = req.method();
-        let hash = request_hash(&self.group, req, &client);
+        let hash = request_hash(&self.group, req, client);
         res.forward(ProxyJob {
             internal: self.internal.clone(),
             ..ProxyJob::new(&self.group, request, method, hash)

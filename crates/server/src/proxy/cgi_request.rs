@@ -15,6 +15,7 @@ use lowlat_http::request::{Method, Request};
 use lowlat_http::Version;
 
 use super::headers::{ClientInfo, StreamedBody};
+use crate::client_cert::{is_client_cert_field, CertReport, VERIFY_NONE, VERIFY_SUCCESS};
 
 /// The request id of every request: a connection carries one request at a time (php-fpm does not
 /// multiplex), so the id never needs to tell two apart.
@@ -55,7 +56,7 @@ pub(crate) fn write_request(
     body: &[u8],
     streamed: Option<StreamedBody>,
     script: &Script<'_>,
-    client: &ClientInfo,
+    client: (&ClientInfo, CertReport<'_>),
     server: &ServerVars,
     extra: &[(String, String)],
 ) {
@@ -79,7 +80,7 @@ fn write_params(
     body: &[u8],
     streamed: Option<StreamedBody>,
     script: &Script<'_>,
-    client: &ClientInfo,
+    (client, cert): (&ClientInfo, CertReport<'_>),
     server: &ServerVars,
     extra: &[(String, String)],
 ) {
@@ -183,6 +184,19 @@ fn write_params(
     if client.tls {
         put("HTTPS", b"on", out);
     }
+    // The client certificate, under the names nginx's users give its variables in
+    // `fastcgi_param` (and Apache's mod_ssl sets), on a site that asks for one.
+    match cert {
+        CertReport::NotAsked => {}
+        CertReport::Absent => put("SSL_CLIENT_VERIFY", VERIFY_NONE.as_bytes(), out),
+        CertReport::Verified(c) => {
+            put("SSL_CLIENT_VERIFY", VERIFY_SUCCESS.as_bytes(), out);
+            put("SSL_CLIENT_S_DN", c.subject.as_bytes(), out);
+            put("SSL_CLIENT_I_DN", c.issuer.as_bytes(), out);
+            put("SSL_CLIENT_SERIAL", c.serial.as_bytes(), out);
+            put("SSL_CLIENT_FINGERPRINT", c.fingerprint.as_bytes(), out);
+        }
+    }
     // PHP built with force-cgi-redirect runs only with it (nginx's fastcgi_params sets it).
     put("REDIRECT_STATUS", b"200", out);
     write_fields(out, req, extra);
@@ -223,7 +237,8 @@ fn write_fields(out: &mut Vec<u8>, req: &Request<'_, '_>, extra: &[(String, Stri
             }
             &joined[..]
         };
-        if overridden(h.name, extra) {
+        // The server's to say (`SSL_CLIENT_*` above), never the client's.
+        if overridden(h.name, extra) || is_client_cert_field(h.name) {
             continue;
         }
         params::push_field(out, h.name.as_bytes(), value);
@@ -345,6 +360,15 @@ mod tests {
     }
 
     fn request(raw: &[u8], tls: bool, extra: &[(String, String)]) -> Vec<(u8, Vec<u8>)> {
+        request_with(raw, tls, CertReport::NotAsked, extra)
+    }
+
+    fn request_with(
+        raw: &[u8],
+        tls: bool,
+        cert: CertReport<'_>,
+        extra: &[(String, String)],
+    ) -> Vec<(u8, Vec<u8>)> {
         let mut slots = header_slots();
         let Ok(Status::Complete(req)) = parse_request(raw, &mut slots, &HeadLimits::default())
         else {
@@ -355,6 +379,7 @@ mod tests {
             peer: "[::ffff:10.1.2.3]:50000".parse().unwrap(),
             tls,
             early_data: false,
+            cert: None,
         };
         let server = ServerVars {
             name: None,
@@ -369,7 +394,15 @@ mod tests {
         };
         let (mut out, mut pairs) = (Vec::new(), Vec::new());
         write_request(
-            &mut out, &mut pairs, &req, body, None, &script, &client, &server, extra,
+            &mut out,
+            &mut pairs,
+            &req,
+            body,
+            None,
+            &script,
+            (&client, cert),
+            &server,
+            extra,
         );
         records(&out)
     }
@@ -459,6 +492,63 @@ mod tests {
         assert_eq!(var(&p, "SERVER_NAME"), Some("forced"));
         assert_eq!(var(&p, "HTTP_X_MODE"), Some("b"));
         assert_eq!(recs[3].1, b"", "an empty body ends at once");
+    }
+
+    /// A client certificate verified for the site is the `SSL_CLIENT_*` variables nginx's users
+    /// set; without one, `SSL_CLIENT_VERIFY` is `NONE`; a site that asks for none says nothing;
+    /// and a client's own `X-Client-*` fields never become variables.
+    #[test]
+    fn client_certificate_variables() {
+        use crate::client_cert::ClientCert;
+        use lowlat_testkit::pki::{DnType, Pki};
+        let pki = Pki::new();
+        let files = pki.client("alice", &[(DnType::CommonName, "alice")]);
+        let ca: std::sync::Arc<std::path::Path> = std::sync::Arc::from(pki.ca_path().as_path());
+        let cert = ClientCert::new(&files.leaf_der, ca, &|_| vec![0xab, 0xcd]);
+        let raw = b"GET / HTTP/1.1\r\nHost: a\r\nX-Client-Verify: SUCCESS\r\nX-Client-Cert-Subject: CN=root\r\n\r\n";
+        let vars = |report| {
+            let recs = request_with(raw, true, report, &[]);
+            let p = params::decode(&recs[1].1).unwrap();
+            p.iter()
+                .map(|(n, v)| {
+                    (
+                        String::from_utf8(n.to_vec()).unwrap(),
+                        String::from_utf8(v.to_vec()).unwrap(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let get = |p: &[(String, String)], name: &str| {
+            p.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+        };
+        let verified = vars(CertReport::Verified(&cert));
+        assert_eq!(
+            get(&verified, "SSL_CLIENT_VERIFY").as_deref(),
+            Some("SUCCESS")
+        );
+        assert_eq!(
+            get(&verified, "SSL_CLIENT_S_DN").as_deref(),
+            Some("CN=alice")
+        );
+        assert_eq!(
+            get(&verified, "SSL_CLIENT_I_DN").as_deref(),
+            Some("CN=lowlat test CA")
+        );
+        assert_eq!(
+            get(&verified, "SSL_CLIENT_FINGERPRINT").as_deref(),
+            Some("abcd")
+        );
+        assert!(get(&verified, "SSL_CLIENT_SERIAL").is_some());
+        let absent = vars(CertReport::Absent);
+        assert_eq!(get(&absent, "SSL_CLIENT_VERIFY").as_deref(), Some("NONE"));
+        assert_eq!(get(&absent, "SSL_CLIENT_S_DN"), None);
+        let not_asked = vars(CertReport::NotAsked);
+        for p in [&verified, &absent, &not_asked] {
+            assert_eq!(get(p, "HTTP_X_CLIENT_VERIFY"), None);
+            assert_eq!(get(p, "HTTP_X_CLIENT_CERT_SUBJECT"), None);
+            assert_eq!(get(p, "HTTP_HOST").as_deref(), Some("a"));
+        }
+        assert_eq!(get(&not_asked, "SSL_CLIENT_VERIFY"), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use super::config::{Balance, Cidr, HashKey, ProxyRoute};
 use super::group::{fnv, WorkerGroup};
 use super::headers::{write_request, ClientInfo, StreamedBody, Target};
 use super::job::ProxyJob;
+use crate::client_cert::CertReport;
 use crate::handler::{Handler, Req, Response};
 use crate::router::{RouteError, Router};
 
@@ -98,16 +99,20 @@ impl Handler for ProxyHandler {
             res.send_status(413);
             return;
         }
-        let client = res.client().unwrap_or(ClientInfo {
-            peer: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-            tls: false,
-            early_data: false,
-        });
+        let unknown;
+        let client = match res.client() {
+            Some(c) => c,
+            None => {
+                unknown = ClientInfo::plain(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+                &unknown
+            }
+        };
+        let cert = res.client_cert();
         let (fill, stale) = match &self.cache {
-            Some(cache) => match crate::cache::lookup::lookup(cache, req, res, &client) {
+            Some(cache) => match crate::cache::lookup::lookup(cache, req, res, client) {
                 crate::cache::lookup::Lookup::Served => return,
                 crate::cache::lookup::Lookup::Refresh(fill, stale) => {
-                    return self.refresh(req, &client, fill, stale);
+                    return self.refresh(req, client, cert, fill, stale);
                 }
                 crate::cache::lookup::Lookup::Forward(fill, stale) => (fill, stale),
             },
@@ -122,10 +127,15 @@ impl Handler for ProxyHandler {
         if self.group.cfg.fastcgi {
             let written = req.head.protocol.is_none()
                 && match (&fill, stale) {
-                    (Some(fill), Some(stale)) => {
-                        self.fastcgi_revalidating(req, streamed, &client, fill, stale, &mut request)
-                    }
-                    _ => self.fastcgi_request(req, streamed, &client, &mut request),
+                    (Some(fill), Some(stale)) => self.fastcgi_revalidating(
+                        req,
+                        streamed,
+                        (client, cert),
+                        fill,
+                        stale,
+                        &mut request,
+                    ),
+                    _ => self.fastcgi_request(req, streamed, (client, cert), &mut request),
                 };
             if !written {
                 // An extended CONNECT has no CGI form; a path no variable can carry is refused.
@@ -138,7 +148,7 @@ impl Handler for ProxyHandler {
                 res.send_status(status);
                 return;
             }
-            return self.forward(req, res, request, fill, false, None, &client);
+            return self.forward(req, res, request, fill, false, None, client);
         }
         write_request(
             &mut request,
@@ -150,7 +160,8 @@ impl Handler for ProxyHandler {
                 rewrite: self.rewrite.as_deref(),
                 default_host: &self.default_host,
             },
-            &client,
+            client,
+            cert,
             &self.trusted,
             &id,
         );
@@ -173,7 +184,7 @@ impl Handler for ProxyHandler {
         } else if upgrade {
             super::upgrade::add_upgrade_fields(&mut request, None);
         }
-        self.forward(req, res, request, fill, upgrade, ws_accept, &client);
+        self.forward(req, res, request, fill, upgrade, ws_accept, client);
     }
 }
 
@@ -207,7 +218,7 @@ impl ProxyHandler {
         &mut self,
         req: &Req<'_, '_, '_>,
         streamed: Option<StreamedBody>,
-        client: &ClientInfo,
+        (client, cert): (&ClientInfo, CertReport<'_>),
         out: &mut Vec<u8>,
     ) -> bool {
         let base = self.prefix.trim_end_matches('/');
@@ -233,7 +244,7 @@ impl ProxyHandler {
             req.body,
             streamed,
             &script,
-            client,
+            (client, cert),
             &self.server,
             &self.group.cfg.fastcgi_params,
         );
@@ -252,6 +263,7 @@ impl ProxyHandler {
         &mut self,
         req: &Req<'_, '_, '_>,
         client: &ClientInfo,
+        cert: CertReport<'_>,
         fill: crate::cache::fill::FillRef,
         stale: Arc<crate::cache::object::Object>,
     ) {
@@ -269,7 +281,7 @@ impl ProxyHandler {
                 params: req.params,
                 worker: req.worker,
             };
-            if !self.fastcgi_request(&refresh, None, client, &mut request) {
+            if !self.fastcgi_request(&refresh, None, (client, cert), &mut request) {
                 // A path no CGI variable can carry: the stale response stays until it is past
                 // its window; the fill, dropped, lets any waiter go on its own.
                 self.group.give_buffer(request);
@@ -298,6 +310,7 @@ impl ProxyHandler {
                 default_host: &self.default_host,
             },
             client,
+            cert,
             &self.trusted,
             &id,
         );
@@ -313,7 +326,7 @@ impl ProxyHandler {
         &mut self,
         req: &Req<'_, '_, '_>,
         streamed: Option<StreamedBody>,
-        client: &ClientInfo,
+        client: (&ClientInfo, CertReport<'_>),
         fill: &crate::cache::fill::FillRef,
         stale: Arc<crate::cache::object::Object>,
         out: &mut Vec<u8>,

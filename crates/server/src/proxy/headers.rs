@@ -1,5 +1,6 @@
 //! What crosses the proxy in the headers: the request as the upstream gets it (the path
 //! rewritten, hop-by-hop fields dropped, `X-Forwarded-*`, `Forwarded` and a request id set, the
+//! client certificate's `X-Client-*` fields set — the client's own always dropped —, the
 //! framing made one `Content-Length`), and which response fields go on to the client. Pure
 //! functions over bytes, tested on their own.
 //!
@@ -14,6 +15,7 @@ use lowlat_http::request::{Method, Request};
 use lowlat_http::Version;
 
 use super::config::Cidr;
+use crate::client_cert::{is_client_cert_field, CertReport};
 // Defined with what every handler sees (`crate::incoming`, re-exported by `crate::handler`);
 // named here too, where the proxy reads them.
 pub use crate::incoming::{ClientInfo, StreamedBody};
@@ -72,8 +74,9 @@ pub(crate) fn request_framing(
 
 /// Writes the request as the upstream gets it into `out`: `req` (already parsed and checked by
 /// the server: ambiguous framing never gets here) with its `body` (whole, decoded), for the
-/// client `client`. `request_id` is used when the request has no `X-Request-Id`. With
-/// `streamed`, only the head is written, framed as it says: the body follows separately.
+/// client `client`, whose certificate is reported as `cert` says. `request_id` is used when
+/// the request has no `X-Request-Id`. With `streamed`, only the head is written, framed as it
+/// says: the body follows separately.
 #[allow(clippy::too_many_arguments)]
 pub fn write_request(
     out: &mut Vec<u8>,
@@ -82,6 +85,7 @@ pub fn write_request(
     streamed: Option<StreamedBody>,
     target: &Target<'_>,
     client: &ClientInfo,
+    cert: CertReport<'_>,
     trusted: &[Cidr],
     request_id: &[u8],
 ) {
@@ -143,6 +147,10 @@ pub fn write_request(
             continue;
         }
         if name.eq_ignore_ascii_case("x-forwarded-for") || name.eq_ignore_ascii_case("forwarded") {
+            continue;
+        }
+        // The server's to say, on every site: an upstream may trust them.
+        if is_client_cert_field(name) {
             continue;
         }
         if name.eq_ignore_ascii_case("x-forwarded-proto") {
@@ -262,6 +270,7 @@ pub fn write_request(
     if !has_id {
         field(out, b"X-Request-Id", request_id);
     }
+    out.extend_from_slice(cert.upstream_fields());
 
     match streamed {
         Some(StreamedBody::Length(n)) => {
@@ -354,9 +363,18 @@ mod tests {
             peer: peer.parse().unwrap(),
             tls,
             early_data: false,
+            cert: None,
         };
         write_request(
-            &mut out, &req, body, None, target, &client, trusted, b"id-1",
+            &mut out,
+            &req,
+            body,
+            None,
+            target,
+            &client,
+            CertReport::NotAsked,
+            trusted,
+            b"id-1",
         );
         String::from_utf8(out).unwrap()
     }
@@ -380,8 +398,19 @@ mod tests {
                 peer: "192.0.2.7:5000".parse().unwrap(),
                 tls: true,
                 early_data: true,
+                cert: None,
             };
-            write_request(&mut out, &req, b"", None, &AS_IS, &client, &[], b"id-1");
+            write_request(
+                &mut out,
+                &req,
+                b"",
+                None,
+                &AS_IS,
+                &client,
+                CertReport::NotAsked,
+                &[],
+                b"id-1",
+            );
             String::from_utf8(out).unwrap()
         };
         let out = early(b"GET /api/x HTTP/1.1\r\nHost: h\r\n\r\n");
@@ -401,6 +430,71 @@ mod tests {
             &AS_IS,
         );
         assert!(!out.contains("Early-Data"), "{out}");
+    }
+
+    /// The client certificate's fields are the server's: a client's own are dropped on every
+    /// site, and the site's report is added once.
+    #[test]
+    fn client_certificate_fields_are_the_servers() {
+        use crate::client_cert::ClientCert;
+        use lowlat_testkit::pki::{DnType, Pki};
+        let pki = Pki::new();
+        let files = pki.client("alice", &[(DnType::CommonName, "alice")]);
+        let ca: std::sync::Arc<std::path::Path> = std::sync::Arc::from(pki.ca_path().as_path());
+        let cert = ClientCert::new(&files.leaf_der, ca, &|_| vec![1, 2]);
+        let raw = b"GET /api/x HTTP/1.1\r\nHost: h\r\nX-Client-Verify: SUCCESS\r\n\
+                    x-client-cert-subject: CN=root\r\nX-Client-Cert: abc\r\nClient-Cert: :AA:\r\n\
+                    Client-Cert-Chain: :AA:\r\nX-Client-Id: 7\r\n\r\n";
+        let mut slots = header_slots();
+        let Ok(Status::Complete(req)) = parse_request(raw, &mut slots, &HeadLimits::default())
+        else {
+            panic!("not a request");
+        };
+        let client = ClientInfo::plain("192.0.2.7:5000".parse().unwrap());
+        let write = |report| {
+            let mut out = Vec::new();
+            write_request(
+                &mut out,
+                &req,
+                b"",
+                None,
+                &AS_IS,
+                &client,
+                report,
+                &[],
+                b"id-1",
+            );
+            String::from_utf8(out).unwrap()
+        };
+        let plain = write(CertReport::NotAsked);
+        let lower = plain.to_ascii_lowercase();
+        for gone in [
+            "x-client-verify",
+            "x-client-cert",
+            "client-cert:",
+            "client-cert-chain",
+        ] {
+            assert!(!lower.contains(gone), "{gone} in {plain}");
+        }
+        assert!(plain.contains("X-Client-Id: 7\r\n"), "{plain}");
+        let absent = write(CertReport::Absent);
+        assert_eq!(
+            absent.matches("X-Client-Verify: NONE\r\n").count(),
+            1,
+            "{absent}"
+        );
+        assert!(!absent.contains("CN=root"), "{absent}");
+        let verified = write(CertReport::Verified(&cert));
+        assert_eq!(verified.matches("X-Client-Verify: SUCCESS\r\n").count(), 1);
+        assert!(
+            verified.contains("X-Client-Cert-Subject: CN=alice\r\n"),
+            "{verified}"
+        );
+        assert!(
+            verified.contains("X-Client-Cert-Fingerprint: 0102\r\n"),
+            "{verified}"
+        );
+        assert!(verified.ends_with("\r\n\r\n") && !verified.contains("CN=root"));
     }
 
     #[test]

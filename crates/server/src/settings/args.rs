@@ -201,6 +201,8 @@ pub struct ServeArgs {
     pub cache: super::cache::CacheArgs,
     #[command(flatten)]
     pub guard: super::guard::GuardArgs,
+    #[command(flatten)]
+    pub client_cert: super::client_cert::ClientCertArgs,
 }
 
 impl ServeArgs {
@@ -362,6 +364,7 @@ impl ServeArgs {
     /// # Errors
     /// One line naming the file at fault.
     pub fn tls_context(&self) -> Result<Option<Arc<TlsContext>>, String> {
+        let client_auth = self.client_auth_sites()?;
         if self.tls_listen.is_empty() {
             return Ok(None);
         }
@@ -384,7 +387,25 @@ impl ServeArgs {
             .map(|acme| Arc::new(crate::tls::ManagedCerts::new(&acme.names)));
         let ctx = TlsContext::with_managed(&pairs, self.tls_crypto, alpn, managed)
             .map_err(|e| e.to_string())?;
+        ctx.set_client_auth(client_auth)
+            .map_err(|e| e.to_string())?;
         Ok(Some(Arc::new(ctx)))
+    }
+
+    /// The sites' client-certificate rules, as the TLS layer takes them (`--client-ca`).
+    ///
+    /// # Errors
+    /// Flags that do not fit together, or a rule without a TLS listener.
+    pub fn client_auth_sites(&self) -> Result<Vec<crate::tls::ClientAuthSite>, String> {
+        let has_tls = !self.tls_listen.is_empty();
+        if self.sites.is_empty() {
+            return super::client_cert::sites([(&[][..], &self.client_cert)], has_tls);
+        }
+        let sites = self
+            .sites
+            .iter()
+            .map(|s| (&s.server_names[..], &s.client_cert));
+        super::client_cert::sites(sites, has_tls)
     }
 
     /// What ACME is to do, when it is on: `--acme`, `--acme-domain`, or a site's `acme = true`.
@@ -635,6 +656,8 @@ pub struct SiteArgs {
     pub cache: Option<bool>,
     /// The site's cache settings (over the top level's, which fill what it does not set).
     pub cache_policy: super::cache::CachePolicyArgs,
+    /// The site's client certificates (mTLS).
+    pub client_cert: super::client_cert::ClientCertArgs,
 }
 
 impl ServeArgs {
@@ -657,6 +680,7 @@ impl ServeArgs {
             guard: self.guard.clone(),
             cache: None,
             cache_policy: self.cache.policy.clone(),
+            client_cert: self.client_cert.clone(),
         }
     }
 }

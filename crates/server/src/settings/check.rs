@@ -47,6 +47,7 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
             .collect()
     };
     let mut sites_ok = true;
+    let mut client_cert_said = false;
     for (i, site) in sites {
         if let Err(e) = crate::files::FilesConfig::from_args(&site.files, 1) {
             problems.push(locate(i, e));
@@ -56,12 +57,32 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
             problems.push(locate(i, e));
             sites_ok = false;
         }
+        // The site's client CA file, read as a start reads it.
+        match site.client_cert.rule() {
+            Ok(Some(rule)) => {
+                if let Err(e) = crate::tls::load_client_ca(&rule.file) {
+                    problems.push(locate(i, e.to_string()));
+                    sites_ok = false;
+                    client_cert_said = true;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                problems.push(locate(i, e));
+                sites_ok = false;
+                client_cert_said = true;
+            }
+        }
     }
     if let Err(e) = args.to_config() {
         problems.push(locate(None, e));
     }
     match args.tls_context() {
-        Err(e) => problems.push(e),
+        // Said above, site by site with their lines.
+        Err(e)
+            if client_cert_said && (e.contains("--client-ca ") || e.contains("--client-cert ")) => {
+        }
+        Err(e) => problems.push(locate(None, e)),
         Ok(Some(tls)) => {
             for cert in tls.certificates().certs.iter().filter(|c| c.is_ca) {
                 eprintln!("lowlat serve: warning: {}", ca_warning(&cert.paths.cert));

@@ -244,6 +244,8 @@ fn site_flags() -> Vec<String> {
             "access".to_owned(),
             "rate-limit".to_owned(),
             "limit-conn".to_owned(),
+            "client-ca".to_owned(),
+            "client-cert".to_owned(),
         ])
         .chain(CACHE_POLICY_FLAGS.map(str::to_owned))
         .filter(|f| f != "help")
@@ -522,6 +524,7 @@ fn sites(
                     returns: a.returns,
                     https_redirect: a.https_redirect,
                     guard: a.guard,
+                    client_cert: a.client_cert,
                 },
             )),
             Err(e) => errors.push(site.whole(&e)),

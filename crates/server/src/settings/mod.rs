@@ -5,6 +5,7 @@
 //! # Layout
 //! - [`args`]: the flags, one parser each, and the server configuration they describe.
 //! - [`cache`]: the `--cache*` flags: the proxy's cache on or off, its store's size.
+//! - [`client_cert`]: `--client-ca` and `--client-cert`: a site's client certificates (mTLS).
 //! - [`file`]: `--config FILE`, every flag as a TOML key, checked by its flag's parser.
 //! - [`guard`]: `--allow`, `--deny` and `--rate-limit`, in order, checked.
 //! - [`proxy`]: `--proxy` rules, `--proxy-*` and `[[upstream]]` groups, checked.
@@ -16,6 +17,7 @@
 pub mod args;
 pub mod cache;
 mod check;
+pub mod client_cert;
 pub mod file;
 pub mod guard;
 pub mod proxy;

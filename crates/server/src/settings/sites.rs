@@ -254,6 +254,8 @@ struct SiteService {
     php: Option<(Arc<crate::php::PhpConfig>, usize)>,
     /// What `SERVER_*` says to the FastCGI groups of the site's rules.
     server_vars: Arc<ServerVars>,
+    /// The site's client-certificate rule (`--client-ca`), when it has one.
+    client_auth: Option<crate::client_auth::SiteClientAuth>,
 }
 
 impl SiteService {
@@ -266,6 +268,10 @@ impl SiteService {
         listeners: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
     ) -> Result<Self, String> {
         let files = crate::files::FilesConfig::from_args(&site.files, workers)?;
+        let client_auth = site
+            .client_cert
+            .rule()?
+            .map(|rule| crate::client_auth::SiteClientAuth::new(&rule));
         let mut app = crate::app::AppShared::from_args(&site.app)?;
         let root = site.files.root.as_deref();
         let server_vars = Arc::new(ServerVars {
@@ -370,6 +376,7 @@ impl SiteService {
                 .collect::<Result<_, _>>()?,
             php,
             server_vars,
+            client_auth,
         })
     }
 
@@ -399,6 +406,17 @@ impl SiteService {
                 crate::router::HookScope::ThisSite,
                 HttpsRedirect::new(self.context.clone()),
             );
+        }
+        // After the redirect (which answers requests in clear only), before everything else:
+        // no access rule, limit, password or route sees a request its certificate does not
+        // admit.
+        if let Some(auth) = &self.client_auth {
+            router.early(
+                "",
+                crate::router::HookScope::ThisSite,
+                crate::client_auth::ClientCertCheck(auth.clone()),
+            );
+            router.set_asks_client_certs();
         }
         if let Some(guard) = crate::guard::Guard::new(
             Arc::clone(&self.access),

@@ -18,6 +18,8 @@ pub enum TlsError {
     BadKey { path: PathBuf, reason: String },
     #[error("the key in {} does not match the certificate in {}", key.display(), cert.display())]
     KeyMismatch { cert: PathBuf, key: PathBuf },
+    #[error("--client-ca {}: {reason}", path.display())]
+    ClientCa { path: PathBuf, reason: String },
     #[error("TLS setup failed: {0}")]
     Setup(#[from] rustls::Error),
 }

@@ -16,18 +16,24 @@
 //!   disk. TLS 1.2 session IDs use a bounded in-memory cache. No 0-RTT data (replayable).
 //! - One TLS 1.3 ticket per full handshake instead of rustls's two: browsers reuse one, and each
 //!   costs an encryption and a record on every full handshake.
+//! - No client certificates, unless a site asks for them (`--client-ca`): then that site's
+//!   handshakes, chosen by SNI, get a configuration of their own ([`client_auth`]).
 
 mod certs;
+mod client_auth;
 mod error;
 mod managed;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use rustls::crypto::CryptoProvider;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::ServerSessionMemoryCache;
 
 use certs::SniResolver;
 pub use certs::{CertPaths, CertStore, LoadedCert};
+pub use client_auth::{load_client_ca, CaTag, ClientAuthConfigs, ClientAuthSite, ClientCaRule};
 pub use error::TlsError;
 pub use managed::{Managed, ManagedCerts, ACME_TLS_ALPN};
 
@@ -75,13 +81,33 @@ impl CryptoBackend {
 }
 
 /// The TLS state shared by every worker: one rustls configuration, its certificates, and the
-/// files to re-read them from.
+/// files to re-read them from; and, when sites ask for client certificates, their own
+/// configurations.
 #[derive(Debug)]
 pub struct TlsContext {
     config: Arc<rustls::ServerConfig>,
     resolver: Arc<SniResolver>,
     provider: Arc<CryptoProvider>,
+    backend: CryptoBackend,
+    alpn: Vec<Vec<u8>>,
     pairs: Vec<CertPaths>,
+    /// The sites' client-certificate rules, to build (and on reload re-build) `by_name` from.
+    sites: Mutex<Vec<ClientAuthSite>>,
+    /// Some site asks for a certificate: connections are accepted by name (`by_name`). A
+    /// flag read before the lock, so that a server whose sites ask for none takes no lock.
+    asks: AtomicBool,
+    by_name: RwLock<Option<Arc<ClientAuthConfigs>>>,
+}
+
+/// How a connection just accepted starts its TLS.
+// Returned once per connection and moved at once into its transport's box, as the bare
+// `ServerConnection` was before: boxing it here would be a second allocation per connection.
+#[allow(clippy::large_enum_variant)]
+pub enum Accept {
+    /// At once, under the shared configuration.
+    Session(rustls::ServerConnection),
+    /// After its ClientHello, under the configuration its server name chooses.
+    ByName(Arc<ClientAuthConfigs>),
 }
 
 impl TlsContext {
@@ -111,29 +137,55 @@ impl TlsContext {
     ) -> Result<Self, TlsError> {
         let provider = Arc::new(backend.provider());
         let store = Self::load(pairs, &provider, managed.is_some())?;
-        let acme = managed.is_some();
         let resolver = Arc::new(SniResolver::new(store, managed));
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-            .with_no_client_auth()
-            .with_cert_resolver(
-                Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>
-            );
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        if acme {
-            // Last: rustls picks its own first protocol the client offers, and only a CA's
-            // validation offers this one.
-            config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
-        }
-        config.ticketer = backend.ticketer()?;
-        config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
-        config.send_tls13_tickets = 1;
+        let alpn: Vec<Vec<u8>> = alpn.iter().map(|p| p.to_vec()).collect();
+        let config = server_config(&provider, backend, &resolver, &alpn, None)?;
         Ok(Self {
             config: Arc::new(config),
             resolver,
             provider,
+            backend,
+            alpn,
             pairs: pairs.to_vec(),
+            sites: Mutex::new(Vec::new()),
+            asks: AtomicBool::new(false),
+            by_name: RwLock::new(None),
         })
+    }
+
+    /// Asks for client certificates as `sites` say (in the router's order, the default site
+    /// first), from the next handshake on; every CA file is read now. On failure nothing
+    /// changes.
+    ///
+    /// # Errors
+    /// A CA file that cannot be read or used, named.
+    pub fn set_client_auth(&self, sites: Vec<ClientAuthSite>) -> Result<(), TlsError> {
+        let built = self.client_auth_configs(&sites)?;
+        self.install(built);
+        *self.sites.lock().unwrap_or_else(PoisonError::into_inner) = sites;
+        Ok(())
+    }
+
+    fn client_auth_configs(
+        &self,
+        sites: &[ClientAuthSite],
+    ) -> Result<Option<Arc<ClientAuthConfigs>>, TlsError> {
+        let make = |verifier: Arc<dyn ClientCertVerifier>| {
+            server_config(
+                &self.provider,
+                self.backend,
+                &self.resolver,
+                &self.alpn,
+                Some(verifier),
+            )
+        };
+        Ok(ClientAuthConfigs::build(sites, &self.config, &self.provider, &make)?.map(Arc::new))
+    }
+
+    fn install(&self, built: Option<Arc<ClientAuthConfigs>>) {
+        let asks = built.is_some();
+        *self.by_name.write().unwrap_or_else(PoisonError::into_inner) = built;
+        self.asks.store(asks, Ordering::Release);
     }
 
     fn load(
@@ -173,8 +225,22 @@ impl TlsContext {
     /// As [`TlsContext::new`], for the first unusable pair.
     pub fn reload(&self) -> Result<Arc<CertStore>, TlsError> {
         let store = Self::load(&self.pairs, &self.provider, self.managed().is_some())?;
+        // The CA files too, checked before anything is replaced.
+        let sites = self
+            .sites
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let client_auth = self.client_auth_configs(&sites)?;
         self.resolver.replace(store);
+        self.install(client_auth);
         Ok(self.resolver.current())
+    }
+
+    /// Whether some site asks for client certificates.
+    #[must_use]
+    pub fn asks_client_certs(&self) -> bool {
+        self.asks.load(Ordering::Acquire)
     }
 
     /// The rustls configuration for QUIC (`--h3-listen`): the same certificates (chosen by SNI,
@@ -203,8 +269,50 @@ impl TlsContext {
         Ok(Arc::new(config))
     }
 
-    /// A server-side TLS state machine for a connection just accepted.
-    pub(crate) fn accept(&self) -> Result<rustls::ServerConnection, rustls::Error> {
-        rustls::ServerConnection::new(Arc::clone(&self.config))
+    /// How a connection just accepted starts: a server-side TLS state machine at once, or —
+    /// when sites ask for client certificates — once its ClientHello has named a site.
+    pub(crate) fn accept(&self) -> Result<Accept, rustls::Error> {
+        // One relaxed-cost load per connection when no site asks; the lock only when one does.
+        if self.asks.load(Ordering::Acquire) {
+            let by_name = self
+                .by_name
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            if let Some(by_name) = by_name {
+                return Ok(Accept::ByName(by_name));
+            }
+        }
+        rustls::ServerConnection::new(Arc::clone(&self.config)).map(Accept::Session)
     }
+}
+
+/// The server configuration every handshake gets (`verifier: None`), or the one of the sites that
+/// ask for client certificates verified by `verifier`: the same certificates, versions and
+/// ALPN, and a ticket key and session cache of its own.
+fn server_config(
+    provider: &Arc<CryptoProvider>,
+    backend: CryptoBackend,
+    resolver: &Arc<SniResolver>,
+    alpn: &[Vec<u8>],
+    verifier: Option<Arc<dyn ClientCertVerifier>>,
+) -> Result<rustls::ServerConfig, TlsError> {
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let builder = match verifier {
+        None => builder.with_no_client_auth(),
+        Some(v) => builder.with_client_cert_verifier(v),
+    };
+    let mut config = builder
+        .with_cert_resolver(Arc::clone(resolver) as Arc<dyn rustls::server::ResolvesServerCert>);
+    config.alpn_protocols = alpn.to_vec();
+    if resolver.managed().is_some() {
+        // Last: rustls picks its own first protocol the client offers, and only a CA's
+        // validation offers this one.
+        config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+    }
+    config.ticketer = backend.ticketer()?;
+    config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
+    config.send_tls13_tickets = 1;
+    Ok(config)
 }
