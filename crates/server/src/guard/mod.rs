@@ -102,13 +102,13 @@ impl Handler for Guard {
         if let Some(outcome) = limited {
             res.set_limit_outcome(outcome);
         }
-        let mut slots = Vec::new();
+        let mut slots: Option<connlimit::Places> = None;
         for zone in &self.conns {
             if !head.path.starts_with(&zone.spec.prefix) {
                 continue;
             }
             match zone.take(head, ip) {
-                Taken::Pass(slot) => slots.push(slot),
+                Taken::Pass(slot) => slots = Some(connlimit::Places::with(slots, slot)),
                 Taken::Refuse => {
                     // The places taken in earlier zones are given back with `slots`.
                     res.send_status(zone.spec.status);
@@ -116,8 +116,8 @@ impl Handler for Guard {
                 }
             }
         }
-        if !slots.is_empty() {
-            res.hold_slots(slots.into_boxed_slice());
+        if let Some(slots) = slots {
+            res.hold_slots(slots);
         }
         if !access::allowed(&self.rules, ip, head.path.as_bytes()) {
             res.send_status(403);
