@@ -75,7 +75,7 @@ pub struct FileBody {
 
 /// A request's places in the connection-limit zones that apply to it (`limit_conn`), kept
 /// wherever its answer is still in progress and given back when dropped.
-pub(crate) type Slots = Option<crate::guard::connlimit::Places>;
+pub(crate) type Slots = Option<Box<[crate::guard::connlimit::Slot]>>;
 
 /// The answer being written for one request.
 pub struct Response<'a> {
@@ -543,7 +543,7 @@ impl<'a> Response<'a> {
     }
 
     /// Holds places taken in connection-limit zones until the answer is done.
-    pub(crate) fn hold_slots(&mut self, slots: crate::guard::connlimit::Places) {
+    pub(crate) fn hold_slots(&mut self, slots: Box<[crate::guard::connlimit::Slot]>) {
         self.slots = Some(slots);
     }
 

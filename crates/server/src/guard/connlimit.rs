@@ -79,30 +79,6 @@ impl Drop for Slot {
     }
 }
 
-/// The places one request holds: one zone's (the usual case, held without an allocation: one
-/// was most of what a place cost, 620 of 1 347 instructions by callgrind) or several.
-#[derive(Debug)]
-pub enum Places {
-    One(Slot),
-    Many(Box<[Slot]>),
-}
-
-impl Places {
-    /// `held` with `slot` added.
-    #[must_use]
-    pub fn with(held: Option<Places>, slot: Slot) -> Places {
-        match held {
-            None => Places::One(slot),
-            Some(Places::One(first)) => Places::Many(Box::new([first, slot])),
-            Some(Places::Many(all)) => {
-                let mut all = all.into_vec();
-                all.push(slot);
-                Places::Many(all.into_boxed_slice())
-            }
-        }
-    }
-}
-
 /// What a zone says of one request.
 #[derive(Debug)]
 pub enum Taken {

@@ -102,13 +102,19 @@ impl Handler for Guard {
         if let Some(outcome) = limited {
             res.set_limit_outcome(outcome);
         }
-        let mut slots: Option<connlimit::Places> = None;
+        // As many as there are zones, so that the usual case (every zone applies) boxes the
+        // places without a second allocation: a malloc, a realloc and a free were 620 of the
+        // 1 347 instructions a zone added to /plaintext (callgrind).
+        let mut slots = Vec::new();
+        if !self.conns.is_empty() {
+            slots.reserve_exact(self.conns.len());
+        }
         for zone in &self.conns {
             if !head.path.starts_with(&zone.spec.prefix) {
                 continue;
             }
             match zone.take(head, ip) {
-                Taken::Pass(slot) => slots = Some(connlimit::Places::with(slots, slot)),
+                Taken::Pass(slot) => slots.push(slot),
                 Taken::Refuse => {
                     // The places taken in earlier zones are given back with `slots`.
                     res.send_status(zone.spec.status);
@@ -116,8 +122,8 @@ impl Handler for Guard {
                 }
             }
         }
-        if let Some(slots) = slots {
-            res.hold_slots(slots);
+        if !slots.is_empty() {
+            res.hold_slots(slots.into_boxed_slice());
         }
         if !access::allowed(&self.rules, ip, head.path.as_bytes()) {
             res.send_status(403);
