@@ -230,6 +230,16 @@ fn required_certificate() {
         &args(&with_cert(&certs.mallory), &[]),
     );
     assert!(!rogue.status.success(), "served another CA's certificate");
+    let expired = certs
+        .client_ca
+        .expired_client("bob", &[(DnType::CommonName, "bob")]);
+    let expired = curl_https(
+        &served,
+        &certs,
+        "localhost",
+        &args(&with_cert(&expired), &[]),
+    );
+    assert!(!expired.status.success(), "served an expired certificate");
 
     let alice = with_cert(&certs.alice);
     let forged = [
@@ -375,6 +385,16 @@ fn optional_certificate() {
         &args(&with_cert(&certs.mallory), &[]),
     );
     assert!(!rogue.status.success(), "served another CA's certificate");
+    let expired = certs
+        .client_ca
+        .expired_client("bob", &[(DnType::CommonName, "bob")]);
+    let expired = curl_https(
+        &served,
+        &certs,
+        "localhost",
+        &args(&with_cert(&expired), &[]),
+    );
+    assert!(!expired.status.success(), "served an expired certificate");
 }
 
 /// Two sites in a config file, the first (the default) without client certificates: its

@@ -158,6 +158,34 @@ impl Pki {
     /// As [`Pki::new`].
     #[must_use]
     pub fn client(&self, file: &str, subject: &[(DnType, &str)]) -> CertFiles {
+        let now = OffsetDateTime::now_utc();
+        self.client_valid(
+            file,
+            subject,
+            now - Duration::days(1),
+            now + Duration::days(30),
+        )
+    }
+
+    /// Like [`Pki::client`], but expired yesterday.
+    #[must_use]
+    pub fn expired_client(&self, file: &str, subject: &[(DnType, &str)]) -> CertFiles {
+        let now = OffsetDateTime::now_utc();
+        self.client_valid(
+            file,
+            subject,
+            now - Duration::days(10),
+            now - Duration::days(1),
+        )
+    }
+
+    fn client_valid(
+        &self,
+        file: &str,
+        subject: &[(DnType, &str)],
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+    ) -> CertFiles {
         let key = new_key(KeyKind::EcdsaP256);
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
         // In the order given (rcgen's default name would come first).
@@ -168,9 +196,8 @@ impl Pki {
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        let now = OffsetDateTime::now_utc();
-        params.not_before = now - Duration::days(1);
-        params.not_after = now + Duration::days(30);
+        params.not_before = not_before;
+        params.not_after = not_after;
         let cert = params
             .signed_by(&key, &self.issuer)
             .expect("client certificate");
