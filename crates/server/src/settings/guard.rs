@@ -11,6 +11,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::guard::access::AccessRule;
 use crate::guard::connlimit::ConnZoneSpec;
+use crate::guard::fleet::RedisTarget;
 use crate::guard::key::KeyPart;
 use crate::guard::ratelimit::ZoneSpec;
 
@@ -56,6 +57,7 @@ impl BasicAuthSpec {
             status: 429,
             dry_run: false,
             keys: DEFAULT_KEYS,
+            redis: None,
             text: format!("basic-auth {}={shown}", self.prefix),
         });
         Ok(crate::guard::basic::BasicAuth::new(
@@ -130,10 +132,10 @@ impl clap::Args for GuardArgs {
         .arg(
             Arg::new("rate_limit")
                 .long("rate-limit")
-                .value_name("[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,dry-run]")
+                .value_name("[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,redis=ADDR][,dry-run]")
                 .action(ArgAction::Append)
                 .value_parser(parse_rate_limit)
-                .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more at once (0), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
+                .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more at once (0), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), redis=HOST:PORT or redis://[:PASSWORD@]HOST:PORT[/DB] counts with every instance using the same zone there (alone while it is unreachable), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
         )
         .arg(
             Arg::new("limit_conn")
@@ -220,7 +222,7 @@ fn parse_basic_auth(text: &str) -> Result<BasicAuthSpec, String> {
 const DEFAULT_KEYS: usize = 100_000;
 const MAX_KEYS: u64 = 100_000_000;
 
-/// `[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,dry-run][,nodelay]`.
+/// `[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,redis=ADDR][,dry-run][,nodelay]`.
 fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
     let at = |reason: String| reason;
     let (prefix, rest) = match text.split_once('=') {
@@ -238,7 +240,8 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
         status: 429,
         dry_run: false,
         keys: DEFAULT_KEYS,
-        text: text.to_owned(),
+        redis: None,
+        text: crate::guard::fleet::redact(text),
     };
     for part in parts {
         let (name, value) = part.split_once('=').unwrap_or((part, ""));
@@ -265,6 +268,7 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
                 }
                 spec.keys = n as usize;
             }
+            "redis" => spec.redis = Some(RedisTarget::parse(value)?),
             "dry-run" if value.is_empty() => spec.dry_run = true,
             // What is over the rate within the burst passes at once (nginx's nodelay): the
             // only way this zone admits, so the word is accepted and changes nothing.
@@ -277,7 +281,8 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
             }
             _ => {
                 return Err(at(format!(
-                    "unknown part {part:?} (burst=, key=, status=, keys=, dry-run, nodelay)"
+                    "unknown part {:?} (burst=, key=, status=, keys=, redis=, dry-run, nodelay)",
+                    crate::guard::fleet::redact(part)
                 )))
             }
         }
