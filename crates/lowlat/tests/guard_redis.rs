@@ -241,3 +241,48 @@ fn two_instances_share_one_limit_and_hold_it_alone_without_redis() {
         assert_eq!(metric(m, "lowlat_rate_limit_redis_up{"), 1);
     }
 }
+
+/// In a config file, `rate_limit` takes `redis=` as the flag does. `--check-config` checks the
+/// address's syntax and reaches out to nothing (a listener standing in for Redis is never
+/// called); a bad address is one line naming the file, its line and the key, the password
+/// masked.
+#[test]
+fn check_config_reads_redis_zones_without_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        format!("rate_limit = [\"100r/s,burst=20,redis=redis://:secret@127.0.0.1:{port}/1\"]\n"),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--check-config", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "--check-config connected to Redis"
+    );
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "workers = 1\nrate_limit = [\"100r/s,redis=rediss://:secret@127.0.0.1:6379\"]\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--check-config", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("bad.toml:2: rate_limit:"), "{text}");
+    assert!(text.contains("TLS to Redis"), "{text}");
+    assert!(!text.contains("secret"), "{text}");
+}

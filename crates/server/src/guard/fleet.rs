@@ -105,8 +105,13 @@ impl RedisTarget {
             None if text.contains(['/', '@', '?']) => return Err(bad("not an address")),
             None => format!("redis://{text}"),
         };
-        let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-            .map_err(|e| bad(&e.to_string()))?;
+        // The URL parser's reasons ("invalid port number") first, then the client's own
+        // ("Invalid database number - InvalidClientConfig": its kind left out).
+        let parsed = url::Url::parse(&url).map_err(|e| bad(&e.to_string()))?;
+        let info = redis::IntoConnectionInfo::into_connection_info(parsed).map_err(|e| {
+            let reason = e.to_string();
+            bad(reason.split(" - ").next().unwrap_or(&reason))
+        })?;
         let mut shown = match info.addr() {
             redis::ConnectionAddr::Tcp(host, port) if host.contains(':') => {
                 format!("[{host}]:{port}")

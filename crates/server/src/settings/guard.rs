@@ -134,7 +134,7 @@ impl clap::Args for GuardArgs {
                 .long("rate-limit")
                 .value_name("[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,redis=ADDR][,dry-run]")
                 .action(ArgAction::Append)
-                .value_parser(parse_rate_limit)
+                .value_parser(RateLimitParser)
                 .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more at once (0), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), redis=HOST:PORT or redis://[:PASSWORD@]HOST:PORT[/DB] counts with every instance using the same zone there (alone while it is unreachable), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
         )
         .arg(
@@ -290,6 +290,35 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
     Ok(spec)
 }
 
+/// `--rate-limit`'s parser: [`parse_rate_limit`], with the value shown in its error with a
+/// Redis password masked (clap's own message would print the value as given).
+#[derive(Clone)]
+struct RateLimitParser;
+
+impl clap::builder::TypedValueParser for RateLimitParser {
+    type Value = ZoneSpec;
+
+    fn parse_ref(
+        &self,
+        cmd: &Command,
+        arg: Option<&Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<ZoneSpec, clap::Error> {
+        let text = value.to_string_lossy();
+        parse_rate_limit(&text).map_err(|reason| {
+            let arg = arg.map_or_else(|| "--rate-limit".to_owned(), ToString::to_string);
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "invalid value '{}' for '{arg}': {reason}\n",
+                    crate::guard::fleet::redact(&text)
+                ),
+            )
+            .with_cmd(cmd)
+        })
+    }
+}
+
 /// `[PREFIX=]N[,key=K][,status=S][,dry-run]`.
 fn parse_limit_conn(text: &str) -> Result<ConnZoneSpec, String> {
     let (prefix, rest) = match text.split_once('=') {
@@ -441,6 +470,38 @@ mod tests {
             "10r/s,what",
         ] {
             assert!(parse(&["--rate-limit", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rate_limits_kept_in_redis() {
+        let g = parse(&[
+            "--rate-limit",
+            "100r/s,burst=20,redis=127.0.0.1:6380",
+            "--rate-limit",
+            "/api/=10r/s,redis=redis://app:secret@redis.internal:6379/2,key=header:x-api-key",
+        ])
+        .unwrap();
+        let (a, b) = (&g.rate_limit[0], &g.rate_limit[1]);
+        assert_eq!(a.redis.as_ref().unwrap().shown, "127.0.0.1:6380");
+        assert_eq!(b.redis.as_ref().unwrap().shown, "redis.internal:6379 db 2");
+        // The password never reaches /metrics or the error log.
+        assert_eq!(
+            b.text,
+            "/api/=10r/s,redis=redis://***@redis.internal:6379/2,key=header:x-api-key"
+        );
+        assert!(parse(&["--rate-limit", "100r/s"]).unwrap().rate_limit[0]
+            .redis
+            .is_none());
+        for bad in [
+            "10r/s,redis=",
+            "10r/s,redis=host:port",
+            "10r/s,redis=rediss://:secret@host",
+            "10r/s,redis=redis://:secret@host/x",
+        ] {
+            let e = parse(&["--rate-limit", bad]).unwrap_err();
+            assert!(e.contains("--rate-limit") && e.contains("redis="), "{e}");
+            assert!(!e.contains("secret"), "{e}");
         }
     }
 
