@@ -18,9 +18,9 @@
 //!    ([`Bucket::inject`](super::bucket::Bucket::inject)).
 //!
 //! A worker's admission adds one atomic increment to the local zone's work, and for the first
-//! request of a key in an interval (0 → 1) hands the bucket to this thread over a channel
-//! (lock-free, no system call: the thread never sleeps on the channel, it polls it). No
-//! allocation but the channel's (a block per 31 keys), no lock, no system call.
+//! request of a key not yet followed hands the bucket to this thread over a bounded channel
+//! (lock-free, and no system call: the thread never sleeps on the channel, it polls it, so
+//! there is never a sleeper to wake). No allocation, no lock, no system call.
 //!
 //! # What it guarantees
 //! The fleet admits the zone's limit, give or take one interval: between two exchanges each
@@ -48,7 +48,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,10 @@ pub const KEY_TTL: Duration = Duration::from_secs(10);
 /// The most keys one zone exchanges (a flood of distinct keys is counted locally beyond it):
 /// bounds the round trip to about 20 000 commands.
 pub const MAX_TRACKED: usize = 10_000;
+/// Buckets waiting to be handed over: more than the exchange can take in one round, so that
+/// only a flood of new keys (or an exchange stuck on a slow name lookup) fills it — and then
+/// the keys that do not fit count locally, instead of the queue growing without bound.
+const HANDOVER_CAP: usize = 2 * MAX_TRACKED;
 
 /// Where a zone's counts are kept: a Redis server, as `redis=` named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +181,7 @@ pub struct FleetCounts {
 /// A zone's side of its exchange: what the workers use, and the thread not yet started.
 pub(super) struct Fleet {
     /// Buckets that went from no request to one since the exchange last took their count.
-    handover: Sender<Arc<Bucket>>,
+    handover: SyncSender<Arc<Bucket>>,
     pub(super) counts: Arc<FleetCounts>,
     pub(super) target: RedisTarget,
     /// Taken by [`Fleet::start`]: a zone that only checks settings starts nothing.
@@ -197,7 +201,7 @@ pub(super) struct ZoneClock {
 
 impl Fleet {
     pub(super) fn new(target: RedisTarget, prefix: String, clock: ZoneClock, zone: &str) -> Fleet {
-        let (handover, incoming) = mpsc::channel();
+        let (handover, incoming) = mpsc::sync_channel(HANDOVER_CAP);
         let counts = Arc::new(FleetCounts::default());
         Fleet {
             handover,
@@ -220,8 +224,11 @@ impl Fleet {
     #[inline]
     pub(super) fn admitted(&self, bucket: &Arc<Bucket>) {
         if bucket.pending.fetch_add(1, Ordering::Relaxed) == 0 {
-            // The exchange thread is gone only with the zone; nothing to do then.
-            let _ = self.handover.send(Arc::clone(bucket));
+            if let Err(TrySendError::Full(_)) = self.handover.try_send(Arc::clone(bucket)) {
+                // Counted here only; the key's next request tries again. (Disconnected: the
+                // exchange thread ends only after the zone, so not while a worker uses it.)
+                bucket.pending.store(0, Ordering::Relaxed);
+            }
         }
     }
 
