@@ -3,7 +3,8 @@
 //! within 10% against one client at 5,000 r/s for 10 s while a second client at 50 r/s is never
 //! refused — on one instance, and on two instances sharing the zone (the pair admits the limit,
 //! not twice it); with Redis killed, both go on answering, each holding the limit alone, and
-//! each says so once in its error log, then once again when Redis is back.
+//! each says so once in its error log, then once again when Redis is back. Redis unreachable
+//! from the start is the same; `--check-config` checks `redis=` without connecting.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -285,4 +286,31 @@ fn check_config_reads_redis_zones_without_connecting() {
     assert!(text.contains("bad.toml:2: rate_limit:"), "{text}");
     assert!(text.contains("TLS to Redis"), "{text}");
     assert!(!text.contains("secret"), "{text}");
+}
+
+/// Redis unreachable from the start: the zone limits on this instance alone (a burst of 5 and
+/// no more, at once), answers every request, and its error log says so in one line however
+/// often it tries again.
+#[test]
+fn unreachable_from_the_start_the_zone_counts_alone() {
+    let nobody = support::free_port();
+    let zone = format!("10r/s,burst=5,redis=127.0.0.1:{nobody}");
+    let s = Served::start(["--rate-limit", &zone]);
+    // 20 requests at once, pipelined on one connection.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut batch = "GET /plaintext HTTP/1.1\r\nHost: g\r\n\r\n".repeat(19);
+    batch.push_str("GET /plaintext HTTP/1.1\r\nHost: g\r\nConnection: close\r\n\r\n");
+    c.write_all(batch.as_bytes()).unwrap();
+    let mut replies = String::new();
+    c.read_to_string(&mut replies).unwrap();
+    let passed = replies.matches("HTTP/1.1 200 ").count();
+    let refused = replies.matches("HTTP/1.1 429 ").count();
+    assert_eq!(passed + refused, 20, "{replies}");
+    // The first and the burst; another may drain meanwhile (one each 100 ms).
+    assert!((6..=7).contains(&passed), "{passed} passed");
+    // Tries again after 0.1, 0.2, 0.4, 0.8 s…: still one line.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(said(&s, DOWN), 1, "{}", s.log());
+    assert_eq!(said(&s, BACK), 0, "{}", s.log());
 }
