@@ -173,7 +173,7 @@ fn one_instance_holds_the_limit_with_its_zone_in_redis() {
         near(passed, expected),
         "{passed} passed, {refused} refused; {expected} expected"
     );
-    assert!(refused > 40_000, "{refused}");
+    assert!(refused > 30_000, "far over the limit: {refused}");
     assert_eq!(quiet_refused, 0, "{quiet_passed} passed");
     assert!(quiet_passed >= 450, "{quiet_passed}");
     assert_eq!(metric(&metrics, "lowlat_rate_limit_redis_up{"), 1);
