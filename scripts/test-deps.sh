@@ -46,14 +46,16 @@ ls /usr/sbin/php-fpm* >/dev/null 2>&1 || need+=(php-fpm)
 # WordPress, from Debian's package too, with a MariaDB the test starts in a directory of its own.
 [ -f /usr/share/wordpress/wp-settings.php ] || need+=(wordpress wordpress-theme-twentytwentythree php-mysql)
 [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
+# Rate-limit zones kept in Redis are tested against a redis-server the test starts on a free port.
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-    # nginx's, HAProxy's and Caddy's packages start a daemon (Caddy's on port 80, as nginx's); the
+    # nginx's, HAProxy's, Caddy's and Redis's packages start a daemon (Caddy's on port 80, as nginx's); the
     # tests start their own on free ports.
-    for daemon in nginx h2o haproxy caddy mariadb $(cd /etc/init.d 2>/dev/null && ls -d php*-fpm 2>/dev/null); do
+    for daemon in nginx h2o haproxy caddy mariadb redis-server $(cd /etc/init.d 2>/dev/null && ls -d php*-fpm 2>/dev/null); do
         if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop $daemon 2>/dev/null || true; fi
         if [ -x /etc/init.d/$daemon ]; then $sudo /etc/init.d/$daemon stop >/dev/null 2>&1 || true; fi
     done

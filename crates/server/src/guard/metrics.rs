@@ -1,5 +1,6 @@
 //! The limit zones' families on `/metrics`: requests each rate-limit zone refused (or, in a dry
-//! run, would have) and the keys it holds; the same for each connection-limit zone, with the
+//! run, would have) and the keys it holds, and for a zone kept in Redis whether Redis is
+//! reachable and what this instance and the others admitted; the same for each connection-limit zone, with the
 //! requests in progress. Zones are registered when the settings build them and kept across
 //! reloads while their spec is unchanged, so their counts go on (and the places held by
 //! requests in progress across a reload are counted by the zone that goes on).
@@ -121,6 +122,47 @@ fn render_rate(s: &mut String) {
             "lowlat_rate_limit_keys{{zone=\"{}\"}} {}",
             label(&z.spec.text),
             z.keys()
+        );
+    }
+    render_fleet(s, &zones);
+}
+
+/// The exchange with Redis of the zones kept there, when there are such zones.
+fn render_fleet(s: &mut String, zones: &[Arc<Zone>]) {
+    let fleet: Vec<_> = zones
+        .iter()
+        .filter_map(|z| {
+            z.fleet()
+                .map(|(target, counts)| (label(&z.spec.text), target, counts))
+        })
+        .collect();
+    if fleet.is_empty() {
+        return;
+    }
+    s.push_str("# HELP lowlat_rate_limit_redis_up Whether a zone kept in Redis counts with the fleet now (1), or on this instance alone because Redis is unreachable (0).\n# TYPE lowlat_rate_limit_redis_up gauge\n");
+    for (zone, target, counts) in &fleet {
+        let _ = writeln!(
+            s,
+            "lowlat_rate_limit_redis_up{{zone=\"{zone}\",redis=\"{}\"}} {}",
+            label(&target.shown),
+            u8::from(counts.up.load(Ordering::Relaxed))
+        );
+    }
+    s.push_str("# HELP lowlat_rate_limit_fleet_requests_total Requests a zone kept in Redis admitted, by this instance (sent to Redis) and by the others (learned from it, for the keys this instance follows).\n# TYPE lowlat_rate_limit_fleet_requests_total counter\n");
+    for (zone, _, counts) in &fleet {
+        let _ = writeln!(
+            s,
+            "lowlat_rate_limit_fleet_requests_total{{zone=\"{zone}\",by=\"this\"}} {}\nlowlat_rate_limit_fleet_requests_total{{zone=\"{zone}\",by=\"others\"}} {}",
+            counts.sent.load(Ordering::Relaxed),
+            counts.learned.load(Ordering::Relaxed)
+        );
+    }
+    s.push_str("# HELP lowlat_rate_limit_fleet_keys Keys a zone kept in Redis exchanges with it now (those with requests here lately).\n# TYPE lowlat_rate_limit_fleet_keys gauge\n");
+    for (zone, _, counts) in &fleet {
+        let _ = writeln!(
+            s,
+            "lowlat_rate_limit_fleet_keys{{zone=\"{zone}\"}} {}",
+            counts.keys.load(Ordering::Relaxed)
         );
     }
 }

@@ -6,6 +6,8 @@
 //! - [`access`]: `allow` / `deny` rules, first match wins (403).
 //! - [`basic`]: HTTP Basic authentication against htpasswd files (401).
 //! - [`ratelimit`]: `limit_req` zones: leaky buckets per key, shared by every worker (429).
+//! - `bucket`: one key's leaky bucket, one word updated by compare-and-swap.
+//! - [`fleet`]: zones kept in Redis, counted with the other instances off the workers' threads.
 //! - [`connlimit`]: `limit_conn` zones: requests in progress per key (503).
 //! - [`key`]: what the limits count by.
 //! - `client`: the client's address after trusted proxies, which all of them judge.
@@ -13,8 +15,10 @@
 
 pub mod access;
 pub mod basic;
+mod bucket;
 mod client;
 pub mod connlimit;
+pub mod fleet;
 pub mod key;
 pub(crate) mod metrics;
 pub mod ratelimit;

@@ -2,18 +2,23 @@
 //! per key, with up to `burst` more at once; a request beyond is refused (429 with
 //! `Retry-After`, or the status configured) — or only counted, in a dry run.
 //!
-//! Each key's state is one `AtomicU64` (the excess in thousandths of a request, and the time
-//! of its last request in milliseconds) updated by compare-and-swap, so every worker counts
+//! Each key's state is one [`Bucket`], updated by compare-and-swap, so every worker counts
 //! against the same bucket without a lock held across the update. The keys live in a
 //! `quick_cache` table bounded in entries: a flood of distinct (spoofed) keys evicts keys seen
 //! once before keys seen often, and memory stays within the bound whatever is sent.
+//!
+//! A zone with `redis=` decides the same way, on the same buckets, and also counts with the
+//! other instances through Redis, off the workers' threads ([`super::fleet`]).
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lowlat_http::request::Request;
 
+use super::bucket::Bucket;
+use super::fleet::{Fleet, FleetCounts, RedisTarget, ZoneClock};
 use super::key::KeyPart;
 
 /// A zone's settings, as the settings layer checked them.
@@ -33,18 +38,22 @@ pub struct ZoneSpec {
     pub dry_run: bool,
     /// Most keys kept.
     pub keys: usize,
-    /// As written (for messages and `/metrics`).
+    /// Where the fleet's counts are kept, for a zone shared by several instances.
+    pub redis: Option<RedisTarget>,
+    /// As written, a password masked (for messages and `/metrics`).
     pub text: String,
 }
 
 /// One zone: its settings and every key's bucket.
 pub struct Zone {
     pub spec: ZoneSpec,
-    buckets: quick_cache::sync::Cache<u64, Arc<AtomicU64>>,
+    buckets: quick_cache::sync::Cache<u64, Arc<Bucket>>,
     hasher: foldhash::quality::RandomState,
     epoch: Instant,
     /// Requests refused (or, in a dry run, that would have been).
     pub refused: AtomicU64,
+    /// A zone kept in Redis: the hand-over to its exchange with the fleet.
+    fleet: Option<Fleet>,
 }
 
 impl std::fmt::Debug for Zone {
@@ -93,25 +102,55 @@ pub enum Verdict {
 impl Zone {
     #[must_use]
     pub fn new(spec: ZoneSpec) -> Zone {
+        let epoch = Instant::now();
+        let fleet = spec.redis.clone().map(|target| {
+            // Drained a burst and one more in this long, within 1 s to 60 s.
+            let linger_ms = (spec.burst + 1).saturating_mul(1_000_000) / spec.per_ks.max(1);
+            let clock = ZoneClock {
+                epoch,
+                per_ks: spec.per_ks,
+                linger: Duration::from_millis(linger_ms.clamp(1000, 60_000)),
+            };
+            Fleet::new(
+                target,
+                super::fleet::zone_prefix(&spec.definition()),
+                clock,
+                &spec.text,
+            )
+        });
         Zone {
             buckets: quick_cache::sync::Cache::new(spec.keys.max(1)),
             spec,
             hasher: foldhash::quality::RandomState::default(),
-            epoch: Instant::now(),
+            epoch,
             refused: AtomicU64::new(0),
+            fleet,
         }
     }
 
     /// Counts `req` against its key's bucket at `now`.
     pub fn check(&self, req: &Request<'_, '_>, client: std::net::IpAddr, now: Instant) -> Verdict {
         let key = super::key::hash(&self.spec.key, &self.hasher, req, client);
+        let made = || {
+            let id = if self.fleet.is_some() {
+                super::key::fleet_id(&self.spec.key, req, client)
+            } else {
+                [0; 16]
+            };
+            Arc::new(Bucket::new(id))
+        };
         let bucket = self
             .buckets
-            .get_or_insert_with(&key, || Ok::<_, ()>(Arc::new(AtomicU64::new(EMPTY))))
-            .unwrap_or_else(|()| Arc::new(AtomicU64::new(EMPTY)));
+            .get_or_insert_with(&key, || Ok::<_, ()>(made()))
+            .unwrap_or_else(|()| made());
         let ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
-        match admit(&bucket, ms, self.spec.per_ks, self.spec.burst) {
-            None => Verdict::Pass,
+        match bucket.admit(ms, self.spec.per_ks, self.spec.burst) {
+            None => {
+                if let Some(fleet) = &self.fleet {
+                    fleet.admitted(&bucket);
+                }
+                Verdict::Pass
+            }
             Some(retry_after) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 if self.spec.dry_run {
@@ -128,82 +167,30 @@ impl Zone {
     pub fn keys(&self) -> usize {
         self.buckets.len()
     }
-}
 
-/// A bucket never used: no excess, no time.
-const EMPTY: u64 = u64::MAX;
+    /// Starts counting with the fleet, for a zone kept in Redis (once; nothing otherwise).
+    /// Not done by [`Zone::new`], so that checking the settings reaches out to nothing.
+    pub fn start_exchange(&self) {
+        if let Some(fleet) = &self.fleet {
+            fleet.start();
+        }
+    }
 
-/// nginx's leaky bucket on one packed state: the excess (thousandths of a request, high 32
-/// bits) drains at the rate since the last request (low 32 bits, milliseconds, wrapping every
-/// 49 days — a gap that long drains any bucket anyway), and a request adds one; a key's first
-/// request leaves no excess. Over `burst`, the request is refused and the state kept:
-/// `Some(seconds until one would pass)`. `per_ks` is the rate in thousandths a second.
-fn admit(bucket: &AtomicU64, now_ms: u64, per_ks: u64, burst: u64) -> Option<u64> {
-    let now = now_ms as u32;
-    let limit = burst.saturating_mul(1000).min(u64::from(u32::MAX));
-    let mut old = bucket.load(Ordering::Relaxed);
-    loop {
-        let excess = if old == EMPTY {
-            0
-        } else {
-            let (excess, last) = (old >> 32, old as u32);
-            let drained = u64::from(now.wrapping_sub(last)).saturating_mul(per_ks) / 1000;
-            (excess + 1000).saturating_sub(drained)
-        };
-        if excess > limit {
-            let wait_ms = ((excess - limit) * 1000).div_ceil(per_ks.max(1));
-            return Some(wait_ms.div_ceil(1000).max(1));
-        }
-        let new = (excess << 32) | u64::from(now);
-        match bucket.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return None,
-            Err(seen) => old = seen,
-        }
+    /// A zone kept in Redis: where, and its exchange's counts.
+    #[must_use]
+    pub fn fleet(&self) -> Option<(&RedisTarget, &FleetCounts)> {
+        self.fleet.as_ref().map(|f| (&f.target, &*f.counts))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_bucket_admits_the_rate_and_the_burst() {
-        let b = AtomicU64::new(EMPTY);
-        // 10 r/s, burst 5: at one instant, 1 + 5 pass and the 7th is refused.
-        let passed = (0..7)
-            .filter(|_| admit(&b, 1000, 10_000, 5).is_none())
-            .count();
-        assert_eq!(passed, 6);
-        // A tenth of a second later one more drains: one passes, the next does not.
-        assert_eq!(admit(&b, 1100, 10_000, 5), None);
-        assert!(admit(&b, 1100, 10_000, 5).is_some());
-        // Long after, the bucket is empty again.
-        let passed = (0..7)
-            .filter(|_| admit(&b, 60_000, 10_000, 5).is_none())
-            .count();
-        assert_eq!(passed, 6);
-    }
-
-    #[test]
-    fn a_steady_client_at_the_rate_is_never_refused() {
-        let b = AtomicU64::new(EMPTY);
-        // 2 r/s, no burst: one request every 500 ms passes for ever; one every 400 ms comes
-        // too soon after each one passed, as with nginx: every other one is refused.
-        assert!((0..100).all(|i| admit(&b, 10_000 + i * 500, 2000, 0).is_none()));
-        let b = AtomicU64::new(EMPTY);
-        let refused = (0..100)
-            .filter(|i| admit(&b, 10_000 + i * 400, 2000, 0).is_some())
-            .count();
-        assert_eq!(refused, 50);
-    }
-
-    #[test]
-    fn retry_after_says_when_one_would_pass() {
-        let b = AtomicU64::new(EMPTY);
-        // 1 r/m (16 thousandths a second, as nginx rounds it), no burst: the second request
-        // waits a minute and a little.
-        assert_eq!(admit(&b, 5000, 1000 / 60, 0), None);
-        let wait = admit(&b, 5000, 1000 / 60, 0).unwrap();
-        assert!((60..=63).contains(&wait), "{wait}");
+impl ZoneSpec {
+    /// What decides the zone's count — its paths, rate, burst and key — as one line: zones kept
+    /// in Redis are named by it, so that instances share a zone exactly when they count alike.
+    fn definition(&self) -> String {
+        let mut text = format!("{}\n{}\n{}\n", self.prefix, self.per_ks, self.burst);
+        for (i, part) in self.key.iter().enumerate() {
+            let _ = write!(text, "{}{part}", if i == 0 { "" } else { "+" });
+        }
+        text
     }
 }

@@ -11,6 +11,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::guard::access::AccessRule;
 use crate::guard::connlimit::ConnZoneSpec;
+use crate::guard::fleet::RedisTarget;
 use crate::guard::key::KeyPart;
 use crate::guard::ratelimit::ZoneSpec;
 
@@ -56,6 +57,7 @@ impl BasicAuthSpec {
             status: 429,
             dry_run: false,
             keys: DEFAULT_KEYS,
+            redis: None,
             text: format!("basic-auth {}={shown}", self.prefix),
         });
         Ok(crate::guard::basic::BasicAuth::new(
@@ -130,10 +132,10 @@ impl clap::Args for GuardArgs {
         .arg(
             Arg::new("rate_limit")
                 .long("rate-limit")
-                .value_name("[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,dry-run]")
+                .value_name("[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,redis=ADDR][,dry-run]")
                 .action(ArgAction::Append)
-                .value_parser(parse_rate_limit)
-                .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more at once (0), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
+                .value_parser(RateLimitParser)
+                .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more at once (0), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), redis=HOST:PORT or redis://[:PASSWORD@]HOST:PORT[/DB] counts with every instance using the same zone there (alone while it is unreachable), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
         )
         .arg(
             Arg::new("limit_conn")
@@ -220,7 +222,7 @@ fn parse_basic_auth(text: &str) -> Result<BasicAuthSpec, String> {
 const DEFAULT_KEYS: usize = 100_000;
 const MAX_KEYS: u64 = 100_000_000;
 
-/// `[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,dry-run][,nodelay]`.
+/// `[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,redis=ADDR][,dry-run][,nodelay]`.
 fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
     let at = |reason: String| reason;
     let (prefix, rest) = match text.split_once('=') {
@@ -238,7 +240,8 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
         status: 429,
         dry_run: false,
         keys: DEFAULT_KEYS,
-        text: text.to_owned(),
+        redis: None,
+        text: crate::guard::fleet::redact(text),
     };
     for part in parts {
         let (name, value) = part.split_once('=').unwrap_or((part, ""));
@@ -265,6 +268,7 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
                 }
                 spec.keys = n as usize;
             }
+            "redis" => spec.redis = Some(RedisTarget::parse(value)?),
             "dry-run" if value.is_empty() => spec.dry_run = true,
             // What is over the rate within the burst passes at once (nginx's nodelay): the
             // only way this zone admits, so the word is accepted and changes nothing.
@@ -277,12 +281,42 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
             }
             _ => {
                 return Err(at(format!(
-                    "unknown part {part:?} (burst=, key=, status=, keys=, dry-run, nodelay)"
+                    "unknown part {:?} (burst=, key=, status=, keys=, redis=, dry-run, nodelay)",
+                    crate::guard::fleet::redact(part)
                 )))
             }
         }
     }
     Ok(spec)
+}
+
+/// `--rate-limit`'s parser: [`parse_rate_limit`], with the value shown in its error with a
+/// Redis password masked (clap's own message would print the value as given).
+#[derive(Clone)]
+struct RateLimitParser;
+
+impl clap::builder::TypedValueParser for RateLimitParser {
+    type Value = ZoneSpec;
+
+    fn parse_ref(
+        &self,
+        cmd: &Command,
+        arg: Option<&Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<ZoneSpec, clap::Error> {
+        let text = value.to_string_lossy();
+        parse_rate_limit(&text).map_err(|reason| {
+            let arg = arg.map_or_else(|| "--rate-limit".to_owned(), ToString::to_string);
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "invalid value '{}' for '{arg}': {reason}\n",
+                    crate::guard::fleet::redact(&text)
+                ),
+            )
+            .with_cmd(cmd)
+        })
+    }
 }
 
 /// `[PREFIX=]N[,key=K][,status=S][,dry-run]`.
@@ -436,6 +470,38 @@ mod tests {
             "10r/s,what",
         ] {
             assert!(parse(&["--rate-limit", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rate_limits_kept_in_redis() {
+        let g = parse(&[
+            "--rate-limit",
+            "100r/s,burst=20,redis=127.0.0.1:6380",
+            "--rate-limit",
+            "/api/=10r/s,redis=redis://app:secret@redis.internal:6379/2,key=header:x-api-key",
+        ])
+        .unwrap();
+        let (a, b) = (&g.rate_limit[0], &g.rate_limit[1]);
+        assert_eq!(a.redis.as_ref().unwrap().shown, "127.0.0.1:6380");
+        assert_eq!(b.redis.as_ref().unwrap().shown, "redis.internal:6379 db 2");
+        // The password never reaches /metrics or the error log.
+        assert_eq!(
+            b.text,
+            "/api/=10r/s,redis=redis://***@redis.internal:6379/2,key=header:x-api-key"
+        );
+        assert!(parse(&["--rate-limit", "100r/s"]).unwrap().rate_limit[0]
+            .redis
+            .is_none());
+        for bad in [
+            "10r/s,redis=",
+            "10r/s,redis=host:port",
+            "10r/s,redis=rediss://:secret@host",
+            "10r/s,redis=redis://:secret@host/x",
+        ] {
+            let e = parse(&["--rate-limit", bad]).unwrap_err();
+            assert!(e.contains("--rate-limit") && e.contains("redis="), "{e}");
+            assert!(!e.contains("secret"), "{e}");
         }
     }
 

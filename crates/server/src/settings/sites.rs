@@ -136,6 +136,9 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         .flat_map(|(_, s)| s.conn_zones.iter().cloned())
         .collect();
     crate::guard::metrics::retain(&zones, &conn_zones);
+    // Zones kept in Redis start counting with the fleet as the health checks start: with the
+    // first worker's router, not when the settings are only checked.
+    let fleet_zones: Vec<_> = zones.into_iter().filter(|z| z.fleet().is_some()).collect();
     // The first site is the default (a request naming no listed site goes to it); the others
     // are chosen by Host. Check once, here, that the routes fit together, so the per-worker
     // builds cannot fail.
@@ -172,6 +175,9 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         if !checks_started.swap(true, std::sync::atomic::Ordering::Relaxed) {
             for (g, h) in groups_for_checks.iter().zip(&health_for_checks) {
                 spawn_checks(g, h);
+            }
+            for zone in &fleet_zones {
+                zone.start_exchange();
             }
         }
         build(info).unwrap_or_else(|_| Router::new())
