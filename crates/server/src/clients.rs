@@ -157,13 +157,7 @@ impl Clients {
             while let Some(up) = ctx.proxy_cancels.pop() {
                 upstreams.cancel(up, ctx);
             }
-            if let Some((from, stream, job)) = ctx.proxy_starts.pop() {
-                self.with_downstream(from, stream, ctx, |down, ctx| match down {
-                    Some(down) => upstreams.start((from, stream), job, ctx, down),
-                    None => job.group.give_buffer(job.request),
-                });
-                continue;
-            }
+            self.start_forwarded(upstreams, ctx);
             // HTTP/3 streams that took their backlog or brought body bytes (they say so when
             // it happens).
             let wake = self.quic.as_mut().and_then(QuicWorker::take_wake);
@@ -253,9 +247,10 @@ impl Clients {
         self.start_forwarded(upstreams, ctx);
     }
 
-    /// Starts the requests queued to go upstream when no client's settle is to follow: those
-    /// the upstream side woke itself (a php-fpm connection came free in a sweep or as a client
-    /// left, `proxy::fcgi_queue`), each on its client's behalf.
+    /// Starts the requests queued to go upstream, each on its client's behalf, and cancels
+    /// what their starts abandoned: a settle's, and those the upstream side woke itself when no
+    /// settle is to follow (a php-fpm connection came free in a sweep or as a client left,
+    /// `proxy::fcgi_queue`).
     pub(crate) fn start_forwarded(&mut self, upstreams: &mut Upstreams, ctx: &mut WorkerCtx<'_>) {
         while let Some((from, stream, job)) = ctx.proxy_starts.pop() {
             self.with_downstream(from, stream, ctx, |down, ctx| match down {
