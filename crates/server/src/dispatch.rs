@@ -146,7 +146,15 @@ fn verified_cert<'c>(
 /// client's side puts bytes in, the upstream side takes them (`proxy::upload`).
 pub(crate) fn upload_for(job: &mut ProxyJob, framing: StreamedBody) -> UploadRef {
     let pipe = Upload::new(framing);
-    job.upload = Some(std::rc::Rc::clone(&pipe));
+    // A forward-auth subrequest carries no body: the request it guards does.
+    match job.gate.as_ref().map(|g| g.borrow_mut()) {
+        Some(mut gate) => {
+            if let Some(main) = gate.main.as_mut() {
+                main.upload = Some(std::rc::Rc::clone(&pipe));
+            }
+        }
+        None => job.upload = Some(std::rc::Rc::clone(&pipe)),
+    }
     pipe
 }
 

@@ -231,6 +231,13 @@ impl<'a> Response<'a> {
     /// Answers by forwarding: the response will come from an upstream.
     pub(crate) fn forward(&mut self, job: ProxyJob) {
         match &mut self.forward {
+            // A forward-auth subrequest stands in the slot (`crate::guard::forward`): this is
+            // the request it guards, forwarded when the auth service lets it through.
+            Some(Some(auth)) if auth.gate.is_some() => {
+                if let Some(gate) = &auth.gate {
+                    gate.borrow_mut().main = Some(job);
+                }
+            }
             Some(slot) => **slot = Some(job),
             // Nowhere to relay an answer from: a gateway error rather than no answer.
             None => {
@@ -246,6 +253,52 @@ impl<'a> Response<'a> {
         if let Some(Some(job)) = self.forward.as_deref_mut() {
             job.added = Some(std::rc::Rc::clone(added));
         }
+    }
+
+    /// Stands a forward-auth subrequest in the forward slot: the request is answered by
+    /// whatever the auth service says, and forwarded (when its route forwards) if it says yes.
+    /// `false` where nothing can be relayed (no slot).
+    pub(crate) fn forward_auth(&mut self, subrequest: ProxyJob) -> bool {
+        match &mut self.forward {
+            Some(slot) => {
+                **slot = Some(subrequest);
+                true
+            }
+            None => {
+                subrequest.group.give_buffer(subrequest.request);
+                false
+            }
+        }
+    }
+
+    /// A forward-auth subrequest stands in the slot with no request forwarded behind it: the
+    /// route answered locally, which cannot wait for the auth service. That answer is taken back
+    /// (from `start` in the output) and the request failed closed with 500.
+    pub(crate) fn settle_forward_auth(&mut self, start: usize) {
+        let Some(Some(auth)) = self.forward.as_deref() else {
+            return;
+        };
+        let waiting = auth
+            .gate
+            .as_ref()
+            .is_some_and(|g| g.borrow().main.is_none());
+        if !waiting {
+            return;
+        }
+        if let Some(Some(auth)) = self.forward.as_deref_mut().map(Option::take) {
+            auth.group.give_buffer(auth.request);
+        }
+        tracing::warn!(
+            "forward auth: the route answers locally, which cannot wait for the auth service; \
+             refused with 500 (forward auth guards forwarded and FastCGI routes)"
+        );
+        self.out.truncate(start);
+        self.sent = false;
+        self.file = None;
+        self.close = false;
+        self.body_bytes = 0;
+        self.head_bytes = 0;
+        self.send_status(500);
     }
 
     /// Whether only the head will be sent (the request was `HEAD`).

@@ -420,9 +420,31 @@ impl Router {
         worker: usize,
         res: &mut Response<'_>,
     ) {
-        if !self.hooks.is_empty() && self.ask_hooks(HookScope::ThisSite, head, body, worker, res) {
+        if !self.hooks.is_empty() {
+            let start = res.out_len();
+            if self.ask_hooks(HookScope::ThisSite, head, body, worker, res) {
+                return;
+            }
+            self.route_here(head, body, worker, res);
+            // A forward-auth subrequest a hook (the guard) left waits for the request the route
+            // forwards; a route that answered locally instead is failed closed.
+            res.settle_forward_auth(start);
             return;
         }
+        self.route_here(head, body, worker, res);
+    }
+
+    /// [`Router::dispatch_here`] after the hooks: the route's handler, or the fallback.
+    // Inlined: it was `dispatch_here`'s body, which a router without hooks runs per request.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    fn route_here(
+        &mut self,
+        head: &Request<'_, '_>,
+        body: &[u8],
+        worker: usize,
+        res: &mut Response<'_>,
+    ) {
         let Self {
             tree,
             routes,

@@ -71,6 +71,78 @@ pub(crate) fn write_request(
     }
 }
 
+/// Rewrites the `FCGI_PARAMS` of the FastCGI request at the start of `request` for forward
+/// authentication: the `HTTP_*` variable of every field named in `copy` dropped (what the client
+/// sent under those names), then `copied` (`Name: value` CRLF lines) added as such variables.
+/// A request that does not read as records is left as it is.
+pub(crate) fn replace_http_params(request: &mut Vec<u8>, copy: &[Box<str>], copied: &[u8]) {
+    use lowlat_http::fastcgi::record::{Head, HEAD_LEN};
+    let mut at = 0;
+    let mut begin = None;
+    let mut pairs = Vec::new();
+    // The records up to the empty `FCGI_PARAMS` that ends the variables.
+    let rest = loop {
+        let Ok(lowlat_http::Status::Complete(h)) = Head::parse(&request[at..]) else {
+            return;
+        };
+        let len = usize::from(h.content_len);
+        let end = at + HEAD_LEN + len + usize::from(h.padding_len);
+        if end > request.len() {
+            return;
+        }
+        match h.kind {
+            record::kind::PARAMS if len == 0 => break end,
+            record::kind::PARAMS => {
+                pairs.extend_from_slice(&request[at + HEAD_LEN..at + HEAD_LEN + len]);
+            }
+            _ if begin.is_none() => begin = Some(at..end),
+            _ => return,
+        }
+        at = end;
+    };
+    let Some(begin) = begin else {
+        return;
+    };
+    let Some(decoded) = params::decode(&pairs) else {
+        return;
+    };
+    // `X-Auth-User` → `HTTP_X_AUTH_USER`, as `params::push_field` names it.
+    let variables: Vec<Vec<u8>> = copy
+        .iter()
+        .map(|c| {
+            let mut v = b"HTTP_".to_vec();
+            v.extend(c.bytes().map(|b| {
+                if b == b'-' {
+                    b'_'
+                } else {
+                    b.to_ascii_uppercase()
+                }
+            }));
+            v
+        })
+        .collect();
+    let mut kept = Vec::with_capacity(pairs.len() + copied.len());
+    for (name, value) in decoded {
+        if !variables.iter().any(|v| v == name) {
+            params::push(&mut kept, name, value);
+        }
+    }
+    for line in copied.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(colon) = memchr::memchr(b':', line) {
+            let value = &line[colon + 1..];
+            let value = value.strip_prefix(b" ").unwrap_or(value);
+            params::push_field(&mut kept, &line[..colon], value);
+        }
+    }
+    let mut out = Vec::with_capacity(request.len() + copied.len());
+    out.extend_from_slice(&request[begin]);
+    record::stream(&mut out, record::kind::PARAMS, REQUEST_ID, &kept);
+    record::end_stream(&mut out, record::kind::PARAMS, REQUEST_ID);
+    out.extend_from_slice(&request[rest..]);
+    *request = out;
+}
+
 /// The CGI/1.1 variables of `req` as name-value pairs, the `extra` ones last and instead of any
 /// of the same name.
 #[allow(clippy::too_many_arguments)]

@@ -185,6 +185,9 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        if let Some(gate) = job.gate.clone() {
+            return self.start_gated(client, job, &gate, ctx, down);
+        }
         // A cached exchange's failures before any connection (no server up, a refused
         // connect) go through the cache's tee too: a stale response may answer them.
         match job.cache.clone() {
@@ -200,6 +203,43 @@ impl Upstreams {
                     Err(down) => self.start_job(client, job, ctx, down),
                 }
             }
+        }
+    }
+
+    /// Starts a forward-auth subrequest (`super::auth`), its answer judged by its gate; the
+    /// request it guards is forwarded if the answer (read at once, or later in
+    /// [`Upstreams::drive`]) lets it through.
+    fn start_gated(
+        &mut self,
+        client: (Token, u32),
+        job: ProxyJob,
+        gate: &super::auth::GateRef,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        if let Some(main) = gate.borrow_mut().main.as_mut() {
+            // The site's lines for every response go on the guarded request's answer too.
+            main.added.clone_from(&job.added);
+        }
+        match super::auth::AuthGate::new(down, gate) {
+            Ok(mut judged) => self.start_job(client, job, ctx, &mut judged),
+            // Started again from inside its own gate: that one lets it through.
+            Err(down) => return self.start_job(client, job, ctx, down),
+        }
+        self.let_through(gate, client, ctx, down);
+    }
+
+    /// Forwards the request a forward-auth subrequest guards, once its answer let it through.
+    fn let_through(
+        &mut self,
+        gate: &super::auth::GateRef,
+        client: (Token, u32),
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let passed = gate.borrow_mut().take_passed();
+        if let Some(main) = passed {
+            self.start(client, main, ctx, down);
         }
     }
 
@@ -329,6 +369,7 @@ impl Upstreams {
                 client: None,
                 job: None,
                 fill: None,
+                gate: None,
                 wpos: 0,
                 preamble: Vec::new(),
                 rbuf: Vec::new(),
@@ -390,6 +431,7 @@ impl Upstreams {
         c.paused = false;
         c.sent_at = now;
         c.fill = None;
+        c.gate = None;
         if c.phase == Phase::Sending {
             c.deadline = now + group.cfg.timeouts.write;
             // A pooled connection is writable (its edge was used long ago): try at once.
@@ -550,7 +592,15 @@ impl Upstreams {
                 self.end_tunnel(key, ctx, down);
             }
             Some(down) if c.phase != Phase::Idle && c.client.is_some() => {
-                self.fail(key, Failure::Timeout, ctx, down);
+                // A forward-auth subrequest that timed out fails its request closed, counted
+                // as such by its gate.
+                match gate_of(c) {
+                    Some(gate) => match super::auth::AuthGate::new(down, &gate) {
+                        Ok(mut judged) => self.fail(key, Failure::Timeout, ctx, &mut judged),
+                        Err(down) => self.fail(key, Failure::Timeout, ctx, down),
+                    },
+                    None => self.fail(key, Failure::Timeout, ctx, down),
+                }
             }
             _ => self.close(key, ctx),
         }
@@ -560,6 +610,17 @@ impl Upstreams {
     /// whose response the cache keeps is relayed through the cache's tee (the job's fill
     /// until the head is relayed, the connection's while the body is).
     fn drive(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        let gated = self
+            .conns
+            .get(key)
+            .and_then(|c| Some((gate_of(c)?, c.client?)));
+        if let Some((gate, client)) = gated {
+            match super::auth::AuthGate::new(down, &gate) {
+                Ok(mut judged) => self.drive_conn(key, ctx, &mut judged),
+                Err(down) => return self.drive_conn(key, ctx, down),
+            }
+            return self.let_through(&gate, client, ctx, down);
+        }
         let fill = self.conns.get(key).and_then(|c| match &c.job {
             Some(j) => j.cache.clone(),
             None => c.fill.clone(),
@@ -1059,6 +1120,7 @@ impl Upstreams {
                 if let Some(mut job) = c.job.take() {
                     // The body's later reads are copied too, until the exchange ends.
                     c.fill = job.cache.take();
+                    c.gate = job.gate.take();
                     if let Some(up) = &job.upload {
                         let mut pipe = up.borrow_mut();
                         if !pipe.done() {
@@ -1145,6 +1207,7 @@ impl Upstreams {
         c.group.active.borrow_mut()[c.server] -= 1;
         c.client = None;
         c.fill = None;
+        c.gate = None;
         if !c.rbuf.is_empty() {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
         }
@@ -1487,6 +1550,7 @@ impl Upstreams {
             job.group.give_buffer(job.request);
         }
         c.fill = None;
+        c.gate = None;
         self.remove(key, ctx);
     }
 
@@ -1507,6 +1571,15 @@ impl Upstreams {
 }
 
 /// Whether `server` of `group` is a FastCGI server.
+/// The forward-auth gate of connection `c`'s exchange, when it carries a subrequest: its job's
+/// until the answer's head, the connection's while the body is read.
+fn gate_of(c: &UpConn) -> Option<super::auth::GateRef> {
+    match &c.job {
+        Some(j) => j.gate.clone(),
+        None => c.gate.clone(),
+    }
+}
+
 fn is_fastcgi(group: &WorkerGroup, server: usize) -> bool {
     group.cfg.servers[server].fastcgi
 }

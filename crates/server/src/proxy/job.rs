@@ -46,6 +46,9 @@ pub(crate) struct ProxyJob {
     /// To a FastCGI application: where its `X-Accel-Redirect` and `X-Sendfile` may point
     /// (`super::fcgi`); `None` sends none.
     pub(crate) internal: Option<Rc<[super::config::InternalLocation]>>,
+    /// A forward-auth subrequest: the request it guards waits in the gate, forwarded when the
+    /// auth service says yes (`super::auth`).
+    pub(crate) gate: Option<super::auth::GateRef>,
 }
 
 impl ProxyJob {
@@ -73,6 +76,7 @@ impl ProxyJob {
             added: None,
             cache: None,
             internal: None,
+            gate: None,
         }
     }
 }

@@ -12,6 +12,8 @@
 //! - [`config`]: groups, servers, balancing, timeouts, health checks, trusted proxies.
 //! - `handler`: the route handler: what to forward, to which group.
 //! - `headers`: the forwarded request's head; which response fields pass.
+//! - [`auth`]: forward authentication's subrequest: its answer judged, the guarded request
+//!   forwarded with the fields it copies, or the refusal relayed.
 //! - `cgi_request`: the FastCGI request a forwarded request becomes: its CGI/1.1 variables.
 //! - `job`: a request on its way; how its body will be framed for the client.
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
@@ -33,6 +35,7 @@
 //! - `tunnel`: an upgraded exchange: bytes copied both ways until both sides close.
 //! - `trailers`: which upstream trailer fields reach the client.
 
+pub mod auth;
 pub(crate) mod cgi_request;
 pub mod config;
 pub(crate) mod downstream;
