@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use lowlat_http::request::{Method, Request};
 
-use crate::proxy::auth::{AuthRule, Gate};
+use super::auth_rule::AuthRule;
 use crate::proxy::group::WorkerGroup;
+use crate::proxy::job::Gate;
 use crate::proxy::job::ProxyJob;
 
 /// A `--forward-auth` rule as the workers use it.

@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+use super::auth_rule::AuthRule;
 use super::connlimit::{ConnZone, ConnZoneSpec};
 use super::ratelimit::{Zone, ZoneSpec};
-use crate::proxy::auth::AuthRule;
 
 static ZONES: Mutex<Vec<Arc<Zone>>> = Mutex::new(Vec::new());
 static CONN_ZONES: Mutex<Vec<Arc<ConnZone>>> = Mutex::new(Vec::new());

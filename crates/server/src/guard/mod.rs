@@ -7,6 +7,7 @@
 //! - [`basic`]: HTTP Basic authentication against htpasswd files (401).
 //! - [`forward`]: forward authentication: the subrequest to an auth service whose answer lets
 //!   the request through (`crate::proxy::auth` judges it).
+//! - [`auth_rule`]: a forward-auth rule's shared part: what it copies, its counts.
 //! - [`ratelimit`]: `limit_req` zones: leaky buckets per key, shared by every worker (429).
 //! - `bucket`: one key's leaky bucket, one word updated by compare-and-swap.
 //! - [`fleet`]: zones kept in Redis, counted with the other instances off the workers' threads.
@@ -16,6 +17,7 @@
 //! - `metrics`: the zones' counts on `/metrics`.
 
 pub mod access;
+pub mod auth_rule;
 pub mod basic;
 mod bucket;
 mod client;

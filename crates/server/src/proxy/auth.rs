@@ -18,81 +18,14 @@
 
 use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use lowlat_http::client::Header;
 
 use super::downstream::Downstream;
-use super::job::{ProxyJob, RelayBody};
+use super::job::{Gate, GateRef, ProxyJob, RelayBody, Verdict};
 use crate::ctx::WorkerCtx;
-
-/// A forward-auth rule as the exchange needs it, shared by the workers: the fields it copies,
-/// the one that names the user, and its counts for `/metrics`.
-#[derive(Debug)]
-pub struct AuthRule {
-    /// As `/metrics` names the rule: `PREFIX=URL`.
-    pub label: String,
-    /// Fields copied from a 2xx answer onto the forwarded request, as configured.
-    pub copy: Box<[Box<str>]>,
-    /// The copied field that names the user (for the log), when one does.
-    pub user_field: Option<Box<str>>,
-    /// Requests let through, refused (the auth service's 401/403/3xx relayed), and failed
-    /// closed (another status, no answer, a timeout).
-    pub passed: AtomicU64,
-    pub denied: AtomicU64,
-    pub failed: AtomicU64,
-}
-
-impl AuthRule {
-    /// A rule copying `copy` (the first field whose name says "user" names the user).
-    #[must_use]
-    pub fn new(label: String, copy: Vec<String>) -> AuthRule {
-        let user_field = copy
-            .iter()
-            .find(|c| c.to_ascii_lowercase().contains("user"))
-            .map(|c| c.clone().into_boxed_str());
-        AuthRule {
-            label,
-            copy: copy.into_iter().map(String::into_boxed_str).collect(),
-            user_field,
-            passed: AtomicU64::new(0),
-            denied: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-        }
-    }
-}
-
-/// What the auth service said so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    /// No head yet.
-    Waiting,
-    /// A 2xx: the request goes on once the answer is read.
-    Passed,
-    /// A 401, a 403 or a redirect: relayed to the client.
-    Relaying,
-    /// Any other status: the client gets 500 once the answer is read.
-    Refused,
-}
-
-/// A subrequest's state: the request it guards and what the auth service said.
-#[derive(Debug)]
-pub(crate) struct Gate {
-    /// The request to forward when the auth service says yes; `None` until the route's handler
-    /// gives it (and for a request a local handler answered, which is failed closed).
-    pub(crate) main: Option<ProxyJob>,
-    rule: std::sync::Arc<AuthRule>,
-    verdict: Verdict,
-    /// `Name: value` CRLF lines copied from a 2xx answer.
-    copied: Vec<u8>,
-    /// An [`AuthGate`] is relaying for it (the engine's drive can be entered again from
-    /// inside one: a retry).
-    wrapping: bool,
-    /// The answer ended with a 2xx: the engine forwards `main` (see [`Gate::take_passed`]).
-    ready: bool,
-}
-
-pub(crate) type GateRef = Rc<RefCell<Gate>>;
+use crate::guard::auth_rule::AuthRule;
 
 impl Gate {
     pub(crate) fn new(rule: std::sync::Arc<AuthRule>) -> GateRef {

@@ -213,7 +213,7 @@ impl Upstreams {
         &mut self,
         client: (Token, u32),
         job: ProxyJob,
-        gate: &super::auth::GateRef,
+        gate: &super::job::GateRef,
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
@@ -232,7 +232,7 @@ impl Upstreams {
     /// Forwards the request a forward-auth subrequest guards, once its answer let it through.
     fn let_through(
         &mut self,
-        gate: &super::auth::GateRef,
+        gate: &super::job::GateRef,
         client: (Token, u32),
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
@@ -1573,7 +1573,7 @@ impl Upstreams {
 /// Whether `server` of `group` is a FastCGI server.
 /// The forward-auth gate of connection `c`'s exchange, when it carries a subrequest: its job's
 /// until the answer's head, the connection's while the body is read.
-fn gate_of(c: &UpConn) -> Option<super::auth::GateRef> {
+fn gate_of(c: &UpConn) -> Option<super::job::GateRef> {
     match &c.job {
         Some(j) => j.gate.clone(),
         None => c.gate.clone(),

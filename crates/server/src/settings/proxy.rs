@@ -616,17 +616,18 @@ pub fn php_group(
 /// A URL that is no server, named with the rule.
 pub fn auth_group(
     cfg: &mut ProxyConfig,
-    spec: &super::guard::ForwardAuthSpec,
+    (url, timeout): (&str, Duration),
+    label: &str,
     defaults: &GroupArgs,
 ) -> Result<(usize, String, String), String> {
-    let at = |e: String| format!("--forward-auth {}: {e}", spec.label());
-    let p = parse_server(&spec.url).map_err(at)?;
+    let at = |e: String| format!("--forward-auth {label}: {e}");
+    let p = parse_server(url).map_err(at)?;
     let path = p.path.clone().unwrap_or_else(|| "/".to_owned());
     let host = match &p.addr {
         UpstreamAddr::Unix(_) => "localhost".to_owned(),
         UpstreamAddr::Tcp(_) => p.label.clone(),
     };
-    let name = format!("auth={},timeout={:?}", spec.url, spec.timeout);
+    let name = format!("auth={url},timeout={timeout:?}");
     if let Some(i) = cfg.groups.iter().position(|g| g.name == name) {
         return Ok((i, path, host));
     }
@@ -639,7 +640,7 @@ pub fn auth_group(
     made.send_proxy_protocol = 0;
     made.health = None;
     made.max_fails = 0;
-    let t = spec.timeout;
+    let t = timeout;
     made.timeouts = UpstreamTimeouts {
         connect: t,
         first_byte: t,

@@ -80,8 +80,12 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
     for s in &site_args {
         let mut rules = Vec::new();
         for spec in &s.guard.forward_auth {
-            let (group, path, host) =
-                super::proxy::auth_group(&mut proxy, spec, &args.proxy_group)?;
+            let (group, path, host) = super::proxy::auth_group(
+                &mut proxy,
+                (&spec.url, spec.timeout),
+                &spec.label(),
+                &args.proxy_group,
+            )?;
             rules.push(Arc::new(crate::guard::forward::ForwardAuth {
                 prefix: spec.prefix.clone(),
                 group,
