@@ -42,7 +42,11 @@ fn the_auth_service_decides_over_http1_and_http2() {
         "/app/={}/check,copy=X-Auth-Request-User,X-Auth-Request-Email,timeout=2s",
         auth.url()
     );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
     let s = Served::start([
+        "--access-log",
+        log.to_str().unwrap(),
         "--h2c",
         "--proxy",
         &format!("/app/={}", app.url()),
@@ -195,10 +199,31 @@ fn the_auth_service_decides_over_http1_and_http2() {
 
     let counts = auth_counts(&metrics);
     assert_eq!(counts, ["passed=3", "denied=4", "failed=2"], "{counts:?}");
-    let log = s.log();
-    assert!(
-        log.contains("user=alice") || log.contains("user: alice"),
-        "{log}"
+    // The access log names the user the auth service let through, never the client's claim.
+    s.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let users: Vec<(&str, &str)> = text
+        .lines()
+        .map(|l| {
+            let user = l.split(' ').nth(2).unwrap_or_default();
+            let status = l.split("\" ").nth(1).and_then(|r| r.split(' ').next());
+            (user, status.unwrap_or_default())
+        })
+        .collect();
+    assert_eq!(
+        users,
+        [
+            ("alice", "200"),
+            ("-", "401"),
+            ("-", "302"),
+            ("-", "500"),
+            ("-", "500"),
+            ("dave", "200"),
+            ("-", "403"),
+            ("bob", "200"),
+            ("-", "401"),
+        ],
+        "{text}"
     );
 }
 
@@ -210,9 +235,15 @@ fn the_auth_service_decides_over_http3() {
     let auth = Origin::start();
     auth.set("/check", 200, "X-Auth-Request-User: carol", b"");
     let (_pki, cert) = support::h3::cert();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
     let served = support::h3::serve(
         &cert,
         &[
+            "--access-log",
+            log.to_str().unwrap(),
+            "--access-log-format",
+            "$remote_user $status $server_protocol",
             "--proxy",
             &format!("/app/={}", app.url()),
             "--forward-auth",
@@ -236,6 +267,13 @@ fn the_auth_service_decides_over_http3() {
     let got = support::h3::client(&served, &["fetch", spec]);
     assert_eq!(got["responses"][0]["status"], 403, "{got}");
     assert_eq!(got["responses"][0]["text"], "forbidden here", "{got}");
+    served.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        ["carol 200 HTTP/3.0", "- 403 HTTP/3.0"],
+        "{text}"
+    );
 }
 
 /// An auth service that accepts and never answers: the request fails closed (504) within the

@@ -240,17 +240,20 @@ impl Downstream for AuthGate<'_> {
         match verdict {
             Verdict::Relaying => self.inner.relay_end(ctx, upstream, status, took),
             Verdict::Passed => {
-                let mut g = self.state();
-                g.rule.passed.fetch_add(1, Ordering::Relaxed);
-                let user = g.user().map(String::from_utf8_lossy);
-                tracing::info!(rule = %g.rule.label, user = %user.as_deref().unwrap_or("-"), "forward auth let the request through");
-                if g.main.is_some() {
-                    g.ready = true;
-                } else {
+                let (waiting, user) = {
+                    let g = self.state();
+                    g.rule.passed.fetch_add(1, Ordering::Relaxed);
+                    (g.main.is_some(), g.user().map(<[u8]>::to_vec))
+                };
+                if !waiting {
                     // Nothing to forward: a local answer, which cannot wait (see the guard).
-                    drop(g);
-                    self.fail_closed(ctx, 500);
+                    return self.fail_closed(ctx, 500);
                 }
+                if let Some(user) = &user {
+                    // The guarded request's log line names who it went on as.
+                    self.inner.auth_user(user);
+                }
+                self.state().ready = true;
             }
             Verdict::Waiting | Verdict::Refused => self.fail_closed(ctx, 500),
         }
