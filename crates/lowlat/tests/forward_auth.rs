@@ -409,7 +409,8 @@ fn oauth2_proxy(dir: &Path, port: u16) -> Oauth2Proxy {
 }
 
 /// oauth2-proxy, as nginx users put it in front of an application: `/oauth2/` forwarded to it
-/// (its sign-in page), the application behind `--forward-auth` to its `/oauth2/auth`. Without a
+/// (its sign-in page, left unguarded with `off`), everything else behind `--forward-auth` to its
+/// `/oauth2/auth`. Without a
 /// session the client gets oauth2-proxy's 401; signed in (its cookie), the request reaches the
 /// application with the user oauth2-proxy names, over HTTP/1.1 and HTTP/2.
 #[test]
@@ -424,11 +425,14 @@ fn oauth2_proxy_signs_users_in() {
         "--proxy",
         &format!("/oauth2/=http://127.0.0.1:{port}"),
         "--proxy",
-        &format!("/app/={}", app.url()),
+        &format!("/={}", app.url()),
         "--forward-auth",
         &format!(
-            "/app/=http://127.0.0.1:{port}/oauth2/auth,copy=X-Auth-Request-User,X-Auth-Request-Email"
+            "/=http://127.0.0.1:{port}/oauth2/auth,copy=X-Auth-Request-User,X-Auth-Request-Email"
         ),
+        // Its sign-in pages are for everyone (nginx's `auth_request off` in their location).
+        "--forward-auth",
+        "/oauth2/=off",
     ]);
     let got = request_to(
         s.addr,

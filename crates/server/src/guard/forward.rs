@@ -22,8 +22,9 @@ use crate::proxy::job::ProxyJob;
 pub struct ForwardAuth {
     /// The paths it guards.
     pub prefix: String,
-    /// Its upstream group (the auth service), by index among the service's groups.
-    pub group: usize,
+    /// Its upstream group (the auth service), by index among the service's groups; `None` for
+    /// `off`, a prefix left unguarded inside a guarded one (nginx's `auth_request off`).
+    pub group: Option<usize>,
     /// The auth service's path (with its query, if the URL has one).
     pub path: String,
     /// `Host` of the subrequest: the URL's authority.

@@ -36,6 +36,12 @@ use access::AccessRule;
 use connlimit::{ConnZone, Taken};
 use ratelimit::{LimitOutcome, Verdict, Zone};
 
+/// A forward-auth rule with this worker's view of its auth service's group (`None` for `off`).
+pub(crate) type ForwardRule = (
+    Arc<forward::ForwardAuth>,
+    Option<std::rc::Rc<crate::proxy::group::WorkerGroup>>,
+);
+
 /// A site's guard: its rate-limit zones, its connection-limit zones, then its access rules,
 /// then its Basic authentication, then its forward authentication (nginx's order: `limit_req`
 /// and `limit_conn` before `allow`/`deny`, `auth_basic` and `auth_request`).
@@ -44,11 +50,8 @@ pub struct Guard {
     zones: Vec<Arc<Zone>>,
     conns: Vec<Arc<ConnZone>>,
     auth: Vec<Arc<basic::BasicAuth>>,
-    /// Forward-auth rules, each with this worker's view of its auth service's group.
-    forward: Vec<(
-        Arc<forward::ForwardAuth>,
-        std::rc::Rc<crate::proxy::group::WorkerGroup>,
-    )>,
+    /// Forward-auth rules.
+    forward: Vec<ForwardRule>,
     trusted: Arc<Vec<Cidr>>,
     /// Reused for `Retry-After` lines.
     line: Vec<u8>,
@@ -60,13 +63,7 @@ impl Guard {
     pub(crate) fn new(
         rules: Arc<[AccessRule]>,
         (zones, conns): (Vec<Arc<Zone>>, Vec<Arc<ConnZone>>),
-        (auth, forward): (
-            Vec<Arc<basic::BasicAuth>>,
-            Vec<(
-                Arc<forward::ForwardAuth>,
-                std::rc::Rc<crate::proxy::group::WorkerGroup>,
-            )>,
-        ),
+        (auth, forward): (Vec<Arc<basic::BasicAuth>>, Vec<ForwardRule>),
         trusted: Arc<Vec<Cidr>>,
     ) -> Option<Guard> {
         let nothing = rules.is_empty()
@@ -176,14 +173,14 @@ impl Handler for Guard {
                 }
             }
         }
-        // The rule of the longest prefix: its subrequest stands in the forward slot, the
-        // request waits behind it (`Response::forward`).
+        // The rule of the longest prefix (which may be `off`): its subrequest stands in the
+        // forward slot, the request waits behind it (`Response::forward`).
         let rule = self
             .forward
             .iter()
             .filter(|(f, _)| head.path.starts_with(&f.prefix))
             .max_by_key(|(f, _)| f.prefix.len());
-        if let Some((rule, group)) = rule {
+        if let Some((rule, Some(group))) = rule {
             let tls = res.client().is_some_and(|c| c.tls);
             let subrequest = rule.subrequest(group, head, ip, tls);
             if !res.forward_auth(subrequest) {

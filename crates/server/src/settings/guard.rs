@@ -32,7 +32,8 @@ pub struct GuardArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForwardAuthSpec {
     pub prefix: String,
-    /// `http://HOST:PORT/PATH` or `unix:/PATH` (then the path is `/`).
+    /// `http://HOST:PORT/PATH` or `unix:/PATH` (then the path is `/`); `off` leaves the prefix
+    /// unguarded inside a guarded one.
     pub url: String,
     pub copy: Vec<String>,
     /// For the connect, the answer and each read and write (504 after, the request refused).
@@ -185,10 +186,10 @@ impl clap::Args for GuardArgs {
         .arg(
             Arg::new("forward_auth")
                 .long("forward-auth")
-                .value_name("PREFIX=URL[,copy=FIELD,FIELD..][,timeout=DURATION]")
+                .value_name("PREFIX=URL|off[,copy=FIELD,FIELD..][,timeout=DURATION]")
                 .action(ArgAction::Append)
                 .value_parser(parse_forward_auth)
-                .help("Ask an auth service (http://HOST:PORT/PATH or unix:/PATH) before forwarding a request under PREFIX, as nginx's auth_request and caddy's forward_auth: a GET with the original method and URI (X-Forwarded-Method, X-Forwarded-Uri, X-Original-URI), X-Forwarded-Host, -Proto, -For, and the client's Cookie and Authorization; a 2xx lets the request through with the copy= fields of the answer (the client's own fields of those names dropped), a 401, 403 or redirect is the client's answer, anything else or nothing within timeout= (5s) refuses it (500, 502, 504). Guards forwarded and FastCGI routes; a route answered locally under PREFIX is refused with 500 (repeatable)"),
+                .help("Ask an auth service (http://HOST:PORT/PATH or unix:/PATH) before forwarding a request under PREFIX, as nginx's auth_request and caddy's forward_auth: a GET with the original method and URI (X-Forwarded-Method, X-Forwarded-Uri, X-Original-URI), X-Forwarded-Host, -Proto, -For, and the client's Cookie and Authorization; a 2xx lets the request through with the copy= fields of the answer (the client's own fields of those names dropped), a 401, 403 or redirect is the client's answer, anything else or nothing within timeout= (5s) refuses it (500, 502, 504). The longest PREFIX applies: PREFIX=off leaves a path unguarded (the sign-in pages). Guards forwarded and FastCGI routes; a route answered locally under PREFIX is refused with 500 (repeatable)"),
         )
     }
 
@@ -264,9 +265,9 @@ fn parse_forward_auth(text: &str) -> Result<ForwardAuthSpec, String> {
         .ok_or_else(|| format!("{text:?}: PREFIX=URL, the prefix starting with /"))?;
     let mut parts = rest.split(',').map(str::trim);
     let url = parts.next().unwrap_or_default();
-    if !(url.starts_with("http://") || url.starts_with("unix:/")) {
+    if !(url.starts_with("http://") || url.starts_with("unix:/") || url == "off") {
         return Err(format!(
-            "{text:?}: the auth service is http://HOST:PORT/PATH or unix:/PATH (HTTP/1.1)"
+            "{text:?}: the auth service is http://HOST:PORT/PATH or unix:/PATH (HTTP/1.1), or off"
         ));
     }
     let mut spec = ForwardAuthSpec {

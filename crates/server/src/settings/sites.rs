@@ -80,6 +80,20 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
     for s in &site_args {
         let mut rules = Vec::new();
         for spec in &s.guard.forward_auth {
+            // `off`: the prefix is left unguarded (the sign-in pages under a guarded `/`).
+            if spec.url == "off" {
+                rules.push(Arc::new(crate::guard::forward::ForwardAuth {
+                    prefix: spec.prefix.clone(),
+                    group: None,
+                    path: String::new(),
+                    host: String::new(),
+                    rule: Arc::new(crate::guard::auth_rule::AuthRule::new(
+                        spec.label(),
+                        Vec::new(),
+                    )),
+                }));
+                continue;
+            }
             let (group, path, host) = super::proxy::auth_group(
                 &mut proxy,
                 (&spec.url, spec.timeout),
@@ -88,7 +102,7 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
             )?;
             rules.push(Arc::new(crate::guard::forward::ForwardAuth {
                 prefix: spec.prefix.clone(),
-                group,
+                group: Some(group),
                 path,
                 host,
                 rule: crate::guard::metrics::forward_auth(spec.label(), spec.copy.clone()),
@@ -100,6 +114,7 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
         &forward_auth
             .iter()
             .flatten()
+            .filter(|f| f.group.is_some())
             .map(|f| Arc::clone(&f.rule))
             .collect::<Vec<_>>(),
     );
@@ -473,7 +488,7 @@ impl SiteService {
                 self.auth.clone(),
                 self.forward_auth
                     .iter()
-                    .map(|f| (Arc::clone(f), Rc::clone(&groups[f.group])))
+                    .map(|f| (Arc::clone(f), f.group.map(|g| Rc::clone(&groups[g]))))
                     .collect(),
             ),
             Arc::clone(trusted),
