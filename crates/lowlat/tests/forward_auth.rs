@@ -504,3 +504,48 @@ fn oauth2_proxy_signs_users_in() {
     ]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
 }
+
+/// `--check-config` reads the rules as a start does, per site too: one whose auth service does
+/// not resolve, or is not HTTP, is named with its file and line; `off` needs no service.
+#[test]
+fn check_config_names_a_bad_rule_where_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("lowlat.toml");
+    let check = |text: &str| {
+        std::fs::write(&cfg, text).unwrap();
+        let out = Command::new(support::BIN)
+            .args(["serve", "--check-config", "--config"])
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, said) = check(
+        "proxy = [\"/=http://127.0.0.1:9\"]\n\
+         forward_auth = [\"/=http://127.0.0.1:4180/oauth2/auth,copy=X-Auth-Request-User\", \"/oauth2/=off\"]\n\
+         [[site]]\n\
+         server_names = [\"a.test\"]\n\
+         forward_auth = [\"/=unix:/run/auth.sock,timeout=2s\"]\n",
+    );
+    assert!(ok, "{said}");
+    let (ok, said) = check(
+        "[[site]]\n\
+         server_names = [\"a.test\"]\n\
+         forward_auth = [\"/x/=http://no-such-host.invalid:1/auth\"]\n",
+    );
+    assert!(!ok);
+    assert!(
+        said.contains("lowlat.toml:3: site[0].forward_auth:"),
+        "{said}"
+    );
+    assert!(
+        said.contains("cannot resolve no-such-host.invalid"),
+        "{said}"
+    );
+    let (ok, said) = check("forward_auth = [\"/=https://auth.example/check\"]\n");
+    assert!(!ok);
+    assert!(said.contains("lowlat.toml:1: forward_auth:"), "{said}");
+}

@@ -635,4 +635,63 @@ mod tests {
         assert!(!decode_path(b"/a%00", &mut out));
         assert!(!decode_path(b"/a%2", &mut out));
     }
+
+    #[test]
+    fn forward_auth_fields_replace_the_clients_variables() {
+        let raw = b"POST /index.php HTTP/1.1\r\nHost: a\r\nX-Auth-User: forged\r\nX-Keep: 1\r\nContent-Length: 2\r\n\r\nhi";
+        let mut slots = header_slots();
+        let Ok(Status::Complete(req)) = parse_request(raw, &mut slots, &HeadLimits::default())
+        else {
+            panic!("not a request");
+        };
+        let client = ClientInfo {
+            peer: "10.1.2.3:50000".parse().unwrap(),
+            tls: false,
+            early_data: false,
+            cert: None,
+        };
+        let script = Script {
+            name: b"/index.php",
+            path_info: b"",
+            filename: Some(b"/srv/www/index.php"),
+            root: Some(b"/srv/www"),
+        };
+        let (mut out, mut pairs) = (Vec::new(), Vec::new());
+        write_request(
+            &mut out,
+            &mut pairs,
+            &req,
+            b"hi",
+            None,
+            &script,
+            (&client, CertReport::NotAsked),
+            &ServerVars::default(),
+            &[],
+        );
+        let copy: Vec<Box<str>> = vec!["X-Auth-User".into(), "X-Auth-Email".into()];
+        replace_http_params(&mut out, &copy, b"X-Auth-User: alice\r\n");
+        let got = records(&out);
+        let kinds: Vec<u8> = got.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            kinds,
+            [
+                kind::BEGIN_REQUEST,
+                kind::PARAMS,
+                kind::PARAMS,
+                kind::STDIN,
+                kind::STDIN
+            ]
+        );
+        let vars = params::decode(&got[1].1).unwrap();
+        let value = |name: &[u8]| {
+            vars.iter()
+                .filter(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_vec())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(value(b"HTTP_X_AUTH_USER"), [b"alice".to_vec()]);
+        assert_eq!(value(b"HTTP_X_KEEP"), [b"1".to_vec()]);
+        assert_eq!(value(b"REQUEST_METHOD"), [b"POST".to_vec()]);
+        assert_eq!(got[3].1, b"hi");
+    }
 }

@@ -500,6 +500,36 @@ mod tests {
     }
 
     #[test]
+    fn forward_auth_rules_parse() {
+        let args = parse(&[
+            "--forward-auth",
+            "/app/=http://127.0.0.1:4180/oauth2/auth,copy=X-Auth-Request-User,X-Auth-Request-Email,timeout=2s",
+            "--forward-auth",
+            "/oauth2/=off",
+        ])
+        .unwrap();
+        let rule = &args.forward_auth[0];
+        assert_eq!(rule.prefix, "/app/");
+        assert_eq!(rule.url, "http://127.0.0.1:4180/oauth2/auth");
+        assert_eq!(rule.copy, ["X-Auth-Request-User", "X-Auth-Request-Email"]);
+        assert_eq!(rule.timeout, std::time::Duration::from_secs(2));
+        assert_eq!(args.forward_auth[1].url, "off");
+        let plain = parse_forward_auth("/=unix:/run/auth.sock").unwrap();
+        assert_eq!((plain.copy.len(), plain.timeout), (0, FORWARD_AUTH_TIMEOUT));
+        for bad in [
+            "app=http://x/auth",
+            "/=https://x/auth",
+            "/=http://x/auth,copy=X_Bad",
+            "/=http://x/auth,copy=",
+            "/=http://x/auth,timeout=0s",
+            "/=http://x/auth,realm=x",
+            "/=http://x/auth,X-After-Timeout",
+        ] {
+            assert!(parse_forward_auth(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn allow_and_deny_keep_their_order() {
         let g = parse(&[
             "--deny",
