@@ -1670,3 +1670,47 @@ fn fastcgi_responses_are_revalidated_and_stand_in_for_errors() {
     assert!(head.contains("fwd-status=500"), "{head}");
     assert_eq!(body, first);
 }
+
+/// Forward authentication in front of the PHP application: a script runs only when the auth
+/// service says yes, and sees the user it named as `HTTP_X_AUTH_REQUEST_USER` (the client's own
+/// such field dropped); a 401 is the client's; a static file under the guarded prefix, which
+/// lowlat answers itself, is refused rather than served unchecked.
+#[test]
+fn forward_auth_guards_the_application() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let auth = support::origin::Origin::start();
+    auth.set("/check", 200, "X-Auth-Request-User: alice", b"");
+    let served = serve(
+        root.path(),
+        &fpm.unix(),
+        &[
+            "--forward-auth",
+            &format!("/={}/check,copy=X-Auth-Request-User", auth.url()),
+        ],
+    );
+    let (status, _, body) = get(
+        &served,
+        "/params.php",
+        &["-H", "X-Auth-Request-User: mallory"],
+    );
+    assert_eq!(status, 200);
+    let v = json(&body);
+    assert_eq!(v["server"]["HTTP_X_AUTH_REQUEST_USER"], "alice", "{v}");
+    assert!(
+        auth.last("/check")
+            .contains("X-Forwarded-Uri: /params.php\r\n"),
+        "{}",
+        auth.last("/check")
+    );
+    auth.set("/check", 401, "WWW-Authenticate: Basic realm=\"php\"", b"");
+    let (status, head, _) = get(&served, "/params.php", &[]);
+    assert_eq!(status, 401, "{head}");
+    assert_eq!(
+        field(&head, "www-authenticate"),
+        Some("Basic realm=\"php\"")
+    );
+    auth.set("/check", 200, "", b"");
+    let (status, _, _) = get(&served, "/hello.txt", &[]);
+    assert_eq!(status, 500);
+}
