@@ -28,6 +28,7 @@ use crate::ctx::WorkerCtx;
 use crate::guard::auth_rule::AuthRule;
 
 impl Gate {
+    /// The gate of a subrequest for `rule`: nothing heard yet, no request waiting behind it.
     pub(crate) fn new(rule: std::sync::Arc<AuthRule>) -> GateRef {
         Rc::new(RefCell::new(Gate {
             main: None,

@@ -48,6 +48,21 @@ impl ForwardAuthSpec {
     }
 }
 
+/// Fields `copy=` may not name (see [`parse_forward_auth`]).
+const FRAMING_FIELDS: [&str; 11] = [
+    "content-length",
+    "transfer-encoding",
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "content-type",
+];
+
 /// The auth service's time by default: a few seconds, not the proxy's minute (every request
 /// under the prefix waits for it, and one that does not answer is refused).
 const FORWARD_AUTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -281,6 +296,13 @@ fn parse_forward_auth(text: &str) -> Result<ForwardAuthSpec, String> {
         if name.is_empty() || !name.bytes().all(token) {
             return Err(format!(
                 "{text:?}: copy={name:?}: a field name (letters, digits and -)"
+            ));
+        }
+        // Fields that frame or route the forwarded request are the proxy's to write: an auth
+        // service's copy would be a second length, or another host.
+        if FRAMING_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(name)) {
+            return Err(format!(
+                "{text:?}: copy={name}: a field the proxy writes itself (framing, host, hop-by-hop)"
             ));
         }
         Ok(name.to_owned())
@@ -520,6 +542,7 @@ mod tests {
             "app=http://x/auth",
             "/=https://x/auth",
             "/=http://x/auth,copy=X_Bad",
+            "/=http://x/auth,copy=X-User,Content-Length",
             "/=http://x/auth,copy=",
             "/=http://x/auth,timeout=0s",
             "/=http://x/auth,realm=x",
