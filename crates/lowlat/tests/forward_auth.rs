@@ -162,6 +162,38 @@ fn the_auth_service_decides_over_http1_and_http2() {
     assert_eq!(got.status, 403, "{}", got.head);
     assert_eq!(got.body, b"not you");
 
+    // A body too large to come with the head streams to the upstream once the auth service
+    // said yes (the subrequest itself carries none), over HTTP/1.1 and HTTP/2.
+    auth.set("/check", 200, "X-Auth-Request-User: dave", b"");
+    let upload = dir.path().join("upload.bin");
+    std::fs::write(&upload, vec![b'x'; 3 << 20]).unwrap();
+    let data = format!("@{}", upload.display());
+    for h2 in [false, true] {
+        let mut args = vec!["-s", "-w", " %{http_code}", "--data-binary", &data];
+        if h2 {
+            args.push("--http2-prior-knowledge");
+        }
+        let url = format!("http://{}/app/page", s.addr);
+        args.push(&url);
+        let out = curl(&args);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "the app's page 200",
+            "h2: {h2}"
+        );
+        let forwarded = app.last("/app/page");
+        assert!(forwarded.starts_with("POST /app/page"), "{forwarded}");
+        assert!(
+            forwarded.contains("X-Auth-Request-User: dave\r\n"),
+            "{forwarded}"
+        );
+        assert!(
+            !auth.last("/check").contains("Content-Length"),
+            "{}",
+            auth.last("/check")
+        );
+    }
+
     // HTTP/2: the same decisions.
     let h2 = |extra: &[&str]| {
         let mut args = vec![
@@ -198,7 +230,7 @@ fn the_auth_service_decides_over_http1_and_http2() {
     assert!(out.contains("www-authenticate: Basic realm=\"x\""), "{out}");
 
     let counts = auth_counts(&metrics);
-    assert_eq!(counts, ["passed=3", "denied=4", "failed=2"], "{counts:?}");
+    assert_eq!(counts, ["passed=5", "denied=4", "failed=2"], "{counts:?}");
     // The access log names the user the auth service let through, never the client's claim.
     s.stop();
     let text = std::fs::read_to_string(&log).unwrap();
@@ -220,6 +252,8 @@ fn the_auth_service_decides_over_http1_and_http2() {
             ("-", "500"),
             ("dave", "200"),
             ("-", "403"),
+            ("dave", "200"),
+            ("dave", "200"),
             ("bob", "200"),
             ("-", "401"),
         ],

@@ -158,9 +158,7 @@ impl Conn {
                         StreamedBody::Length(n) => UploadLeft::Length(n),
                         StreamedBody::Chunked => {
                             // Its trailers go on with it (`proxy::upload`).
-                            UploadLeft::Chunked(
-                                ChunkedDecoder::new(job.group.cfg.max_body).keep_trailers(),
-                            )
+                            UploadLeft::Chunked(ChunkedDecoder::new(job.max_body()).keep_trailers())
                         }
                     };
                     self.upload = Some(Box::new(ClientUpload { pipe, left }));

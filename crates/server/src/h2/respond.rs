@@ -97,7 +97,7 @@ impl H2Conn {
         if let Some(mut job) = forward {
             let upload = streamed.map(|framing| {
                 let pipe = dispatch::upload_for(&mut job, framing);
-                Box::new(UploadFeed::new(pipe, framing, job.group.cfg.max_body))
+                Box::new(UploadFeed::new(pipe, framing, job.max_body()))
             });
             // Answered as the upstream's response arrives (`super::relay`).
             ctx.proxy_starts.push((ctx.token, id, job));

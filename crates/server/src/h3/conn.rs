@@ -593,11 +593,7 @@ impl H3Conn {
                 };
                 if let Some(framing) = streamed {
                     let pipe = dispatch::upload_for(&mut job, framing);
-                    s.upload = Some(Box::new(UploadFeed::new(
-                        pipe,
-                        framing,
-                        job.group.cfg.max_body,
-                    )));
+                    s.upload = Some(Box::new(UploadFeed::new(pipe, framing, job.max_body())));
                 }
                 // Answered as the upstream's response arrives (`relay`).
                 ctx.proxy_starts.push((ctx.token, n, job));

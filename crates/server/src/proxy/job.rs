@@ -114,6 +114,18 @@ pub(crate) struct Gate {
 
 pub(crate) type GateRef = Rc<std::cell::RefCell<Gate>>;
 
+impl ProxyJob {
+    /// The largest body the request may stream upstream: its group's, or for a forward-auth
+    /// subrequest (which sends none) the group's of the request it guards.
+    pub(crate) fn max_body(&self) -> u64 {
+        let guarded = self.gate.as_ref().and_then(|g| {
+            let g = g.borrow();
+            g.main.as_ref().map(|main| main.group.cfg.max_body)
+        });
+        guarded.unwrap_or(self.group.cfg.max_body)
+    }
+}
+
 /// Whether a request is safe to send twice (RFC 9110 §9.2.2): retried once on another server
 /// when a connection fails before any byte of the response.
 fn idempotent(method: Method) -> bool {
