@@ -705,6 +705,155 @@ fn a_request_waiting_for_a_php_fpm_connection_times_out() {
     }
 }
 
+/// One GET of `path` on a kept-alive connection: the status and the body (by its length, or
+/// dechunked).
+fn get_on(conn: &mut TcpStream, path: &str) -> (u16, Vec<u8>) {
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = support::find(&raw, b"\r\n\r\n") {
+            let (status, head, body) = split_response(&raw);
+            if let Some(len) = field(&head, "content-length").and_then(|v| v.parse().ok()) {
+                if body.len() >= len {
+                    return (status, body[..len].to_vec());
+                }
+            } else if raw.len() > end + 4 && raw.ends_with(b"0\r\n\r\n") {
+                return (status, dechunk(&body));
+            }
+        }
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&raw));
+        raw.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Kept-alive client connections to `served` grouped by the worker that accepted each: opened
+/// until one worker has two and the other one (the access log says which is which).
+fn connections_by_worker(served: &Served, log: &Path) -> [Vec<TcpStream>; 2] {
+    let mut conns: Vec<TcpStream> = Vec::new();
+    let mut by_worker: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+    while conns.len() < 64 {
+        for _ in 0..4 {
+            let mut c = TcpStream::connect(served.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let (status, _) = get_on(&mut c, &format!("/hello.txt?c={}", conns.len()));
+            assert_eq!(status, 200);
+            conns.push(c);
+        }
+        // Each worker writes its lines out once a second.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let lines = loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let lines: Vec<(usize, usize)> = text
+                .lines()
+                .filter_map(|l| {
+                    let (uri, worker) = l.split_once(' ')?;
+                    Some((uri.strip_prefix("/hello.txt?c=")?.parse().ok()?, worker.parse().ok()?))
+                })
+                .collect();
+            if lines.len() == conns.len() {
+                break lines;
+            }
+            assert!(Instant::now() < deadline, "the access log: {text}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        by_worker = [Vec::new(), Vec::new()];
+        for (c, worker) in lines {
+            by_worker[worker].push(c);
+        }
+        let (a, b) = (&by_worker[0], &by_worker[1]);
+        if (a.len() >= 2 && !b.is_empty()) || (b.len() >= 2 && !a.is_empty()) {
+            break;
+        }
+    }
+    if by_worker[0].len() < 2 {
+        by_worker.swap(0, 1);
+    }
+    let mut slots: Vec<Option<TcpStream>> = conns.into_iter().map(Some).collect();
+    by_worker.map(|keys| keys.into_iter().map(|k| slots[k].take().unwrap()).collect())
+}
+
+/// With two workers and two php-fpm processes, one worker's idle connections can hold both
+/// processes: a request through the other worker is answered at once all the same — that
+/// worker, seeing its request wait in php-fpm's backlog with no idle connection of its own to
+/// close, asks the other for a process back (proxy/fcgi_share.rs) — rather than waiting until
+/// the idle connections time out (a minute) or its first-byte timeout gives it a 504. And back:
+/// two requests at once through the first worker, with a process held by the second's idle
+/// connection, are both served.
+#[test]
+fn one_workers_idle_connections_do_not_starve_another_worker() {
+    let fpm = Fpm::start(2);
+    let root = docroot();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let log_arg = log.display().to_string();
+    let served = serve(
+        root.path(),
+        &fpm.unix(),
+        &[
+            "--workers",
+            "2",
+            "--proxy-first-byte-timeout",
+            "8s",
+            "--access-log",
+            &log_arg,
+            "--access-log-format",
+            "$request_uri $worker",
+        ],
+    );
+    let [mut a, mut b] = connections_by_worker(&served, &log);
+    // Two requests at once through worker A: two connections, each holding a process, both
+    // pooled when their scripts end.
+    let at_once = |conns: &mut [TcpStream]| {
+        std::thread::scope(|s| {
+            let runs: Vec<_> = conns
+                .iter_mut()
+                .take(2)
+                .map(|c| {
+                    s.spawn(move || {
+                        let started = Instant::now();
+                        let (status, body) = get_on(c, "/sleep.php?s=1");
+                        (status, body, started.elapsed())
+                    })
+                })
+                .collect();
+            for r in runs {
+                let (status, body, took) = r.join().unwrap();
+                assert_eq!((status, &body[..]), (200, &b"awake\n"[..]));
+                assert!(took < Duration::from_millis(3500), "took {took:?}");
+            }
+        });
+    };
+    // (The first rounds may close one: two requests finishing together look like one queued
+    // behind the other until the worker has seen php-fpm serve two at once.)
+    for round in 0.. {
+        at_once(&mut a);
+        if connected_unix(&fpm.sock) == 2 {
+            break;
+        }
+        assert!(round < 5, "worker A does not keep two connections");
+    }
+    for round in 0..3 {
+        // Worker B has no connection to php-fpm of its own to close.
+        let asked = Instant::now();
+        let (status, _) = get_on(&mut b[0], "/pid.php");
+        let waited = asked.elapsed();
+        assert_eq!(status, 200, "round {round}, after {waited:?}");
+        assert!(
+            waited < Duration::from_secs(2),
+            "round {round}: worker B waited {waited:?} for a process"
+        );
+        // Worker A needs both processes again: one is held by B's idle connection.
+        at_once(&mut a);
+    }
+    assert!(
+        !served.log().contains("FastCGI response refused"),
+        "{}",
+        served.log()
+    );
+}
+
 /// Connections opened to every upstream server, from `/metrics` at `addr`.
 fn connects(addr: &str) -> u64 {
     let out = curl(&[&format!("http://{addr}/metrics")]);
