@@ -1452,9 +1452,33 @@ fn xmlrpc(method: &str, params: &[String]) -> String {
 /// MariaDB of the test's own, driven as a person would: the web installer run to the end, a
 /// login, the admin dashboard, pretty permalinks turned on in the settings form, a post
 /// published and a picture uploaded (through XML-RPC, as the mobile apps do), the post shown
-/// at its permalink over HTTP/1.1 and HTTP/2, the picture served as a static file.
+/// at its permalink over HTTP/1.1 and HTTP/2 (h2c), the picture served as a static file.
 #[test]
 fn wordpress_installed_a_post_published_and_shown_at_its_permalink() {
+    wordpress_browsed(false);
+}
+
+/// The same over TLS: installed, browsed and published over HTTP/2 (ALPN `h2`), the post shown
+/// over HTTP/1.1 and HTTP/2. WordPress learns the scheme only from the FastCGI `HTTPS=on` lowlat
+/// sends: the address it records at installation (`siteurl`, `home`), its redirects, its
+/// secure login cookies and every link of its pages are `https://`, with no `http://` one to
+/// the site.
+#[test]
+fn wordpress_over_tls_sees_https_and_links_to_it() {
+    wordpress_browsed(true);
+}
+
+/// `url`'s answer by curl `-i` with `fixed` and `args`: status, head, body.
+fn get_url(url: &str, fixed: &[String], args: &[&str]) -> (u16, String, Vec<u8>) {
+    let mut all = vec!["-i"];
+    all.extend(fixed.iter().map(String::as_str));
+    all.extend_from_slice(args);
+    all.push(url);
+    let out = curl(&all);
+    split_response(&out.stdout)
+}
+
+fn wordpress_browsed(tls: bool) {
     let installed = Path::new("/usr/share/wordpress/wp-settings.php");
     assert!(
         installed.exists() && Path::new("/usr/sbin/mariadbd").exists(),
@@ -1498,7 +1522,34 @@ fn wordpress_installed_a_post_published_and_shown_at_its_permalink() {
         ),
     )
     .unwrap();
-    let served = serve(&www, &fpm.unix(), &["--h2c"]);
+    let pki = lowlat_testkit::pki::Pki::new();
+    let leaf = pki.leaf("wordpress", &["localhost"], lowlat_testkit::pki::KeyKind::EcdsaP256);
+    let (cert, key) = (leaf.cert.display().to_string(), leaf.key.display().to_string());
+    let served = if tls {
+        serve(
+            &www,
+            &fpm.unix(),
+            &["--tls-listen", "127.0.0.1:0", "--cert", &cert, "--key", &key],
+        )
+    } else {
+        serve(&www, &fpm.unix(), &["--h2c"])
+    };
+    // Over TLS the site is https://localhost:PORT, its certificate's name, every request over
+    // HTTP/2 unless said otherwise; in clear http://127.0.0.1:PORT over HTTP/1.1.
+    let (site, fixed) = match served.tls_addr {
+        Some(addr) if tls => (
+            format!("https://localhost:{}", addr.port()),
+            vec![
+                "--cacert".to_owned(),
+                pki.ca_path().display().to_string(),
+                "--resolve".to_owned(),
+                format!("localhost:{}:127.0.0.1", addr.port()),
+                "--http2".to_owned(),
+            ],
+        ),
+        _ => (format!("http://{}", served.addr), Vec::new()),
+    };
+    let get = |_: &Served, path: &str, args: &[&str]| get_url(&format!("{site}{path}"), &fixed, args);
     let jar = dir.path().join("cookies");
     let jar = jar.to_str().unwrap();
     let password = "Lowlat-Test-Pass-1234";
@@ -1557,9 +1608,17 @@ fn wordpress_installed_a_post_published_and_shown_at_its_permalink() {
         field(&head, "location").is_some_and(|l| l.contains("/wp-admin/")),
         "{head}"
     );
-    let (status, _, body) = get(&served, "/wp-admin/", &["-b", jar]);
+    if tls {
+        // WordPress's login cookie for https, sent by curl only over TLS
+        let cookies = std::fs::read_to_string(jar).unwrap();
+        assert!(cookies.contains("wordpress_sec_"), "{cookies}");
+    }
+    let (status, head, body) = get(&served, "/wp-admin/", &["-b", jar]);
     assert_eq!(status, 200);
     assert!(String::from_utf8_lossy(&body).contains("Dashboard"));
+    if tls {
+        assert!(head.starts_with("HTTP/2 "), "ALPN h2: {head}");
+    }
 
     // Pretty permalinks, through the settings form and its nonce.
     let (status, _, body) = get(&served, "/wp-admin/options-permalink.php", &["-b", jar]);
@@ -1629,8 +1688,9 @@ fn wordpress_installed_a_post_published_and_shown_at_its_permalink() {
     // Its short link redirects to the permalink.
     let (status, head, _) = get(&served, &format!("/?p={id}"), &[]);
     assert_eq!(status, 301, "{head}");
-    assert!(
-        field(&head, "location").is_some_and(|l| l.ends_with("/hello-from-lowlat/")),
+    assert_eq!(
+        field(&head, "location"),
+        Some(format!("{site}/hello-from-lowlat/").as_str()),
         "{head}"
     );
     // A 1×1 PNG.
@@ -1660,6 +1720,7 @@ fn wordpress_installed_a_post_published_and_shown_at_its_permalink() {
         .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_owned()))
         .unwrap();
     assert!(path.starts_with("/wp-content/uploads/"), "{path}");
+    assert!(url.starts_with(&site), "{url} is not on {site}");
     let (status, head, body) = get(&served, &path, &[]);
     assert_eq!(status, 200, "{head}");
     assert_eq!(field(&head, "content-type"), Some("image/png"), "{head}");
@@ -1669,13 +1730,30 @@ fn wordpress_installed_a_post_published_and_shown_at_its_permalink() {
         "a static file: {head}"
     );
 
-    // The post at its pretty permalink (the front controller), over HTTP/1.1 and HTTP/2.
-    for args in [&[][..], &["--http2-prior-knowledge"][..]] {
-        let (status, head, body) = get(&served, "/hello-from-lowlat/", args);
+    // The post at its pretty permalink (the front controller), over HTTP/1.1 and HTTP/2, its
+    // links to the site by the scheme it was reached by.
+    let h2 = if tls {
+        ["--http2", "HTTP/2 "]
+    } else {
+        ["--http2-prior-knowledge", "HTTP/2 "]
+    };
+    let other = if tls {
+        format!("http://localhost:{}", served.tls_addr.unwrap().port())
+    } else {
+        format!("https://{}", served.addr)
+    };
+    for [args, version] in [["--http1.1", "HTTP/1.1 "], h2] {
+        let (status, head, body) = get(&served, "/hello-from-lowlat/", &[args]);
         assert_eq!(status, 200, "{head}");
+        assert!(head.starts_with(version), "{args}: {head}");
         let page = String::from_utf8_lossy(&body);
         assert!(page.contains("Served through php-fpm by lowlat."), "{head}");
         assert!(page.contains("lowlat blog"));
+        assert!(
+            page.contains(&format!("href=\"{site}/hello-from-lowlat/\"")),
+            "no link to the post on {site}"
+        );
+        assert!(!page.contains(&format!("{other}/")), "a link to {other}");
     }
     assert!(
         !served.log().contains("FastCGI response refused"),
