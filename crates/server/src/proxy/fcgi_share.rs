@@ -45,13 +45,23 @@ impl FcgiShare {
     }
 
     /// A worker (whose waker is `own`) needs a process of `server` that only other workers can
-    /// give back: the ask is raised and they are rung.
+    /// give back: the ask is raised and they are rung. Not when no other worker pools
+    /// connections to the group: then what holds the processes is the asking worker's own
+    /// exchanges, which free them as they end, and an ask left standing would only close a
+    /// connection it keeps later.
     pub(crate) fn ask(&self, server: usize, own: Option<&Arc<mio::Waker>>) {
+        let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut others = wakers
+            .iter()
+            .filter(|w| own.is_none_or(|o| !Arc::ptr_eq(w, o)))
+            .peekable();
+        if others.peek().is_none() {
+            return;
+        }
         if let Some(flag) = self.asked.get(server) {
             flag.store(true, Ordering::Release);
         }
-        let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
-        for w in wakers.iter().filter(|w| own.is_none_or(|o| !Arc::ptr_eq(w, o))) {
+        for w in others {
             let _ = w.wake();
         }
     }
@@ -78,6 +88,9 @@ mod tests {
         let other = Arc::new(mio::Waker::new(other_poll.registry(), mio::Token(2)).unwrap());
         let share = FcgiShare::new(2);
         share.register(Arc::clone(&mine));
+        // No other worker pools connections: no one to ask.
+        share.ask(1, Some(&mine));
+        assert!(!share.take_ask(1));
         share.register(Arc::clone(&other));
         share.register(Arc::clone(&other));
         assert_eq!(share.wakers.lock().unwrap().len(), 2);
