@@ -749,7 +749,10 @@ fn connections_by_worker(served: &Served, log: &Path) -> [Vec<TcpStream>; 2] {
                 .lines()
                 .filter_map(|l| {
                     let (uri, worker) = l.split_once(' ')?;
-                    Some((uri.strip_prefix("/hello.txt?c=")?.parse().ok()?, worker.parse().ok()?))
+                    Some((
+                        uri.strip_prefix("/hello.txt?c=")?.parse().ok()?,
+                        worker.parse().ok()?,
+                    ))
                 })
                 .collect();
             if lines.len() == conns.len() {
@@ -833,7 +836,11 @@ fn one_workers_idle_connections_do_not_starve_another_worker() {
         });
     };
     at_once(&mut a);
-    assert_eq!(connected_unix(&fpm.sock), 2, "worker A pools both processes");
+    assert_eq!(
+        connected_unix(&fpm.sock),
+        2,
+        "worker A pools both processes"
+    );
     for round in 0..3 {
         // Worker B has no connection to php-fpm of its own to close.
         let asked = Instant::now();
@@ -1372,9 +1379,16 @@ impl Mariadb {
         if !user.is_empty() {
             install.arg(format!("--user={user}"));
         }
+        // One at a time: the WordPress tests (clear and TLS) start theirs together, and two
+        // bootstraps at once on a loaded machine failed once in a full run here.
+        static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = INSTALLING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let out = install
             .output()
             .expect("mariadb-install-db (scripts/test-deps.sh)");
+        drop(guard);
         assert!(
             out.status.success(),
             "mariadb-install-db: {}",
@@ -1523,13 +1537,27 @@ fn wordpress_browsed(tls: bool) {
     )
     .unwrap();
     let pki = lowlat_testkit::pki::Pki::new();
-    let leaf = pki.leaf("wordpress", &["localhost"], lowlat_testkit::pki::KeyKind::EcdsaP256);
-    let (cert, key) = (leaf.cert.display().to_string(), leaf.key.display().to_string());
+    let leaf = pki.leaf(
+        "wordpress",
+        &["localhost"],
+        lowlat_testkit::pki::KeyKind::EcdsaP256,
+    );
+    let (cert, key) = (
+        leaf.cert.display().to_string(),
+        leaf.key.display().to_string(),
+    );
     let served = if tls {
         serve(
             &www,
             &fpm.unix(),
-            &["--tls-listen", "127.0.0.1:0", "--cert", &cert, "--key", &key],
+            &[
+                "--tls-listen",
+                "127.0.0.1:0",
+                "--cert",
+                &cert,
+                "--key",
+                &key,
+            ],
         )
     } else {
         serve(&www, &fpm.unix(), &["--h2c"])
@@ -1549,7 +1577,8 @@ fn wordpress_browsed(tls: bool) {
         ),
         _ => (format!("http://{}", served.addr), Vec::new()),
     };
-    let get = |_: &Served, path: &str, args: &[&str]| get_url(&format!("{site}{path}"), &fixed, args);
+    let get =
+        |_: &Served, path: &str, args: &[&str]| get_url(&format!("{site}{path}"), &fixed, args);
     let jar = dir.path().join("cookies");
     let jar = jar.to_str().unwrap();
     let password = "Lowlat-Test-Pass-1234";

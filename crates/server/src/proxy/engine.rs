@@ -1168,12 +1168,7 @@ impl Upstreams {
             // backlog; a connection beyond what it serves is tried again a while later.
             c.group.fastcgi_full.borrow_mut()[c.server] = Some(ctx.now + FASTCGI_PROBE_EVERY);
         }
-        if c.keep_alive
-            && room
-            && !queued
-            && !asked
-            && !ctx.shutting_down
-            && !c.group.retired.get()
+        if c.keep_alive && room && !queued && !asked && !ctx.shutting_down && !c.group.retired.get()
         {
             c.phase = Phase::Idle;
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
