@@ -376,11 +376,6 @@ impl Upstreams {
             entry.insert(c);
             if is_fastcgi(&group, server) {
                 group.fastcgi_open.borrow_mut()[server] += 1;
-                // Whether its request is read or waits in php-fpm's backlog (behind processes
-                // this worker's or another's idle connections hold) is known in QUEUED_AFTER:
-                // looked at then, not at the next sweep.
-                let at = now + QUEUED_AFTER + std::time::Duration::from_millis(1);
-                self.fastcgi_check_at = Some(self.fastcgi_check_at.map_or(at, |t| t.min(at)));
             }
             key
         };
