@@ -778,10 +778,11 @@ fn connections_by_worker(served: &Served, log: &Path) -> [Vec<TcpStream>; 2] {
 }
 
 /// With two workers and two php-fpm processes, one worker's idle connections can hold both
-/// processes: a request through the other worker is answered within a second all the same — that
-/// worker, seeing its request wait in php-fpm's backlog with no idle connection of its own to
-/// close, asks the other for a process back (proxy/fcgi_share.rs) — rather than waiting until
-/// the idle connections time out (a minute) or its first-byte timeout gives it a 504. And back:
+/// processes: a request through the other worker is answered within a second all the same —
+/// that worker, seeing at its sweep its request wait in php-fpm's backlog with no idle
+/// connection of its own to close, asks the other for a process back (proxy/fcgi_share.rs) —
+/// rather than waiting until the idle connections time out (a minute) or its first-byte
+/// timeout gives it a 504. And back:
 /// two requests at once through the first worker, with a process held by the second's idle
 /// connection, are both served.
 #[test]
