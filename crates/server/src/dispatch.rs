@@ -24,17 +24,9 @@ use crate::handler::{ClientInfo, Finished, Response, StreamedBody};
 use crate::proxy::job::ProxyJob;
 use crate::proxy::upload::{Upload, UploadRef};
 
-/// What the router made of a request.
-pub(crate) struct Routed {
-    /// Which site answered: 0 for the default one (see [`crate::router::Router::dispatch`]).
-    pub(crate) site: usize,
-    /// What the response written in `out` left to do (nothing was written when forwarded).
-    pub(crate) done: Finished,
-}
-
 /// Hands `req` (with its whole `body`, or with `streamed` its framing while it still arrives)
-/// to the router, the response written into `out` in HTTP/1.1 form, or the request to forward
-/// left in `forward` (the caller's: moved back in a return value, the job's bytes were copied
+/// to the router, the response written into `out` in HTTP/1.1 form and what it left to do in
+/// `done` (a fresh [`Finished`], the caller's), or the request to forward left in `forward` (the caller's: moved back in a return value, the job's bytes were copied
 /// on every request, forwarded or not — 14 instructions a request on `/plaintext`).
 // Inlined into each protocol's loop, as the steps were before they were written once here: left
 // to itself, LTO kept `route` and `answered` as calls, which cost `/plaintext` 57 instructions a
@@ -52,7 +44,8 @@ pub(crate) fn route(
     keep_alive: bool,
     streamed: Option<StreamedBody>,
     forward: &mut Option<ProxyJob>,
-) -> Routed {
+    done: &mut Finished,
+) -> usize {
     let mut res = Response::new(
         out,
         ctx.scratch,
@@ -60,14 +53,16 @@ pub(crate) fn route(
         req.is_head(),
         keep_alive,
         req.version,
+        done,
     );
     res.set_client(client, forward);
     if let Some(framing) = streamed {
         res.set_streamed(framing);
     }
+    // Which site answered: 0 for the default one (see [`crate::router::Router::dispatch`]).
     let site = ctx.router.dispatch(req, body, ctx.worker, &mut res);
-    let done = res.finish();
-    Routed { site, done }
+    res.finish();
+    site
 }
 
 /// Counts an answered request (`--metrics`) and writes its access log line. `status` is what

@@ -631,6 +631,7 @@ mod tests {
         };
         let (mut out, mut scratch) = (Vec::new(), Vec::new());
         let date = b"Thu, 01 Jan 1970 00:00:00 GMT";
+        let mut done = crate::handler::Finished::default();
         let mut res = Response::new(
             &mut out,
             &mut scratch,
@@ -638,6 +639,7 @@ mod tests {
             head.is_head(),
             true,
             Version::Http11,
+            &mut done,
         );
         router.dispatch(&head, b"", 0, &mut res);
         assert!(res.is_sent(), "{method} {target}: no answer");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{ChunkState, ClientUpload, Conn, Relay, UploadLeft, OUTPUT_HIGH_WATER};
 use crate::ctx::WorkerCtx;
 use crate::dispatch;
-use crate::handler::Response;
+use crate::handler::{Finished, Response};
 use crate::proxy::headers::StreamedBody;
 use crate::proxy::upload::STREAM_MIN_BODY;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
@@ -139,7 +139,8 @@ impl Conn {
             }
             let keep_alive = req.keep_alive && !ctx.shutting_down;
             let mut forward = None;
-            let routed = dispatch::route(
+            let mut done = Finished::default();
+            let site = dispatch::route(
                 ctx,
                 &req,
                 body,
@@ -148,8 +149,8 @@ impl Conn {
                 keep_alive,
                 streamed,
                 &mut forward,
+                &mut done,
             );
-            let (site, done) = (routed.site, routed.done);
             if let Some(mut job) = forward {
                 if let Some(framing) = streamed {
                     // The body follows the head to the upstream as it is read (`feed_upload`).
@@ -313,9 +314,18 @@ impl Conn {
         if wbuf.capacity() == 0 {
             *wbuf = ctx.pool.take_write();
         }
-        let mut res = Response::new(wbuf, ctx.scratch, ctx.date.get(), false, !close, version);
+        let mut done = Finished::default();
+        let mut res = Response::new(
+            wbuf,
+            ctx.scratch,
+            ctx.date.get(),
+            false,
+            !close,
+            version,
+            &mut done,
+        );
         res.send_status(status);
-        let _ = res.finish();
+        res.finish();
     }
 
     /// Writes an error response outside of `process` (timeouts, over-long bodies).

@@ -21,6 +21,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::stream::{Relay, ReqStream, UniIn};
 use crate::ctx::WorkerCtx;
 use crate::dispatch::{self, HeadRefusal};
+use crate::handler::Finished;
 use crate::proxy::downstream::Wake;
 use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::upload::UploadFeed;
@@ -575,7 +576,8 @@ impl H3Conn {
                 cert: None,
             };
             let mut forward = None;
-            let routed = dispatch::route(
+            let mut done = Finished::default();
+            let site = dispatch::route(
                 ctx,
                 req,
                 &body,
@@ -584,6 +586,7 @@ impl H3Conn {
                 true,
                 streamed,
                 &mut forward,
+                &mut done,
             );
             if let Some(mut job) = forward {
                 let Some(n) = proxy_stream(id) else {
@@ -597,8 +600,8 @@ impl H3Conn {
                 }
                 // Answered as the upstream's response arrives (`relay`).
                 ctx.proxy_starts.push((ctx.token, n, job));
-                dispatch::hold(ctx, &mut s.held, req, routed.site, &client, &routed.done);
-                s.slots = routed.done.slots;
+                dispatch::hold(ctx, &mut s.held, req, site, &client, &done);
+                s.slots = done.slots;
                 s.relay = Some(Relay {
                     head_request: req.is_head(),
                     ..Relay::default()
@@ -606,13 +609,12 @@ impl H3Conn {
                 s.answered = true;
                 return Ok(false);
             }
-            let done = routed.done;
             let status = if done.sent { done.status } else { 500 };
             if !done.sent {
                 self.res_buf.clear();
                 write_status_page(&mut self.res_buf, 500);
             }
-            dispatch::answered(ctx, req, &client, routed.site, status, &done, s.started);
+            dispatch::answered(ctx, req, &client, site, status, &done, s.started);
             s.file = if done.sent { done.file } else { None };
             Ok(true)
         });

@@ -415,6 +415,9 @@ impl Upstreams {
                 _ => {}
             }
             entry.insert(c);
+            if is_fastcgi(&group, server) {
+                group.fastcgi_open.borrow_mut()[server] += 1;
+            }
             key
         };
         group.active.borrow_mut()[server] += 1;
@@ -1196,6 +1199,9 @@ impl Upstreams {
     fn finish(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
         let queued = self.conns[key].fcgi.is_some() && self.fastcgi_queued(key, ctx.now);
         let c = &mut self.conns[key];
+        // Another worker waits for a process that only pools like this one hold: this
+        // connection's goes to it.
+        let asked = c.fcgi.is_some() && c.group.health.fastcgi.take_ask(c.server);
         let label = &c.group.cfg.servers[c.server].label;
         let took = ctx.now.saturating_duration_since(c.sent_at);
         c.group
@@ -1220,7 +1226,8 @@ impl Upstreams {
             // backlog; a connection beyond what it serves is tried again a while later.
             c.group.fastcgi_full.borrow_mut()[c.server] = Some(ctx.now + FASTCGI_PROBE_EVERY);
         }
-        if c.keep_alive && room && !queued && !ctx.shutting_down && !c.group.retired.get() {
+        if c.keep_alive && room && !queued && !asked && !ctx.shutting_down && !c.group.retired.get()
+        {
             c.phase = Phase::Idle;
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
             c.group.idle.borrow_mut()[c.server].push(key);
@@ -1230,6 +1237,12 @@ impl Upstreams {
                 self.idle_event(key, ctx);
             }
             if is_fastcgi(&group, server) {
+                if !group.fastcgi_registered.replace(true) {
+                    // Pooling, this worker may be asked for a process back.
+                    if let Some(waker) = crate::cache::inflight::own_waker() {
+                        group.health.fastcgi.register(waker);
+                    }
+                }
                 self.wake_waiter(&group, server, ctx);
             }
         } else {
@@ -1314,12 +1327,7 @@ impl Upstreams {
             return false;
         };
         let allowed = group.fastcgi_capacity.borrow()[server] + usize::from(now >= probe_at);
-        let open = self
-            .conns
-            .iter()
-            .filter(|(_, o)| o.server == server && std::rc::Rc::ptr_eq(&o.group, group))
-            .count();
-        open >= allowed
+        group.fastcgi_open.borrow()[server] >= allowed
     }
 
     /// A connection to FastCGI `server` of `group` came free (pooled) or closed: the request
@@ -1363,10 +1371,13 @@ impl Upstreams {
     /// may name one pool) is queued behind processes those hold — which `fastcgi_queued` did
     /// not foresee (another group's or worker's connections hold processes too). One idle
     /// connection closes per such server and sweep, its process takes the queued one, and what
-    /// was learnt of the server's capacity is forgotten.
+    /// was learnt of the server's capacity is forgotten. With no idle connection of its own to
+    /// close, the worker asks the others that pool connections to the server to give a process
+    /// back (`super::fcgi_share`); and it gives back what others asked of it.
     pub(crate) fn release_for_queued(&mut self, ctx: &mut WorkerCtx<'_>) {
         let now = ctx.now;
-        let mut stuck: Vec<super::config::UpstreamAddr> = Vec::new();
+        let mut stuck: Vec<(super::config::UpstreamAddr, std::rc::Rc<WorkerGroup>, usize)> =
+            Vec::new();
         // A request not yet waiting long enough is looked at again when it has: a sweep must
         // not drop the recheck `fastcgi_queued` asked for.
         let mut recheck: Option<Instant> = None;
@@ -1385,12 +1396,12 @@ impl Upstreams {
                 continue;
             }
             let addr = &o.group.cfg.servers[o.server].addr;
-            if !stuck.contains(addr) {
-                stuck.push(addr.clone());
+            if !stuck.iter().any(|(a, _, _)| a == addr) {
+                stuck.push((addr.clone(), std::rc::Rc::clone(&o.group), o.server));
             }
         }
         self.fastcgi_check_at = recheck;
-        for addr in stuck {
+        for (addr, asking, asked) in stuck {
             let idle = self.conns.iter().find_map(|(k, c)| {
                 (c.phase == Phase::Idle && c.group.cfg.servers[c.server].addr == addr)
                     .then(|| (k, std::rc::Rc::clone(&c.group), c.server))
@@ -1398,7 +1409,31 @@ impl Upstreams {
             if let Some((key, group, server)) = idle {
                 group.fastcgi_capacity.borrow_mut()[server] = 0;
                 self.close(key, ctx);
+            } else {
+                let own = crate::cache::inflight::own_waker();
+                asking.health.fastcgi.ask(asked, own.as_ref());
             }
+        }
+        self.give_back_asked(ctx);
+    }
+
+    /// Another worker asked for a process of a FastCGI server this worker pools connections to
+    /// (`super::fcgi_share`): one idle connection to it closes, and php-fpm's process takes the
+    /// connection queued in its backlog. Run when the worker is rung and at each sweep; an ask
+    /// no idle connection answers is taken by the next exchange to end (`finish`).
+    pub(crate) fn give_back_asked(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let give: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.phase == Phase::Idle
+                    && is_fastcgi(&c.group, c.server)
+                    && c.group.health.fastcgi.take_ask(c.server)
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for key in give {
+            self.close(key, ctx);
         }
     }
 
@@ -1558,6 +1593,9 @@ impl Upstreams {
         let mut c = self.conns.remove(key);
         gauges(&c.group, c.server, ctx.worker);
         if is_fastcgi(&c.group, c.server) {
+            let mut open = c.group.fastcgi_open.borrow_mut();
+            open[c.server] = open[c.server].saturating_sub(1);
+            drop(open);
             self.wake_waiter(&c.group, c.server, ctx);
         }
         let _ = ctx.registry.deregister(c.sock.source());

@@ -25,6 +25,8 @@
 //! - `fcgi_state`: that exchange's state, held by the upstream connection.
 //! - `fcgi_queue`: requests waiting in the worker for a php-fpm connection when php-fpm serves
 //!   all it can.
+//! - `fcgi_share`: php-fpm's processes shared by the workers: a worker asks the others to give
+//!   one back that their idle connections hold.
 //! - `upstream`: one upstream connection and its socket.
 //! - [`upstream_tls`]: TLS to `https://` servers: the client configuration, the socket, the
 //!   reasons a handshake fails.
@@ -42,6 +44,7 @@ pub(crate) mod downstream;
 pub(crate) mod engine;
 pub(crate) mod fcgi;
 pub(crate) mod fcgi_queue;
+pub(crate) mod fcgi_share;
 pub(crate) mod fcgi_state;
 pub(crate) mod group;
 pub(crate) mod h2up;
