@@ -16,6 +16,22 @@ pub fn push(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(value);
 }
 
+/// Appends one pair whose value is `parts` one after the other (a path and its query), without
+/// joining them first.
+pub fn push_parts(out: &mut Vec<u8>, name: &[u8], parts: &[&[u8]]) {
+    let name = &name[..name.len().min(MAX_LEN)];
+    let total = parts.iter().map(|p| p.len()).sum::<usize>().min(MAX_LEN);
+    push_len(out, name.len());
+    push_len(out, total);
+    out.extend_from_slice(name);
+    let mut left = total;
+    for part in parts {
+        let part = &part[..part.len().min(left)];
+        out.extend_from_slice(part);
+        left -= part.len();
+    }
+}
+
 fn push_len(out: &mut Vec<u8>, len: usize) {
     if len < 0x80 {
         out.push(len as u8);
@@ -86,6 +102,19 @@ fn read_len(b: &[u8]) -> Option<(usize, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_read_back_as_one_value() {
+        let mut out = Vec::new();
+        push_parts(&mut out, b"REQUEST_URI", &[b"/a.php", b"?", b"x=1"]);
+        let long = vec![b'q'; 200];
+        push_parts(&mut out, b"DOCUMENT_URI", &[b"/b", &long]);
+        push_parts(&mut out, b"EMPTY", &[]);
+        let pairs = decode(&out).unwrap();
+        assert_eq!(pairs[0], (&b"REQUEST_URI"[..], &b"/a.php?x=1"[..]));
+        assert_eq!(pairs[1].1, [&b"/b"[..], &long].concat());
+        assert_eq!(pairs[2], (&b"EMPTY"[..], &b""[..]));
+    }
 
     #[test]
     fn short_and_long_lengths() {
