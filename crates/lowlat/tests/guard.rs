@@ -196,12 +196,13 @@ fn load(url: &str, rate: &str, seconds: &str, header: &str) -> (u64, u64) {
 /// 100 r/s with a burst of 20 against one client asking 2,000 r/s for 5 s: what passes is the
 /// rate times the time plus the burst, within 10%; a second client (another address behind
 /// the trusted proxy) at 50 r/s meanwhile is never refused. `/metrics` counts the refusals.
+/// (`nodelay`: the burst passes at once, so the loader's connections are never held back.)
 #[test]
 fn a_rate_limit_holds_against_one_client_and_spares_another() {
     let metrics = format!("127.0.0.1:{}", support::free_port());
     let s = Served::start([
         "--rate-limit",
-        "100r/s,burst=20",
+        "100r/s,burst=20,nodelay",
         "--proxy-trusted",
         "127.0.0.1",
         "--metrics",
@@ -641,5 +642,203 @@ fn a_connection_limit_counts_requests_in_progress() {
     assert_eq!(
         support::metric(&metrics, "lowlat_conn_limit_in_progress{zone=\"/slow/=2\"}"),
         0
+    );
+}
+
+/// `count` requests for `path` sent at once — over HTTP/1.1 with curl (`--parallel`, a
+/// connection each), over HTTP/2 with nghttp (streams of one connection) — each one's status
+/// and how long its answer took, in seconds from its start as the client measured it, sorted
+/// by that time.
+fn at_once(addr: SocketAddr, path: &str, count: usize, h2: bool) -> Vec<(u16, f64)> {
+    let urls: Vec<String> = (0..count)
+        .map(|i| format!("http://{addr}{path}?{i}"))
+        .collect();
+    let mut got: Vec<(u16, f64)> = if h2 {
+        // nghttp's statistics: `id responseEnd requestStart process code size path`.
+        let out = Command::new("nghttp")
+            .arg("-ns")
+            .args(&urls)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let seconds = |t: &str| -> f64 {
+            let (n, scale) = if let Some(n) = t.strip_suffix("us") {
+                (n, 1e-6)
+            } else if let Some(n) = t.strip_suffix("ms") {
+                (n, 1e-3)
+            } else {
+                (t.strip_suffix('s').unwrap(), 1.0)
+            };
+            n.parse::<f64>().unwrap() * scale
+        };
+        text.lines()
+            .skip_while(|l| !l.starts_with("id "))
+            .skip(1)
+            .map(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                (cols[4].parse().unwrap(), seconds(cols[3]))
+            })
+            .collect()
+    } else {
+        let mut args = vec![
+            "--parallel",
+            "--parallel-immediate",
+            "--parallel-max",
+            "50",
+            "-w",
+            "%{http_code} %{time_total}\n",
+        ];
+        for url in &urls {
+            args.extend_from_slice(&["-o", "/dev/null", url]);
+        }
+        let out = curl(&args);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let (code, time) = l.split_once(' ').unwrap();
+                (code.parse().unwrap(), time.parse().unwrap())
+            })
+            .collect()
+    };
+    assert_eq!(got.len(), count, "{got:?}");
+    got.sort_by(|a, b| a.1.total_cmp(&b.1));
+    got
+}
+
+/// The times of the answers that passed (200), and how many were refused (429).
+fn passed_and_refused(got: &[(u16, f64)]) -> (Vec<f64>, usize) {
+    let passed = got.iter().filter(|g| g.0 == 200).map(|g| g.1).collect();
+    let refused = got.iter().filter(|g| g.0 == 429).count();
+    assert_eq!(
+        got.len(),
+        got.iter().filter(|g| g.0 == 200 || g.0 == 429).count(),
+        "{got:?}"
+    );
+    (passed, refused)
+}
+
+/// nginx's two stages, over HTTP/1.1 or HTTP/2 (`h2`): a zone of 10 r/s with a burst of 5
+/// meets requests sent at once.
+fn two_stages(h2: bool) {
+    let s = Served::start(["--h2c", "--rate-limit", "10r/s,burst=5"]);
+    // Without nodelay: the first passes at once, the burst goes through at the rate (one each
+    // 100 ms, as the client sees it), the one beyond the burst is refused at once.
+    let got = at_once(s.addr, "/plaintext", 7, h2);
+    let (passed, refused) = passed_and_refused(&got);
+    assert_eq!((passed.len(), refused), (6, 1), "{got:?}");
+    assert!(passed[0] < 0.08, "{got:?}");
+    for pair in passed.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!((0.05..0.2).contains(&gap), "a gap of {gap:.3}s: {got:?}");
+    }
+    assert!((0.42..0.8).contains(&passed[5]), "{got:?}");
+    let refused_at = got.iter().find(|g| g.0 == 429).unwrap().1;
+    assert!(refused_at < 0.08, "{got:?}");
+    s.stop();
+
+    // delay=2: the first three at once, the other three 100 ms apart.
+    let s = Served::start(["--h2c", "--rate-limit", "10r/s,burst=5,delay=2"]);
+    let got = at_once(s.addr, "/plaintext", 6, h2);
+    let (passed, _) = passed_and_refused(&got);
+    assert_eq!(passed.len(), 6, "{got:?}");
+    assert!(passed[2] < 0.08, "{got:?}");
+    assert!(
+        passed[3] > 0.07 && passed[5] > 0.25 && passed[5] < 0.6,
+        "{got:?}"
+    );
+    s.stop();
+
+    // nodelay: all six at once.
+    let s = Served::start(["--h2c", "--rate-limit", "10r/s,burst=5,nodelay"]);
+    let got = at_once(s.addr, "/plaintext", 6, h2);
+    let (passed, _) = passed_and_refused(&got);
+    assert_eq!(passed.len(), 6, "{got:?}");
+    assert!(passed[5] < 0.08, "{got:?}");
+    s.stop();
+}
+
+#[test]
+fn requests_within_the_burst_are_held_back_to_the_rate() {
+    two_stages(false);
+}
+
+#[test]
+fn requests_within_the_burst_are_held_back_over_http2() {
+    two_stages(true);
+}
+
+/// A held request whose client leaves gives its place back at once (the zone's count of held
+/// requests drops, long before the delay would have ended); `/metrics` counts what was held
+/// back, and the access log says `DELAYED`.
+#[test]
+fn a_held_request_whose_client_leaves_frees_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let s = Served::start([
+        "--h2c",
+        "--rate-limit",
+        "1r/s,burst=5",
+        "--metrics",
+        &metrics,
+        "--access-log",
+        &log.display().to_string(),
+        "--access-log-format",
+        "$request_uri $status $limit_req_status",
+    ]);
+    let value = |prefix: &str| -> u64 {
+        let out = curl(&["-s", &format!("http://{metrics}/metrics")]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+    };
+    // The first passes; the next two are held back 1 s and 2 s, then their clients leave.
+    assert_eq!(status(s.addr, "/plaintext", &[]), 200);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.write_all(b"GET /json HTTP/1.1\r\nHost: g\r\n\r\n")
+            .unwrap();
+        held.push(c);
+    }
+    // Over HTTP/2 too: a stream held back, then its connection gone.
+    let mut h2 = Command::new("nghttp")
+        .arg("-n")
+        .arg(format!("http://{}/100.html", s.addr))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(value("lowlat_rate_limit_waiting{"), 3);
+    drop(held);
+    h2.kill().unwrap();
+    h2.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(value("lowlat_rate_limit_waiting{"), 0);
+    assert_eq!(value("lowlat_rate_limit_delayed_total{"), 3);
+    assert_eq!(value("lowlat_rate_limit_refused_total{"), 0);
+    // The zone goes on (its four requests drained): one passes, the next is held back a
+    // second and answered, logged DELAYED.
+    std::thread::sleep(Duration::from_millis(4000));
+    assert_eq!(status(s.addr, "/plaintext", &[]), 200);
+    let started = std::time::Instant::now();
+    assert_eq!(status(s.addr, "/plaintext", &[]), 200);
+    assert!(
+        started.elapsed() > Duration::from_millis(700),
+        "{:?}",
+        started.elapsed()
+    );
+    s.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "/plaintext 200 PASSED",
+            "/plaintext 200 PASSED",
+            "/plaintext 200 DELAYED"
+        ],
+        "{text}"
     );
 }

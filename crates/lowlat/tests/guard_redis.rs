@@ -63,7 +63,7 @@ impl Redis {
 
     /// `redis=` for a zone kept here.
     fn zone(&self) -> String {
-        format!("100r/s,burst=20,redis=127.0.0.1:{}", self.port)
+        format!("100r/s,burst=20,nodelay,redis=127.0.0.1:{}", self.port)
     }
 
     /// SIGKILL: gone at once, as a crash leaves it.
@@ -294,7 +294,7 @@ fn check_config_reads_redis_zones_without_connecting() {
 #[test]
 fn unreachable_from_the_start_the_zone_counts_alone() {
     let nobody = support::free_port();
-    let zone = format!("10r/s,burst=5,redis=127.0.0.1:{nobody}");
+    let zone = format!("10r/s,burst=5,nodelay,redis=127.0.0.1:{nobody}");
     let s = Served::start(["--rate-limit", &zone]);
     // 20 requests at once, pipelined on one connection.
     let mut c = TcpStream::connect(s.addr).unwrap();

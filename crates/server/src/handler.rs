@@ -98,6 +98,8 @@ pub struct Response<'a> {
     limit: Option<crate::guard::ratelimit::LimitOutcome>,
     /// Places taken in connection-limit zones.
     slots: Slots,
+    /// Nothing is written yet: the request waits, and comes back (`crate::hold`).
+    hold: Option<Box<crate::hold::Hold>>,
     /// Who asked (for handlers that pass it on: the proxy).
     // Both lent by the connection (the client is known once per connection, the slot is its
     // own): a `Response`, made and moved for every request, carries two words for them.
@@ -127,6 +129,9 @@ pub(crate) struct Finished {
     /// Places taken in connection-limit zones, when no file carries them: the protocol keeps
     /// them with a forwarded request until its relayed answer ends.
     pub(crate) slots: Slots,
+    /// The request is held back, nothing written: the protocol keeps it and routes it again
+    /// when its time comes (`crate::hold`).
+    pub(crate) hold: Option<Box<crate::hold::Hold>>,
     pub(crate) sent: bool,
     pub(crate) close: bool,
     pub(crate) file: Option<FileBody>,
@@ -157,6 +162,7 @@ impl<'a> Response<'a> {
             cache: None,
             limit: None,
             slots: None,
+            hold: None,
             out,
             scratch,
             date,
@@ -542,6 +548,25 @@ impl<'a> Response<'a> {
         self.limit = Some(outcome);
     }
 
+    /// What the rate limits said so far: [`LimitOutcome::Delayed`] for a request released after
+    /// its delay, whose zones counted it already.
+    ///
+    /// [`LimitOutcome::Delayed`]: crate::guard::ratelimit::LimitOutcome::Delayed
+    pub(crate) fn limit_outcome(&self) -> Option<crate::guard::ratelimit::LimitOutcome> {
+        self.limit
+    }
+
+    /// Answers nothing yet: the request waits as `hold` says, then goes through the router
+    /// again (`crate::hold`). Where nothing can keep it, it is answered at once.
+    pub(crate) fn hold(&mut self, hold: crate::hold::Hold) {
+        self.hold = Some(Box::new(hold));
+    }
+
+    /// Whether the request is held back (an early hook's answer as much as a response is).
+    pub(crate) fn is_held(&self) -> bool {
+        self.hold.is_some()
+    }
+
     /// Holds places taken in connection-limit zones until the answer is done.
     pub(crate) fn hold_slots(&mut self, slots: Box<[crate::guard::connlimit::Slot]>) {
         self.slots = Some(slots);
@@ -555,6 +580,7 @@ impl<'a> Response<'a> {
             cache: self.cache,
             limit: self.limit,
             slots: self.slots,
+            hold: self.hold,
             sent: self.sent,
             close: self.close,
             file: self.file,

@@ -1,5 +1,5 @@
-//! The limit zones' families on `/metrics`: requests each rate-limit zone refused (or, in a dry
-//! run, would have) and the keys it holds, and for a zone kept in Redis whether Redis is
+//! The limit zones' families on `/metrics`: requests each rate-limit zone refused or held back
+//! (or, in a dry run, would have), those it holds back now, and the keys it holds, and for a zone kept in Redis whether Redis is
 //! reachable and what this instance and the others admitted; the same for each connection-limit zone, with the
 //! requests in progress. Zones are registered when the settings build them and kept across
 //! reloads while their spec is unchanged, so their counts go on (and the places held by
@@ -113,6 +113,25 @@ fn render_rate(s: &mut String) {
             label(&z.spec.text),
             z.spec.dry_run,
             z.refused.load(Ordering::Relaxed)
+        );
+    }
+    s.push_str("# HELP lowlat_rate_limit_delayed_total Requests a rate-limit zone held back within its burst (in a dry run: would have).\n# TYPE lowlat_rate_limit_delayed_total counter\n");
+    for z in zones.iter() {
+        let _ = writeln!(
+            s,
+            "lowlat_rate_limit_delayed_total{{zone=\"{}\",dry_run=\"{}\"}} {}",
+            label(&z.spec.text),
+            z.spec.dry_run,
+            z.delayed.load(Ordering::Relaxed)
+        );
+    }
+    s.push_str("# HELP lowlat_rate_limit_waiting Requests a rate-limit zone holds back now, every worker together.\n# TYPE lowlat_rate_limit_waiting gauge\n");
+    for z in zones.iter() {
+        let _ = writeln!(
+            s,
+            "lowlat_rate_limit_waiting{{zone=\"{}\"}} {}",
+            label(&z.spec.text),
+            z.waiting.load(Ordering::Relaxed)
         );
     }
     s.push_str("# HELP lowlat_rate_limit_keys Keys a rate-limit zone holds (bounded by its keys=).\n# TYPE lowlat_rate_limit_keys gauge\n");

@@ -575,7 +575,7 @@ impl H3Conn {
                 cert: None,
             };
             let mut forward = None;
-            let routed = dispatch::route(
+            let mut routed = dispatch::route(
                 ctx,
                 req,
                 &body,
@@ -584,7 +584,22 @@ impl H3Conn {
                 true,
                 streamed,
                 &mut forward,
+                false,
             );
+            if routed.done.hold.is_some() {
+                // HTTP/3 keeps no request back yet: a held one goes on at once, released.
+                routed = dispatch::route(
+                    ctx,
+                    req,
+                    &body,
+                    &mut self.res_buf,
+                    &client,
+                    true,
+                    streamed,
+                    &mut forward,
+                    true,
+                );
+            }
             if let Some(mut job) = forward {
                 let Some(n) = proxy_stream(id) else {
                     // Past what the upstream side numbers (a billion requests on one connection).
