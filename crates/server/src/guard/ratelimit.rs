@@ -175,16 +175,18 @@ impl Zone {
                 if let Some(fleet) = &self.fleet {
                     fleet.admitted(&bucket);
                 }
-                // nginx's delay: the excess over `delay` drained at the rate.
+                // nginx's delay: the excess over `delay` drained at the rate, in whole
+                // milliseconds (less is no delay, as nginx rounds it: a zone of millions a
+                // second holds nothing back for one request more in the same millisecond).
                 let free = self.spec.delay.saturating_mul(1000);
-                if excess <= free {
+                let ms = excess.saturating_sub(free) * 1000 / self.spec.per_ks.max(1);
+                if ms == 0 {
                     return Verdict::Pass;
                 }
                 self.delayed.fetch_add(1, Ordering::Relaxed);
                 if self.spec.dry_run {
                     return Verdict::DryRunDelay;
                 }
-                let ms = ((excess - free) * 1000).div_ceil(self.spec.per_ks.max(1));
                 Verdict::Delay(Duration::from_millis(ms))
             }
             Err(retry_after) => {
