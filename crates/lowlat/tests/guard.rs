@@ -767,6 +767,33 @@ fn requests_within_the_burst_are_held_back_over_http2() {
     two_stages(true);
 }
 
+/// Over HTTP/3 the same: streams of one QUIC connection, held back each in its turn.
+#[test]
+fn requests_within_the_burst_are_held_back_over_http3() {
+    let (_pki, cert) = support::h3::cert();
+    let served = support::h3::serve(&cert, &["--rate-limit", "10r/s,burst=5"]);
+    let mut scenario = vec!["get", "GET"];
+    scenario.extend(["/plaintext"; 7]);
+    let got = support::h3::client(&served, &scenario);
+    let mut got: Vec<(u16, f64)> = got["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let status = u16::try_from(r["status"].as_u64().unwrap()).unwrap();
+            (status, r["elapsed"].as_f64().unwrap())
+        })
+        .collect();
+    got.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let (passed, refused) = passed_and_refused(&got);
+    assert_eq!((passed.len(), refused), (6, 1), "{got:?}");
+    for pair in passed.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!((0.05..0.2).contains(&gap), "a gap of {gap:.3}s: {got:?}");
+    }
+    assert!((0.42..0.9).contains(&(passed[5] - passed[0])), "{got:?}");
+}
+
 /// A held request whose client leaves gives its place back at once (the zone's count of held
 /// requests drops, long before the delay would have ended); `/metrics` counts what was held
 /// back, and the access log says `DELAYED`.

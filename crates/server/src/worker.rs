@@ -331,6 +331,14 @@ impl Worker {
             // Held requests whose time has come go on (`crate::hold`).
             holds.take_due(now, &mut released);
             for token in released.drain(..) {
+                if crate::quic::owns_client(token) {
+                    if let Some(q) = &mut clients.quic {
+                        let mut ctx = worker_ctx!(QUIC, now, shutting_down);
+                        q.release_held(token, &mut ctx);
+                        clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
+                    }
+                    continue;
+                }
                 let Some(conn) = token
                     .0
                     .checked_sub(FIRST_CONN)

@@ -290,6 +290,7 @@ impl H3Conn {
             slots: None,
             trailers: None,
             upload: None,
+            hold: None,
         });
         loop {
             // A body streaming upstream is not read while the upload is full: the stream's
@@ -324,7 +325,7 @@ impl H3Conn {
             if let Ok(Some((at, framing))) = fed {
                 // The head asks for its body to stream: the request is routed now, and what
                 // follows the head in this read goes on from there.
-                self.answer(io, id, ctx, Some(framing));
+                self.answer(io, id, ctx, Some(framing), false);
                 fed = self.feed_request(id, &input[at..], fin, ctx).map(|_| None);
             }
             self.read_buf = input;
@@ -367,7 +368,7 @@ impl H3Conn {
                     self.requests.remove(&id);
                     return;
                 }
-                return self.answer(io, id, ctx, None);
+                return self.answer(io, id, ctx, None, false);
             }
         }
     }
@@ -377,6 +378,24 @@ impl H3Conn {
     /// streaming upstream is cut instead: the stream reset, the upstream exchange cancelled); a
     /// response the client takes nothing of for `--write-timeout` is reset. A relay waiting
     /// for its upstream is the upstream side's to time out.
+    /// A held request's timer came (`crate::hold`): every request whose time has come is
+    /// answered, released.
+    pub(super) fn release_held(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
+        let now = ctx.now;
+        let due: Vec<u64> = self
+            .requests
+            .iter()
+            .filter(|(_, s)| s.hold.as_ref().is_some_and(|h| h.until <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            if let Some(s) = self.requests.get_mut(&id) {
+                s.hold = None;
+            }
+            self.answer(io, id, ctx, None, true);
+        }
+    }
+
     pub(super) fn expire(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
         let now = ctx.now;
         if self.final_goaway_at.is_some_and(|t| now >= t) {
@@ -386,6 +405,10 @@ impl H3Conn {
         let cfg = ctx.cfg;
         let mut late: Vec<(u64, Option<u16>)> = Vec::new();
         for (&id, s) in &self.requests {
+            if s.hold.is_some() {
+                // Waits for its timer, which answers it (`release_held`).
+                continue;
+            }
             let idle = now.saturating_duration_since(s.progress);
             let waiting_out = s.out_at < s.out.len() || !s.chunk.is_empty() || s.file.is_some();
             if !s.answered && s.head.is_none() {
@@ -540,6 +563,7 @@ impl H3Conn {
         id: u64,
         ctx: &mut WorkerCtx<'_>,
         streamed: Option<StreamedBody>,
+        released: bool,
     ) {
         let Some(mut s) = self.requests.remove(&id) else {
             return;
@@ -556,6 +580,8 @@ impl H3Conn {
         let framing = crate::proxy::headers::request_framing(streamed, body.len());
         let (peer, early_data) = (io.peer(), io.is_handshaking());
         let max_fields = ctx.cfg.head.max_headers;
+        // Held back (`crate::hold`): kept with its head and body until its timer.
+        let mut held = None;
         // Ok(true): answered here, the response in `res_buf`; Ok(false): forwarded; Err: a
         // refusal's status.
         let routed = dispatch::with_request(&head, max_fields, Version::Http3, framing, |req| {
@@ -584,10 +610,15 @@ impl H3Conn {
                 true,
                 streamed,
                 &mut forward,
-                false,
+                released,
             );
-            if routed.done.hold.is_some() {
-                // HTTP/3 keeps no request back yet: a held one goes on at once, released.
+            if let Some(hold) = routed.done.hold.take() {
+                if streamed.is_none() {
+                    held = Some(hold);
+                    return Ok(false);
+                }
+                // A body streaming in cannot wait unread: the request goes on at once.
+                drop(hold);
                 routed = dispatch::route(
                     ctx,
                     req,
@@ -635,6 +666,14 @@ impl H3Conn {
             s.file = if done.sent { done.file } else { None };
             Ok(true)
         });
+        if let Some(hold) = held {
+            ctx.holds.at(hold.until, ctx.token);
+            s.head = Some(head);
+            s.body = body;
+            s.hold = Some(hold);
+            self.requests.insert(id, s);
+            return;
+        }
         let refused = match routed {
             Ok(Ok(true)) => None,
             Ok(Ok(false)) => {
