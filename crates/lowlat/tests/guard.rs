@@ -291,6 +291,44 @@ fn keys_stay_bounded_and_a_dry_run_refuses_nothing() {
     assert_eq!(value("lowlat_rate_limit_refused_total{"), 5000);
 }
 
+/// `--check-config` takes `delay=` and `nodelay` in a config file's `rate_limit`, and names
+/// the line of a zone that writes both or a delay that is no count.
+#[test]
+fn check_config_reads_delays() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "rate_limit = [\"10r/s,burst=5,delay=2\", \"/api/=1r/s,burst=3,nodelay\"]\n",
+    )
+    .unwrap();
+    let out = support::check_config(Some(&good), &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "workers = 1\nrate_limit = [\"10r/s,burst=5,delay=2,nodelay\"]\n\n[[site]]\nserver_names = [\"a.test\"]\nrate_limit = [\"10r/s,delay=some\"]\n",
+    )
+    .unwrap();
+    let out = support::check_config(Some(&bad), &[]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", out.stderr);
+    assert!(
+        lines[0].contains("bad.toml:2: rate_limit:") && lines[0].contains("nodelay and delay="),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        lines[1].contains("bad.toml:6: site[0].rate_limit:")
+            && lines[1].contains("delay=some: a count"),
+        "{}",
+        out.stderr
+    );
+    let out = support::check_config(None, &["--rate-limit", "10r/s,burst=5,delay=2"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
 /// Bad rules are one-line errors naming the flag.
 #[test]
 fn bad_rules_are_refused_at_start() {
@@ -460,8 +498,8 @@ fn basic_auth_against_apache_htpasswd_files() {
 }
 
 /// The access log says what the rate limits did, as nginx's `$limit_req_status`: `PASSED`,
-/// `REJECTED`, `REJECTED_DRY_RUN`, and `-` where no zone applies; the JSON log as
-/// `limit_req_status`.
+/// `REJECTED`, `DELAYED_DRY_RUN` (a dry run's burst passes at once), `REJECTED_DRY_RUN`, and
+/// `-` where no zone applies; the JSON log as `limit_req_status`.
 #[test]
 fn the_access_log_says_what_the_limits_did() {
     let dir = tempfile::tempdir().unwrap();
@@ -472,7 +510,7 @@ fn the_access_log_says_what_the_limits_did() {
             "--rate-limit",
             "/plaintext=1r/m",
             "--rate-limit",
-            "/json=1r/m,dry-run",
+            "/json=1r/m,burst=1,dry-run",
             "--access-log",
             &log_arg,
         ];
@@ -485,7 +523,14 @@ fn the_access_log_says_what_the_limits_did() {
             ]);
         }
         let s = Served::start(args);
-        for path in ["/plaintext", "/plaintext", "/json", "/json", "/100.html"] {
+        for path in [
+            "/plaintext",
+            "/plaintext",
+            "/json",
+            "/json",
+            "/json",
+            "/100.html",
+        ] {
             status(s.addr, path, &[]);
         }
         s.stop();
@@ -511,6 +556,7 @@ fn the_access_log_says_what_the_limits_did() {
                 "/plaintext 200 PASSED",
                 "/plaintext 429 REJECTED",
                 "/json 200 PASSED",
+                "/json 200 DELAYED_DRY_RUN",
                 "/json 200 REJECTED_DRY_RUN",
                 "/100.html 200 -",
             ],

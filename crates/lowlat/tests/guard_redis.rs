@@ -259,12 +259,8 @@ fn check_config_reads_redis_zones_without_connecting() {
         format!("rate_limit = [\"100r/s,burst=20,redis=redis://:secret@127.0.0.1:{port}/1\"]\n"),
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config"])
-        .arg(&good)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let out = support::check_config(Some(&good), &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "--check-config connected to Redis"
@@ -275,13 +271,9 @@ fn check_config_reads_redis_zones_without_connecting() {
         "workers = 1\nrate_limit = [\"100r/s,redis=rediss://:secret@127.0.0.1:6379\"]\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let out = support::check_config(Some(&bad), &[]);
+    let text = out.stderr;
+    assert_eq!(out.code, Some(1), "{text}");
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(text.contains("bad.toml:2: rate_limit:"), "{text}");
     assert!(text.contains("TLS to Redis"), "{text}");

@@ -2,7 +2,7 @@
 //! reading the addresses from its banner; starting the proxy's upstreams ([`upstream`]); the
 //! cache's counting origin ([`origin`]); an
 //! HTTP/3 client ([`h3`]); the small client-side helpers (curl, a response head's fields, a free
-//! port, TCP sockets by state, a command's JSON output).
+//! port, TCP sockets by state, a command's JSON output, what `--check-config` says).
 
 #![allow(dead_code)]
 
@@ -113,6 +113,31 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// What `lowlat serve --check-config` said: its exit code and what it printed.
+pub struct Checked {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `lowlat serve --check-config`, with `--config file` when given and `flags` after it.
+pub fn check_config(file: Option<&std::path::Path>, flags: &[&str]) -> Checked {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--check-config"]);
+    if let Some(file) = file {
+        cmd.arg("--config").arg(file);
+    }
+    let out = cmd
+        .args(flags)
+        .output()
+        .expect("run lowlat serve --check-config");
+    Checked {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }
 
 /// curl with `args`, silent but for errors, bounded in time.
