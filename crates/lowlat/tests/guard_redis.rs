@@ -265,13 +265,11 @@ fn check_config_reads_redis_zones_without_connecting() {
         matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "--check-config connected to Redis"
     );
-    let bad = dir.path().join("bad.toml");
-    std::fs::write(
-        &bad,
+    let out = support::check_config_text(
+        dir.path(),
+        "bad.toml",
         "workers = 1\nrate_limit = [\"100r/s,redis=rediss://:secret@127.0.0.1:6379\"]\n",
-    )
-    .unwrap();
-    let out = support::check_config(Some(&bad), &[]);
+    );
     let text = out.stderr;
     assert_eq!(out.code, Some(1), "{text}");
     assert_eq!(text.lines().count(), 1, "{text}");

@@ -311,13 +311,11 @@ fn config_file_and_check_config() {
     server.signal("TERM");
     assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
 
-    let bad = dir.path().join("bad.toml");
-    std::fs::write(
-        &bad,
+    let out = support::check_config_text(
+        dir.path(),
+        "bad.toml",
         "workers = 0\nmax_bodee = \"1m\"\nroot = \"/nonexistent/dir\"\n",
-    )
-    .unwrap();
-    let out = support::check_config(Some(&bad), &[]);
+    );
     let err = out.stderr;
     assert_eq!(out.code, Some(1), "{err}");
     assert!(err.contains("bad.toml:1: workers:"), "{err}");
@@ -336,13 +334,11 @@ fn config_file_and_check_config() {
     );
 
     // An unknown key, a wrong type and a site's missing root: all three, in line order.
-    let sites = dir.path().join("sites.toml");
-    std::fs::write(
-        &sites,
+    let out = support::check_config_text(
+        dir.path(),
+        "sites.toml",
         "autoindex = \"yes\"\ncache_contorl = \"public\"\n\n[[site]]\nserver_names = [\"a.example\"]\nroot = \"/missing/a\"\n\n[[site]]\nserver_names = [\"b.example\"]\nroot = \"/missing/b\"\n",
-    )
-    .unwrap();
-    let out = support::check_config(Some(&sites), &[]);
+    );
     let err = out.stderr;
     assert_eq!(out.code, Some(1), "{err}");
     let lines: Vec<&str> = err.lines().collect();
@@ -547,13 +543,11 @@ fn sites_by_host() {
     server.signal("TERM");
     assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
 
-    let bad = dir.path().join("bad.toml");
-    std::fs::write(
-        &bad,
+    let out = support::check_config_text(
+        dir.path(),
+        "bad.toml",
         "[[site]]\nroot = \"/tmp\"\n\n[[site]]\nserver_names = [\"x.test\"]\nworkers = 3\n",
-    )
-    .unwrap();
-    let out = support::check_config(Some(&bad), &[]);
+    );
     let err = out.stderr;
     assert_eq!(out.code, Some(1), "{err}");
     assert!(

@@ -166,6 +166,13 @@ pub fn serve_tls(cert: &lowlat_testkit::pki::CertFiles, extra: &[&str]) -> Serve
     Served::spawn(cmd)
 }
 
+/// `text` written to `dir/name`, then [`check_config`] of that file.
+pub fn check_config_text(dir: &std::path::Path, name: &str, text: &str) -> Checked {
+    let file = dir.join(name);
+    std::fs::write(&file, text).unwrap();
+    check_config(Some(&file), &[])
+}
+
 /// curl over HTTPS to `https://NAME:PORT{path}`, the name resolved to 127.0.0.1 and the
 /// server's certificate checked against `ca`, with `args` before the URL (another URL of the
 /// same name among them is fetched too).

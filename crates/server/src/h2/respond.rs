@@ -61,6 +61,18 @@ impl H2Conn {
         }
     }
 
+    /// Stream `id`'s entry: `entry` when it has one, else a new one for its response.
+    fn entry(&mut self, entry: Option<usize>, id: u32, started: Instant) -> usize {
+        entry.unwrap_or_else(|| {
+            self.streams.push(Stream::sending(
+                id,
+                i64::from(self.peer_settings.initial_window_size),
+                started,
+            ));
+            self.streams.len() - 1
+        })
+    }
+
     /// Keeps the request on stream `id` (its entry, or a new one) until `hold`'s time, when
     /// [`H2Conn::release_held`] answers it.
     fn hold_stream(
@@ -72,14 +84,7 @@ impl H2Conn {
         hold: Box<crate::hold::Hold>,
     ) {
         ctx.holds.at(hold.until, ctx.token);
-        let i = entry.unwrap_or_else(|| {
-            self.streams.push(Stream::sending(
-                id,
-                i64::from(self.peer_settings.initial_window_size),
-                started,
-            ));
-            self.streams.len() - 1
-        });
+        let i = self.entry(entry, id, started);
         let s = &mut self.streams[i];
         s.head = Some(Box::new(head.clone()));
         s.body = body.to_vec();
@@ -163,17 +168,7 @@ impl H2Conn {
             });
             // Answered as the upstream's response arrives (`super::relay`).
             ctx.proxy_starts.push((ctx.token, id, job));
-            let i = match entry {
-                Some(i) => i,
-                None => {
-                    self.streams.push(Stream::sending(
-                        id,
-                        i64::from(self.peer_settings.initial_window_size),
-                        started,
-                    ));
-                    self.streams.len() - 1
-                }
-            };
+            let i = self.entry(entry, id, started);
             let s = &mut self.streams[i];
             if upload.is_some() {
                 // Still receiving: DATA frames feed the upload.

@@ -563,7 +563,7 @@ impl H3Conn {
         id: u64,
         ctx: &mut WorkerCtx<'_>,
         streamed: Option<StreamedBody>,
-        released: bool,
+        mut released: bool,
     ) {
         let Some(mut s) = self.requests.remove(&id) else {
             return;
@@ -601,25 +601,8 @@ impl H3Conn {
                 cert: None,
             };
             let mut forward = None;
-            let mut routed = dispatch::route(
-                ctx,
-                req,
-                &body,
-                &mut self.res_buf,
-                &client,
-                true,
-                streamed,
-                &mut forward,
-                released,
-            );
-            if let Some(hold) = routed.done.hold.take() {
-                if streamed.is_none() {
-                    held = Some(hold);
-                    return Ok(false);
-                }
-                // A body streaming in cannot wait unread: the request goes on at once.
-                drop(hold);
-                routed = dispatch::route(
+            let routed = loop {
+                let mut routed = dispatch::route(
                     ctx,
                     req,
                     &body,
@@ -628,9 +611,18 @@ impl H3Conn {
                     true,
                     streamed,
                     &mut forward,
-                    true,
+                    released,
                 );
-            }
+                match routed.done.hold.take() {
+                    // A body streaming in cannot wait unread: the request goes on at once.
+                    Some(_) if streamed.is_some() => released = true,
+                    Some(hold) => {
+                        held = Some(hold);
+                        return Ok(false);
+                    }
+                    None => break routed,
+                }
+            };
             if let Some(mut job) = forward {
                 let Some(n) = proxy_stream(id) else {
                     // Past what the upstream side numbers (a billion requests on one connection).
