@@ -199,14 +199,11 @@ fn load(url: &str, rate: &str, seconds: &str, header: &str) -> (u64, u64) {
 /// (`nodelay`: the burst passes at once, so the loader's connections are never held back.)
 #[test]
 fn a_rate_limit_holds_against_one_client_and_spares_another() {
-    let metrics = format!("127.0.0.1:{}", support::free_port());
-    let s = Served::start([
+    let (s, metrics) = with_metrics(&[
         "--rate-limit",
         "100r/s,burst=20,nodelay",
         "--proxy-trusted",
         "127.0.0.1",
-        "--metrics",
-        &metrics,
     ]);
     let url = format!("http://{}/plaintext", s.addr);
     let quiet_url = url.clone();
@@ -242,14 +239,11 @@ fn a_rate_limit_holds_against_one_client_and_spares_another() {
 /// its `keys=` bound; a dry run refuses nothing but counts what it would have.
 #[test]
 fn keys_stay_bounded_and_a_dry_run_refuses_nothing() {
-    let metrics = format!("127.0.0.1:{}", support::free_port());
-    let s = Served::start([
+    let (s, metrics) = with_metrics(&[
         "--rate-limit",
         "1r/m,keys=500,dry-run",
         "--proxy-trusted",
         "127.0.0.1",
-        "--metrics",
-        &metrics,
     ]);
     let mut c = TcpStream::connect(s.addr).unwrap();
     c.set_nodelay(true).unwrap();
@@ -284,6 +278,13 @@ fn keys_stay_bounded_and_a_dry_run_refuses_nothing() {
         zone_metric(&metrics, "lowlat_rate_limit_refused_total{"),
         5000
     );
+}
+
+/// `lowlat serve` with `args` and a metrics listener on a free port, and that port's address.
+fn with_metrics(args: &[&str]) -> (Served, String) {
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let s = Served::start(args.iter().copied().chain(["--metrics", &metrics]));
+    (s, metrics)
 }
 
 /// The value of the first series starting with `prefix` (a zone's, labels and all) on the
@@ -828,13 +829,10 @@ fn requests_within_the_burst_are_held_back_over_http3() {
 fn a_held_request_whose_client_leaves_frees_its_place() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
-    let metrics = format!("127.0.0.1:{}", support::free_port());
-    let s = Served::start([
+    let (s, metrics) = with_metrics(&[
         "--h2c",
         "--rate-limit",
         "1r/s,burst=5",
-        "--metrics",
-        &metrics,
         "--access-log",
         &log.display().to_string(),
         "--access-log-format",
