@@ -74,6 +74,13 @@ if ! command -v grpcurl >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/grpcurl"
     (cd "$(dirname "$0")/grpcurl" && go build -ldflags "-X main.version=v1.8.9" \
         -o "$(go env GOPATH)/bin/grpcurl" github.com/fullstorydev/grpcurl/cmd/grpcurl)
 fi
+# oauth2-proxy, the auth service the forward-auth tests sign in with (an htpasswd user, then its
+# /oauth2/auth: crates/lowlat/tests/forward_auth.rs), from the Go module proxy at a pinned
+# release, into $(go env GOPATH)/bin. Its go.mod asks for Go 1.26: an older go fetches that
+# toolchain itself (GOTOOLCHAIN=auto, the default).
+if ! command -v oauth2-proxy >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/oauth2-proxy" ]; then
+    go install github.com/oauth2-proxy/oauth2-proxy/v7@v7.15.6
+fi
 # Pebble, Let's Encrypt's test ACME server, and pebble-challtestsrv (its DNS server) for the ACME
 # tests, built the same way from scripts/pebble/go.mod. Pebble needs Go 1.21 or newer; Debian 12's
 # own is 1.19, so its bookworm-backports golang-1.21-go is installed beside it when needed, from

@@ -34,7 +34,8 @@ same bytes as a file" comes out of one run; --lowlat then needs both, e.g. `--ro
 pool on a Unix socket, pinned to CPU 1; --lowlat takes {php}, e.g. `--root {www} --php {php}`). Peers: nginx, lighttpd, h2o, caddy, haproxy
 (proxy only), varnish (caching from cache-origin.py), squid and Apache Traffic Server (cache only),
 may-minihttp, and "ceiling"
-(ceiling/ceiling.c: no parsing, canned answers; what the kernel and syscalls allow) -- run setup.sh
+(ceiling/ceiling.c: no parsing, canned answers; what the kernel and syscalls allow), with its
+floors for a proxy ("ceiling-proxy", proxy) and a FastCGI gateway ("ceiling-fcgi", php) -- run setup.sh
 first. The peers' configurations are bench/conf/*.in, the ones the specs in bench/specs/ use too.
 A target that does not start (say, a --lowlat without the feature a scenario needs) is skipped
 with its reason, and the others are measured.
@@ -114,8 +115,11 @@ SCENARIOS = {
     # PHP through FastCGI: /hello.php (`<?php echo "hello";`) through each server to one php-fpm
     # pool (start_php_fpm: 16 static children, OPcache on, a Unix socket, pinned to CPU 1 beside
     # wrk); nginx with fastcgi_keep_conn and an upstream keepalive, caddy's php_fastcgi, h2o's
-    # fastcgi.connect, lighttpd's mod_fastcgi; lowlat's --lowlat takes {php} (unix:SOCKET)
-    "php": ("/hello.php", 1, [16, 256], ["lowlat", "nginx", "caddy", "h2o", "lighttpd"]),
+    # fastcgi.connect, lighttpd's mod_fastcgi; lowlat's --lowlat takes {php} (unix:SOCKET).
+    # "ceiling-fcgi" (ceiling/ceiling-fcgi.c) sends one pre-built FastCGI request per HTTP request
+    # over PHP_CHILDREN kept connections and answers with the script's output: the floor for any
+    # HTTP-to-FastCGI gateway's cost per request on this kernel
+    "php": ("/hello.php", 1, [16, 256], ["lowlat", "nginx", "caddy", "h2o", "lighttpd", "ceiling-fcgi"]),
 }
 # Request headers a scenario adds to HEADERS.
 SCENARIO_HEADERS = {"gzip": ["-H", "Accept-Encoding: gzip"]}
@@ -129,7 +133,7 @@ CACHE_SCENARIOS = ("cache", "cache-miss", "cache-pass")
 TLS_PORT_OFFSET = 1000  # a target's TLS port is its port + 1000
 PORTS = {"lowlat": 8090, "nginx": 8081, "lighttpd": 8082, "h2o": 8083, "may-minihttp": 8085, "ceiling": 8089,
          "varnish": 8084, "haproxy": 8086, "caddy": 8087, "ceiling-proxy": 8088, "squid": 8091,
-         "trafficserver": 8092}
+         "trafficserver": 8092, "ceiling-fcgi": 8093}
 UPSTREAM_PORT = 8078  # the proxy scenarios' upstream: {upstream} in --lowlat
 CACHE_UPSTREAM_PORT = 8077  # the caches' origin (cache-origin.py): {cache_upstream} in --lowlat
 CACHE_PATH = SCENARIOS["cache"][0]  # what the origin must be asked for once per cache
@@ -382,6 +386,13 @@ def make_server(name, args, run_dir, www):
         if not os.path.exists(exe):
             raise RuntimeError(f"{exe} missing: run setup.sh first")
         return Server(name, [exe, str(PORTS[name]), str(UPSTREAM_PORT)], run_dir)
+    if name == "ceiling-fcgi":
+        exe = os.path.join(BUILD, "ceiling-fcgi")
+        if not os.path.exists(exe):
+            raise RuntimeError(f"{exe} missing: run setup.sh (or ceiling/build.sh) first")
+        # as many php-fpm connections as php-fpm has children: none ever waits in its backlog
+        return Server(name, [exe, str(PORTS[name]), os.path.join(run_dir, "php-fpm.sock"),
+                             os.path.join(www, "hello.php"), str(PHP_CHILDREN)], run_dir)
     raise ValueError(name)
 
 

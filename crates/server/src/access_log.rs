@@ -184,6 +184,14 @@ pub(crate) enum Fields<'a> {
 
 impl<'a> Fields<'a> {
     /// The first field named `name` (ASCII case-insensitive).
+    /// The user a forward-auth service named, on a forwarded request's line.
+    fn user(self) -> Option<&'a [u8]> {
+        match self {
+            Self::Held(h) => h.user.clone().map(|r| &h.buf[r]),
+            Self::None | Self::Head(_) => None,
+        }
+    }
+
     fn get(self, name: &str) -> Option<&'a [u8]> {
         match self {
             Self::None => None,
@@ -228,6 +236,8 @@ pub(crate) struct HeldRequest {
     limit: Option<LimitOutcome>,
     /// The client's certificate, when it was verified for the request's site.
     pub(crate) cert: Option<std::rc::Rc<crate::client_cert::ClientCert>>,
+    /// The user a forward-auth service named for the request (`$remote_user`), in `buf`.
+    user: Option<std::ops::Range<usize>>,
 }
 
 impl HeldRequest {
@@ -243,6 +253,7 @@ impl HeldRequest {
     ) {
         self.buf.clear();
         self.fields.clear();
+        self.user = None;
         self.cache = cache;
         self.limit = limit;
         self.site = site;
@@ -264,6 +275,14 @@ impl HeldRequest {
                 self.fields.push((name, value));
             }
         }
+    }
+
+    /// Says who the request goes on as: the user a forward-auth service named
+    /// (`crate::proxy::auth`), the line's `$remote_user`.
+    pub(crate) fn set_user(&mut self, user: &[u8]) {
+        let at = self.buf.len();
+        self.buf.extend_from_slice(user);
+        self.user = Some(at..self.buf.len());
     }
 
     /// The log line's entry for the held request.
@@ -428,7 +447,12 @@ impl WorkerLog {
         let mut ip = itoa::Buffer::new();
         // The address without its port, as nginx's $remote_addr.
         push_ip(b, e.remote.ip());
-        b.extend_from_slice(b" - - [");
+        b.extend_from_slice(b" - ");
+        match e.fields.user() {
+            Some(user) => escaped(b, user),
+            None => b.push(b'-'),
+        }
+        b.extend_from_slice(b" [");
         b.extend_from_slice(&self.combined_time);
         b.extend_from_slice(b"] \"");
         escaped(b, e.method.as_bytes());
@@ -504,7 +528,11 @@ impl WorkerLog {
             };
             match v {
                 LogVar::RemoteAddr => push_ip(b, e.remote.ip()),
-                LogVar::RemoteUser => basic_user(b, e.fields.get("authorization")),
+                LogVar::RemoteUser => match e.fields.user() {
+                    // The user a forward-auth service named, over what the client claims.
+                    Some(user) => escaped(b, user),
+                    None => basic_user(b, e.fields.get("authorization")),
+                },
                 LogVar::TimeLocal => b.extend_from_slice(&combined_time[..]),
                 LogVar::TimeIso8601 => {
                     // nginx's form: an offset rather than `Z`.
@@ -622,6 +650,9 @@ impl WorkerLog {
             upstream_cache_status: Option<&'static str>,
             #[serde(skip_serializing_if = "Option::is_none")]
             limit_req_status: Option<&'static str>,
+            /// The user a forward-auth service let the request through as.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            remote_user: Option<std::borrow::Cow<'a, str>>,
             /// The site's first server name; absent for a request refused before routing.
             #[serde(skip_serializing_if = "Option::is_none")]
             site: Option<&'a str>,
@@ -660,6 +691,7 @@ impl WorkerLog {
             bytes_received: e.received,
             upstream_cache_status: e.cache.map(crate::cache::CacheOutcome::token),
             limit_req_status: e.limit.map(LimitOutcome::token),
+            remote_user: e.fields.user().map(String::from_utf8_lossy),
             site: e
                 .site
                 .and_then(|i| self.cfg.sites.get(i))

@@ -365,18 +365,21 @@ impl Conn {
                     continue;
                 }
             }
-            if self.eof && !self.unparsed && !self.closing && self.relay.is_none() {
-                // Everything the client sent before its FIN is answered; what is left is an
-                // incomplete request that can never complete.
-                self.closing = true;
-                self.lingering = false;
-                continue;
-            }
-            if self.eof && self.upload.is_some() {
-                // The client closed before the end of the body it is streaming: the upstream
-                // exchange is abandoned (the upstream sees the request cut short).
-                self.close_now(ctx);
-                return;
+            // One test of `eof` for both of its cases: the loop turns a few times a request.
+            if self.eof {
+                if !self.unparsed && !self.closing && self.relay.is_none() {
+                    // Everything the client sent before its FIN is answered; what is left is
+                    // an incomplete request that can never complete.
+                    self.closing = true;
+                    self.lingering = false;
+                    continue;
+                }
+                if self.upload.is_some() {
+                    // The client closed before the end of the body it is streaming: the
+                    // upstream exchange is abandoned (the upstream sees the request cut short).
+                    self.close_now(ctx);
+                    return;
+                }
             }
             if !self.read_ready
                 || self.relay.is_some() && !self.upload_has_room()

@@ -24,17 +24,9 @@ use crate::handler::{ClientInfo, Finished, Response, StreamedBody};
 use crate::proxy::job::ProxyJob;
 use crate::proxy::upload::{Upload, UploadRef};
 
-/// What the router made of a request.
-pub(crate) struct Routed {
-    /// Which site answered: 0 for the default one (see [`crate::router::Router::dispatch`]).
-    pub(crate) site: usize,
-    /// What the response written in `out` left to do (nothing was written when forwarded).
-    pub(crate) done: Finished,
-}
-
 /// Hands `req` (with its whole `body`, or with `streamed` its framing while it still arrives)
-/// to the router, the response written into `out` in HTTP/1.1 form, or the request to forward
-/// left in `forward` (the caller's: moved back in a return value, the job's bytes were copied
+/// to the router, the response written into `out` in HTTP/1.1 form and what it left to do in
+/// `done` (a fresh [`Finished`], the caller's), or the request to forward left in `forward` (the caller's: moved back in a return value, the job's bytes were copied
 /// on every request, forwarded or not — 14 instructions a request on `/plaintext`).
 /// `released`: the request was held back (`crate::hold`) and its time came; the rate limits
 /// counted it then, and it is logged as `DELAYED`.
@@ -54,8 +46,9 @@ pub(crate) fn route(
     keep_alive: bool,
     streamed: Option<StreamedBody>,
     forward: &mut Option<ProxyJob>,
+    done: &mut Finished,
     released: bool,
-) -> Routed {
+) -> usize {
     let mut res = Response::new(
         out,
         ctx.scratch,
@@ -63,6 +56,7 @@ pub(crate) fn route(
         req.is_head(),
         keep_alive,
         req.version,
+        done,
     );
     res.set_client(client, forward);
     if let Some(framing) = streamed {
@@ -71,9 +65,10 @@ pub(crate) fn route(
     if released {
         res.set_limit_outcome(crate::guard::ratelimit::LimitOutcome::Delayed);
     }
+    // Which site answered: 0 for the default one (see [`crate::router::Router::dispatch`]).
     let site = ctx.router.dispatch(req, body, ctx.worker, &mut res);
-    let done = res.finish();
-    Routed { site, done }
+    res.finish();
+    site
 }
 
 /// Counts an answered request (`--metrics`) and writes its access log line. `status` is what
@@ -152,7 +147,15 @@ fn verified_cert<'c>(
 /// client's side puts bytes in, the upstream side takes them (`proxy::upload`).
 pub(crate) fn upload_for(job: &mut ProxyJob, framing: StreamedBody) -> UploadRef {
     let pipe = Upload::new(framing);
-    job.upload = Some(std::rc::Rc::clone(&pipe));
+    // A forward-auth subrequest carries no body: the request it guards does.
+    match job.gate.as_ref().map(|g| g.borrow_mut()) {
+        Some(mut gate) => {
+            if let Some(main) = gate.main.as_mut() {
+                main.upload = Some(std::rc::Rc::clone(&pipe));
+            }
+        }
+        None => job.upload = Some(std::rc::Rc::clone(&pipe)),
+    }
     pipe
 }
 

@@ -420,9 +420,31 @@ impl Router {
         worker: usize,
         res: &mut Response<'_>,
     ) {
-        if !self.hooks.is_empty() && self.ask_hooks(HookScope::ThisSite, head, body, worker, res) {
+        if !self.hooks.is_empty() {
+            let start = res.out_len();
+            if self.ask_hooks(HookScope::ThisSite, head, body, worker, res) {
+                return;
+            }
+            self.route_here(head, body, worker, res);
+            // A forward-auth subrequest a hook (the guard) left waits for the request the route
+            // forwards; a route that answered locally instead is failed closed.
+            res.settle_forward_auth(start);
             return;
         }
+        self.route_here(head, body, worker, res);
+    }
+
+    /// [`Router::dispatch_here`] after the hooks: the route's handler, or the fallback.
+    // Inlined: it was `dispatch_here`'s body, which a router without hooks runs per request.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    fn route_here(
+        &mut self,
+        head: &Request<'_, '_>,
+        body: &[u8],
+        worker: usize,
+        res: &mut Response<'_>,
+    ) {
         let Self {
             tree,
             routes,
@@ -609,6 +631,7 @@ mod tests {
         };
         let (mut out, mut scratch) = (Vec::new(), Vec::new());
         let date = b"Thu, 01 Jan 1970 00:00:00 GMT";
+        let mut done = crate::handler::Finished::default();
         let mut res = Response::new(
             &mut out,
             &mut scratch,
@@ -616,6 +639,7 @@ mod tests {
             head.is_head(),
             true,
             Version::Http11,
+            &mut done,
         );
         router.dispatch(&head, b"", 0, &mut res);
         assert!(res.is_sent(), "{method} {target}: no answer");

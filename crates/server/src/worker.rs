@@ -308,6 +308,9 @@ impl Worker {
                 clients.deliver_touched(&mut upstreams, &mut ctx, &mut relays);
                 if rung {
                     clients.cache_news(&mut upstreams, &mut ctx, &mut relays);
+                    // Or another worker asked for a php-fpm process its idle connections hold.
+                    upstreams.give_back_asked(&mut ctx);
+                    clients.start_forwarded(&mut upstreams, &mut ctx);
                 }
             }
 

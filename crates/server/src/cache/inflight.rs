@@ -36,8 +36,9 @@ pub(crate) fn set_waker(waker: Arc<mio::Waker>) {
     });
 }
 
-/// This thread's waker, when it runs a worker loop.
-fn own_waker() -> Option<Arc<mio::Waker>> {
+/// This thread's waker, when it runs a worker loop (also what another worker rings to ask it
+/// for a php-fpm process back: `proxy::fcgi_share`).
+pub(crate) fn own_waker() -> Option<Arc<mio::Waker>> {
     WAKER.with(|w| w.get().cloned())
 }
 

@@ -236,6 +236,12 @@ impl Downstream for Conn {
         self.wbuf.len() - self.wpos + usize::from(self.io.has_pending())
     }
 
+    fn auth_user(&mut self, user: &[u8]) {
+        if let Some(held) = self.held.as_deref_mut() {
+            held.set_user(user);
+        }
+    }
+
     fn relay_link(&mut self, upstream: Token) {
         self.upstream = Some(upstream);
     }

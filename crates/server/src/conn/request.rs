@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{ChunkState, ClientUpload, Conn, Relay, UploadLeft, OUTPUT_HIGH_WATER};
 use crate::ctx::WorkerCtx;
 use crate::dispatch;
-use crate::handler::Response;
+use crate::handler::{Finished, Response};
 use crate::proxy::headers::StreamedBody;
 use crate::proxy::upload::STREAM_MIN_BODY;
 use lowlat_http::body::{BodyFraming, ChunkedDecoder};
@@ -140,7 +140,8 @@ impl Conn {
             }
             let keep_alive = req.keep_alive && !ctx.shutting_down;
             let mut forward = None;
-            let routed = dispatch::route(
+            let mut done = Finished::default();
+            let site = dispatch::route(
                 ctx,
                 &req,
                 body,
@@ -149,11 +150,11 @@ impl Conn {
                 keep_alive,
                 streamed,
                 &mut forward,
+                &mut done,
                 self.released,
             );
             self.released = false;
-            let (site, done) = (routed.site, routed.done);
-            if let Some(hold) = done.hold {
+            if let Some(hold) = done.hold.take() {
                 // Held back: the request stays unconsumed at `pos` (its body, if any, in the
                 // buffer or the socket) and is parsed and routed again when released.
                 ctx.holds.at(hold.until, ctx.token);
@@ -168,9 +169,7 @@ impl Conn {
                         StreamedBody::Length(n) => UploadLeft::Length(n),
                         StreamedBody::Chunked => {
                             // Its trailers go on with it (`proxy::upload`).
-                            UploadLeft::Chunked(
-                                ChunkedDecoder::new(job.group.cfg.max_body).keep_trailers(),
-                            )
+                            UploadLeft::Chunked(ChunkedDecoder::new(job.max_body()).keep_trailers())
                         }
                     };
                     self.upload = Some(Box::new(ClientUpload { pipe, left }));
@@ -325,9 +324,18 @@ impl Conn {
         if wbuf.capacity() == 0 {
             *wbuf = ctx.pool.take_write();
         }
-        let mut res = Response::new(wbuf, ctx.scratch, ctx.date.get(), false, !close, version);
+        let mut done = Finished::default();
+        let mut res = Response::new(
+            wbuf,
+            ctx.scratch,
+            ctx.date.get(),
+            false,
+            !close,
+            version,
+            &mut done,
+        );
         res.send_status(status);
-        let _ = res.finish();
+        res.finish();
     }
 
     /// Writes an error response outside of `process` (timeouts, over-long bodies).

@@ -1,7 +1,7 @@
 //! The limit zones' families on `/metrics`: requests each rate-limit zone refused or held back
 //! (or, in a dry run, would have), those it holds back now, and the keys it holds, and for a zone kept in Redis whether Redis is
 //! reachable and what this instance and the others admitted; the same for each connection-limit zone, with the
-//! requests in progress. Zones are registered when the settings build them and kept across
+//! requests in progress; and what each forward-auth rule decided. Zones are registered when the settings build them and kept across
 //! reloads while their spec is unchanged, so their counts go on (and the places held by
 //! requests in progress across a reload are counted by the zone that goes on).
 
@@ -9,11 +9,42 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+use super::auth_rule::AuthRule;
 use super::connlimit::{ConnZone, ConnZoneSpec};
 use super::ratelimit::{Zone, ZoneSpec};
 
 static ZONES: Mutex<Vec<Arc<Zone>>> = Mutex::new(Vec::new());
 static CONN_ZONES: Mutex<Vec<Arc<ConnZone>>> = Mutex::new(Vec::new());
+static FORWARD_AUTH: Mutex<Vec<Arc<AuthRule>>> = Mutex::new(Vec::new());
+
+/// The forward-auth rule labelled `label` copying `copy`: the one already running with this
+/// very label and list (a reload keeps its counts), or a new one. Rules no longer in the
+/// settings are dropped at the next call of [`retain_forward_auth`].
+pub fn forward_auth(label: String, copy: Vec<String>) -> Arc<AuthRule> {
+    let mut rules = FORWARD_AUTH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(r) = rules.iter().find(|r| {
+        r.label == label
+            && r.copy
+                .iter()
+                .map(|c| &**c)
+                .eq(copy.iter().map(String::as_str))
+    }) {
+        return Arc::clone(r);
+    }
+    let r = Arc::new(AuthRule::new(label, copy));
+    rules.push(Arc::clone(&r));
+    r
+}
+
+/// Keeps only `current` registered (the forward-auth rules of the settings now in use).
+pub fn retain_forward_auth(current: &[Arc<AuthRule>]) {
+    FORWARD_AUTH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retain(|r| current.iter().any(|c| Arc::ptr_eq(c, r)));
+}
 
 /// The zone for `spec`: the one already running with this very spec (a reload keeps its
 /// buckets and counts), or a new one. Zones no longer in the settings are dropped at the next
@@ -59,6 +90,31 @@ pub fn retain(current: &[Arc<Zone>], current_conns: &[Arc<ConnZone>]) {
 pub(crate) fn render(s: &mut String) {
     render_rate(s);
     render_conn(s);
+    render_forward_auth(s);
+}
+
+fn render_forward_auth(s: &mut String) {
+    let rules = FORWARD_AUTH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if rules.is_empty() {
+        return;
+    }
+    s.push_str("# HELP lowlat_forward_auth_total Requests a forward-auth rule judged: passed (the auth service answered 2xx), denied (its 401, 403 or redirect relayed), failed (another answer, none, or a timeout: refused).\n# TYPE lowlat_forward_auth_total counter\n");
+    for r in rules.iter() {
+        for (outcome, n) in [
+            ("passed", &r.passed),
+            ("denied", &r.denied),
+            ("failed", &r.failed),
+        ] {
+            let _ = writeln!(
+                s,
+                "lowlat_forward_auth_total{{rule=\"{}\",outcome=\"{outcome}\"}} {}",
+                label(&r.label),
+                n.load(Ordering::Relaxed)
+            );
+        }
+    }
 }
 
 /// A family of per-zone series: its name, type, help, and what a zone's series says (its

@@ -5,6 +5,9 @@
 //! # Layout
 //! - [`access`]: `allow` / `deny` rules, first match wins (403).
 //! - [`basic`]: HTTP Basic authentication against htpasswd files (401).
+//! - [`forward`]: forward authentication: the subrequest to an auth service whose answer lets
+//!   the request through (`crate::proxy::auth` judges it).
+//! - [`auth_rule`]: a forward-auth rule's shared part: what it copies, its counts.
 //! - [`ratelimit`]: `limit_req` zones: leaky buckets per key, shared by every worker (429).
 //! - `bucket`: one key's leaky bucket, one word updated by compare-and-swap.
 //! - [`fleet`]: zones kept in Redis, counted with the other instances off the workers' threads.
@@ -14,11 +17,13 @@
 //! - `metrics`: the zones' counts on `/metrics`.
 
 pub mod access;
+pub mod auth_rule;
 pub mod basic;
 mod bucket;
 mod client;
 pub mod connlimit;
 pub mod fleet;
+pub mod forward;
 pub mod key;
 pub(crate) mod metrics;
 pub mod ratelimit;
@@ -31,14 +36,22 @@ use access::AccessRule;
 use connlimit::{ConnZone, Taken};
 use ratelimit::{LimitOutcome, Verdict, Zone};
 
+/// A forward-auth rule with this worker's view of its auth service's group (`None` for `off`).
+pub(crate) type ForwardRule = (
+    Arc<forward::ForwardAuth>,
+    Option<std::rc::Rc<crate::proxy::group::WorkerGroup>>,
+);
+
 /// A site's guard: its rate-limit zones, its connection-limit zones, then its access rules,
-/// then its Basic authentication (nginx's order: `limit_req` and `limit_conn` before
-/// `allow`/`deny` and `auth_basic`).
+/// then its Basic authentication, then its forward authentication (nginx's order: `limit_req`
+/// and `limit_conn` before `allow`/`deny`, `auth_basic` and `auth_request`).
 pub struct Guard {
     rules: Arc<[AccessRule]>,
     zones: Vec<Arc<Zone>>,
     conns: Vec<Arc<ConnZone>>,
     auth: Vec<Arc<basic::BasicAuth>>,
+    /// Forward-auth rules.
+    forward: Vec<ForwardRule>,
     trusted: Arc<Vec<Cidr>>,
     /// Reused for `Retry-After` lines.
     line: Vec<u8>,
@@ -47,18 +60,23 @@ pub struct Guard {
 impl Guard {
     /// A guard, or `None` when there is nothing to guard (no hook, no cost).
     #[must_use]
-    pub fn new(
+    pub(crate) fn new(
         rules: Arc<[AccessRule]>,
         (zones, conns): (Vec<Arc<Zone>>, Vec<Arc<ConnZone>>),
-        auth: Vec<Arc<basic::BasicAuth>>,
+        (auth, forward): (Vec<Arc<basic::BasicAuth>>, Vec<ForwardRule>),
         trusted: Arc<Vec<Cidr>>,
     ) -> Option<Guard> {
-        let nothing = rules.is_empty() && zones.is_empty() && conns.is_empty() && auth.is_empty();
+        let nothing = rules.is_empty()
+            && zones.is_empty()
+            && conns.is_empty()
+            && auth.is_empty()
+            && forward.is_empty();
         (!nothing).then(|| Guard {
             rules,
             zones,
             conns,
             auth,
+            forward,
             trusted,
             line: Vec::new(),
         })
@@ -132,7 +150,8 @@ impl Guard {
 impl Handler for Guard {
     /// Refuses what a zone finds over its limit (429), holds back what a zone delays (it comes
     /// back here once its time has come), refuses what the rules deny (403) and what lacks
-    /// good credentials (401); leaves the rest to the routes (sends nothing).
+    /// good credentials (401); leaves the rest to the routes (sends nothing), behind a
+    /// forward-auth subrequest where a rule applies.
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
         let Some(peer) = res.client().map(|c| c.peer.ip()) else {
             return;
@@ -191,6 +210,20 @@ impl Handler for Guard {
                     self.too_many(res, 429, retry_after);
                     return;
                 }
+            }
+        }
+        // The rule of the longest prefix (which may be `off`): its subrequest stands in the
+        // forward slot, the request waits behind it (`Response::forward`).
+        let rule = self
+            .forward
+            .iter()
+            .filter(|(f, _)| head.path.starts_with(&f.prefix))
+            .max_by_key(|(f, _)| f.prefix.len());
+        if let Some((rule, Some(group))) = rule {
+            let tls = res.client().is_some_and(|c| c.tls);
+            let subrequest = rule.subrequest(group, head, ip, tls);
+            if !res.forward_auth(subrequest) {
+                res.send_status(500);
             }
         }
     }

@@ -258,6 +258,15 @@ impl Downstream for StreamRelay<'_> {
             .map_or(0, |s| usize::try_from(s.pending()).unwrap_or(usize::MAX))
     }
 
+    fn auth_user(&mut self, user: &[u8]) {
+        let c = &mut *self.conn;
+        if let Some(i) = c.stream_index(self.id) {
+            if let Some(held) = c.streams[i].held.as_deref_mut() {
+                held.set_user(user);
+            }
+        }
+    }
+
     fn relay_link(&mut self, upstream: Token) {
         let c = &mut *self.conn;
         if let Some(i) = c.stream_index(self.id) {

@@ -13,7 +13,7 @@ use super::conn::{forget, remember, H2Conn};
 use super::stream::{Relay, State, Stream};
 use crate::ctx::WorkerCtx;
 use crate::dispatch::{self, translate_head, HeadRefusal};
-use crate::handler::Response;
+use crate::handler::{Finished, Response};
 use crate::proxy::headers::StreamedBody;
 use crate::proxy::upload::UploadFeed;
 
@@ -140,7 +140,8 @@ impl H2Conn {
         let tunnel = entry.is_some_and(|i| self.streams[i].tunnel.is_some());
         self.res_buf.clear();
         let mut forward = None;
-        let routed = dispatch::route(
+        let mut done = Finished::default();
+        let site = dispatch::route(
             ctx,
             req,
             body,
@@ -149,9 +150,9 @@ impl H2Conn {
             true,
             streamed,
             &mut forward,
+            &mut done,
             released,
         );
-        let (site, mut done) = (routed.site, routed.done);
         if let Some(hold) = done.hold.take() {
             if streamed.is_none() && !tunnel {
                 return Some(hold);
@@ -164,7 +165,7 @@ impl H2Conn {
         if let Some(mut job) = forward {
             let upload = streamed.map(|framing| {
                 let pipe = dispatch::upload_for(&mut job, framing);
-                Box::new(UploadFeed::new(pipe, framing, job.group.cfg.max_body))
+                Box::new(UploadFeed::new(pipe, framing, job.max_body()))
             });
             // Answered as the upstream's response arrives (`super::relay`).
             ctx.proxy_starts.push((ctx.token, id, job));
@@ -354,6 +355,7 @@ impl H2Conn {
     /// A plain status page (`404 Not Found\n`) in `res_buf`, for [`H2Conn::send_response`].
     pub(super) fn status_page(&mut self, ctx: &mut WorkerCtx<'_>, status: u16) {
         self.res_buf.clear();
+        let mut done = Finished::default();
         let mut res = Response::new(
             &mut self.res_buf,
             ctx.scratch,
@@ -361,8 +363,9 @@ impl H2Conn {
             false,
             true,
             Version::Http2,
+            &mut done,
         );
         res.send_status(status);
-        let _ = res.finish();
+        res.finish();
     }
 }

@@ -21,6 +21,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::stream::{Relay, ReqStream, UniIn};
 use crate::ctx::WorkerCtx;
 use crate::dispatch::{self, HeadRefusal};
+use crate::handler::Finished;
 use crate::proxy::downstream::Wake;
 use crate::proxy::headers::{ClientInfo, StreamedBody};
 use crate::proxy::upload::UploadFeed;
@@ -601,8 +602,9 @@ impl H3Conn {
                 cert: None,
             };
             let mut forward = None;
-            let routed = loop {
-                let mut routed = dispatch::route(
+            let (site, done) = loop {
+                let mut done = Finished::default();
+                let site = dispatch::route(
                     ctx,
                     req,
                     &body,
@@ -611,16 +613,17 @@ impl H3Conn {
                     true,
                     streamed,
                     &mut forward,
+                    &mut done,
                     released,
                 );
-                match routed.done.hold.take() {
+                match done.hold.take() {
                     // A body streaming in cannot wait unread: the request goes on at once.
                     Some(_) if streamed.is_some() => released = true,
                     Some(hold) => {
                         held = Some(hold);
                         return Ok(false);
                     }
-                    None => break routed,
+                    None => break (site, done),
                 }
             };
             if let Some(mut job) = forward {
@@ -631,16 +634,12 @@ impl H3Conn {
                 };
                 if let Some(framing) = streamed {
                     let pipe = dispatch::upload_for(&mut job, framing);
-                    s.upload = Some(Box::new(UploadFeed::new(
-                        pipe,
-                        framing,
-                        job.group.cfg.max_body,
-                    )));
+                    s.upload = Some(Box::new(UploadFeed::new(pipe, framing, job.max_body())));
                 }
                 // Answered as the upstream's response arrives (`relay`).
                 ctx.proxy_starts.push((ctx.token, n, job));
-                dispatch::hold(ctx, &mut s.held, req, routed.site, &client, &routed.done);
-                s.slots = routed.done.slots;
+                dispatch::hold(ctx, &mut s.held, req, site, &client, &done);
+                s.slots = done.slots;
                 s.relay = Some(Relay {
                     head_request: req.is_head(),
                     ..Relay::default()
@@ -648,13 +647,12 @@ impl H3Conn {
                 s.answered = true;
                 return Ok(false);
             }
-            let done = routed.done;
             let status = if done.sent { done.status } else { 500 };
             if !done.sent {
                 self.res_buf.clear();
                 write_status_page(&mut self.res_buf, 500);
             }
-            dispatch::answered(ctx, req, &client, routed.site, status, &done, s.started);
+            dispatch::answered(ctx, req, &client, site, status, &done, s.started);
             s.file = if done.sent { done.file } else { None };
             Ok(true)
         });

@@ -186,6 +186,17 @@ impl Downstream for StreamRelay<'_, '_> {
             .map_or(0, |s| s.out.len() - s.out_at)
     }
 
+    fn auth_user(&mut self, user: &[u8]) {
+        if let Some(held) = self
+            .conn
+            .requests
+            .get_mut(&self.id)
+            .and_then(|s| s.held.as_deref_mut())
+        {
+            held.set_user(user);
+        }
+    }
+
     fn relay_link(&mut self, upstream: Token) {
         if let Some(r) = self
             .conn

@@ -71,6 +71,78 @@ pub(crate) fn write_request(
     }
 }
 
+/// Rewrites the `FCGI_PARAMS` of the FastCGI request at the start of `request` for forward
+/// authentication: the `HTTP_*` variable of every field named in `copy` dropped (what the client
+/// sent under those names), then `copied` (`Name: value` CRLF lines) added as such variables.
+/// A request that does not read as records is left as it is.
+pub(crate) fn replace_http_params(request: &mut Vec<u8>, copy: &[Box<str>], copied: &[u8]) {
+    use lowlat_http::fastcgi::record::{Head, HEAD_LEN};
+    let mut at = 0;
+    let mut begin = None;
+    let mut pairs = Vec::new();
+    // The records up to the empty `FCGI_PARAMS` that ends the variables.
+    let rest = loop {
+        let Ok(lowlat_http::Status::Complete(h)) = Head::parse(&request[at..]) else {
+            return;
+        };
+        let len = usize::from(h.content_len);
+        let end = at + HEAD_LEN + len + usize::from(h.padding_len);
+        if end > request.len() {
+            return;
+        }
+        match h.kind {
+            record::kind::PARAMS if len == 0 => break end,
+            record::kind::PARAMS => {
+                pairs.extend_from_slice(&request[at + HEAD_LEN..at + HEAD_LEN + len]);
+            }
+            _ if begin.is_none() => begin = Some(at..end),
+            _ => return,
+        }
+        at = end;
+    };
+    let Some(begin) = begin else {
+        return;
+    };
+    let Some(decoded) = params::decode(&pairs) else {
+        return;
+    };
+    // `X-Auth-User` → `HTTP_X_AUTH_USER`, as `params::push_field` names it.
+    let variables: Vec<Vec<u8>> = copy
+        .iter()
+        .map(|c| {
+            let mut v = b"HTTP_".to_vec();
+            v.extend(c.bytes().map(|b| {
+                if b == b'-' {
+                    b'_'
+                } else {
+                    b.to_ascii_uppercase()
+                }
+            }));
+            v
+        })
+        .collect();
+    let mut kept = Vec::with_capacity(pairs.len() + copied.len());
+    for (name, value) in decoded {
+        if !variables.iter().any(|v| v == name) {
+            params::push(&mut kept, name, value);
+        }
+    }
+    for line in copied.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(colon) = memchr::memchr(b':', line) {
+            let value = &line[colon + 1..];
+            let value = value.strip_prefix(b" ").unwrap_or(value);
+            params::push_field(&mut kept, &line[..colon], value);
+        }
+    }
+    let mut out = Vec::with_capacity(request.len() + copied.len());
+    out.extend_from_slice(&request[begin]);
+    record::stream(&mut out, record::kind::PARAMS, REQUEST_ID, &kept);
+    record::end_stream(&mut out, record::kind::PARAMS, REQUEST_ID);
+    out.extend_from_slice(&request[rest..]);
+    *request = out;
+}
+
 /// The CGI/1.1 variables of `req` as name-value pairs, the `extra` ones last and instead of any
 /// of the same name.
 #[allow(clippy::too_many_arguments)]
@@ -562,5 +634,64 @@ mod tests {
         assert_eq!(out, "/a b/é".as_bytes());
         assert!(!decode_path(b"/a%00", &mut out));
         assert!(!decode_path(b"/a%2", &mut out));
+    }
+
+    #[test]
+    fn forward_auth_fields_replace_the_clients_variables() {
+        let raw = b"POST /index.php HTTP/1.1\r\nHost: a\r\nX-Auth-User: forged\r\nX-Keep: 1\r\nContent-Length: 2\r\n\r\nhi";
+        let mut slots = header_slots();
+        let Ok(Status::Complete(req)) = parse_request(raw, &mut slots, &HeadLimits::default())
+        else {
+            panic!("not a request");
+        };
+        let client = ClientInfo {
+            peer: "10.1.2.3:50000".parse().unwrap(),
+            tls: false,
+            early_data: false,
+            cert: None,
+        };
+        let script = Script {
+            name: b"/index.php",
+            path_info: b"",
+            filename: Some(b"/srv/www/index.php"),
+            root: Some(b"/srv/www"),
+        };
+        let (mut out, mut pairs) = (Vec::new(), Vec::new());
+        write_request(
+            &mut out,
+            &mut pairs,
+            &req,
+            b"hi",
+            None,
+            &script,
+            (&client, CertReport::NotAsked),
+            &ServerVars::default(),
+            &[],
+        );
+        let copy: Vec<Box<str>> = vec!["X-Auth-User".into(), "X-Auth-Email".into()];
+        replace_http_params(&mut out, &copy, b"X-Auth-User: alice\r\n");
+        let got = records(&out);
+        let kinds: Vec<u8> = got.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            kinds,
+            [
+                kind::BEGIN_REQUEST,
+                kind::PARAMS,
+                kind::PARAMS,
+                kind::STDIN,
+                kind::STDIN
+            ]
+        );
+        let vars = params::decode(&got[1].1).unwrap();
+        let value = |name: &[u8]| {
+            vars.iter()
+                .filter(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_vec())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(value(b"HTTP_X_AUTH_USER"), [b"alice".to_vec()]);
+        assert_eq!(value(b"HTTP_X_KEEP"), [b"1".to_vec()]);
+        assert_eq!(value(b"REQUEST_METHOD"), [b"POST".to_vec()]);
+        assert_eq!(got[3].1, b"hi");
     }
 }

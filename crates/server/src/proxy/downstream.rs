@@ -41,6 +41,9 @@ pub(crate) trait Downstream {
         status: u16,
         took: std::time::Duration,
     );
+    /// A forward-auth service let the request through as `user` (`super::auth`): its log line
+    /// says so (`$remote_user`).
+    fn auth_user(&mut self, _user: &[u8]) {}
     /// The upstream failed after the head went out: the client must see a truncated response.
     fn relay_abort(&mut self, ctx: &mut WorkerCtx<'_>);
     /// No response could be had (502, 504): a short page instead.

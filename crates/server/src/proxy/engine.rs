@@ -185,6 +185,9 @@ impl Upstreams {
         ctx: &mut WorkerCtx<'_>,
         down: &mut dyn Downstream,
     ) {
+        if let Some(gate) = job.gate.clone() {
+            return self.start_gated(client, job, &gate, ctx, down);
+        }
         // A cached exchange's failures before any connection (no server up, a refused
         // connect) go through the cache's tee too: a stale response may answer them.
         match job.cache.clone() {
@@ -200,6 +203,43 @@ impl Upstreams {
                     Err(down) => self.start_job(client, job, ctx, down),
                 }
             }
+        }
+    }
+
+    /// Starts a forward-auth subrequest (`super::auth`), its answer judged by its gate; the
+    /// request it guards is forwarded if the answer (read at once, or later in
+    /// [`Upstreams::drive`]) lets it through.
+    fn start_gated(
+        &mut self,
+        client: (Token, u32),
+        job: ProxyJob,
+        gate: &super::job::GateRef,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        if let Some(main) = gate.borrow_mut().main.as_mut() {
+            // The site's lines for every response go on the guarded request's answer too.
+            main.added.clone_from(&job.added);
+        }
+        match super::auth::AuthGate::new(down, gate) {
+            Ok(mut judged) => self.start_job(client, job, ctx, &mut judged),
+            // Started again from inside its own gate: that one lets it through.
+            Err(down) => return self.start_job(client, job, ctx, down),
+        }
+        self.let_through(gate, client, ctx, down);
+    }
+
+    /// Forwards the request a forward-auth subrequest guards, once its answer let it through.
+    fn let_through(
+        &mut self,
+        gate: &super::job::GateRef,
+        client: (Token, u32),
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) {
+        let passed = gate.borrow_mut().take_passed();
+        if let Some(main) = passed {
+            self.start(client, main, ctx, down);
         }
     }
 
@@ -329,6 +369,7 @@ impl Upstreams {
                 client: None,
                 job: None,
                 fill: None,
+                gate: None,
                 wpos: 0,
                 preamble: Vec::new(),
                 rbuf: Vec::new(),
@@ -374,6 +415,9 @@ impl Upstreams {
                 _ => {}
             }
             entry.insert(c);
+            if is_fastcgi(&group, server) {
+                group.fastcgi_open.borrow_mut()[server] += 1;
+            }
             key
         };
         group.active.borrow_mut()[server] += 1;
@@ -390,6 +434,7 @@ impl Upstreams {
         c.paused = false;
         c.sent_at = now;
         c.fill = None;
+        c.gate = None;
         if c.phase == Phase::Sending {
             c.deadline = now + group.cfg.timeouts.write;
             // A pooled connection is writable (its edge was used long ago): try at once.
@@ -550,7 +595,15 @@ impl Upstreams {
                 self.end_tunnel(key, ctx, down);
             }
             Some(down) if c.phase != Phase::Idle && c.client.is_some() => {
-                self.fail(key, Failure::Timeout, ctx, down);
+                // A forward-auth subrequest that timed out fails its request closed, counted
+                // as such by its gate.
+                match gate_of(c) {
+                    Some(gate) => match super::auth::AuthGate::new(down, &gate) {
+                        Ok(mut judged) => self.fail(key, Failure::Timeout, ctx, &mut judged),
+                        Err(down) => self.fail(key, Failure::Timeout, ctx, down),
+                    },
+                    None => self.fail(key, Failure::Timeout, ctx, down),
+                }
             }
             _ => self.close(key, ctx),
         }
@@ -560,6 +613,17 @@ impl Upstreams {
     /// whose response the cache keeps is relayed through the cache's tee (the job's fill
     /// until the head is relayed, the connection's while the body is).
     fn drive(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
+        let gated = self
+            .conns
+            .get(key)
+            .and_then(|c| Some((gate_of(c)?, c.client?)));
+        if let Some((gate, client)) = gated {
+            match super::auth::AuthGate::new(down, &gate) {
+                Ok(mut judged) => self.drive_conn(key, ctx, &mut judged),
+                Err(down) => return self.drive_conn(key, ctx, down),
+            }
+            return self.let_through(&gate, client, ctx, down);
+        }
         let fill = self.conns.get(key).and_then(|c| match &c.job {
             Some(j) => j.cache.clone(),
             None => c.fill.clone(),
@@ -1059,6 +1123,7 @@ impl Upstreams {
                 if let Some(mut job) = c.job.take() {
                     // The body's later reads are copied too, until the exchange ends.
                     c.fill = job.cache.take();
+                    c.gate = job.gate.take();
                     if let Some(up) = &job.upload {
                         let mut pipe = up.borrow_mut();
                         if !pipe.done() {
@@ -1134,6 +1199,9 @@ impl Upstreams {
     fn finish(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
         let queued = self.conns[key].fcgi.is_some() && self.fastcgi_queued(key, ctx.now);
         let c = &mut self.conns[key];
+        // Another worker waits for a process that only pools like this one hold: this
+        // connection's goes to it.
+        let asked = c.fcgi.is_some() && c.group.health.fastcgi.take_ask(c.server);
         let label = &c.group.cfg.servers[c.server].label;
         let took = ctx.now.saturating_duration_since(c.sent_at);
         c.group
@@ -1145,6 +1213,7 @@ impl Upstreams {
         c.group.active.borrow_mut()[c.server] -= 1;
         c.client = None;
         c.fill = None;
+        c.gate = None;
         if !c.rbuf.is_empty() {
             ctx.pool.give_read(std::mem::take(&mut c.rbuf));
         }
@@ -1157,7 +1226,8 @@ impl Upstreams {
             // backlog; a connection beyond what it serves is tried again a while later.
             c.group.fastcgi_full.borrow_mut()[c.server] = Some(ctx.now + FASTCGI_PROBE_EVERY);
         }
-        if c.keep_alive && room && !queued && !ctx.shutting_down && !c.group.retired.get() {
+        if c.keep_alive && room && !queued && !asked && !ctx.shutting_down && !c.group.retired.get()
+        {
             c.phase = Phase::Idle;
             c.deadline = ctx.now + c.group.cfg.keepalive_timeout;
             c.group.idle.borrow_mut()[c.server].push(key);
@@ -1167,6 +1237,12 @@ impl Upstreams {
                 self.idle_event(key, ctx);
             }
             if is_fastcgi(&group, server) {
+                if !group.fastcgi_registered.replace(true) {
+                    // Pooling, this worker may be asked for a process back.
+                    if let Some(waker) = crate::cache::inflight::own_waker() {
+                        group.health.fastcgi.register(waker);
+                    }
+                }
                 self.wake_waiter(&group, server, ctx);
             }
         } else {
@@ -1251,12 +1327,7 @@ impl Upstreams {
             return false;
         };
         let allowed = group.fastcgi_capacity.borrow()[server] + usize::from(now >= probe_at);
-        let open = self
-            .conns
-            .iter()
-            .filter(|(_, o)| o.server == server && std::rc::Rc::ptr_eq(&o.group, group))
-            .count();
-        open >= allowed
+        group.fastcgi_open.borrow()[server] >= allowed
     }
 
     /// A connection to FastCGI `server` of `group` came free (pooled) or closed: the request
@@ -1300,10 +1371,13 @@ impl Upstreams {
     /// may name one pool) is queued behind processes those hold — which `fastcgi_queued` did
     /// not foresee (another group's or worker's connections hold processes too). One idle
     /// connection closes per such server and sweep, its process takes the queued one, and what
-    /// was learnt of the server's capacity is forgotten.
+    /// was learnt of the server's capacity is forgotten. With no idle connection of its own to
+    /// close, the worker asks the others that pool connections to the server to give a process
+    /// back (`super::fcgi_share`); and it gives back what others asked of it.
     pub(crate) fn release_for_queued(&mut self, ctx: &mut WorkerCtx<'_>) {
         let now = ctx.now;
-        let mut stuck: Vec<super::config::UpstreamAddr> = Vec::new();
+        let mut stuck: Vec<(super::config::UpstreamAddr, std::rc::Rc<WorkerGroup>, usize)> =
+            Vec::new();
         // A request not yet waiting long enough is looked at again when it has: a sweep must
         // not drop the recheck `fastcgi_queued` asked for.
         let mut recheck: Option<Instant> = None;
@@ -1322,12 +1396,12 @@ impl Upstreams {
                 continue;
             }
             let addr = &o.group.cfg.servers[o.server].addr;
-            if !stuck.contains(addr) {
-                stuck.push(addr.clone());
+            if !stuck.iter().any(|(a, _, _)| a == addr) {
+                stuck.push((addr.clone(), std::rc::Rc::clone(&o.group), o.server));
             }
         }
         self.fastcgi_check_at = recheck;
-        for addr in stuck {
+        for (addr, asking, asked) in stuck {
             let idle = self.conns.iter().find_map(|(k, c)| {
                 (c.phase == Phase::Idle && c.group.cfg.servers[c.server].addr == addr)
                     .then(|| (k, std::rc::Rc::clone(&c.group), c.server))
@@ -1335,7 +1409,31 @@ impl Upstreams {
             if let Some((key, group, server)) = idle {
                 group.fastcgi_capacity.borrow_mut()[server] = 0;
                 self.close(key, ctx);
+            } else {
+                let own = crate::cache::inflight::own_waker();
+                asking.health.fastcgi.ask(asked, own.as_ref());
             }
+        }
+        self.give_back_asked(ctx);
+    }
+
+    /// Another worker asked for a process of a FastCGI server this worker pools connections to
+    /// (`super::fcgi_share`): one idle connection to it closes, and php-fpm's process takes the
+    /// connection queued in its backlog. Run when the worker is rung and at each sweep; an ask
+    /// no idle connection answers is taken by the next exchange to end (`finish`).
+    pub(crate) fn give_back_asked(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let give: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.phase == Phase::Idle
+                    && is_fastcgi(&c.group, c.server)
+                    && c.group.health.fastcgi.take_ask(c.server)
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for key in give {
+            self.close(key, ctx);
         }
     }
 
@@ -1487,6 +1585,7 @@ impl Upstreams {
             job.group.give_buffer(job.request);
         }
         c.fill = None;
+        c.gate = None;
         self.remove(key, ctx);
     }
 
@@ -1494,6 +1593,9 @@ impl Upstreams {
         let mut c = self.conns.remove(key);
         gauges(&c.group, c.server, ctx.worker);
         if is_fastcgi(&c.group, c.server) {
+            let mut open = c.group.fastcgi_open.borrow_mut();
+            open[c.server] = open[c.server].saturating_sub(1);
+            drop(open);
             self.wake_waiter(&c.group, c.server, ctx);
         }
         let _ = ctx.registry.deregister(c.sock.source());
@@ -1507,6 +1609,15 @@ impl Upstreams {
 }
 
 /// Whether `server` of `group` is a FastCGI server.
+/// The forward-auth gate of connection `c`'s exchange, when it carries a subrequest: its job's
+/// until the answer's head, the connection's while the body is read.
+fn gate_of(c: &UpConn) -> Option<super::job::GateRef> {
+    match &c.job {
+        Some(j) => j.gate.clone(),
+        None => c.gate.clone(),
+    }
+}
+
 fn is_fastcgi(group: &WorkerGroup, server: usize) -> bool {
     group.cfg.servers[server].fastcgi
 }

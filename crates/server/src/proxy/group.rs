@@ -38,6 +38,12 @@ pub(crate) struct WorkerGroup {
     /// requests beyond its capacity wait in the worker instead (`super::fcgi_queue`), and one
     /// connection more may be tried from this instant on.
     pub(crate) fastcgi_full: RefCell<Vec<Option<std::time::Instant>>>,
+    /// FastCGI servers: this worker's connections open to each (kept on connect and removal,
+    /// so that the queue's check is no scan of them all).
+    pub(crate) fastcgi_open: RefCell<Vec<usize>>,
+    /// This worker's waker was given to the group's shared FastCGI state (once it pooled a
+    /// connection: it may then be asked for a process back).
+    pub(crate) fastcgi_registered: Cell<bool>,
 }
 
 impl WorkerGroup {
@@ -64,6 +70,8 @@ impl WorkerGroup {
             retired: Cell::new(false),
             fastcgi_capacity: RefCell::new(vec![0; n]),
             fastcgi_full: RefCell::new(vec![None; n]),
+            fastcgi_open: RefCell::new(vec![0; n]),
+            fastcgi_registered: Cell::new(false),
         }
     }
 

@@ -38,6 +38,8 @@ pub(crate) struct GroupHealth {
     pub(crate) servers: Vec<ServerHealth>,
     /// The servers' counts, for `/metrics`.
     pub(crate) stats: ServerStats,
+    /// FastCGI servers: processes one worker asks the others to give back.
+    pub(crate) fastcgi: super::fcgi_share::FcgiShare,
     max_fails: u32,
     fail_timeout_ms: u64,
 }
@@ -46,6 +48,7 @@ impl GroupHealth {
     pub(crate) fn new(group: &UpstreamGroup, workers: usize) -> Self {
         Self {
             stats: ServerStats::new(group.servers.len(), workers),
+            fastcgi: super::fcgi_share::FcgiShare::new(group.servers.len()),
             servers: group
                 .servers
                 .iter()

@@ -1,6 +1,7 @@
 //! A request on its way to an upstream ([`ProxyJob`]), as the proxy handler hands it to the
-//! client's connection, which passes it to the worker's upstream side; and how the response
-//! body will reach the client ([`RelayBody`]).
+//! client's connection, which passes it to the worker's upstream side; how the response body
+//! will reach the client ([`RelayBody`]); and a forward-auth subrequest's state ([`Gate`]: the
+//! request it guards, what the auth service said), which `super::auth` judges and acts on.
 
 use std::rc::Rc;
 
@@ -46,6 +47,9 @@ pub(crate) struct ProxyJob {
     /// To a FastCGI application: where its `X-Accel-Redirect` and `X-Sendfile` may point
     /// (`super::fcgi`); `None` sends none.
     pub(crate) internal: Option<Rc<[super::config::InternalLocation]>>,
+    /// A forward-auth subrequest: the request it guards waits in the gate, forwarded when the
+    /// auth service says yes (`super::auth`).
+    pub(crate) gate: Option<GateRef>,
 }
 
 impl ProxyJob {
@@ -73,7 +77,52 @@ impl ProxyJob {
             added: None,
             cache: None,
             internal: None,
+            gate: None,
         }
+    }
+}
+
+/// What the auth service said so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// No head yet.
+    Waiting,
+    /// A 2xx: the request goes on once the answer is read.
+    Passed,
+    /// A 401, a 403 or a redirect: relayed to the client.
+    Relaying,
+    /// Any other status: the client gets 500 once the answer is read.
+    Refused,
+}
+
+/// A subrequest's state: the request it guards and what the auth service said.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    /// The request to forward when the auth service says yes; `None` until the route's handler
+    /// gives it (and for a request a local handler answered, which is failed closed).
+    pub(crate) main: Option<ProxyJob>,
+    pub(crate) rule: std::sync::Arc<crate::guard::auth_rule::AuthRule>,
+    pub(crate) verdict: Verdict,
+    /// `Name: value` CRLF lines copied from a 2xx answer.
+    pub(crate) copied: Vec<u8>,
+    /// A `super::auth::AuthGate` is relaying for it (the engine's drive can be entered again from
+    /// inside one: a retry).
+    pub(crate) wrapping: bool,
+    /// The answer ended with a 2xx: the engine forwards `main` (see `Gate::take_passed`).
+    pub(crate) ready: bool,
+}
+
+pub(crate) type GateRef = Rc<std::cell::RefCell<Gate>>;
+
+impl ProxyJob {
+    /// The largest body the request may stream upstream: its group's, or for a forward-auth
+    /// subrequest (which sends none) the group's of the request it guards.
+    pub(crate) fn max_body(&self) -> u64 {
+        let guarded = self.gate.as_ref().and_then(|g| {
+            let g = g.borrow();
+            g.main.as_ref().map(|main| main.group.cfg.max_body)
+        });
+        guarded.unwrap_or(self.group.cfg.max_body)
     }
 }
 

@@ -12,6 +12,8 @@
 //! - [`config`]: groups, servers, balancing, timeouts, health checks, trusted proxies.
 //! - `handler`: the route handler: what to forward, to which group.
 //! - `headers`: the forwarded request's head; which response fields pass.
+//! - [`auth`]: forward authentication's subrequest: its answer judged, the guarded request
+//!   forwarded with the fields it copies, or the refusal relayed.
 //! - `cgi_request`: the FastCGI request a forwarded request becomes: its CGI/1.1 variables.
 //! - `job`: a request on its way; how its body will be framed for the client.
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
@@ -23,6 +25,8 @@
 //! - `fcgi_state`: that exchange's state, held by the upstream connection.
 //! - `fcgi_queue`: requests waiting in the worker for a php-fpm connection when php-fpm serves
 //!   all it can.
+//! - `fcgi_share`: php-fpm's processes shared by the workers: a worker asks the others to give
+//!   one back that their idle connections hold.
 //! - `upstream`: one upstream connection and its socket.
 //! - [`upstream_tls`]: TLS to `https://` servers: the client configuration, the socket, the
 //!   reasons a handshake fails.
@@ -33,12 +37,14 @@
 //! - `tunnel`: an upgraded exchange: bytes copied both ways until both sides close.
 //! - `trailers`: which upstream trailer fields reach the client.
 
+pub mod auth;
 pub(crate) mod cgi_request;
 pub mod config;
 pub(crate) mod downstream;
 pub(crate) mod engine;
 pub(crate) mod fcgi;
 pub(crate) mod fcgi_queue;
+pub(crate) mod fcgi_share;
 pub(crate) mod fcgi_state;
 pub(crate) mod group;
 pub(crate) mod h2up;

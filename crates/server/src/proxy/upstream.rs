@@ -193,6 +193,9 @@ pub(crate) struct UpConn {
     /// The cache's fill of a response whose body is being relayed: the job is gone by then,
     /// and every later read of the body must still go through the cache's tee.
     pub(crate) fill: Option<crate::cache::fill::FillRef>,
+    /// A forward-auth subrequest's gate while its answer's body is read (the job is gone by
+    /// then, as for `fill`): the rest of the answer is judged by it too.
+    pub(crate) gate: Option<super::job::GateRef>,
     pub(crate) wpos: usize,
     /// The PROXY protocol header this new connection starts with (the group sends one), written
     /// as soon as it is connected; empty otherwise.

@@ -57,6 +57,18 @@ fn problems(args: &ServeArgs, loaded: Option<&Loaded>) -> Vec<String> {
             problems.push(locate(i, e));
             sites_ok = false;
         }
+        // Each forward-auth rule's auth service, resolved as a start resolves it.
+        for spec in site.guard.forward_auth.iter().filter(|s| s.url != "off") {
+            let mut scratch = crate::proxy::config::ProxyConfig::default();
+            let target = (spec.url.as_str(), spec.timeout);
+            let label = spec.label();
+            if let Err(e) =
+                super::proxy::auth_group(&mut scratch, target, &label, &args.proxy_group)
+            {
+                problems.push(locate(i, e));
+                sites_ok = false;
+            }
+        }
         // The site's client CA file, read as a start reads it.
         match site.client_cert.rule() {
             Ok(Some(rule)) => {

@@ -244,6 +244,8 @@ fn site_flags() -> Vec<String> {
             "access".to_owned(),
             "rate-limit".to_owned(),
             "limit-conn".to_owned(),
+            "basic-auth".to_owned(),
+            "forward-auth".to_owned(),
             "client-ca".to_owned(),
             "client-cert".to_owned(),
         ])

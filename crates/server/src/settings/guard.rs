@@ -1,5 +1,6 @@
 //! The protection flags: `--allow` / `--deny` (access rules, in the order given),
-//! `--rate-limit` and `--limit-conn` (zones), for the whole server or per `[[site]]`.
+//! `--rate-limit` and `--limit-conn` (zones), `--basic-auth` and `--forward-auth`, for the
+//! whole server or per `[[site]]`.
 //!
 //! `--allow` and `--deny` are two flags whose values make one list in command-line order (the
 //! first match wins, as nginx's `allow`/`deny`), so this group reads them with their positions
@@ -23,7 +24,48 @@ pub struct GuardArgs {
     pub rate_limit: Vec<ZoneSpec>,
     pub limit_conn: Vec<ConnZoneSpec>,
     pub basic_auth: Vec<BasicAuthSpec>,
+    pub forward_auth: Vec<ForwardAuthSpec>,
 }
+
+/// A `--forward-auth` rule as written: the paths, the auth service's URL, the fields copied
+/// from its 2xx answer onto the forwarded request, how long it may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardAuthSpec {
+    pub prefix: String,
+    /// `http://HOST:PORT/PATH` or `unix:/PATH` (then the path is `/`); `off` leaves the prefix
+    /// unguarded inside a guarded one.
+    pub url: String,
+    pub copy: Vec<String>,
+    /// For the connect, the answer and each read and write (504 after, the request refused).
+    pub timeout: std::time::Duration,
+}
+
+impl ForwardAuthSpec {
+    /// How `/metrics` names the rule.
+    #[must_use]
+    pub fn label(&self) -> String {
+        format!("{}={}", self.prefix, self.url)
+    }
+}
+
+/// Fields `copy=` may not name (see [`parse_forward_auth`]).
+const FRAMING_FIELDS: [&str; 11] = [
+    "content-length",
+    "transfer-encoding",
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "content-type",
+];
+
+/// The auth service's time by default: a few seconds, not the proxy's minute (every request
+/// under the prefix waits for it, and one that does not answer is refused).
+const FORWARD_AUTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A `--basic-auth` rule as written: the paths, the htpasswd file, the realm, plain text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +142,9 @@ impl clap::FromArgMatches for GuardArgs {
         if let Some(rules) = m.get_many::<BasicAuthSpec>("basic_auth") {
             self.basic_auth = rules.cloned().collect();
         }
+        if let Some(rules) = m.get_many::<ForwardAuthSpec>("forward_auth") {
+            self.forward_auth = rules.cloned().collect();
+        }
         Ok(())
     }
 }
@@ -153,6 +198,14 @@ impl clap::Args for GuardArgs {
                 .action(ArgAction::Append)
                 .value_parser(parse_basic_auth)
                 .help("Ask for a user and password (HTTP Basic) under PREFIX, checked against an htpasswd file as Apache's htpasswd writes it (bcrypt, APR1-MD5, SHA-1; plain text only with ,plain); re-read on SIGHUP (repeatable)"),
+        )
+        .arg(
+            Arg::new("forward_auth")
+                .long("forward-auth")
+                .value_name("PREFIX=URL|off[,copy=FIELD,FIELD..][,timeout=DURATION]")
+                .action(ArgAction::Append)
+                .value_parser(parse_forward_auth)
+                .help("Ask an auth service (http://HOST:PORT/PATH or unix:/PATH) before forwarding a request under PREFIX, as nginx's auth_request and caddy's forward_auth: a GET with the original method and URI (X-Forwarded-Method, X-Forwarded-Uri, X-Original-URI), X-Forwarded-Host, -Proto, -For, and the client's Cookie and Authorization; a 2xx lets the request through with the copy= fields of the answer (the client's own fields of those names dropped), a 401, 403 or redirect is the client's answer, anything else or nothing within timeout= (5s) refuses it (500, 502, 504). The longest PREFIX applies: PREFIX=off leaves a path unguarded (the sign-in pages). Guards forwarded and FastCGI routes; a route answered locally under PREFIX is refused with 500 (repeatable)"),
         )
     }
 
@@ -212,6 +265,65 @@ fn parse_basic_auth(text: &str) -> Result<BasicAuthSpec, String> {
             _ => {
                 return Err(format!(
                     "{text:?}: unknown part {part:?} (realm=NAME, plain)"
+                ))
+            }
+        }
+    }
+    Ok(spec)
+}
+
+/// `PREFIX=URL[,copy=A,B,..][,timeout=DURATION]`: the names after `copy=` run to the next
+/// `name=value` part.
+fn parse_forward_auth(text: &str) -> Result<ForwardAuthSpec, String> {
+    let (prefix, rest) = text
+        .split_once('=')
+        .filter(|(p, _)| p.starts_with('/'))
+        .ok_or_else(|| format!("{text:?}: PREFIX=URL, the prefix starting with /"))?;
+    let mut parts = rest.split(',').map(str::trim);
+    let url = parts.next().unwrap_or_default();
+    if !(url.starts_with("http://") || url.starts_with("unix:/") || url == "off") {
+        return Err(format!(
+            "{text:?}: the auth service is http://HOST:PORT/PATH or unix:/PATH (HTTP/1.1), or off"
+        ));
+    }
+    let mut spec = ForwardAuthSpec {
+        prefix: prefix.to_owned(),
+        url: url.to_owned(),
+        copy: Vec::new(),
+        timeout: FORWARD_AUTH_TIMEOUT,
+    };
+    let field = |name: &str| -> Result<String, String> {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b == b'-';
+        if name.is_empty() || !name.bytes().all(token) {
+            return Err(format!(
+                "{text:?}: copy={name:?}: a field name (letters, digits and -)"
+            ));
+        }
+        // Fields that frame or route the forwarded request are the proxy's to write: an auth
+        // service's copy would be a second length, or another host.
+        if FRAMING_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(name)) {
+            return Err(format!(
+                "{text:?}: copy={name}: a field the proxy writes itself (framing, host, hop-by-hop)"
+            ));
+        }
+        Ok(name.to_owned())
+    };
+    let mut copying = false;
+    for part in parts {
+        match part.split_once('=') {
+            Some(("copy", name)) => {
+                spec.copy.push(field(name)?);
+                copying = true;
+            }
+            Some(("timeout", t)) => {
+                spec.timeout = lowlat_http::units::parse_positive_duration(t)
+                    .map_err(|e| format!("{text:?}: timeout={t}: {e}"))?;
+                copying = false;
+            }
+            None if copying => spec.copy.push(field(part)?),
+            _ => {
+                return Err(format!(
+                    "{text:?}: unknown part {part:?} (copy=FIELD,FIELD.., timeout=DURATION)"
                 ))
             }
         }
@@ -421,6 +533,37 @@ mod tests {
         cmd.try_get_matches_from(argv)
             .map_err(|e| e.to_string())
             .and_then(|m| GuardArgs::from_arg_matches(&m).map_err(|e| e.to_string()))
+    }
+
+    #[test]
+    fn forward_auth_rules_parse() {
+        let args = parse(&[
+            "--forward-auth",
+            "/app/=http://127.0.0.1:4180/oauth2/auth,copy=X-Auth-Request-User,X-Auth-Request-Email,timeout=2s",
+            "--forward-auth",
+            "/oauth2/=off",
+        ])
+        .unwrap();
+        let rule = &args.forward_auth[0];
+        assert_eq!(rule.prefix, "/app/");
+        assert_eq!(rule.url, "http://127.0.0.1:4180/oauth2/auth");
+        assert_eq!(rule.copy, ["X-Auth-Request-User", "X-Auth-Request-Email"]);
+        assert_eq!(rule.timeout, std::time::Duration::from_secs(2));
+        assert_eq!(args.forward_auth[1].url, "off");
+        let plain = parse_forward_auth("/=unix:/run/auth.sock").unwrap();
+        assert_eq!((plain.copy.len(), plain.timeout), (0, FORWARD_AUTH_TIMEOUT));
+        for bad in [
+            "app=http://x/auth",
+            "/=https://x/auth",
+            "/=http://x/auth,copy=X_Bad",
+            "/=http://x/auth,copy=X-User,Content-Length",
+            "/=http://x/auth,copy=",
+            "/=http://x/auth,timeout=0s",
+            "/=http://x/auth,realm=x",
+            "/=http://x/auth,X-After-Timeout",
+        ] {
+            assert!(parse_forward_auth(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

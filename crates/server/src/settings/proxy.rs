@@ -607,6 +607,51 @@ pub fn php_group(
     Ok(cfg.groups.len() - 1)
 }
 
+/// The group of a `--forward-auth` rule's auth service (made once per URL and timeout), with
+/// the path the subrequest asks for and its `Host`. HTTP/1.1 always (the subrequest is one
+/// short exchange), the rule's timeout for every step of it, never taken out of service (a
+/// group of one server never is), no PROXY header, no health checks.
+///
+/// # Errors
+/// A URL that is no server, named with the rule.
+pub fn auth_group(
+    cfg: &mut ProxyConfig,
+    (url, timeout): (&str, Duration),
+    label: &str,
+    defaults: &GroupArgs,
+) -> Result<(usize, String, String), String> {
+    let at = |e: String| format!("--forward-auth {label}: {e}");
+    let p = parse_server(url).map_err(at)?;
+    let path = p.path.clone().unwrap_or_else(|| "/".to_owned());
+    let host = match &p.addr {
+        UpstreamAddr::Unix(_) => "localhost".to_owned(),
+        UpstreamAddr::Tcp(_) => p.label.clone(),
+    };
+    let name = format!("auth={url},timeout={timeout:?}");
+    if let Some(i) = cfg.groups.iter().position(|g| g.name == name) {
+        return Ok((i, path, host));
+    }
+    let mut servers = servers_of(vec![(p, 1)], defaults).map_err(at)?;
+    for s in &mut servers {
+        s.h2 = false;
+    }
+    let mut made = group(name, servers, defaults).map_err(at)?;
+    made.fastcgi_params.clear();
+    made.send_proxy_protocol = 0;
+    made.health = None;
+    made.max_fails = 0;
+    let t = timeout;
+    made.timeouts = UpstreamTimeouts {
+        connect: t,
+        first_byte: t,
+        read: t,
+        write: t,
+        tunnel_idle: t,
+    };
+    cfg.groups.push(made);
+    Ok((cfg.groups.len() - 1, path, host))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

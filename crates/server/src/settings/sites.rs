@@ -75,6 +75,49 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
             None => None,
         });
     }
+    // Each site's forward-auth rules, their auth services' groups after the others.
+    let mut forward_auth = Vec::new();
+    for s in &site_args {
+        let mut rules = Vec::new();
+        for spec in &s.guard.forward_auth {
+            // `off`: the prefix is left unguarded (the sign-in pages under a guarded `/`).
+            if spec.url == "off" {
+                rules.push(Arc::new(crate::guard::forward::ForwardAuth {
+                    prefix: spec.prefix.clone(),
+                    group: None,
+                    path: String::new(),
+                    host: String::new(),
+                    rule: Arc::new(crate::guard::auth_rule::AuthRule::new(
+                        spec.label(),
+                        Vec::new(),
+                    )),
+                }));
+                continue;
+            }
+            let (group, path, host) = super::proxy::auth_group(
+                &mut proxy,
+                (&spec.url, spec.timeout),
+                &spec.label(),
+                &args.proxy_group,
+            )?;
+            rules.push(Arc::new(crate::guard::forward::ForwardAuth {
+                prefix: spec.prefix.clone(),
+                group: Some(group),
+                path,
+                host,
+                rule: crate::guard::metrics::forward_auth(spec.label(), spec.copy.clone()),
+            }));
+        }
+        forward_auth.push(rules);
+    }
+    crate::guard::metrics::retain_forward_auth(
+        &forward_auth
+            .iter()
+            .flatten()
+            .filter(|f| f.group.is_some())
+            .map(|f| Arc::clone(&f.rule))
+            .collect::<Vec<_>>(),
+    );
     // What `SERVER_ADDR` and `SERVER_PORT` say to FastCGI applications: the first listener of
     // each scheme.
     let listeners = cfg.as_ref().map_or((None, None), |c| {
@@ -97,6 +140,7 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
     let checks_started = std::sync::atomic::AtomicBool::new(false);
     let mut routes = routes.into_iter().zip(caches);
     let mut php_groups = php_groups.into_iter();
+    let mut forward_auth = forward_auth.into_iter();
     let sites: Vec<(Vec<String>, SiteService)> = if args.sites.is_empty() {
         vec![(
             Vec::new(),
@@ -107,7 +151,8 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
                 routes.next().unwrap_or_default(),
                 php_groups.next().flatten(),
                 listeners,
-            )?,
+            )?
+            .with_forward_auth(forward_auth.next().unwrap_or_default()),
         )]
     } else {
         args.sites
@@ -121,7 +166,10 @@ pub fn service_with_upstreams(args: &ServeArgs) -> Result<(Service, Vec<GroupVie
                     php_groups.next().flatten(),
                     listeners,
                 )
-                .map(|svc| (s.server_names.clone(), svc))
+                .map(|svc| {
+                    let svc = svc.with_forward_auth(forward_auth.next().unwrap_or_default());
+                    (s.server_names.clone(), svc)
+                })
                 .map_err(|e| format!("site {}: {e}", s.server_names.join(", ")))
             })
             .collect::<Result<_, _>>()?
@@ -256,6 +304,8 @@ struct SiteService {
     zones: Vec<Arc<crate::guard::ratelimit::Zone>>,
     conn_zones: Vec<Arc<crate::guard::connlimit::ConnZone>>,
     auth: Vec<Arc<crate::guard::basic::BasicAuth>>,
+    /// Forward-auth rules (each naming its auth service's group).
+    forward_auth: Vec<Arc<crate::guard::forward::ForwardAuth>>,
     /// The site's PHP application and its php-fpm group, when it has one.
     php: Option<(Arc<crate::php::PhpConfig>, usize)>,
     /// What `SERVER_*` says to the FastCGI groups of the site's rules.
@@ -380,10 +430,17 @@ impl SiteService {
                 .iter()
                 .map(|a| a.build().map(Arc::new))
                 .collect::<Result<_, _>>()?,
+            forward_auth: Vec::new(),
             php,
             server_vars,
             client_auth,
         })
+    }
+
+    /// The site with its forward-auth rules (their groups are made with the others').
+    fn with_forward_auth(mut self, rules: Vec<Arc<crate::guard::forward::ForwardAuth>>) -> Self {
+        self.forward_auth = rules;
+        self
     }
 
     fn build(
@@ -427,7 +484,13 @@ impl SiteService {
         if let Some(guard) = crate::guard::Guard::new(
             Arc::clone(&self.access),
             (self.zones.clone(), self.conn_zones.clone()),
-            self.auth.clone(),
+            (
+                self.auth.clone(),
+                self.forward_auth
+                    .iter()
+                    .map(|f| (Arc::clone(f), f.group.map(|g| Rc::clone(&groups[g]))))
+                    .collect(),
+            ),
             Arc::clone(trusted),
         ) {
             router.early("", crate::router::HookScope::ThisSite, guard);
