@@ -110,14 +110,7 @@ impl Echo {
 /// curl over HTTPS to `name` (resolved to the server), with `args`.
 fn curl_https(served: &Served, certs: &Certs, name: &str, args: &[&str]) -> Output {
     let port = served.tls_addr.unwrap().port();
-    let resolve = format!("{name}:{port}:127.0.0.1");
-    let url = format!("https://{name}:{port}/");
-    let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "--max-time", "20", "--resolve", &resolve, "--cacert"])
-        .arg(certs.server_ca.ca_path())
-        .args(args)
-        .arg(&url);
-    cmd.output().expect("run curl")
+    support::curl_https(port, &certs.server_ca.ca_path(), name, "/", args)
 }
 
 /// curl's `--cert`/`--key` arguments for a client certificate.
@@ -177,22 +170,7 @@ fn only_field<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 }
 
 fn serve(certs: &Certs, extra: &[&str]) -> Served {
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "serve",
-        "--workers",
-        "1",
-        "--listen",
-        "127.0.0.1:0",
-        "--tls-listen",
-        "127.0.0.1:0",
-    ])
-    .arg("--cert")
-    .arg(&certs.server.cert)
-    .arg("--key")
-    .arg(&certs.server.key)
-    .args(extra);
-    Served::spawn(cmd)
+    support::serve_tls(&certs.server, extra)
 }
 
 const W: [&str; 2] = ["-w", "\n%{http_code}"];
@@ -577,13 +555,9 @@ fn check_config_names_bad_settings() {
         ),
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let out = support::check_config(Some(&config), &[]);
+    let stderr = out.stderr;
+    assert_eq!(out.code, Some(1), "{stderr}");
     let shown = config.display().to_string();
     for (line, words) in [
         (7, "missing.pem: cannot read it"),

@@ -196,16 +196,14 @@ fn load(url: &str, rate: &str, seconds: &str, header: &str) -> (u64, u64) {
 /// 100 r/s with a burst of 20 against one client asking 2,000 r/s for 5 s: what passes is the
 /// rate times the time plus the burst, within 10%; a second client (another address behind
 /// the trusted proxy) at 50 r/s meanwhile is never refused. `/metrics` counts the refusals.
+/// (`nodelay`: the burst passes at once, so the loader's connections are never held back.)
 #[test]
 fn a_rate_limit_holds_against_one_client_and_spares_another() {
-    let metrics = format!("127.0.0.1:{}", support::free_port());
-    let s = Served::start([
+    let (s, metrics) = with_metrics(&[
         "--rate-limit",
-        "100r/s,burst=20",
+        "100r/s,burst=20,nodelay",
         "--proxy-trusted",
         "127.0.0.1",
-        "--metrics",
-        &metrics,
     ]);
     let url = format!("http://{}/plaintext", s.addr);
     let quiet_url = url.clone();
@@ -241,14 +239,11 @@ fn a_rate_limit_holds_against_one_client_and_spares_another() {
 /// its `keys=` bound; a dry run refuses nothing but counts what it would have.
 #[test]
 fn keys_stay_bounded_and_a_dry_run_refuses_nothing() {
-    let metrics = format!("127.0.0.1:{}", support::free_port());
-    let s = Served::start([
+    let (s, metrics) = with_metrics(&[
         "--rate-limit",
         "1r/m,keys=500,dry-run",
         "--proxy-trusted",
         "127.0.0.1",
-        "--metrics",
-        &metrics,
     ]);
     let mut c = TcpStream::connect(s.addr).unwrap();
     c.set_nodelay(true).unwrap();
@@ -277,17 +272,54 @@ fn keys_stay_bounded_and_a_dry_run_refuses_nothing() {
         }
     }
     std::thread::sleep(Duration::from_millis(1200));
-    let out = curl(&["-s", &format!("http://{metrics}/metrics")]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let value = |prefix: &str| -> u64 {
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
-    };
-    let keys = value("lowlat_rate_limit_keys{");
+    let keys = zone_metric(&metrics, "lowlat_rate_limit_keys{");
     assert!(keys <= 600, "{keys} keys held for a bound of 500");
-    assert_eq!(value("lowlat_rate_limit_refused_total{"), 5000);
+    assert_eq!(
+        zone_metric(&metrics, "lowlat_rate_limit_refused_total{"),
+        5000
+    );
+}
+
+/// `lowlat serve` with `args` and a metrics listener on a free port, and that port's address.
+fn with_metrics(args: &[&str]) -> (Served, String) {
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let s = Served::start(args.iter().copied().chain(["--metrics", &metrics]));
+    (s, metrics)
+}
+
+/// The value of the first series starting with `prefix` (a zone's, labels and all) on the
+/// `/metrics` of `addr`, scraped now.
+fn zone_metric(addr: &str, prefix: &str) -> u64 {
+    let out = curl(&["-s", &format!("http://{addr}/metrics")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+}
+
+/// `--check-config` takes `delay=` and `nodelay` in a config file's `rate_limit`, and names
+/// the line of a zone that writes both or a delay that is no count.
+#[test]
+fn check_config_reads_delays() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = "rate_limit = [\"10r/s,burst=5,delay=2\", \"/api/=1r/s,burst=3,nodelay\"]\n";
+    let out = support::check_config_text(dir.path(), "good.toml", good);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let bad = "workers = 1\nrate_limit = [\"10r/s,burst=5,delay=2,nodelay\"]\n\n\
+               [[site]]\nserver_names = [\"a.test\"]\nrate_limit = [\"10r/s,delay=some\"]\n";
+    let out = support::check_config_text(dir.path(), "bad.toml", bad);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", out.stderr);
+    for (line, want) in lines.iter().zip([
+        ["bad.toml:2: rate_limit:", "nodelay and delay="],
+        ["bad.toml:6: site[0].rate_limit:", "delay=some: a count"],
+    ]) {
+        assert!(want.iter().all(|w| line.contains(w)), "{want:?} in {line}");
+    }
+    let out = support::check_config(None, &["--rate-limit", "10r/s,burst=5,delay=2"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
 
 /// Bad rules are one-line errors naming the flag.
@@ -459,8 +491,8 @@ fn basic_auth_against_apache_htpasswd_files() {
 }
 
 /// The access log says what the rate limits did, as nginx's `$limit_req_status`: `PASSED`,
-/// `REJECTED`, `REJECTED_DRY_RUN`, and `-` where no zone applies; the JSON log as
-/// `limit_req_status`.
+/// `REJECTED`, `DELAYED_DRY_RUN` (a dry run's burst passes at once), `REJECTED_DRY_RUN`, and
+/// `-` where no zone applies; the JSON log as `limit_req_status`.
 #[test]
 fn the_access_log_says_what_the_limits_did() {
     let dir = tempfile::tempdir().unwrap();
@@ -471,7 +503,7 @@ fn the_access_log_says_what_the_limits_did() {
             "--rate-limit",
             "/plaintext=1r/m",
             "--rate-limit",
-            "/json=1r/m,dry-run",
+            "/json=1r/m,burst=1,dry-run",
             "--access-log",
             &log_arg,
         ];
@@ -484,7 +516,14 @@ fn the_access_log_says_what_the_limits_did() {
             ]);
         }
         let s = Served::start(args);
-        for path in ["/plaintext", "/plaintext", "/json", "/json", "/100.html"] {
+        for path in [
+            "/plaintext",
+            "/plaintext",
+            "/json",
+            "/json",
+            "/json",
+            "/100.html",
+        ] {
             status(s.addr, path, &[]);
         }
         s.stop();
@@ -510,6 +549,7 @@ fn the_access_log_says_what_the_limits_did() {
                 "/plaintext 200 PASSED",
                 "/plaintext 429 REJECTED",
                 "/json 200 PASSED",
+                "/json 200 DELAYED_DRY_RUN",
                 "/json 200 REJECTED_DRY_RUN",
                 "/100.html 200 -",
             ],
@@ -641,5 +681,209 @@ fn a_connection_limit_counts_requests_in_progress() {
     assert_eq!(
         support::metric(&metrics, "lowlat_conn_limit_in_progress{zone=\"/slow/=2\"}"),
         0
+    );
+}
+
+/// `count` requests for `path` sent at once — over HTTP/1.1 with curl (`--parallel`, a
+/// connection each), over HTTP/2 with nghttp (streams of one connection) — each one's status
+/// and how long its answer took, in seconds from its start as the client measured it, sorted
+/// by that time.
+fn at_once(addr: SocketAddr, path: &str, count: usize, h2: bool) -> Vec<(u16, f64)> {
+    let urls: Vec<String> = (0..count)
+        .map(|i| format!("http://{addr}{path}?{i}"))
+        .collect();
+    let mut got: Vec<(u16, f64)> = if h2 {
+        // nghttp's statistics: `id responseEnd requestStart process code size path`.
+        let out = Command::new("nghttp")
+            .arg("-ns")
+            .args(&urls)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let seconds = |t: &str| -> f64 {
+            let (n, scale) = if let Some(n) = t.strip_suffix("us") {
+                (n, 1e-6)
+            } else if let Some(n) = t.strip_suffix("ms") {
+                (n, 1e-3)
+            } else {
+                (t.strip_suffix('s').unwrap(), 1.0)
+            };
+            n.parse::<f64>().unwrap() * scale
+        };
+        text.lines()
+            .skip_while(|l| !l.starts_with("id "))
+            .skip(1)
+            .map(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                (cols[4].parse().unwrap(), seconds(cols[3]))
+            })
+            .collect()
+    } else {
+        let mut args = vec![
+            "--parallel",
+            "--parallel-immediate",
+            "--parallel-max",
+            "50",
+            "-w",
+            "%{http_code} %{time_total}\n",
+        ];
+        for url in &urls {
+            args.extend_from_slice(&["-o", "/dev/null", url]);
+        }
+        let out = curl(&args);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let (code, time) = l.split_once(' ').unwrap();
+                (code.parse().unwrap(), time.parse().unwrap())
+            })
+            .collect()
+    };
+    assert_eq!(got.len(), count, "{got:?}");
+    got.sort_by(|a, b| a.1.total_cmp(&b.1));
+    got
+}
+
+/// The times of the answers that passed (200), and how many were refused (429).
+fn passed_and_refused(got: &[(u16, f64)]) -> (Vec<f64>, usize) {
+    let passed = got.iter().filter(|g| g.0 == 200).map(|g| g.1).collect();
+    let refused = got.iter().filter(|g| g.0 == 429).count();
+    assert_eq!(
+        got.len(),
+        got.iter().filter(|g| g.0 == 200 || g.0 == 429).count(),
+        "{got:?}"
+    );
+    (passed, refused)
+}
+
+/// nginx's two stages, over HTTP/1.1 or HTTP/2 (`h2`): a zone of 10 r/s with a burst of 5
+/// meets 7 requests at once. Six pass, the seventh (beyond the burst) is refused at once; of
+/// the six, the first pass at once — one without `nodelay`, three with `delay=2`, all six with
+/// `nodelay` — and the rest go through at the rate, 100 ms apart as the client sees them.
+fn two_stages(h2: bool) {
+    for (zone, at_first) in [
+        ("10r/s,burst=5", 1),
+        ("10r/s,burst=5,delay=2", 3),
+        ("10r/s,burst=5,nodelay", 6),
+    ] {
+        let s = Served::start(["--h2c", "--rate-limit", zone]);
+        let got = at_once(s.addr, "/plaintext", 7, h2);
+        paced(&got, at_first, zone);
+        s.stop();
+    }
+}
+
+/// Checks 7 answers to a zone of 10 r/s with a burst of 5 (`what`): six passed, the first
+/// `at_first` of them at once and the rest one each 100 ms, never sooner; the seventh refused
+/// at once. Late is allowed some slack (a loaded machine's scheduling), early none but the
+/// clock's.
+fn paced(got: &[(u16, f64)], at_first: usize, what: &str) {
+    let (passed, refused) = passed_and_refused(got);
+    assert_eq!((passed.len(), refused), (6, 1), "{what}: {got:?}");
+    let refused_at = got.iter().find(|g| g.0 == 429).unwrap().1;
+    assert!(refused_at < 0.15, "{what}: {got:?}");
+    for (i, &t) in passed.iter().enumerate() {
+        let due = 0.1 * i.saturating_sub(at_first - 1) as f64;
+        assert!(
+            t >= due - 0.03 && t < due + 0.3,
+            "{what}: answer {i} at {t:.3}s, due at {due:.1}s: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn requests_within_the_burst_are_held_back_to_the_rate() {
+    two_stages(false);
+}
+
+#[test]
+fn requests_within_the_burst_are_held_back_over_http2() {
+    two_stages(true);
+}
+
+/// Over HTTP/3 the same: streams of one QUIC connection, held back each in its turn.
+#[test]
+fn requests_within_the_burst_are_held_back_over_http3() {
+    let (_pki, cert) = support::h3::cert();
+    let served = support::h3::serve(&cert, &["--rate-limit", "10r/s,burst=5"]);
+    let mut scenario = vec!["get", "GET"];
+    scenario.extend(["/plaintext"; 7]);
+    let got = support::h3::client(&served, &scenario);
+    let mut got: Vec<(u16, f64)> = got["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let status = u16::try_from(r["status"].as_u64().unwrap()).unwrap();
+            (status, r["elapsed"].as_f64().unwrap())
+        })
+        .collect();
+    got.sort_by(|a, b| a.1.total_cmp(&b.1));
+    paced(&got, 1, "10r/s,burst=5 over HTTP/3");
+}
+
+/// A held request whose client leaves gives its place back at once (the zone's count of held
+/// requests drops, long before the delay would have ended); `/metrics` counts what was held
+/// back, and the access log says `DELAYED`.
+#[test]
+fn a_held_request_whose_client_leaves_frees_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let (s, metrics) = with_metrics(&[
+        "--h2c",
+        "--rate-limit",
+        "1r/s,burst=5",
+        "--access-log",
+        &log.display().to_string(),
+        "--access-log-format",
+        "$request_uri $status $limit_req_status",
+    ]);
+    let value = |prefix: &str| zone_metric(&metrics, prefix);
+    // The first passes; the next two are held back 1 s and 2 s, then their clients leave.
+    assert_eq!(status(s.addr, "/plaintext", &[]), 200);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.write_all(b"GET /json HTTP/1.1\r\nHost: g\r\n\r\n")
+            .unwrap();
+        held.push(c);
+    }
+    // Over HTTP/2 too: a stream held back, then its connection gone.
+    let mut h2 = Command::new("nghttp")
+        .arg("-n")
+        .arg(format!("http://{}/100.html", s.addr))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(value("lowlat_rate_limit_waiting{"), 3);
+    drop(held);
+    h2.kill().unwrap();
+    h2.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(value("lowlat_rate_limit_waiting{"), 0);
+    assert_eq!(value("lowlat_rate_limit_delayed_total{"), 3);
+    assert_eq!(value("lowlat_rate_limit_refused_total{"), 0);
+    // The zone goes on (its four requests drained): one passes, the next is held back a
+    // second and answered, logged DELAYED.
+    std::thread::sleep(Duration::from_millis(4000));
+    assert_eq!(status(s.addr, "/plaintext", &[]), 200);
+    let started = std::time::Instant::now();
+    assert_eq!(status(s.addr, "/plaintext", &[]), 200);
+    assert!(
+        started.elapsed() > Duration::from_millis(700),
+        "{:?}",
+        started.elapsed()
+    );
+    s.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "/plaintext 200 PASSED",
+            "/plaintext 200 PASSED",
+            "/plaintext 200 DELAYED"
+        ],
+        "{text}"
     );
 }

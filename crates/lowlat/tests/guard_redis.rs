@@ -63,7 +63,7 @@ impl Redis {
 
     /// `redis=` for a zone kept here.
     fn zone(&self) -> String {
-        format!("100r/s,burst=20,redis=127.0.0.1:{}", self.port)
+        format!("100r/s,burst=20,nodelay,redis=127.0.0.1:{}", self.port)
     }
 
     /// SIGKILL: gone at once, as a crash leaves it.
@@ -259,29 +259,19 @@ fn check_config_reads_redis_zones_without_connecting() {
         format!("rate_limit = [\"100r/s,burst=20,redis=redis://:secret@127.0.0.1:{port}/1\"]\n"),
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config"])
-        .arg(&good)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let out = support::check_config(Some(&good), &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "--check-config connected to Redis"
     );
-    let bad = dir.path().join("bad.toml");
-    std::fs::write(
-        &bad,
+    let out = support::check_config_text(
+        dir.path(),
+        "bad.toml",
         "workers = 1\nrate_limit = [\"100r/s,redis=rediss://:secret@127.0.0.1:6379\"]\n",
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    );
+    let text = out.stderr;
+    assert_eq!(out.code, Some(1), "{text}");
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(text.contains("bad.toml:2: rate_limit:"), "{text}");
     assert!(text.contains("TLS to Redis"), "{text}");
@@ -294,7 +284,7 @@ fn check_config_reads_redis_zones_without_connecting() {
 #[test]
 fn unreachable_from_the_start_the_zone_counts_alone() {
     let nobody = support::free_port();
-    let zone = format!("10r/s,burst=5,redis=127.0.0.1:{nobody}");
+    let zone = format!("10r/s,burst=5,nodelay,redis=127.0.0.1:{nobody}");
     let s = Served::start(["--rate-limit", &zone]);
     // 20 requests at once, pipelined on one connection.
     let mut c = TcpStream::connect(s.addr).unwrap();

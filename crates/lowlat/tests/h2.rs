@@ -13,7 +13,6 @@ use lowlat_http::h2::frame::{self, flag, kind, ErrorCode, FrameHeader, HEADER_LE
 use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
-use support::BIN;
 
 /// `lowlat serve` with a clear-text (h2c) and a TLS listener on ephemeral ports.
 struct Serve {
@@ -32,22 +31,11 @@ impl Serve {
         std::fs::write(root.path().join("100.html"), [b'X'; 100]).unwrap();
         let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
         std::fs::write(root.path().join("1m.bin"), big).unwrap();
-        let mut cmd = Command::new(BIN);
-        cmd.args([
-            "serve",
-            "--workers",
-            "1",
-            "--listen",
-            "127.0.0.1:0",
-            "--h2c",
-        ])
-        .args(["--tls-listen", "127.0.0.1:0", "--cert"])
-        .arg(&leaf.cert)
-        .arg("--key")
-        .arg(&leaf.key)
-        .arg("--root")
-        .arg(root.path())
-        .args(extra);
+        let mut cmd = support::tls_serve_command(&leaf);
+        cmd.args(["--workers", "1", "--h2c"])
+            .arg("--root")
+            .arg(root.path())
+            .args(extra);
         let (child, mut stderr, banner) = support::spawn_serve(cmd);
         // Keep draining stderr so the server never blocks on it.
         std::thread::spawn(move || {

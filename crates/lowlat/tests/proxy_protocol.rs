@@ -164,6 +164,31 @@ fn wait_for_log(path: &Path, needle: &str) -> String {
     }
 }
 
+/// lowlat behind a balancer ([`serve`]), the upstream it proxies `/up/` to, and its access log;
+/// the folder and the CA live as long as the test keeps them.
+struct Behind {
+    served: Served,
+    upstream: Recorder,
+    log: std::path::PathBuf,
+    /// Where the log is, and the CA of the server's certificate.
+    keep: (tempfile::TempDir, Pki),
+}
+
+/// [`serve`] trusting `trusted`, with an upstream of its own and a log in a folder of its own.
+fn behind(trusted: &str) -> Behind {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let upstream = Recorder::start();
+    let served = serve(trusted, upstream.addr, &log, &pki);
+    Behind {
+        served,
+        upstream,
+        log,
+        keep: (dir, pki),
+    }
+}
+
 /// lowlat with one clear and one TLS listener that read PROXY headers from `trusted`, proxying
 /// `/up/` to `upstream`, logging `$remote_addr $request_uri` to `log`.
 fn serve(trusted: &str, upstream: SocketAddr, log: &Path, pki: &Pki) -> Served {
@@ -201,11 +226,8 @@ fn serve(trusted: &str, upstream: SocketAddr, log: &Path, pki: &Pki) -> Served {
 /// logged and forwarded.
 #[test]
 fn client_address_from_haproxy() {
-    let pki = Pki::new();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let upstream = Recorder::start();
-    let served = serve("127.0.0.1/32", upstream.addr, &log, &pki);
+    let rig = behind("127.0.0.1/32");
+    let (served, upstream, log) = (rig.served, rig.upstream, rig.log);
     let tls = served.tls_addr.unwrap();
     let (v1, v2, v1_tls, v2_tls) = (free_port(), free_port(), free_port(), free_port());
     let _clear = Haproxy::start(served.addr, &[(v1, "send-proxy"), (v2, "send-proxy-v2")]);
@@ -252,11 +274,8 @@ fn client_address_from_haproxy() {
 /// bad request, answered 400), and its own address is the one logged.
 #[test]
 fn header_from_untrusted_network_is_refused() {
-    let pki = Pki::new();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let upstream = Recorder::start();
-    let served = serve("10.0.0.0/8", upstream.addr, &log, &pki);
+    let rig = behind("10.0.0.0/8");
+    let (served, upstream, log) = (rig.served, rig.upstream, rig.log);
     let port = free_port();
     let _balancer = Haproxy::start(served.addr, &[(port, "send-proxy")]);
     let answer = get_from_client(port, "/up/spoofed");
@@ -275,11 +294,8 @@ fn header_from_untrusted_network_is_refused() {
 /// else is closed without an answer. A header that arrives a byte at a time is read.
 #[test]
 fn missing_or_garbage_headers_close_the_connection() {
-    let pki = Pki::new();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let upstream = Recorder::start();
-    let served = serve("127.0.0.0/8", upstream.addr, &log, &pki);
+    let rig = behind("127.0.0.0/8");
+    let (served, upstream) = (rig.served, rig.upstream);
     let mut v2_bad_version = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
     v2_bad_version.extend_from_slice(&[0x31, 0x11, 0, 12]);
     let mut v2_short = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
@@ -419,11 +435,8 @@ fn marked_listener_needs_networks() {
 /// `[[upstream]]` table's key.
 #[test]
 fn proxy_sends_the_header_to_its_upstream() {
-    let pki = Pki::new();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let recorder = Recorder::start();
-    let inner = serve("127.0.0.1/32", recorder.addr, &log, &pki);
+    let rig = behind("127.0.0.1/32");
+    let (inner, log, dir) = (rig.served, rig.log, &rig.keep.0);
 
     let v1 = Served::start([
         "--proxy".to_owned(),

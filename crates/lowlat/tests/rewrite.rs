@@ -264,17 +264,13 @@ fn https_redirect_to_the_tls_port_sparing_acme_challenges() {
         (200, "token-for-/.well-known/acme-challenge/tok")
     );
     // Over TLS: served, not redirected (the built-in site's front page).
-    let out = curl(&[
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code} %{http_version}",
-        "--cacert",
-        pki.ca_path().to_str().unwrap(),
-        "--resolve",
-        &format!("localhost:{tls}:127.0.0.1"),
-        &format!("https://localhost:{tls}/plaintext"),
-    ]);
+    let out = support::curl_https(
+        tls,
+        &pki.ca_path(),
+        "localhost",
+        "/plaintext",
+        &["-o", "/dev/null", "-w", "%{http_code} %{http_version}"],
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200 2");
 }
 

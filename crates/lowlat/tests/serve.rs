@@ -297,13 +297,9 @@ fn config_file_and_check_config() {
         ),
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration ok"));
+    let out = support::check_config(Some(&cfg), &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("configuration ok"));
 
     let mut server = ServeProcess::start("", &format!("--config {} --workers 2", cfg.display()));
     let mut s = TcpStream::connect(server.addr).unwrap();
@@ -315,19 +311,13 @@ fn config_file_and_check_config() {
     server.signal("TERM");
     assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
 
-    let bad = dir.path().join("bad.toml");
-    std::fs::write(
-        &bad,
+    let out = support::check_config_text(
+        dir.path(),
+        "bad.toml",
         "workers = 0\nmax_bodee = \"1m\"\nroot = \"/nonexistent/dir\"\n",
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    );
+    let err = out.stderr;
+    assert_eq!(out.code, Some(1), "{err}");
     assert!(err.contains("bad.toml:1: workers:"), "{err}");
     assert!(
         err.contains("bad.toml:2: max_bodee: unknown key (did you mean `max_body`?)"),
@@ -344,19 +334,13 @@ fn config_file_and_check_config() {
     );
 
     // An unknown key, a wrong type and a site's missing root: all three, in line order.
-    let sites = dir.path().join("sites.toml");
-    std::fs::write(
-        &sites,
+    let out = support::check_config_text(
+        dir.path(),
+        "sites.toml",
         "autoindex = \"yes\"\ncache_contorl = \"public\"\n\n[[site]]\nserver_names = [\"a.example\"]\nroot = \"/missing/a\"\n\n[[site]]\nserver_names = [\"b.example\"]\nroot = \"/missing/b\"\n",
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config"])
-        .arg(&sites)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    );
+    let err = out.stderr;
+    assert_eq!(out.code, Some(1), "{err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 4, "{err}");
     for (line, want) in lines.iter().zip([
@@ -369,14 +353,12 @@ fn config_file_and_check_config() {
     }
 
     // Without a file, the flags alone are checked, and said so.
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = support::check_config(None, &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("configuration ok (command-line flags"),
-        "{out:?}"
+        out.stdout.contains("configuration ok (command-line flags"),
+        "{}",
+        out.stdout
     );
 }
 
@@ -561,19 +543,13 @@ fn sites_by_host() {
     server.signal("TERM");
     assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
 
-    let bad = dir.path().join("bad.toml");
-    std::fs::write(
-        &bad,
+    let out = support::check_config_text(
+        dir.path(),
+        "bad.toml",
         "[[site]]\nroot = \"/tmp\"\n\n[[site]]\nserver_names = [\"x.test\"]\nworkers = 3\n",
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--check-config", "--config"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    );
+    let err = out.stderr;
+    assert_eq!(out.code, Some(1), "{err}");
     assert!(
         err.contains("bad.toml:1: site[0].server_names: missing"),
         "{err}"

@@ -13,6 +13,40 @@ use std::time::Duration;
 mod support;
 use support::{free_port, Served, BIN};
 
+/// `lowlat serve` as a socket-activating launcher starts it, for more flags: `fds` at
+/// descriptors 3, 4 …, named `names` (`LISTEN_FDNAMES`), through a shell that execs lowlat, so
+/// that `LISTEN_PID` (the shell's pid, kept by the exec) names lowlat itself.
+fn launched<const N: usize>(fds: [std::os::fd::RawFd; N], names: &str) -> Command {
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
+        .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
+        .arg(BIN)
+        .arg("serve")
+        .env("LISTEN_FDS", N.to_string())
+        .env("LISTEN_FDNAMES", names);
+    // SAFETY: between fork and exec only fcntl and dup2, which are async-signal-safe. Each
+    // socket is first moved above the targets, so that none is overwritten before it is moved;
+    // dup2's copy is not close-on-exec.
+    unsafe {
+        sh.pre_exec(move || {
+            let mut high = [0; N];
+            for (i, fd) in fds.iter().enumerate() {
+                high[i] = libc::fcntl(*fd, libc::F_DUPFD, 100);
+                if high[i] < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (target, fd) in (3..).zip(high) {
+                if libc::dup2(fd, target) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    sh
+}
+
 fn get(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -79,40 +113,13 @@ fn listen_fds_from_a_launcher() {
     early
         .write_all(b"GET /plaintext HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .unwrap();
-    // LISTEN_PID must name lowlat itself: a shell that execs keeps its pid.
-    let mut sh = Command::new("sh");
-    sh.arg("-c")
-        .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
-        .arg(BIN)
-        .args(["serve", "--workers", "2", "--listen"])
+    let mut sh = launched([clear.as_raw_fd(), tls.as_raw_fd()], "whatever:https");
+    sh.args(["--workers", "2", "--listen"])
         .arg(clear_addr.to_string())
         .arg("--cert")
         .arg(&cert.cert)
         .arg("--key")
-        .arg(&cert.key)
-        .env("LISTEN_FDS", "2")
-        .env("LISTEN_FDNAMES", "whatever:https");
-    let fds = [clear.as_raw_fd(), tls.as_raw_fd()];
-    // SAFETY: between fork and exec only fcntl and dup2, which are async-signal-safe. Each
-    // socket is first moved above the targets, so that none is overwritten before it is moved;
-    // dup2's copy is not close-on-exec.
-    unsafe {
-        sh.pre_exec(move || {
-            let mut high = [0; 2];
-            for (i, fd) in fds.iter().enumerate() {
-                high[i] = libc::fcntl(*fd, libc::F_DUPFD, 100);
-                if high[i] < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for (target, fd) in (3..).zip(high) {
-                if libc::dup2(fd, target) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+        .arg(&cert.key);
     let served = Served::spawn(sh);
     drop((clear, tls));
     assert_eq!(served.addr, clear_addr, "{}", served.log());
@@ -177,35 +184,11 @@ fn quic_socket_handed_over() {
     let at: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     udp.bind(&at.into()).unwrap();
     let udp: std::net::UdpSocket = udp.into();
-    let mut sh = Command::new("sh");
-    sh.arg("-c")
-        .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
-        .arg(BIN)
-        .args(["serve", "--workers", "2", "--cert"])
+    let mut sh = launched([tls.as_raw_fd(), udp.as_raw_fd()], "https:quic");
+    sh.args(["--workers", "2", "--cert"])
         .arg(&cert.cert)
         .arg("--key")
-        .arg(&cert.key)
-        .env("LISTEN_FDS", "2")
-        .env("LISTEN_FDNAMES", "https:quic");
-    let fds = [tls.as_raw_fd(), udp.as_raw_fd()];
-    // SAFETY: fcntl and dup2 only, as in `listen_fds_from_a_launcher`.
-    unsafe {
-        sh.pre_exec(move || {
-            let mut high = [0; 2];
-            for (i, fd) in fds.iter().enumerate() {
-                high[i] = libc::fcntl(*fd, libc::F_DUPFD, 100);
-                if high[i] < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for (target, fd) in (3..).zip(high) {
-                if libc::dup2(fd, target) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+        .arg(&cert.key);
     let (mut child, _stderr, banner) = support::spawn_serve(sh);
     drop((tls, udp));
     assert!(

@@ -202,6 +202,12 @@ pub(crate) struct Conn {
     upload: Option<Box<ClientUpload>>,
     /// Body bytes went to the upload since the upstream side was last woken for them.
     upload_fed: bool,
+    /// The request at the start of the read buffer is held back (`crate::hold`): nothing more
+    /// is read or parsed until its timer releases it.
+    hold: Option<Box<crate::hold::Hold>>,
+    /// The request at the start of the read buffer was held back and its time came: routed
+    /// as released (its rate limits counted it already).
+    released: bool,
     /// The connection was upgraded (WebSocket through the proxy): bytes are tunnelled, no
     /// request is parsed again. `relay` stays set meanwhile, so nothing is read as HTTP.
     tunnel: Option<Box<ClientTunnel>>,
@@ -260,6 +266,8 @@ impl Conn {
             held: None,
             upload: None,
             upload_fed: false,
+            hold: None,
+            released: false,
             tunnel: None,
             wait,
             deadline: now + first_deadline,
@@ -303,9 +311,11 @@ impl Conn {
         }
         if read_closed {
             self.fin_seen = true;
-            if self.relay.is_some() && self.upload.is_none() && self.tunnel.is_none() {
-                // The client left while its response was on the way: nginx's 499. The worker
-                // abandons the upstream exchange. (During an upload, what it sent before its
+            if self.relay.is_some() && self.upload.is_none() && self.tunnel.is_none()
+                || self.hold.is_some()
+            {
+                // The client left while its response was on the way (or its request was held
+                // back): nginx's 499. The worker abandons the upstream exchange. (During an upload, what it sent before its
                 // FIN is read first: the end of the body may be in it.)
                 self.close_now(ctx);
                 return;
@@ -371,9 +381,13 @@ impl Conn {
                     return;
                 }
             }
-            if !self.read_ready || self.relay.is_some() && !self.upload_has_room() {
+            if !self.read_ready
+                || self.relay.is_some() && !self.upload_has_room()
+                || self.hold.is_some()
+            {
                 // While a response is relayed, pipelined requests wait in the socket; so does
-                // a streaming body while the upstream has not taken what it was given.
+                // a streaming body while the upstream has not taken what it was given, and
+                // whatever follows a request held back.
                 break;
             }
             match self.read(ctx) {
@@ -386,6 +400,17 @@ impl Conn {
         }
         self.release_idle_buffers(ctx);
         self.arm_deadline(ctx);
+    }
+
+    /// A held request's timer came: if its time has (the timer may be another connection's
+    /// that had this slot), it is routed again, released, and the connection goes on.
+    pub(crate) fn release_held(&mut self, ctx: &mut WorkerCtx<'_>) {
+        if self.hold.as_ref().is_some_and(|h| h.until <= ctx.now) {
+            self.hold = None;
+            self.released = true;
+            self.unparsed = true;
+            self.drive(ctx);
+        }
     }
 
     /// Whether the bytes received start HTTP/2: ALPN agreed on `h2`, or `--h2c` is on and they

@@ -34,6 +34,8 @@ pub(crate) struct WorkerCtx<'a> {
     /// Connections to drive again after this turn (their file send yielded), and upstream
     /// connections whose relay yielded its turn.
     pub(crate) deferred: &'a mut Vec<Token>,
+    /// When to drive connections again whose requests are held back (`crate::hold`).
+    pub(crate) holds: &'a mut crate::hold::Timers,
     /// The connection being driven.
     pub(crate) token: Token,
     pub(crate) worker: usize,

@@ -28,6 +28,8 @@ use crate::proxy::upload::{Upload, UploadRef};
 /// to the router, the response written into `out` in HTTP/1.1 form and what it left to do in
 /// `done` (a fresh [`Finished`], the caller's), or the request to forward left in `forward` (the caller's: moved back in a return value, the job's bytes were copied
 /// on every request, forwarded or not — 14 instructions a request on `/plaintext`).
+/// `released`: the request was held back (`crate::hold`) and its time came; the rate limits
+/// counted it then, and it is logged as `DELAYED`.
 // Inlined into each protocol's loop, as the steps were before they were written once here: left
 // to itself, LTO kept `route` and `answered` as calls, which cost `/plaintext` 57 instructions a
 // request more than before; inlined, 2923 → 2878 and `/100.html` 3681 → 3639 (callgrind,
@@ -45,6 +47,7 @@ pub(crate) fn route(
     streamed: Option<StreamedBody>,
     forward: &mut Option<ProxyJob>,
     done: &mut Finished,
+    released: bool,
 ) -> usize {
     let mut res = Response::new(
         out,
@@ -58,6 +61,9 @@ pub(crate) fn route(
     res.set_client(client, forward);
     if let Some(framing) = streamed {
         res.set_streamed(framing);
+    }
+    if released {
+        res.set_limit_outcome(crate::guard::ratelimit::LimitOutcome::Delayed);
     }
     // Which site answered: 0 for the default one (see [`crate::router::Router::dispatch`]).
     let site = ctx.router.dispatch(req, body, ctx.worker, &mut res);

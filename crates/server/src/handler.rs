@@ -120,6 +120,9 @@ pub(crate) struct Finished {
     /// Places taken in connection-limit zones, when no file carries them: the protocol keeps
     /// them with a forwarded request until its relayed answer ends.
     pub(crate) slots: Slots,
+    /// The request is held back, nothing written: the protocol keeps it and routes it again
+    /// when its time comes (`crate::hold`).
+    pub(crate) hold: Option<Box<crate::hold::Hold>>,
     pub(crate) sent: bool,
     pub(crate) close: bool,
     pub(crate) file: Option<FileBody>,
@@ -579,6 +582,25 @@ impl<'a> Response<'a> {
     /// Says what the rate limits did (the access log's `$limit_req_status`).
     pub(crate) fn set_limit_outcome(&mut self, outcome: crate::guard::ratelimit::LimitOutcome) {
         self.done.limit = Some(outcome);
+    }
+
+    /// What the rate limits said so far: [`LimitOutcome::Delayed`] for a request released after
+    /// its delay, whose zones counted it already.
+    ///
+    /// [`LimitOutcome::Delayed`]: crate::guard::ratelimit::LimitOutcome::Delayed
+    pub(crate) fn limit_outcome(&self) -> Option<crate::guard::ratelimit::LimitOutcome> {
+        self.done.limit
+    }
+
+    /// Answers nothing yet: the request waits as `hold` says, then goes through the router
+    /// again (`crate::hold`). Where nothing can keep it, it is answered at once.
+    pub(crate) fn hold(&mut self, hold: crate::hold::Hold) {
+        self.done.hold = Some(Box::new(hold));
+    }
+
+    /// Whether the request is held back (an early hook's answer as much as a response is).
+    pub(crate) fn is_held(&self) -> bool {
+        self.done.hold.is_some()
     }
 
     /// Holds places taken in connection-limit zones until the answer is done.

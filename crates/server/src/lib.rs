@@ -87,6 +87,7 @@ pub mod h2;
 pub mod h3;
 pub mod handler;
 pub mod health;
+mod hold;
 pub mod incoming;
 pub mod inherit;
 mod listener;

@@ -127,6 +127,16 @@ impl Connection {
         }
     }
 
+    /// A held request's time came (`crate::hold`): the connection answers what is due and
+    /// goes on.
+    pub(crate) fn release_held(&mut self, ctx: &mut WorkerCtx<'_>) {
+        match self {
+            Self::H1(c) => c.release_held(ctx),
+            Self::H2(c) => c.release_held(ctx),
+            Self::Awaiting(_) | Self::Switching => {}
+        }
+    }
+
     /// An HTTP/1.1 connection that asked for HTTP/2 (h2c prior knowledge, or ALPN) becomes one.
     #[cold]
     #[inline(never)]

@@ -161,7 +161,7 @@ impl Router {
                     worker,
                 };
                 hook.handler.handle(&req, res);
-                if res.is_sent() {
+                if res.is_sent() || res.is_held() {
                     return true;
                 }
             }

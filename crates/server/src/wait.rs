@@ -18,4 +18,6 @@ pub(crate) enum Wait {
     Linger,
     /// For an upstream's response (the upstream side's timeouts apply).
     Upstream,
+    /// For a held request's time to come (`crate::hold`): its timer drives the connection.
+    Held,
 }

@@ -123,6 +123,8 @@ impl Worker {
             .map(|c| crate::access_log::WorkerLog::new(std::sync::Arc::clone(c), Instant::now()));
         let mut deferred = Vec::new();
         let mut deferred_now = Vec::new();
+        let mut holds = crate::hold::Timers::default();
+        let mut released = Vec::new();
         let mut upstreams = Upstreams::default();
         let mut proxy_starts = Vec::new();
         let mut proxy_cancels = Vec::new();
@@ -156,6 +158,7 @@ impl Worker {
                     proxy_starts: &mut proxy_starts,
                     proxy_cancels: &mut proxy_cancels,
                     deferred: &mut deferred,
+                    holds: &mut holds,
                     token: $token,
                     worker: self.index,
                     now: $now,
@@ -190,6 +193,7 @@ impl Worker {
                     .and_then(QuicWorker::next_timer)
                     .map_or(next_sweep, |t| t.min(next_sweep));
                 let wake = upstreams.fastcgi_check_at.map_or(wake, |t| t.min(wake));
+                let wake = holds.next().map_or(wake, |t| t.min(wake));
                 wake.saturating_duration_since(now)
             } else {
                 Duration::ZERO
@@ -325,6 +329,29 @@ impl Worker {
                 }
                 q.on_timers(now, &mut ctx);
                 clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
+            }
+
+            // Held requests whose time has come go on (`crate::hold`).
+            holds.take_due(now, &mut released);
+            for token in released.drain(..) {
+                if crate::quic::owns_client(token) {
+                    if let Some(q) = &mut clients.quic {
+                        let mut ctx = worker_ctx!(QUIC, now, shutting_down);
+                        q.release_held(token, &mut ctx);
+                        clients.settle(&mut upstreams, QUIC, &mut ctx, &mut relays);
+                    }
+                    continue;
+                }
+                let Some(conn) = token
+                    .0
+                    .checked_sub(FIRST_CONN)
+                    .and_then(|k| clients.conns.get_mut(k))
+                else {
+                    continue;
+                };
+                let mut ctx = worker_ctx!(token, now, shutting_down);
+                conn.release_held(&mut ctx);
+                clients.settle(&mut upstreams, token, &mut ctx, &mut relays);
             }
 
             // File sends and upstream relays that yielded their turn continue now.

@@ -5,15 +5,14 @@
 //! request has ended answers it the way its [`H2Act`] says.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{Shutdown, TcpStream};
 use std::thread;
 use std::time::Duration;
 
 use lowlat_http::h2::frame::{self, flag, kind, ErrorCode, FrameHeader, HEADER_LEN, PREFACE};
 use lowlat_http::h2::{Decoder, Encoder};
 
+use super::listen::Listening;
 use super::upstream::body_for;
 
 /// How the upstream answers each request.
@@ -43,65 +42,28 @@ pub enum H2Act {
     OneByteASecond,
 }
 
-#[derive(Default)]
-struct Shared {
-    stop: AtomicBool,
-    accepted: AtomicUsize,
-    conns: Mutex<Vec<TcpStream>>,
-}
-
 /// A misbehaving HTTP/2 upstream on a port of its own.
-pub struct H2Chaos {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-}
+pub struct H2Chaos(Listening);
 
 impl H2Chaos {
     pub fn start(act: H2Act) -> H2Chaos {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shared = Arc::new(Shared::default());
-        let sh = Arc::clone(&shared);
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                if sh.stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                let Ok(conn) = conn else { continue };
-                sh.accepted.fetch_add(1, Ordering::Relaxed);
-                if let Ok(c) = conn.try_clone() {
-                    sh.conns.lock().unwrap().push(c);
-                }
-                thread::spawn(move || {
-                    let _ = serve(conn, act);
-                });
-            }
-        });
-        H2Chaos { addr, shared }
+        H2Chaos(Listening::start(move |conn, _| {
+            let _ = serve(conn, act);
+        }))
     }
 
     /// The URL a `--proxy` rule names it by.
     pub fn url(&self) -> String {
-        format!("h2c://{}", self.addr)
+        format!("h2c://{}", self.0.addr)
     }
 
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.0.port()
     }
 
     /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
-        self.shared.accepted.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for H2Chaos {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        let _ = TcpStream::connect(self.addr);
-        for c in self.shared.conns.lock().unwrap().drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
-        }
+        self.0.accepted()
     }
 }
 

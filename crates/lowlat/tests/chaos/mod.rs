@@ -3,12 +3,13 @@
 //! proxy sends it and says how it ended ([`Outcome`]); a loop of requests on the healthy route
 //! that runs while the bad upstream misbehaves ([`HealthyLoop`]); and the accounting of what
 //! the proxy holds (descriptors, pool entries, half-closed sockets). The misbehaving upstreams
-//! speak HTTP/1.1 (`upstream`) or HTTP/2 (`h2_upstream`).
+//! speak HTTP/1.1 (`upstream`) or HTTP/2 (`h2_upstream`), and listen alike (`listen`).
 
 // Each test file that includes these uses some of them.
 #![allow(dead_code)]
 
 pub mod h2_upstream;
+pub mod listen;
 pub mod upstream;
 
 use std::io::{Read, Write};

@@ -9,10 +9,12 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
+
+use super::listen::{Listening, Shared};
 
 /// Request heads longer than this end the connection: the fixture needs no more.
 const MAX_REQUEST_HEAD_BYTES: usize = 64 * 1024;
@@ -73,78 +75,26 @@ pub fn body_for(target: &str) -> Vec<u8> {
     format!("{target}\n").into_bytes()
 }
 
-/// What all threads of one upstream share.
-#[derive(Default)]
-struct Shared {
-    stop: AtomicBool,
-    accepted: AtomicUsize,
-    /// Clones of the open connections, shut down when the upstream is dropped (which ends any
-    /// blocking read of their threads).
-    conns: Mutex<Vec<TcpStream>>,
-}
-
-impl Shared {
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-
-    fn close_all(&self) {
-        for c in self.conns.lock().unwrap().drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
-        }
-    }
-}
-
 /// A misbehaving (or healthy) upstream on a port of its own.
-pub struct Chaos {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-}
+pub struct Chaos(Listening);
 
 impl Chaos {
     /// Listens on 127.0.0.1 (a free port) and answers every request with `act`.
     pub fn start(act: Act) -> Chaos {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shared = Arc::new(Shared::default());
-        let sh = Arc::clone(&shared);
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                if sh.stopped() {
-                    return;
-                }
-                let Ok(conn) = conn else { continue };
-                sh.accepted.fetch_add(1, Ordering::Relaxed);
-                if let Ok(c) = conn.try_clone() {
-                    sh.conns.lock().unwrap().push(c);
-                }
-                let sh = Arc::clone(&sh);
-                thread::spawn(move || serve(conn, act, &sh));
-            }
-        });
-        Chaos { addr, shared }
+        Chaos(Listening::start(move |conn, sh| serve(conn, act, sh)))
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.0.addr)
     }
 
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.0.port()
     }
 
     /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
-        self.shared.accepted.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Chaos {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        // Wakes the accepting thread, which sees the flag.
-        let _ = TcpStream::connect(self.addr);
-        self.shared.close_all();
+        self.0.accepted()
     }
 }
 
@@ -357,11 +307,7 @@ fn reset(conn: TcpStream, sh: &Shared) {
     socket2::SockRef::from(&conn)
         .set_linger(Some(Duration::ZERO))
         .expect("SO_LINGER");
-    let peer = conn.peer_addr().ok();
-    sh.conns
-        .lock()
-        .unwrap()
-        .retain(|c| c.peer_addr().ok() != peer);
+    sh.forget(&conn);
     drop(conn);
 }
 
@@ -394,12 +340,7 @@ impl Flapper {
                     match l.accept() {
                         Ok((conn, _)) => {
                             conn.set_nonblocking(false).unwrap();
-                            sh.accepted.fetch_add(1, Ordering::Relaxed);
-                            if let Ok(c) = conn.try_clone() {
-                                sh.conns.lock().unwrap().push(c);
-                            }
-                            let sh = Arc::clone(&sh);
-                            thread::spawn(move || serve(conn, Act::Echo, &sh));
+                            sh.take(conn, |conn, sh| serve(conn, Act::Echo, sh));
                         }
                         Err(_) => thread::sleep(Duration::from_millis(2)),
                     }
@@ -433,7 +374,7 @@ impl Flapper {
 
 impl Drop for Flapper {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.stop();
         self.shared.close_all();
     }
 }

@@ -370,8 +370,10 @@ class H3Client(QuicConnectionProtocol):
         return sid, fut
 
     async def request(self, method, authority, path, body=None, headers=(), trailers=()):
+        start = time.monotonic()
         _, fut = self.send(method, authority, path, body, headers, trailers)
         r = await fut
+        elapsed = time.monotonic() - start
         headers = {}
         for k, v in r["headers"]:
             headers.setdefault(k.decode(), v.decode())
@@ -383,6 +385,8 @@ class H3Client(QuicConnectionProtocol):
             "text": r["body"][:200].decode("utf-8", "replace"),
             "trailers": [[k.decode(), v.decode()] for k, v in r["trailers"]],
             "json": json.loads(r["body"]) if headers.get("content-type", "").startswith("application/json") else None,
+            # Seconds from sending the request to its whole answer, as the client saw it.
+            "elapsed": elapsed,
         }
 
 

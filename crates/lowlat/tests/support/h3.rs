@@ -7,7 +7,7 @@ use std::process::Command;
 
 use lowlat_testkit::pki::{CertFiles, KeyKind, Pki};
 
-use super::{Served, BIN};
+use super::Served;
 
 /// The test environment's Python, checked to have aioquic.
 pub fn python() -> PathBuf {
@@ -53,19 +53,8 @@ pub fn client(served: &Served, scenario: &[&str]) -> serde_json::Value {
 
 /// A `lowlat serve` with TLS and QUIC (and the echo protocol offered), plus `args`.
 pub fn serve(cert: &CertFiles, args: &[&str]) -> Served {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = super::tls_serve_command(cert);
     cmd.env("LOWLAT_QUIC_ECHO", "1")
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--cert")
-        .arg(&cert.cert)
-        .arg("--key")
-        .arg(&cert.key)
         .args(["--h3-listen", "127.0.0.1:0"]);
     if !args.contains(&"--workers") {
         cmd.args(["--workers", "1"]);

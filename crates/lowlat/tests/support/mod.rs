@@ -2,7 +2,8 @@
 //! reading the addresses from its banner; starting the proxy's upstreams ([`upstream`]); the
 //! cache's counting origin ([`origin`]); an
 //! HTTP/3 client ([`h3`]); the small client-side helpers (curl, a response head's fields, a free
-//! port, TCP sockets by state, a command's JSON output).
+//! port, TCP sockets by state, a command's JSON output, what `--check-config` says); `lowlat
+//! serve` with a TLS listener and curl over HTTPS to it.
 
 #![allow(dead_code)]
 
@@ -113,6 +114,83 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// What `lowlat serve --check-config` said: its exit code and what it printed.
+pub struct Checked {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `lowlat serve --check-config`, with `--config file` when given and `flags` after it.
+pub fn check_config(file: Option<&std::path::Path>, flags: &[&str]) -> Checked {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--check-config"]);
+    if let Some(file) = file {
+        cmd.arg("--config").arg(file);
+    }
+    let out = cmd
+        .args(flags)
+        .output()
+        .expect("run lowlat serve --check-config");
+    Checked {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `lowlat serve` listening in clear and over TLS (free ports) with `cert`, for more flags.
+pub fn tls_serve_command(cert: &lowlat_testkit::pki::CertFiles) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-listen",
+        "127.0.0.1:0",
+    ])
+    .arg("--cert")
+    .arg(&cert.cert)
+    .arg("--key")
+    .arg(&cert.key);
+    cmd
+}
+
+/// `lowlat serve` with one worker, in clear and over TLS with `cert` (see [`Served::tls_addr`]),
+/// and `extra`.
+pub fn serve_tls(cert: &lowlat_testkit::pki::CertFiles, extra: &[&str]) -> Served {
+    let mut cmd = tls_serve_command(cert);
+    cmd.args(["--workers", "1"]).args(extra);
+    Served::spawn(cmd)
+}
+
+/// `text` written to `dir/name`, then [`check_config`] of that file.
+pub fn check_config_text(dir: &std::path::Path, name: &str, text: &str) -> Checked {
+    let file = dir.join(name);
+    std::fs::write(&file, text).unwrap();
+    check_config(Some(&file), &[])
+}
+
+/// curl over HTTPS to `https://NAME:PORT{path}`, the name resolved to 127.0.0.1 and the
+/// server's certificate checked against `ca`, with `args` before the URL (another URL of the
+/// same name among them is fetched too).
+pub fn curl_https(
+    port: u16,
+    ca: &std::path::Path,
+    name: &str,
+    path: &str,
+    args: &[&str],
+) -> Output {
+    let resolve = format!("{name}:{port}:127.0.0.1");
+    Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--resolve", &resolve, "--cacert"])
+        .arg(ca)
+        .args(args)
+        .arg(format!("https://{name}:{port}{path}"))
+        .output()
+        .expect("run curl (scripts/test-deps.sh installs it)")
 }
 
 /// curl with `args`, silent but for errors, bounded in time.

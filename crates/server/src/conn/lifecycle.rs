@@ -34,6 +34,7 @@ impl Conn {
             return;
         }
         self.closed = true;
+        self.hold = None;
         ctx.counters.closed += 1;
         let _ = ctx.registry.deregister(self.io.socket());
         if let Some(up) = self.upstream.take() {
@@ -102,6 +103,9 @@ impl Conn {
         } else if self.relay.is_some() && !self.write_blocked {
             // The upstream side's timeouts bound the wait (and answer 504).
             (Wait::Upstream, ctx.now + UPSTREAM_WAIT_LIMIT)
+        } else if let Some(hold) = &self.hold {
+            // Its timer releases it; the deadline only stops a lost timer holding it for ever.
+            (Wait::Held, hold.until + crate::hold::RELEASE_SLACK)
         } else if self.closing && self.lingering && self.wait == Wait::Linger {
             return;
         } else if self.wait == Wait::Handshake && self.io.is_handshaking() {
@@ -136,7 +140,9 @@ impl Conn {
                 self.io.close_notify();
                 self.close_now(ctx);
             }
-            Wait::Handshake | Wait::Write | Wait::Linger | Wait::Upstream => self.close_now(ctx),
+            Wait::Handshake | Wait::Write | Wait::Linger | Wait::Upstream | Wait::Held => {
+                self.close_now(ctx);
+            }
         }
     }
 }

@@ -33,6 +33,7 @@ impl Conn {
             && !self.closing
             && self.file.is_none()
             && self.relay.is_none()
+            && self.hold.is_none()
             && self.wbuf.len() < OUTPUT_HIGH_WATER
         {
             let buf = &self.rbuf[pos..self.rlen];
@@ -150,7 +151,16 @@ impl Conn {
                 streamed,
                 &mut forward,
                 &mut done,
+                self.released,
             );
+            self.released = false;
+            if let Some(hold) = done.hold.take() {
+                // Held back: the request stays unconsumed at `pos` (its body, if any, in the
+                // buffer or the socket) and is parsed and routed again when released.
+                ctx.holds.at(hold.until, ctx.token);
+                self.hold = Some(hold);
+                break;
+            }
             if let Some(mut job) = forward {
                 if let Some(framing) = streamed {
                     // The body follows the head to the upstream as it is read (`feed_upload`).

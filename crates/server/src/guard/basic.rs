@@ -267,7 +267,11 @@ impl BasicAuth {
             super::ratelimit::Verdict::Refuse { retry_after } => {
                 return Outcome::TooMany { retry_after }
             }
-            super::ratelimit::Verdict::Pass | super::ratelimit::Verdict::DryRunRefuse => {}
+            // Its zone is `nodelay`: a check is never held back.
+            super::ratelimit::Verdict::Pass
+            | super::ratelimit::Verdict::DryRunRefuse
+            | super::ratelimit::Verdict::Delay(_)
+            | super::ratelimit::Verdict::DryRunDelay => {}
         }
         let Some((user, password)) = credentials(value) else {
             return Outcome::Challenge;

@@ -42,9 +42,10 @@ impl Bucket {
         }
     }
 
-    /// Counts one request at `now_ms`: `None` if it passes, else `Some(seconds until one
-    /// would pass)`. `per_ks` is the rate in thousandths a second.
-    pub(super) fn admit(&self, now_ms: u64, per_ks: u64, burst: u64) -> Option<u64> {
+    /// Counts one request at `now_ms`: `Ok(the excess it leaves, in thousandths)` if it
+    /// passes (what decides a delay), else `Err(seconds until one would pass)`. `per_ks` is
+    /// the rate in thousandths a second.
+    pub(super) fn admit(&self, now_ms: u64, per_ks: u64, burst: u64) -> Result<u64, u64> {
         admit(&self.state, now_ms, per_ks, burst)
     }
 
@@ -95,8 +96,9 @@ fn since(last: u32, now: u32) -> (u32, u32) {
 
 /// nginx's leaky bucket on one packed state: the excess drains at the rate since the last
 /// request, and a request adds one; a key's first request leaves no excess. Over `burst`, the
-/// request is refused and the state kept: `Some(seconds until one would pass)`.
-fn admit(bucket: &AtomicU64, now_ms: u64, per_ks: u64, burst: u64) -> Option<u64> {
+/// request is refused and the state kept: `Err(seconds until one would pass)`; else the new
+/// excess.
+fn admit(bucket: &AtomicU64, now_ms: u64, per_ks: u64, burst: u64) -> Result<u64, u64> {
     let now = now_ms as u32;
     let limit = burst.saturating_mul(1000).min(u64::from(u32::MAX));
     let mut old = bucket.load(Ordering::Relaxed);
@@ -111,11 +113,11 @@ fn admit(bucket: &AtomicU64, now_ms: u64, per_ks: u64, burst: u64) -> Option<u64
         };
         if excess > limit {
             let wait_ms = ((excess - limit) * 1000).div_ceil(per_ks.max(1));
-            return Some(wait_ms.div_ceil(1000).max(1));
+            return Err(wait_ms.div_ceil(1000).max(1));
         }
         let new = (excess << 32) | u64::from(stamp);
         match bucket.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return None,
+            Ok(_) => return Ok(excess),
             Err(seen) => old = seen,
         }
     }
@@ -133,16 +135,14 @@ mod tests {
     fn the_bucket_admits_the_rate_and_the_burst() {
         let b = bucket();
         // 10 r/s, burst 5: at one instant, 1 + 5 pass and the 7th is refused.
-        let passed = (0..7)
-            .filter(|_| b.admit(1000, 10_000, 5).is_none())
-            .count();
+        let passed = (0..7).filter(|_| b.admit(1000, 10_000, 5).is_ok()).count();
         assert_eq!(passed, 6);
         // A tenth of a second later one more drains: one passes, the next does not.
-        assert_eq!(b.admit(1100, 10_000, 5), None);
-        assert!(b.admit(1100, 10_000, 5).is_some());
+        assert!(b.admit(1100, 10_000, 5).is_ok());
+        assert!(b.admit(1100, 10_000, 5).is_err());
         // Long after, the bucket is empty again.
         let passed = (0..7)
-            .filter(|_| b.admit(60_000, 10_000, 5).is_none())
+            .filter(|_| b.admit(60_000, 10_000, 5).is_ok())
             .count();
         assert_eq!(passed, 6);
     }
@@ -152,12 +152,22 @@ mod tests {
         let b = bucket();
         // 2 r/s, no burst: one request every 500 ms passes for ever; one every 400 ms comes
         // too soon after each one passed, as with nginx: every other one is refused.
-        assert!((0..100).all(|i| b.admit(10_000 + i * 500, 2000, 0).is_none()));
+        assert!((0..100).all(|i| b.admit(10_000 + i * 500, 2000, 0).is_ok()));
         let b = bucket();
         let refused = (0..100)
-            .filter(|i| b.admit(10_000 + i * 400, 2000, 0).is_some())
+            .filter(|i| b.admit(10_000 + i * 400, 2000, 0).is_err())
             .count();
         assert_eq!(refused, 50);
+    }
+
+    #[test]
+    fn the_excess_left_says_how_far_into_the_burst() {
+        // 10 r/s, burst 5, at one instant: the first leaves nothing, each next one more.
+        let b = bucket();
+        let left: Vec<u64> = (0..6).map(|_| b.admit(1000, 10_000, 5).unwrap()).collect();
+        assert_eq!(left, [0, 1000, 2000, 3000, 4000, 5000]);
+        // 100 ms later one has drained.
+        assert_eq!(b.admit(1100, 10_000, 5), Ok(5000));
     }
 
     #[test]
@@ -165,8 +175,8 @@ mod tests {
         let b = bucket();
         // 1 r/m (16 thousandths a second, as nginx rounds it), no burst: the second request
         // waits a minute and a little.
-        assert_eq!(b.admit(5000, 1000 / 60, 0), None);
-        let wait = b.admit(5000, 1000 / 60, 0).unwrap();
+        assert!(b.admit(5000, 1000 / 60, 0).is_ok());
+        let wait = b.admit(5000, 1000 / 60, 0).unwrap_err();
         assert!((60..=63).contains(&wait), "{wait}");
     }
 
@@ -176,10 +186,10 @@ mod tests {
         // says 9 999: no time has passed for it, so it is refused (it used to wrap to 49
         // days and pass).
         let b = bucket();
-        assert_eq!(b.admit(10_000, 10_000, 0), None);
-        assert!(b.admit(9_999, 10_000, 0).is_some());
+        assert!(b.admit(10_000, 10_000, 0).is_ok());
+        assert!(b.admit(9_999, 10_000, 0).is_err());
         // The later time is kept: at 10 100 one has drained, and one passes.
-        assert_eq!(b.admit(10_100, 10_000, 0), None);
+        assert!(b.admit(10_100, 10_000, 0).is_ok());
     }
 
     #[test]
@@ -187,21 +197,21 @@ mod tests {
         // 10 r/s, burst 5; this instance saw one request, the fleet 10 more at once: the
         // bucket is over its burst and refuses until it drains below it.
         let b = bucket();
-        assert_eq!(b.admit(1000, 10_000, 5), None);
+        assert!(b.admit(1000, 10_000, 5).is_ok());
         b.inject(10, 1000, 10_000);
-        assert!(b.admit(1000, 10_000, 5).is_some());
+        assert!(b.admit(1000, 10_000, 5).is_err());
         // 10 excess drain to 5 in half a second; the one after passes.
-        assert!(b.admit(1400, 10_000, 5).is_some());
-        assert_eq!(b.admit(1600, 10_000, 5), None);
+        assert!(b.admit(1400, 10_000, 5).is_err());
+        assert!(b.admit(1600, 10_000, 5).is_ok());
         // Into a bucket never used: n requests at once leave n − 1 of excess.
         let b = bucket();
         b.inject(6, 1000, 10_000);
-        assert!(b.admit(1000, 10_000, 5).is_some());
+        assert!(b.admit(1000, 10_000, 5).is_err());
         let b = bucket();
         b.inject(5, 1000, 10_000);
-        assert_eq!(b.admit(1000, 10_000, 5), None);
+        assert!(b.admit(1000, 10_000, 5).is_ok());
         // A huge count saturates instead of wrapping the packed state.
         b.inject(u64::MAX / 2, 1000, 10_000);
-        assert!(b.admit(1000, 10_000, 1_000_000).is_some());
+        assert!(b.admit(1000, 10_000, 1_000_000).is_err());
     }
 }

@@ -1,5 +1,5 @@
-//! The limit zones' families on `/metrics`: requests each rate-limit zone refused (or, in a dry
-//! run, would have) and the keys it holds, and for a zone kept in Redis whether Redis is
+//! The limit zones' families on `/metrics`: requests each rate-limit zone refused or held back
+//! (or, in a dry run, would have), those it holds back now, and the keys it holds, and for a zone kept in Redis whether Redis is
 //! reachable and what this instance and the others admitted; the same for each connection-limit zone, with the
 //! requests in progress; and what each forward-auth rule decided. Zones are registered when the settings build them and kept across
 //! reloads while their spec is unchanged, so their counts go on (and the places held by
@@ -117,40 +117,89 @@ fn render_forward_auth(s: &mut String) {
     }
 }
 
+/// A family of per-zone series: its name, type, help, and what a zone's series says (its
+/// labels and value).
+type Family<Z> = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Z) -> (String, u64),
+);
+
+const CONN_FAMILIES: [Family<ConnZone>; 3] = [
+    (
+        "lowlat_conn_limit_refused_total",
+        "counter",
+        "Requests a connection-limit zone refused (in a dry run: would have).",
+        |z| {
+            (
+                labels(&z.spec.text, Some(z.spec.dry_run)),
+                z.refused.load(Ordering::Relaxed),
+            )
+        },
+    ),
+    (
+        "lowlat_conn_limit_in_progress",
+        "gauge",
+        "Requests a connection-limit zone counts now, every key together.",
+        |z| (labels(&z.spec.text, None), z.in_progress()),
+    ),
+    (
+        "lowlat_conn_limit_keys",
+        "gauge",
+        "Keys with requests in progress in a connection-limit zone.",
+        |z| (labels(&z.spec.text, None), z.keys() as u64),
+    ),
+];
+
+const RATE_FAMILIES: [Family<Zone>; 4] = [
+    (
+        "lowlat_rate_limit_refused_total",
+        "counter",
+        "Requests a rate-limit zone refused (in a dry run: would have).",
+        |z| {
+            (
+                labels(&z.spec.text, Some(z.spec.dry_run)),
+                z.refused.load(Ordering::Relaxed),
+            )
+        },
+    ),
+    (
+        "lowlat_rate_limit_delayed_total",
+        "counter",
+        "Requests a rate-limit zone held back within its burst (in a dry run: would have).",
+        |z| {
+            (
+                labels(&z.spec.text, Some(z.spec.dry_run)),
+                z.delayed.load(Ordering::Relaxed),
+            )
+        },
+    ),
+    (
+        "lowlat_rate_limit_waiting",
+        "gauge",
+        "Requests a rate-limit zone holds back now, every worker together.",
+        |z| {
+            (
+                labels(&z.spec.text, None),
+                z.waiting.load(Ordering::Relaxed),
+            )
+        },
+    ),
+    (
+        "lowlat_rate_limit_keys",
+        "gauge",
+        "Keys a rate-limit zone holds (bounded by its keys=).",
+        |z| (labels(&z.spec.text, None), z.keys() as u64),
+    ),
+];
+
 fn render_conn(s: &mut String) {
     let zones = CONN_ZONES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if zones.is_empty() {
-        return;
-    }
-    s.push_str("# HELP lowlat_conn_limit_refused_total Requests a connection-limit zone refused (in a dry run: would have).\n# TYPE lowlat_conn_limit_refused_total counter\n");
-    for z in zones.iter() {
-        let _ = writeln!(
-            s,
-            "lowlat_conn_limit_refused_total{{zone=\"{}\",dry_run=\"{}\"}} {}",
-            label(&z.spec.text),
-            z.spec.dry_run,
-            z.refused.load(Ordering::Relaxed)
-        );
-    }
-    s.push_str("# HELP lowlat_conn_limit_in_progress Requests a connection-limit zone counts now, every key together.\n# TYPE lowlat_conn_limit_in_progress gauge\n");
-    for z in zones.iter() {
-        let _ = writeln!(
-            s,
-            "lowlat_conn_limit_in_progress{{zone=\"{}\"}} {}",
-            label(&z.spec.text),
-            z.in_progress()
-        );
-    }
-    s.push_str("# HELP lowlat_conn_limit_keys Keys with requests in progress in a connection-limit zone.\n# TYPE lowlat_conn_limit_keys gauge\n");
-    for z in zones.iter() {
-        let _ = writeln!(
-            s,
-            "lowlat_conn_limit_keys{{zone=\"{}\"}} {}",
-            label(&z.spec.text),
-            z.keys()
-        );
+    for f in &CONN_FAMILIES {
+        family(s, f, &zones);
     }
 }
 
@@ -161,26 +210,30 @@ fn render_rate(s: &mut String) {
     if zones.is_empty() {
         return;
     }
-    s.push_str("# HELP lowlat_rate_limit_refused_total Requests a rate-limit zone refused (in a dry run: would have).\n# TYPE lowlat_rate_limit_refused_total counter\n");
-    for z in zones.iter() {
-        let _ = writeln!(
-            s,
-            "lowlat_rate_limit_refused_total{{zone=\"{}\",dry_run=\"{}\"}} {}",
-            label(&z.spec.text),
-            z.spec.dry_run,
-            z.refused.load(Ordering::Relaxed)
-        );
-    }
-    s.push_str("# HELP lowlat_rate_limit_keys Keys a rate-limit zone holds (bounded by its keys=).\n# TYPE lowlat_rate_limit_keys gauge\n");
-    for z in zones.iter() {
-        let _ = writeln!(
-            s,
-            "lowlat_rate_limit_keys{{zone=\"{}\"}} {}",
-            label(&z.spec.text),
-            z.keys()
-        );
+    for f in &RATE_FAMILIES {
+        family(s, f, &zones);
     }
     render_fleet(s, &zones);
+}
+
+/// A zone's labels: its name, and whether it is a dry run where that tells series apart.
+fn labels(text: &str, dry_run: Option<bool>) -> String {
+    match dry_run {
+        Some(dry) => format!("zone=\"{}\",dry_run=\"{dry}\"", label(text)),
+        None => format!("zone=\"{}\"", label(text)),
+    }
+}
+
+/// One family: its HELP and TYPE lines, then a series for each zone (nothing without zones).
+fn family<Z>(s: &mut String, (name, kind, help, series): &Family<Z>, zones: &[Arc<Z>]) {
+    if zones.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for z in zones {
+        let (labels, value) = series(z);
+        let _ = writeln!(s, "{name}{{{labels}}} {value}");
+    }
 }
 
 /// The exchange with Redis of the zones kept there, when there are such zones.

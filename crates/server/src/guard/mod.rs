@@ -92,18 +92,21 @@ impl Guard {
     }
 }
 
-impl Handler for Guard {
-    /// Refuses what a zone finds over its limit (429), what the rules deny (403) and what
-    /// lacks good credentials (401); leaves the rest to the routes (sends nothing), behind a
-    /// forward-auth subrequest where a rule applies.
-    fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
-        let Some(peer) = res.client().map(|c| c.peer.ip()) else {
-            return;
-        };
+impl Guard {
+    /// Counts the request in every rate-limit zone that applies; whether it is answered (or
+    /// held back) here. The longest delay any zone asks for holds it (nginx's `limit_req`
+    /// with several zones); the outcome logged is the strongest word: `DELAYED`, then
+    /// `REJECTED_DRY_RUN`, `DELAYED_DRY_RUN`, `PASSED`.
+    fn rate_limits(
+        &mut self,
+        req: &Req<'_, '_, '_>,
+        ip: std::net::IpAddr,
+        now: std::time::Instant,
+        res: &mut Response<'_>,
+    ) -> bool {
         let head = req.head;
-        let ip = client::address(peer, head.headers, &self.trusted);
-        let now = crate::clock::loop_now();
         let mut limited = None;
+        let mut longest: Option<(std::time::Duration, usize)> = None;
         for i in 0..self.zones.len() {
             let zone = &self.zones[i];
             if !head.path.starts_with(&zone.spec.prefix) {
@@ -114,16 +117,52 @@ impl Handler for Guard {
                     let status = zone.spec.status;
                     res.set_limit_outcome(LimitOutcome::Rejected);
                     self.too_many(res, status, retry_after);
-                    return;
+                    return true;
                 }
                 Verdict::DryRunRefuse => limited = Some(LimitOutcome::RejectedDryRun),
+                Verdict::Delay(wait) => {
+                    if longest.is_none_or(|(w, _)| wait > w) {
+                        longest = Some((wait, i));
+                    }
+                }
+                Verdict::DryRunDelay => {
+                    if limited != Some(LimitOutcome::RejectedDryRun) {
+                        limited = Some(LimitOutcome::DelayedDryRun);
+                    }
+                }
                 Verdict::Pass => {
                     limited.get_or_insert(LimitOutcome::Passed);
                 }
             }
         }
+        if let Some((wait, i)) = longest {
+            res.set_limit_outcome(LimitOutcome::Delayed);
+            res.hold(crate::hold::Hold::new(now + wait, &self.zones[i].waiting));
+            return true;
+        }
         if let Some(outcome) = limited {
             res.set_limit_outcome(outcome);
+        }
+        false
+    }
+}
+
+impl Handler for Guard {
+    /// Refuses what a zone finds over its limit (429), holds back what a zone delays (it comes
+    /// back here once its time has come), refuses what the rules deny (403) and what lacks
+    /// good credentials (401); leaves the rest to the routes (sends nothing), behind a
+    /// forward-auth subrequest where a rule applies.
+    fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
+        let Some(peer) = res.client().map(|c| c.peer.ip()) else {
+            return;
+        };
+        let head = req.head;
+        let ip = client::address(peer, head.headers, &self.trusted);
+        let now = crate::clock::loop_now();
+        // A request released after its delay was counted when it came (nginx counts once).
+        if res.limit_outcome() != Some(LimitOutcome::Delayed) && self.rate_limits(req, ip, now, res)
+        {
+            return;
         }
         let mut slots = Vec::new();
         for (i, zone) in self.conns.iter().enumerate() {

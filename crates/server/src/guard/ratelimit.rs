@@ -2,6 +2,11 @@
 //! per key, with up to `burst` more at once; a request beyond is refused (429 with
 //! `Retry-After`, or the status configured) — or only counted, in a dry run.
 //!
+//! Within the burst, nginx's two stages: the first `delay` requests over the rate pass at once
+//! (all of them with `nodelay`), the rest are held back ([`Verdict::Delay`]) until the bucket
+//! has drained to them, so that they go through at the rate. The zone decides how long; the
+//! worker holds the request (`crate::hold`), never a thread.
+//!
 //! Each key's state is one [`Bucket`], updated by compare-and-swap, so every worker counts
 //! against the same bucket without a lock held across the update. The keys live in a
 //! `quick_cache` table bounded in entries: a flood of distinct (spoofed) keys evicts keys seen
@@ -28,8 +33,10 @@ pub struct ZoneSpec {
     pub prefix: String,
     /// Requests admitted per 1000 seconds (`100r/s` is 100 000; `30r/m` is 500).
     pub per_ks: u64,
-    /// Requests admitted at once beyond the rate.
+    /// Requests admitted beyond the rate (held back past `delay`).
     pub burst: u64,
+    /// Requests beyond the rate that pass at once ([`NODELAY`]: all of the burst).
+    pub delay: u64,
     /// The key: every part, together.
     pub key: Vec<KeyPart>,
     /// The status of a refusal (429 by default; 503 as nginx's).
@@ -44,6 +51,9 @@ pub struct ZoneSpec {
     pub text: String,
 }
 
+/// [`ZoneSpec::delay`] of a zone with `nodelay`: the whole burst passes at once.
+pub const NODELAY: u64 = u64::MAX;
+
 /// One zone: its settings and every key's bucket.
 pub struct Zone {
     pub spec: ZoneSpec,
@@ -52,6 +62,10 @@ pub struct Zone {
     epoch: Instant,
     /// Requests refused (or, in a dry run, that would have been).
     pub refused: AtomicU64,
+    /// Requests held back (or, in a dry run, that would have been).
+    pub delayed: AtomicU64,
+    /// Requests held back now, by every worker (`crate::hold::Hold` counts itself here).
+    pub(crate) waiting: Arc<AtomicU64>,
     /// A zone kept in Redis: the hand-over to its exchange with the fleet.
     fleet: Option<Fleet>,
 }
@@ -73,6 +87,10 @@ pub enum LimitOutcome {
     Rejected,
     /// Over a dry-run zone's limit: let through.
     RejectedDryRun,
+    /// Held back within the burst, then let through.
+    Delayed,
+    /// Within a dry-run zone's burst, past its `delay`: let through at once.
+    DelayedDryRun,
 }
 
 impl LimitOutcome {
@@ -83,6 +101,8 @@ impl LimitOutcome {
             Self::Passed => "PASSED",
             Self::Rejected => "REJECTED",
             Self::RejectedDryRun => "REJECTED_DRY_RUN",
+            Self::Delayed => "DELAYED",
+            Self::DelayedDryRun => "DELAYED_DRY_RUN",
         }
     }
 }
@@ -97,6 +117,10 @@ pub enum Verdict {
     },
     /// Over the limit in a dry run: let through, counted.
     DryRunRefuse,
+    /// Within the burst, past `delay`: held back this long, then let through.
+    Delay(Duration),
+    /// Would be held back, in a dry run: let through at once, counted.
+    DryRunDelay,
 }
 
 impl Zone {
@@ -124,6 +148,8 @@ impl Zone {
             hasher: foldhash::quality::RandomState::default(),
             epoch,
             refused: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
+            waiting: Arc::new(AtomicU64::new(0)),
             fleet,
         }
     }
@@ -145,13 +171,25 @@ impl Zone {
             .unwrap_or_else(|()| made());
         let ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
         match bucket.admit(ms, self.spec.per_ks, self.spec.burst) {
-            None => {
+            Ok(excess) => {
                 if let Some(fleet) = &self.fleet {
                     fleet.admitted(&bucket);
                 }
-                Verdict::Pass
+                // nginx's delay: the excess over `delay` drained at the rate, in whole
+                // milliseconds (less is no delay, as nginx rounds it: a zone of millions a
+                // second holds nothing back for one request more in the same millisecond).
+                let free = self.spec.delay.saturating_mul(1000);
+                let ms = excess.saturating_sub(free) * 1000 / self.spec.per_ks.max(1);
+                if ms == 0 {
+                    return Verdict::Pass;
+                }
+                self.delayed.fetch_add(1, Ordering::Relaxed);
+                if self.spec.dry_run {
+                    return Verdict::DryRunDelay;
+                }
+                Verdict::Delay(Duration::from_millis(ms))
             }
-            Some(retry_after) => {
+            Err(retry_after) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 if self.spec.dry_run {
                     Verdict::DryRunRefuse

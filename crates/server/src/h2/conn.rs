@@ -362,6 +362,14 @@ impl H2Conn {
         {
             // An upstream's response is awaited: the upstream side's timeouts bound it.
             (Wait::Upstream, ctx.now + UPSTREAM_WAIT_LIMIT)
+        } else if let Some(until) = self
+            .streams
+            .iter()
+            .filter_map(|s| s.hold.as_ref().map(|h| h.until))
+            .min()
+        {
+            // Their timer releases them; the deadline only stops a lost timer holding them.
+            (Wait::Held, until + crate::hold::RELEASE_SLACK)
         } else if self.streams.iter().any(|s| s.state == State::Open) {
             (Wait::Body, self.last_progress + cfg.body_timeout)
         } else if self.pending.is_some() {

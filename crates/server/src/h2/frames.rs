@@ -388,7 +388,7 @@ impl H2Conn {
                 return self.stream_error(id, ErrorCode::Protocol);
             }
             let head = std::mem::take(&mut self.head);
-            self.respond(ctx, id, &head, &[], ctx.now, None, None);
+            self.respond(ctx, id, &head, &[], ctx.now, None, None, false);
             self.head = head;
             return;
         }
@@ -453,7 +453,7 @@ impl H2Conn {
         s.tunnel = tunnel;
         self.streams.push(s);
         let head = std::mem::take(&mut self.head);
-        self.respond(ctx, id, &head, &[], ctx.now, Some(i), streamed);
+        self.respond(ctx, id, &head, &[], ctx.now, Some(i), streamed, false);
         self.head = head;
     }
 

@@ -34,7 +34,61 @@ impl H2Conn {
         s.state = State::HalfClosedRemote;
         let body = std::mem::take(&mut s.body);
         let started = s.started;
-        self.respond(ctx, id, &head, &body, started, Some(i), None);
+        self.respond(ctx, id, &head, &body, started, Some(i), None, false);
+    }
+
+    /// A held request's timer came (`crate::hold`): every stream whose time has come is
+    /// answered, released, and the connection goes on.
+    pub(crate) fn release_held(&mut self, ctx: &mut WorkerCtx<'_>) {
+        let now = ctx.now;
+        let mut any = false;
+        while let Some(i) = self
+            .streams
+            .iter()
+            .position(|s| s.hold.as_ref().is_some_and(|h| h.until <= now))
+        {
+            let s = &mut self.streams[i];
+            s.hold = None;
+            let (id, started) = (s.id, s.started);
+            let body = std::mem::take(&mut s.body);
+            if let Some(head) = s.head.take() {
+                any = true;
+                self.respond(ctx, id, &head, &body, started, Some(i), None, true);
+            }
+        }
+        if any {
+            self.drive(ctx);
+        }
+    }
+
+    /// Stream `id`'s entry: `entry` when it has one, else a new one for its response.
+    fn entry(&mut self, entry: Option<usize>, id: u32, started: Instant) -> usize {
+        entry.unwrap_or_else(|| {
+            self.streams.push(Stream::sending(
+                id,
+                i64::from(self.peer_settings.initial_window_size),
+                started,
+            ));
+            self.streams.len() - 1
+        })
+    }
+
+    /// Keeps the request on stream `id` (its entry, or a new one) until `hold`'s time, when
+    /// [`H2Conn::release_held`] answers it.
+    fn hold_stream(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        (id, head, body): (u32, &RequestHead, &[u8]),
+        started: Instant,
+        entry: Option<usize>,
+        hold: Box<crate::hold::Hold>,
+    ) {
+        ctx.holds.at(hold.until, ctx.token);
+        let i = self.entry(entry, id, started);
+        let s = &mut self.streams[i];
+        s.head = Some(Box::new(head.clone()));
+        s.body = body.to_vec();
+        s.hold = Some(hold);
     }
 
     /// Answers a request: the router writes the response in HTTP/1.1 form, which goes out as
@@ -51,14 +105,16 @@ impl H2Conn {
         started: Instant,
         entry: Option<usize>,
         streamed: Option<StreamedBody>,
+        released: bool,
     ) {
         let framing = crate::proxy::headers::request_framing(streamed, body.len());
         let max_fields = ctx.cfg.head.max_headers;
         let answered = dispatch::with_request(head, max_fields, Version::Http2, framing, |req| {
-            self.answer(ctx, id, req, body, started, entry, streamed);
+            self.answer(ctx, id, req, body, started, entry, streamed, released)
         });
         match answered {
-            Ok(()) => {}
+            Ok(None) => {}
+            Ok(Some(hold)) => self.hold_stream(ctx, (id, head, body), started, entry, hold),
             Err(HeadRefusal::Malformed) => self.stream_error(id, ErrorCode::Protocol),
             Err(HeadRefusal::TooManyFields) => {
                 self.refuse(ctx, id, ParseError::TooManyHeaders, Some(head));
@@ -66,7 +122,7 @@ impl H2Conn {
         }
     }
 
-    /// Answers `req` (see [`H2Conn::respond`]).
+    /// Answers `req` (see [`H2Conn::respond`]), or gives back the hold a handler asked for.
     #[allow(clippy::too_many_arguments)]
     fn answer(
         &mut self,
@@ -77,7 +133,8 @@ impl H2Conn {
         started: Instant,
         entry: Option<usize>,
         streamed: Option<StreamedBody>,
-    ) {
+        released: bool,
+    ) -> Option<Box<crate::hold::Hold>> {
         // An extended CONNECT (RFC 8441) opened a tunnel stream; only the proxy's WebSocket
         // tunnel can take it up.
         let tunnel = entry.is_some_and(|i| self.streams[i].tunnel.is_some());
@@ -94,7 +151,17 @@ impl H2Conn {
             streamed,
             &mut forward,
             &mut done,
+            released,
         );
+        if let Some(hold) = done.hold.take() {
+            if streamed.is_none() && !tunnel {
+                return Some(hold);
+            }
+            // A body that streams, or a tunnel, flows from the client already: the stream
+            // cannot wait unread, so the request goes on at once.
+            drop(hold);
+            return self.answer(ctx, id, req, body, started, entry, streamed, true);
+        }
         if let Some(mut job) = forward {
             let upload = streamed.map(|framing| {
                 let pipe = dispatch::upload_for(&mut job, framing);
@@ -102,17 +169,7 @@ impl H2Conn {
             });
             // Answered as the upstream's response arrives (`super::relay`).
             ctx.proxy_starts.push((ctx.token, id, job));
-            let i = match entry {
-                Some(i) => i,
-                None => {
-                    self.streams.push(Stream::sending(
-                        id,
-                        i64::from(self.peer_settings.initial_window_size),
-                        started,
-                    ));
-                    self.streams.len() - 1
-                }
-            };
+            let i = self.entry(entry, id, started);
             let s = &mut self.streams[i];
             if upload.is_some() {
                 // Still receiving: DATA frames feed the upload.
@@ -131,7 +188,7 @@ impl H2Conn {
                 status: 0,
                 body_bytes: 0,
             });
-            return;
+            return None;
         }
         // A 2xx to an extended CONNECT would mean "tunnel established" (RFC 8441 §5): only the
         // proxy's tunnel may say it, anything else that would is answered 501.
@@ -157,9 +214,10 @@ impl H2Conn {
             self.send_response(id, file, None);
             frame::write_rst_stream(&mut self.wbuf, id, ErrorCode::NoError);
             remember(&mut self.reset_ids, id);
-            return;
+            return None;
         }
         self.send_response(id, file, entry);
+        None
     }
 
     /// Sends `res_buf` (an HTTP/1.1-form response) and `file` on stream `id`.

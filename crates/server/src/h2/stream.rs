@@ -54,6 +54,8 @@ pub(crate) struct Stream {
     pub(crate) trailers: Option<Box<TrailerFields>>,
     /// An extended CONNECT (RFC 8441): the stream carries a WebSocket's bytes both ways.
     pub(crate) tunnel: Option<Box<StreamTunnel>>,
+    /// The request (`head` and `body`, kept) is held back until its timer (`crate::hold`).
+    pub(crate) hold: Option<Box<crate::hold::Hold>>,
 }
 
 /// A stream opened by an extended CONNECT for a WebSocket (RFC 8441 §5), tunnelled to an
@@ -127,6 +129,7 @@ impl Stream {
             upload: None,
             trailers: None,
             tunnel: None,
+            hold: None,
         }
     }
 

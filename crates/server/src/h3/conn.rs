@@ -291,6 +291,7 @@ impl H3Conn {
             slots: None,
             trailers: None,
             upload: None,
+            hold: None,
         });
         loop {
             // A body streaming upstream is not read while the upload is full: the stream's
@@ -325,7 +326,7 @@ impl H3Conn {
             if let Ok(Some((at, framing))) = fed {
                 // The head asks for its body to stream: the request is routed now, and what
                 // follows the head in this read goes on from there.
-                self.answer(io, id, ctx, Some(framing));
+                self.answer(io, id, ctx, Some(framing), false);
                 fed = self.feed_request(id, &input[at..], fin, ctx).map(|_| None);
             }
             self.read_buf = input;
@@ -368,7 +369,7 @@ impl H3Conn {
                     self.requests.remove(&id);
                     return;
                 }
-                return self.answer(io, id, ctx, None);
+                return self.answer(io, id, ctx, None, false);
             }
         }
     }
@@ -378,6 +379,24 @@ impl H3Conn {
     /// streaming upstream is cut instead: the stream reset, the upstream exchange cancelled); a
     /// response the client takes nothing of for `--write-timeout` is reset. A relay waiting
     /// for its upstream is the upstream side's to time out.
+    /// A held request's timer came (`crate::hold`): every request whose time has come is
+    /// answered, released.
+    pub(super) fn release_held(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
+        let now = ctx.now;
+        let due: Vec<u64> = self
+            .requests
+            .iter()
+            .filter(|(_, s)| s.hold.as_ref().is_some_and(|h| h.until <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            if let Some(s) = self.requests.get_mut(&id) {
+                s.hold = None;
+            }
+            self.answer(io, id, ctx, None, true);
+        }
+    }
+
     pub(super) fn expire(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
         let now = ctx.now;
         if self.final_goaway_at.is_some_and(|t| now >= t) {
@@ -387,6 +406,10 @@ impl H3Conn {
         let cfg = ctx.cfg;
         let mut late: Vec<(u64, Option<u16>)> = Vec::new();
         for (&id, s) in &self.requests {
+            if s.hold.is_some() {
+                // Waits for its timer, which answers it (`release_held`).
+                continue;
+            }
             let idle = now.saturating_duration_since(s.progress);
             let waiting_out = s.out_at < s.out.len() || !s.chunk.is_empty() || s.file.is_some();
             if !s.answered && s.head.is_none() {
@@ -541,6 +564,7 @@ impl H3Conn {
         id: u64,
         ctx: &mut WorkerCtx<'_>,
         streamed: Option<StreamedBody>,
+        mut released: bool,
     ) {
         let Some(mut s) = self.requests.remove(&id) else {
             return;
@@ -557,6 +581,8 @@ impl H3Conn {
         let framing = crate::proxy::headers::request_framing(streamed, body.len());
         let (peer, early_data) = (io.peer(), io.is_handshaking());
         let max_fields = ctx.cfg.head.max_headers;
+        // Held back (`crate::hold`): kept with its head and body until its timer.
+        let mut held = None;
         // Ok(true): answered here, the response in `res_buf`; Ok(false): forwarded; Err: a
         // refusal's status.
         let routed = dispatch::with_request(&head, max_fields, Version::Http3, framing, |req| {
@@ -576,18 +602,30 @@ impl H3Conn {
                 cert: None,
             };
             let mut forward = None;
-            let mut done = Finished::default();
-            let site = dispatch::route(
-                ctx,
-                req,
-                &body,
-                &mut self.res_buf,
-                &client,
-                true,
-                streamed,
-                &mut forward,
-                &mut done,
-            );
+            let (site, done) = loop {
+                let mut done = Finished::default();
+                let site = dispatch::route(
+                    ctx,
+                    req,
+                    &body,
+                    &mut self.res_buf,
+                    &client,
+                    true,
+                    streamed,
+                    &mut forward,
+                    &mut done,
+                    released,
+                );
+                match done.hold.take() {
+                    // A body streaming in cannot wait unread: the request goes on at once.
+                    Some(_) if streamed.is_some() => released = true,
+                    Some(hold) => {
+                        held = Some(hold);
+                        return Ok(false);
+                    }
+                    None => break (site, done),
+                }
+            };
             if let Some(mut job) = forward {
                 let Some(n) = proxy_stream(id) else {
                     // Past what the upstream side numbers (a billion requests on one connection).
@@ -618,6 +656,14 @@ impl H3Conn {
             s.file = if done.sent { done.file } else { None };
             Ok(true)
         });
+        if let Some(hold) = held {
+            ctx.holds.at(hold.until, ctx.token);
+            s.head = Some(head);
+            s.body = body;
+            s.hold = Some(hold);
+            self.requests.insert(id, s);
+            return;
+        }
         let refused = match routed {
             Ok(Ok(true)) => None,
             Ok(Ok(false)) => {

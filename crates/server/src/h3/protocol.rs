@@ -139,6 +139,12 @@ impl QuicProtocol for H3Conn {
         }
     }
 
+    fn release_held(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
+        if !self.closed {
+            H3Conn::release_held(self, io, ctx);
+        }
+    }
+
     fn with_downstream(
         &mut self,
         io: &mut StreamIo<'_>,

@@ -57,6 +57,8 @@ pub(super) struct ReqStream {
     pub(super) trailers: Option<Vec<u8>>,
     /// The body streams to an upstream as it arrives (`proxy::upload`): DATA goes there.
     pub(super) upload: Option<Box<UploadFeed>>,
+    /// The request (`head` and `body`, kept) is held back until its timer (`crate::hold`).
+    pub(super) hold: Option<Box<crate::hold::Hold>>,
 }
 
 impl ReqStream {

@@ -535,6 +535,29 @@ impl QuicWorker {
         self.drive_touched(now, ctx);
     }
 
+    /// A held request's timer for the connection `client` names came (`crate::hold`): its
+    /// protocol answers what is due, and what it wrote is sent.
+    pub(crate) fn release_held(&mut self, client: Token, ctx: &mut WorkerCtx<'_>) {
+        let key = client.0 - CLIENT_TOKENS;
+        let Some(c) = self.conns.get_mut(&key) else {
+            return;
+        };
+        if let Some(proto) = c.proto.as_mut() {
+            let token = std::mem::replace(&mut ctx.token, client);
+            proto.release_held(
+                &mut StreamIo {
+                    conn: &mut c.conn,
+                    now: ctx.now,
+                },
+                ctx,
+            );
+            ctx.token = token;
+        }
+        self.touched.push(key);
+        let now = ctx.now;
+        self.drive_touched(now, ctx);
+    }
+
     /// Whether the connection `client` names is still here.
     pub(crate) fn has_client(&self, client: Token) -> bool {
         self.conns.contains_key(&(client.0 - CLIENT_TOKENS))

@@ -77,6 +77,9 @@ pub(crate) trait QuicProtocol {
     /// that stopped arriving, a response the client stopped taking) are ended.
     fn expire(&mut self, _io: &mut StreamIo<'_>, _ctx: &mut WorkerCtx<'_>) {}
 
+    /// A timer for a request this protocol held back came (`crate::hold`): answer what is due.
+    fn release_held(&mut self, _io: &mut StreamIo<'_>, _ctx: &mut WorkerCtx<'_>) {}
+
     /// Calls `f` with where the upstream side delivers the response of request `stream` (the
     /// proxy's stream number: [`proxy_stream`]), `None` when that exchange is no longer wanted.
     fn with_downstream(

@@ -95,6 +95,7 @@ impl BasicAuthSpec {
             prefix: self.prefix.clone(),
             per_ks: 30 * 1000 / 60,
             burst: 10,
+            delay: crate::guard::ratelimit::NODELAY,
             key: vec![KeyPart::Addr],
             status: 429,
             dry_run: false,
@@ -177,10 +178,10 @@ impl clap::Args for GuardArgs {
         .arg(
             Arg::new("rate_limit")
                 .long("rate-limit")
-                .value_name("[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,redis=ADDR][,dry-run]")
+                .value_name("[PREFIX=]RATE[,burst=N][,nodelay|,delay=N][,key=K][,status=S][,keys=N][,redis=ADDR][,dry-run]")
                 .action(ArgAction::Append)
                 .value_parser(RateLimitParser)
-                .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more at once (0), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), redis=HOST:PORT or redis://[:PASSWORD@]HOST:PORT[/DB] counts with every instance using the same zone there (alone while it is unreachable), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
+                .help("Limit requests per key, as nginx's limit_req: RATE is Nr/s or Nr/m, burst=N more beyond the rate (0), held back to go through at the rate unless nodelay (all at once) or delay=N (the first N at once), key= addr (default), host, path, header:NAME, cookie:NAME or several joined by +, status=429 (with Retry-After) or 503, keys= most keys kept (100k), redis=HOST:PORT or redis://[:PASSWORD@]HOST:PORT[/DB] counts with every instance using the same zone there (alone while it is unreachable), dry-run counts without refusing; under PREFIX if given (repeatable: every zone applies)"),
         )
         .arg(
             Arg::new("limit_conn")
@@ -334,7 +335,7 @@ fn parse_forward_auth(text: &str) -> Result<ForwardAuthSpec, String> {
 const DEFAULT_KEYS: usize = 100_000;
 const MAX_KEYS: u64 = 100_000_000;
 
-/// `[PREFIX=]RATE[,burst=N][,key=K][,status=S][,keys=N][,redis=ADDR][,dry-run][,nodelay]`.
+/// `[PREFIX=]RATE[,burst=N][,nodelay|,delay=N][,key=K][,status=S][,keys=N][,redis=ADDR][,dry-run]`.
 fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
     let at = |reason: String| reason;
     let (prefix, rest) = match text.split_once('=') {
@@ -348,6 +349,7 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
         prefix,
         per_ks,
         burst: 0,
+        delay: 0,
         key: vec![KeyPart::Addr],
         status: 429,
         dry_run: false,
@@ -355,6 +357,7 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
         redis: None,
         text: crate::guard::fleet::redact(text),
     };
+    let mut delay_given = false;
     for part in parts {
         let (name, value) = part.split_once('=').unwrap_or((part, ""));
         match name {
@@ -382,18 +385,29 @@ fn parse_rate_limit(text: &str) -> Result<ZoneSpec, String> {
             }
             "redis" => spec.redis = Some(RedisTarget::parse(value)?),
             "dry-run" if value.is_empty() => spec.dry_run = true,
-            // What is over the rate within the burst passes at once (nginx's nodelay): the
-            // only way this zone admits, so the word is accepted and changes nothing.
-            "nodelay" if value.is_empty() => {}
+            // nginx's two stages: `delay=N` requests over the rate pass at once, the rest of
+            // the burst is held back; `nodelay` lets the whole burst through at once.
+            "nodelay" if value.is_empty() => {
+                if delay_given {
+                    return Err(at("nodelay and delay= together: one or the other".to_owned()));
+                }
+                delay_given = true;
+                spec.delay = crate::guard::ratelimit::NODELAY;
+            }
             "delay" => {
-                return Err(at(
-                    "delay= is not supported: requests within the burst pass at once (nodelay)"
-                        .to_owned(),
-                ))
+                if delay_given {
+                    return Err(at("nodelay and delay= together: one or the other".to_owned()));
+                }
+                delay_given = true;
+                spec.delay = value
+                    .parse()
+                    .ok()
+                    .filter(|&d| d <= 1_000_000)
+                    .ok_or_else(|| at(format!("delay={value}: a count from 0 to 1000000")))?;
             }
             _ => {
                 return Err(at(format!(
-                    "unknown part {:?} (burst=, key=, status=, keys=, redis=, dry-run, nodelay)",
+                    "unknown part {:?} (burst=, nodelay, delay=, key=, status=, keys=, redis=, dry-run)",
                     crate::guard::fleet::redact(part)
                 )))
             }
@@ -601,6 +615,14 @@ mod tests {
         );
         assert_eq!(b.prefix, "/login");
         assert_eq!(b.key, [KeyPart::Addr, KeyPart::Cookie("session".into())]);
+        // nginx's two stages: held back by default, the first N at once, or all at once.
+        assert_eq!(a.delay, 0);
+        let delay = |text: &str| parse(&["--rate-limit", text]).unwrap().rate_limit[0].delay;
+        assert_eq!(delay("10r/s,burst=5,delay=2"), 2);
+        assert_eq!(
+            delay("10r/s,burst=5,nodelay"),
+            crate::guard::ratelimit::NODELAY
+        );
         for bad in [
             "100",
             "0r/s",
@@ -608,7 +630,10 @@ mod tests {
             "10r/s,burst=x",
             "10r/s,key=ip",
             "10r/s,status=404",
-            "10r/s,delay=5",
+            "10r/s,delay=x",
+            "10r/s,delay=-1",
+            "10r/s,burst=5,delay=2,nodelay",
+            "10r/s,nodelay,delay=2",
             "10r/s,keys=0",
             "10r/s,what",
         ] {
