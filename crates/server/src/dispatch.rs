@@ -25,9 +25,11 @@ use crate::proxy::job::ProxyJob;
 use crate::proxy::upload::{Upload, UploadRef};
 
 /// Hands `req` (with its whole `body`, or with `streamed` its framing while it still arrives)
-/// to the router, the response written into `out` in HTTP/1.1 form and what it left to do in
-/// `done` (a fresh [`Finished`], the caller's), or the request to forward left in `forward` (the caller's: moved back in a return value, the job's bytes were copied
-/// on every request, forwarded or not — 14 instructions a request on `/plaintext`).
+/// to the router: the response is written into `out` in HTTP/1.1 form and what it left to do
+/// into `done` (a fresh [`Finished`], the caller's), or the request to forward is left in
+/// `forward` (also the caller's: moved back in a return value, the job's bytes were copied on
+/// every request, forwarded or not — 14 instructions a request on `/plaintext`). Returns the
+/// site that answered.
 /// `released`: the request was held back (`crate::hold`) and its time came; the rate limits
 /// counted it then, and it is logged as `DELAYED`.
 // Inlined into each protocol's loop, as the steps were before they were written once here: left
