@@ -493,6 +493,55 @@ fn basic_auth_against_apache_htpasswd_files() {
 /// The access log says what the rate limits did, as nginx's `$limit_req_status`: `PASSED`,
 /// `REJECTED`, `DELAYED_DRY_RUN` (a dry run's burst passes at once), `REJECTED_DRY_RUN`, and
 /// `-` where no zone applies; the JSON log as `limit_req_status`.
+/// A rule's prefix covers every spelling of the paths under it: percent-encoded, with empty
+/// or dot segments. The file handler normalises `/%70rivate/secret.txt` to
+/// `/private/secret.txt` and would serve it; so would an application that decodes its path.
+#[test]
+fn aliases_of_a_guarded_path_meet_its_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("www");
+    std::fs::create_dir_all(root.join("private")).unwrap();
+    std::fs::write(root.join("private/secret.txt"), "secret\n").unwrap();
+    std::fs::write(root.join("open.txt"), "open\n").unwrap();
+    let users = dir.path().join("users");
+    htpasswd(&users, &["-B", "-C", "4"], "bee", "bcrypt-pass");
+    let basic = format!("/private/={}", users.display());
+    let s = Served::start([
+        "--root",
+        root.to_str().unwrap(),
+        "--basic-auth",
+        &basic,
+        "--deny",
+        "/open.txt=all",
+    ]);
+    for alias in [
+        "/private/secret.txt",
+        "/%70rivate/secret.txt",
+        "/%70%72%69%76%61%74%65/secret.txt",
+        "//private/secret.txt",
+        "/./private/secret.txt",
+        "/open.txt/../private/secret.txt",
+        "/x/%2e%2e/private/secret.txt",
+    ] {
+        assert_eq!(with_basic(s.addr, alias, None).0, 401, "{alias}");
+        let (code, reply) = with_basic(s.addr, alias, Some("bee:bcrypt-pass"));
+        assert_eq!(code, 200, "{alias}: {reply}");
+        assert!(reply.ends_with("secret\n"), "{alias}: {reply}");
+    }
+    for alias in [
+        "/open.txt",
+        "/%6fpen.txt",
+        "//open.txt",
+        "/private/../open.txt",
+    ] {
+        assert_eq!(status(s.addr, alias, &[]), 403, "{alias}");
+    }
+    // Nothing to match: above the root, a broken escape.
+    for bad in ["/../private/secret.txt", "/%zzprivate/secret.txt"] {
+        assert_eq!(with_basic(s.addr, bad, None).0, 400, "{bad}");
+    }
+}
+
 #[test]
 fn the_access_log_says_what_the_limits_did() {
     let dir = tempfile::tempdir().unwrap();

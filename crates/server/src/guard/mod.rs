@@ -15,6 +15,7 @@
 //! - [`key`]: what the limits count by.
 //! - `client`: the client's address after trusted proxies, which all of them judge.
 //! - `metrics`: the zones' counts on `/metrics`.
+//! - `scope`: the normalised path every rule's prefix is matched against.
 
 pub mod access;
 pub mod auth_rule;
@@ -27,6 +28,7 @@ pub mod forward;
 pub mod key;
 pub(crate) mod metrics;
 pub mod ratelimit;
+mod scope;
 
 use std::sync::Arc;
 
@@ -100,6 +102,7 @@ impl Guard {
     fn rate_limits(
         &mut self,
         req: &Req<'_, '_, '_>,
+        path: &str,
         ip: std::net::IpAddr,
         now: std::time::Instant,
         res: &mut Response<'_>,
@@ -109,7 +112,7 @@ impl Guard {
         let mut longest: Option<(std::time::Duration, usize)> = None;
         for i in 0..self.zones.len() {
             let zone = &self.zones[i];
-            if !head.path.starts_with(&zone.spec.prefix) {
+            if !path.starts_with(&zone.spec.prefix) {
                 continue;
             }
             match zone.check(head, ip, now) {
@@ -157,16 +160,26 @@ impl Handler for Guard {
             return;
         };
         let head = req.head;
+        // Every prefix below is matched against the path as it will be read (`scope`).
+        let path = match scope::match_path(head.path) {
+            Ok(path) => path,
+            Err(status) => {
+                res.send_status(status);
+                return;
+            }
+        };
+        let path: &str = &path;
         let ip = client::address(peer, head.headers, &self.trusted);
         let now = crate::clock::loop_now();
         // A request released after its delay was counted when it came (nginx counts once).
-        if res.limit_outcome() != Some(LimitOutcome::Delayed) && self.rate_limits(req, ip, now, res)
+        if res.limit_outcome() != Some(LimitOutcome::Delayed)
+            && self.rate_limits(req, path, ip, now, res)
         {
             return;
         }
         let mut slots = Vec::new();
         for (i, zone) in self.conns.iter().enumerate() {
-            if !head.path.starts_with(&zone.spec.prefix) {
+            if !path.starts_with(&zone.spec.prefix) {
                 continue;
             }
             match zone.take(head, ip) {
@@ -191,13 +204,13 @@ impl Handler for Guard {
         if !slots.is_empty() {
             res.hold_slots(slots.into_boxed_slice());
         }
-        if !access::allowed(&self.rules, ip, head.path.as_bytes()) {
+        if !access::allowed(&self.rules, ip, path.as_bytes()) {
             res.send_status(403);
             return;
         }
         for i in 0..self.auth.len() {
             let auth = Arc::clone(&self.auth[i]);
-            if !head.path.starts_with(&auth.prefix) {
+            if !path.starts_with(&auth.prefix) {
                 continue;
             }
             match auth.check(head, ip, now, crate::cache::now_secs()) {
@@ -217,7 +230,7 @@ impl Handler for Guard {
         let rule = self
             .forward
             .iter()
-            .filter(|(f, _)| head.path.starts_with(&f.prefix))
+            .filter(|(f, _)| path.starts_with(&f.prefix))
             .max_by_key(|(f, _)| f.prefix.len());
         if let Some((rule, Some(group))) = rule {
             let tls = res.client().is_some_and(|c| c.tls);
