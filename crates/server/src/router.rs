@@ -460,29 +460,6 @@ impl Router {
             hooks: _,
             asks_client_certs: _,
         } = self;
-        // A path not written in its normal form (`crate::scope`: percent-escapes, `//`, dot
-        // segments) that the routes would read otherwise than its normal form — `/%61dmin/x`
-        // falling to the files, where `/admin/` has a rule of its own — is sent to its normal
-        // form first (308), as the rules' prefixes are written in it; handlers then see a path
-        // whose prefix arithmetic holds. A path already normal (the usual one) costs one scan.
-        if let Ok(std::borrow::Cow::Owned(normal)) = crate::scope::match_path(head.path) {
-            let route_of = |p: &str| tree.at(p).ok().map(|m| *m.value);
-            location.clear();
-            location.extend_from_slice(b"Location: ");
-            crate::files::path::encode_path(normal.as_bytes(), true, location);
-            // Written back, the normal form may be the path as sent (a name the routes hold
-            // decoded): that is routed as it is, never sent to itself.
-            let same = &location[b"Location: ".len()..] == head.path.as_bytes();
-            if !same && route_of(head.path) != route_of(&normal) {
-                if let Some(query) = head.query {
-                    location.push(b'?');
-                    location.extend_from_slice(query.as_bytes());
-                }
-                location.extend_from_slice(b"\r\n");
-                res.send_status_with(308, location);
-                return;
-            }
-        }
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,
             Err(_) => {

@@ -15,6 +15,7 @@
 //! - [`key`]: what the limits count by.
 //! - `client`: the client's address after trusted proxies, which all of them judge.
 //! - `metrics`: the zones' counts on `/metrics`.
+//! - `scope`: the normalised path every rule's prefix is matched against.
 
 pub mod access;
 pub mod auth_rule;
@@ -27,6 +28,7 @@ pub mod forward;
 pub mod key;
 pub(crate) mod metrics;
 pub mod ratelimit;
+mod scope;
 
 use std::sync::Arc;
 
@@ -158,8 +160,8 @@ impl Handler for Guard {
             return;
         };
         let head = req.head;
-        // Every prefix below is matched against the path as it will be read (`crate::scope`).
-        let path = match crate::scope::match_path(head.path) {
+        // Every prefix below is matched against the path as it will be read (`scope`).
+        let path = match scope::match_path(head.path) {
             Ok(path) => path,
             Err(status) => {
                 res.send_status(status);

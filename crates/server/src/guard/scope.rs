@@ -1,11 +1,9 @@
-//! The path routes and protection rules are matched against: the request's path as the file
-//! handler and the applications behind the proxy read it — percent-decoded, dot-segments
-//! resolved, empty segments merged — as nginx matches its locations against the normalised URI.
-//! Matched on the raw path instead, `/%61dmin/x`, `//admin/x`, `/./admin/x` and `/x/../admin/x`
-//! each passed a guard rule or a `return` rule for `/admin` and were served (the file handler
-//! normalises them to `/admin/x`), and an application that decodes its path would have been
-//! reached the same way. The request itself keeps the path the client sent (the proxy forwards
-//! it as it came).
+//! The path a guard's prefixes are matched against: the request's path as the file handler and
+//! the applications behind the proxy read it — percent-decoded, dot-segments resolved, empty
+//! segments merged — as nginx matches its locations against the normalised URI. Matched on the
+//! raw path instead, `/%61dmin/x`, `//admin/x`, `/./admin/x` and `/x/../admin/x` each passed a
+//! rule for `/admin` and were served (the file handler normalises them to `/admin/x`), and an
+//! application that decodes its path would have been reached the same way.
 
 use std::borrow::Cow;
 
