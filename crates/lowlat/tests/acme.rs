@@ -17,28 +17,8 @@ use lowlat_testkit::pki::{KeyKind, Pki};
 use rustls::pki_types::pem::PemObject;
 
 mod support;
+use support::upstream::tool;
 use support::BIN;
-
-/// A path to an outside tool, or a panic saying how to install it.
-fn tool(name: &str) -> PathBuf {
-    let in_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if let Some(p) = in_path {
-        return p;
-    }
-    if let Ok(out) = Command::new("go").args(["env", "GOPATH"]).output() {
-        let p = Path::new(String::from_utf8_lossy(&out.stdout).trim())
-            .join("bin")
-            .join(name);
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("{name} is not installed: run scripts/test-deps.sh");
-}
 
 /// A local port free for TCP and UDP (the DNS server takes both).
 fn free_port() -> u16 {

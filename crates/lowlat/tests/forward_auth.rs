@@ -7,12 +7,13 @@
 //! request fails closed within the timeout); the counts on `/metrics`.
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 mod support;
 use support::origin::{request_to, Framing, Origin};
+use support::upstream::tool;
 use support::{curl, Served};
 
 /// The counts of `/metrics` for forward auth, as `outcome=N` lines.
@@ -364,27 +365,6 @@ fn a_hanging_or_absent_auth_service_fails_closed() {
         counts.contains(&"failed=2".to_owned()) && counts.contains(&"failed=1".to_owned()),
         "{counts:?}"
     );
-}
-
-/// A path to a tool from `scripts/test-deps.sh`: on `PATH` or in Go's bin directory.
-fn tool(name: &str) -> PathBuf {
-    let in_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if let Some(p) = in_path {
-        return p;
-    }
-    if let Ok(out) = Command::new("go").args(["env", "GOPATH"]).output() {
-        let p = Path::new(String::from_utf8_lossy(&out.stdout).trim())
-            .join("bin")
-            .join(name);
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("{name} is not installed: run scripts/test-deps.sh");
 }
 
 /// oauth2-proxy, killed when dropped.

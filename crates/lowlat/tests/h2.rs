@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,7 @@ use lowlat_http::h2::frame::{self, flag, kind, ErrorCode, FrameHeader, HEADER_LE
 use lowlat_testkit::pki::{KeyKind, Pki};
 
 mod support;
+use support::upstream::tool;
 
 /// `lowlat serve` with a clear-text (h2c) and a TLS listener on ephemeral ports.
 struct Serve {
@@ -93,27 +93,6 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A path to an outside tool, or a panic saying how to install it.
-fn tool(name: &str) -> PathBuf {
-    let in_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if let Some(p) = in_path {
-        return p;
-    }
-    if let Ok(out) = Command::new("go").args(["env", "GOPATH"]).output() {
-        let p = Path::new(String::from_utf8_lossy(&out.stdout).trim())
-            .join("bin")
-            .join(name);
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("{name} is not installed: run scripts/test-deps.sh");
 }
 
 /// A raw HTTP/2 client over h2c: frames written by hand, so it can misbehave.

@@ -628,7 +628,7 @@ pub fn oha() -> PathBuf {
 
 /// Finds `name` in PATH, the sbin directories, Go's bin directory and the test tools' cache; fails the test with what
 /// to run when it is in none of them (a test that cannot run must not pass).
-fn tool(name: &str) -> PathBuf {
+pub fn tool(name: &str) -> PathBuf {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).collect())
         .unwrap_or_default();
