@@ -42,6 +42,7 @@
 //! - [`client_cert`]: what a client certificate verified in a handshake says (subject,
 //!   fingerprint…), worked out once per connection.
 //! - [`client_auth`]: a site's client-certificate rule, checked before its routes (mTLS).
+//! - `own_waker`: the worker's waker, which other threads ring with news for it.
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
 //! - `sitename`: whether a site answers to a name, one rule for `Host` and SNI.
 //! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
@@ -94,6 +95,7 @@ mod listener;
 pub mod log_format;
 pub mod metrics;
 pub mod notify;
+mod own_waker;
 pub mod php;
 mod pool;
 mod proto;

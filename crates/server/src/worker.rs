@@ -76,7 +76,7 @@ impl Worker {
     pub(crate) fn run(mut self, mut router: Router) -> io::Result<()> {
         let cfg = Arc::clone(&self.cfg);
         let cfg = &*cfg;
-        crate::cache::inflight::set_waker(Arc::clone(&self.waker));
+        crate::own_waker::set(Arc::clone(&self.waker));
         for (i, l) in self.listeners.iter_mut().enumerate() {
             self.poll
                 .registry()

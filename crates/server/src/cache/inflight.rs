@@ -17,35 +17,9 @@
 //! marker for the URL (`lookup`), so that requests for different variants do not wait for each
 //! other once the response is known to vary.
 
-use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-
-thread_local! {
-    /// This worker's waker, set when its loop starts: what a flight rings to say a waiter of
-    /// this worker may go on. A thread without one (no event loop to park a request in) never
-    /// waits for a flight.
-    static WAKER: OnceCell<Arc<mio::Waker>> = const { OnceCell::new() };
-}
-
-/// Makes `waker` this thread's: its loop handles what a ring brings (`collapse`, `refresh`).
-pub(crate) fn set_waker(waker: Arc<mio::Waker>) {
-    WAKER.with(|w| {
-        let _ = w.set(waker);
-    });
-}
-
-/// This thread's waker, when it runs a worker loop (also what another worker rings to ask it
-/// for a php-fpm process back: `proxy::fcgi_share`).
-pub(crate) fn own_waker() -> Option<Arc<mio::Waker>> {
-    WAKER.with(|w| w.get().cloned())
-}
-
-/// Rings this thread's own worker (news queued for its next turn). False when it has none.
-pub(crate) fn wake_own() -> bool {
-    WAKER.with(|w| w.get().is_some_and(|w| w.wake().is_ok()))
-}
 
 /// The fills in progress, by key.
 #[derive(Debug, Default)]
@@ -101,7 +75,7 @@ impl Ticket {
 /// Enters the flight of `key` among `flights` (the store's): leads a new one when there is none, waits for the
 /// one there when `may_wait` allows (and this thread has a loop to wait in), else goes alone.
 pub(crate) fn enter(flights: &Arc<Flights>, key: &[u8], may_wait: bool) -> Role {
-    let Some(waker) = own_waker() else {
+    let Some(waker) = crate::own_waker::get() else {
         return Role::Alone;
     };
     let mut map = flights.map.lock().unwrap_or_else(PoisonError::into_inner);
@@ -184,7 +158,7 @@ mod tests {
         let s = store();
         let mut poll = mio::Poll::new().unwrap();
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(7)).unwrap());
-        set_waker(Arc::clone(&waker));
+        crate::own_waker::set(Arc::clone(&waker));
         let Role::Lead(leader) = enter(&s, b"k", true) else {
             panic!("the first miss leads");
         };

@@ -90,7 +90,7 @@ pub(crate) fn queue(job: ProxyJob) {
     };
     fill.borrow().cache.count(|c| &c.refreshes);
     QUEUED.with_borrow_mut(|q| q.push(job));
-    if !super::inflight::wake_own() {
+    if !crate::own_waker::wake() {
         for job in take_queued() {
             job.group.give_buffer(job.request);
         }

@@ -1239,7 +1239,7 @@ impl Upstreams {
             if is_fastcgi(&group, server) {
                 if !group.fastcgi_registered.replace(true) {
                     // Pooling, this worker may be asked for a process back.
-                    if let Some(waker) = crate::cache::inflight::own_waker() {
+                    if let Some(waker) = crate::own_waker::get() {
                         group.health.fastcgi.register(waker);
                     }
                 }
@@ -1410,7 +1410,7 @@ impl Upstreams {
                 group.fastcgi_capacity.borrow_mut()[server] = 0;
                 self.close(key, ctx);
             } else {
-                let own = crate::cache::inflight::own_waker();
+                let own = crate::own_waker::get();
                 asking.health.fastcgi.ask(asked, own.as_ref());
             }
         }
