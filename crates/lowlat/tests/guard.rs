@@ -542,6 +542,27 @@ fn aliases_of_a_guarded_path_meet_its_rules() {
     }
 }
 
+/// A zone keyed by path counts every spelling of a path as that path: the limit is not one
+/// per spelling.
+#[test]
+fn a_path_keyed_zone_counts_aliases_as_their_path() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("a.txt"), "a\n").unwrap();
+    std::fs::write(root.path().join("b.txt"), "b\n").unwrap();
+    let s = Served::start([
+        "--root",
+        root.path().to_str().unwrap(),
+        "--rate-limit",
+        "1r/m,key=path",
+    ]);
+    assert_eq!(status(s.addr, "/a.txt", &[]), 200);
+    for alias in ["/%61.txt", "//a.txt", "/./a.txt", "/b.txt/../a.txt"] {
+        assert_eq!(status(s.addr, alias, &[]), 429, "{alias}");
+    }
+    // Another path has a key of its own.
+    assert_eq!(status(s.addr, "/b.txt", &[]), 200);
+}
+
 #[test]
 fn the_access_log_says_what_the_limits_did() {
     let dir = tempfile::tempdir().unwrap();

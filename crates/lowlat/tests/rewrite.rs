@@ -211,6 +211,48 @@ fn returns_redirect_and_answer_by_longest_prefix() {
 /// `--https-redirect`: clear-text requests (HTTP/1.1 and h2c) get 308 to the TLS listener's
 /// port, path and query kept, Host's port dropped; ACME challenges stay in clear; requests over
 /// TLS are served.
+/// A `return` rule covers every spelling of the paths under it — percent-encoded, with empty
+/// or dot segments — which the file handler would otherwise normalise and serve: another
+/// spelling is redirected to the rule's.
+#[test]
+fn returns_cover_every_spelling_of_their_prefix() {
+    let root = tempfile::tempdir().unwrap();
+    write(root.path(), "admin/secret.txt", "secret\n");
+    write(root.path(), "open.txt", "open\n");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let s = serve(&[
+        "--listen",
+        &listen,
+        "--workers",
+        "1",
+        "--root",
+        root.path().to_str().unwrap(),
+        "--return",
+        "/admin/=403",
+    ]);
+    assert_eq!(get(s.addr, "t", "/admin/secret.txt").0, 403);
+    // Another spelling is sent to the one the rule is written in (which it then answers).
+    for alias in [
+        "/%61dmin/secret.txt",
+        "//admin/secret.txt",
+        "/./admin/secret.txt",
+        "/open.txt/../admin/secret.txt",
+        "/x/%2e%2e/admin/secret.txt",
+    ] {
+        let (status, head, _) = get(s.addr, "t", alias);
+        assert_eq!(status, 308, "{alias}");
+        assert_eq!(field(&head, "location"), "/admin/secret.txt", "{alias}");
+    }
+    let (status, head, _) = get(s.addr, "t", "/%61dmin/?a=1");
+    assert_eq!(
+        (status, field(&head, "location").as_str()),
+        (308, "/admin/?a=1")
+    );
+    // A spelling the routes read as its normal form is served as it was.
+    assert_eq!(get(s.addr, "t", "/%6fpen.txt").2, "open\n");
+    assert_eq!(get(s.addr, "t", "/../admin/secret.txt").0, 400);
+}
+
 #[test]
 fn https_redirect_to_the_tls_port_sparing_acme_challenges() {
     let pki = Pki::new();

@@ -206,10 +206,7 @@ pub(crate) fn with_request<R>(
     let Some(n) = head.request_fields(slots, max_fields) else {
         return Err(HeadRefusal::TooManyFields);
     };
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (target, None),
-    };
+    let (path, query) = lowlat_http::request::split_path(target);
     let req = Request {
         method: Method::from_token(method_token),
         method_token,

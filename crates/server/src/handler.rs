@@ -30,6 +30,10 @@ pub struct Req<'a, 'h, 'b> {
     pub body: &'a [u8],
     /// Route parameters, by name, in route order.
     pub params: &'a [(&'a str, &'a str)],
+    /// The path is known to be its own normal form (no `%`, `//` or `/.`), as the router
+    /// found when it matched it: a handler that decodes paths may take it as it is. `false`
+    /// says only that nobody looked (early hooks run before the router does).
+    pub path_plain: bool,
     /// Index of the worker thread serving it.
     pub worker: usize,
 }

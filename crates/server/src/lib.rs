@@ -44,6 +44,7 @@
 //! - [`client_auth`]: a site's client-certificate rule, checked before its routes (mTLS).
 //! - `own_waker`: the worker's waker, which other threads ring with news for it.
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
+//! - `scope`: the normalised path that routes and protection rules are matched against.
 //! - `sitename`: whether a site answers to a name, one rule for `Host` and SNI.
 //! - [`proxy`]: the reverse proxy: forwarding rules, upstream groups, the worker's upstream side.
 //! - [`builtin`]: `/plaintext` and `/json`.
@@ -104,6 +105,7 @@ pub mod proxy;
 pub mod quic;
 pub mod returns;
 pub mod router;
+mod scope;
 mod server;
 mod service;
 pub mod settings;

@@ -41,6 +41,9 @@ pub struct RouteError {
 struct Route {
     /// Handler index per method; `HEAD` falls back to `GET`.
     methods: Vec<(Method, usize)>,
+    /// The pattern has no parameters and is its own normal form ([`crate::scope::is_plain`]):
+    /// the paths it matches, itself alone, are too.
+    exact_plain: bool,
     /// The preformatted `Allow: ...\r\n` line for 405 answers.
     allow: Vec<u8>,
 }
@@ -158,6 +161,7 @@ impl Router {
                     head,
                     body,
                     params: &[],
+                    path_plain: false,
                     worker,
                 };
                 hook.handler.handle(&req, res);
@@ -244,6 +248,7 @@ impl Router {
                     .map_err(|e| error(e.to_string()))?;
                 self.routes.push(Route {
                     methods: Vec::new(),
+                    exact_plain: !pattern.contains('{') && crate::scope::is_plain(pattern),
                     allow: Vec::new(),
                 });
                 self.patterns.insert(pattern.to_owned(), index);
@@ -460,9 +465,20 @@ impl Router {
             hooks: _,
             asks_client_certs: _,
         } = self;
+        // A path not written in its normal form (`crate::scope`: percent-escapes, `//`, dot
+        // segments) that the routes would read otherwise than its normal form — `/%61dmin/x`
+        // falling to the files, where `/admin/` has a rule of its own — is sent to its normal
+        // form first (308), as the rules' prefixes are written in it; handlers then see a path
+        // whose prefix arithmetic holds. A path an exact route matched is its route's pattern,
+        // plain when that is: the usual `/plaintext` is told plain for a test.
         let matched = match tree.at(head.path) {
             Ok(matched) => matched,
             Err(_) => {
+                let path_plain = crate::scope::is_plain(head.path);
+                if !path_plain && to_normal_form(tree, head, location) {
+                    res.send_status_with(308, location);
+                    return;
+                }
                 if let Some(other) = other_form(head.path, other_path) {
                     if tree.at(other).is_ok() {
                         location.clear();
@@ -481,6 +497,7 @@ impl Router {
                     head,
                     body,
                     params: &[],
+                    path_plain,
                     worker,
                 };
                 match fallback {
@@ -491,6 +508,11 @@ impl Router {
             }
         };
         let route = &routes[*matched.value];
+        let path_plain = route.exact_plain || crate::scope::is_plain(head.path);
+        if !path_plain && to_normal_form(tree, head, location) {
+            res.send_status_with(308, location);
+            return;
+        }
         let wanted = head.method;
         let found = route
             .methods
@@ -519,10 +541,42 @@ impl Router {
             head,
             body,
             params: &params[..count],
+            path_plain,
             worker,
         };
         handlers[handler].handle(&req, res);
     }
+}
+
+/// For a path not in its normal form: whether the routes read it otherwise than that form, with
+/// `location` then holding the `Location` field (and its query) that sends the client to it.
+/// Out of line and cold: the usual path never comes here.
+#[cold]
+#[inline(never)]
+fn to_normal_form(
+    tree: &matchit::Router<usize>,
+    head: &Request<'_, '_>,
+    location: &mut Vec<u8>,
+) -> bool {
+    let Ok(std::borrow::Cow::Owned(normal)) = crate::scope::normal_form(head.path, false) else {
+        return false;
+    };
+    let route_of = |p: &str| tree.at(p).ok().map(|m| *m.value);
+    location.clear();
+    location.extend_from_slice(b"Location: ");
+    crate::files::path::encode_path(normal.as_bytes(), true, location);
+    // Written back, the normal form may be the path as sent (a name the routes hold decoded):
+    // that is routed as it is, never sent to itself.
+    let same = &location[b"Location: ".len()..] == head.path.as_bytes();
+    if same || route_of(head.path) == route_of(&normal) {
+        return false;
+    }
+    if let Some(query) = head.query {
+        location.push(b'?');
+        location.extend_from_slice(query.as_bytes());
+    }
+    location.extend_from_slice(b"\r\n");
+    true
 }
 
 /// `path` with its trailing slash removed, or added (into `buf`): the form a trailing-slash

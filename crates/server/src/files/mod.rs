@@ -173,7 +173,12 @@ impl Handler for StaticFiles {
         } = self;
         let is_head = matches!(req.method(), Method::Head);
         let readable = is_head || matches!(req.method(), Method::Get);
-        if let Err(e) = path::normalize(req.path(), cfg.dotfiles, path) {
+        let normalised = if req.path_plain {
+            path::copy_plain(req.path(), path)
+        } else {
+            path::normalize(req.path(), cfg.dotfiles, path)
+        };
+        if let Err(e) = normalised {
             res.send_status(e.status());
             return;
         }

@@ -121,6 +121,44 @@ pub fn normalize(raw: &str, allow_dotfiles: bool, out: &mut Vec<u8>) -> Result<(
     Ok(())
 }
 
+/// [`normalize`] for a path known to be its own normal form ([`crate::handler::Req::path_plain`]:
+/// no `%`, `//` or `/.`), which has nothing to decode, no dot or empty segment to resolve and no
+/// dotfile: copied as it is, with its bytes and the length of its segments checked. The same
+/// answer as `normalize` for such a path (tested below) for fewer instructions: `/100.html`'s
+/// request, where it runs, is the figure the file handler is measured by.
+///
+/// # Errors
+/// [`PathError`] when the path must not be served.
+#[allow(clippy::inline_always)]
+#[inline(always)]
+pub fn copy_plain(raw: &str, out: &mut Vec<u8>) -> Result<(), PathError> {
+    out.clear();
+    let raw = raw.as_bytes();
+    if raw.first() != Some(&b'/') || raw.len() > MAX_PATH_BYTES {
+        return Err(PathError::BadRequest);
+    }
+    let mut segment = 0;
+    let mut too_long = false;
+    for &b in raw {
+        if b < 0x30 || b == b'\\' || b == 0x7f {
+            if b == b'/' {
+                segment = 0;
+                continue;
+            }
+            if b < 0x20 || b == b'\\' || b == 0x7f {
+                return Err(PathError::BadRequest);
+            }
+        }
+        segment += 1;
+        too_long |= segment > MAX_SEGMENT_BYTES;
+    }
+    if too_long {
+        return Err(PathError::NotFound);
+    }
+    out.extend_from_slice(raw);
+    Ok(())
+}
+
 fn hex(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
@@ -264,5 +302,41 @@ mod tests {
         out.clear();
         encode_path(b"a/b", false, &mut out);
         assert_eq!(out, b"a%2Fb");
+    }
+
+    /// `copy_plain` answers as `normalize` does, on every plain path of up to six bytes over
+    /// the characters that matter, and on segments about their limit.
+    #[test]
+    fn plain_paths_copy_as_they_normalise() {
+        let bytes = [b'/', b'.', b'a', b'\\', 0x01, 0x7f, b'-'];
+        let mut path = Vec::new();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut check = |raw: &str| {
+            let plain = crate::scope::is_plain(raw);
+            if plain {
+                let copied = copy_plain(raw, &mut a);
+                assert_eq!(copied, normalize(raw, false, &mut b), "{raw:?}");
+                if copied.is_ok() {
+                    assert_eq!(a, b, "{raw:?}");
+                }
+            }
+        };
+        for n in 0..bytes.len().pow(5) {
+            path.clear();
+            path.push(b'/');
+            let mut k = n;
+            while k > 0 {
+                path.push(bytes[k % bytes.len()]);
+                k /= bytes.len();
+            }
+            check(std::str::from_utf8(&path).unwrap());
+        }
+        for len in [254, 255, 256] {
+            check(&format!("/d/{}", "x".repeat(len)));
+            check(&format!("/{}/", "x".repeat(len)));
+        }
+        check(&format!("/{}", "x".repeat(MAX_PATH_BYTES)));
+        check("");
+        check("x/y");
     }
 }

@@ -263,7 +263,8 @@ impl BasicAuth {
         if self.passed.get(&key).is_some_and(|until| until > now_secs) {
             return Outcome::Pass;
         }
-        match self.attempts.check(req, client, now) {
+        // Its zone counts by client address alone: the path it is handed plays no part.
+        match self.attempts.check(req, req.path, client, now) {
             super::ratelimit::Verdict::Refuse { retry_after } => {
                 return Outcome::TooMany { retry_after }
             }

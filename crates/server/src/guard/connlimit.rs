@@ -110,9 +110,15 @@ impl ConnZone {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Takes a place for `req` from a client at `client`, or says it is over the limit.
-    pub fn take(self: &Arc<Self>, req: &Request<'_, '_>, client: std::net::IpAddr) -> Taken {
-        let key = super::key::hash(&self.spec.key, &self.seed, req, client);
+    /// Takes a place for `req` (whose path in its normal form is `path`) from a client at
+    /// `client`, or says it is over the limit.
+    pub fn take(
+        self: &Arc<Self>,
+        req: &Request<'_, '_>,
+        path: &str,
+        client: std::net::IpAddr,
+    ) -> Taken {
+        let key = super::key::hash(&self.spec.key, &self.seed, req, path, client);
         let over = {
             let mut shard = self.shard(key);
             let count = shard.entry(key).or_insert(0);
@@ -192,7 +198,7 @@ mod tests {
         ) else {
             panic!("a request")
         };
-        z.take(&req, ip.parse().unwrap())
+        z.take(&req, req.path, ip.parse().unwrap())
     }
 
     #[test]

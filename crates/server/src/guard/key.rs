@@ -39,10 +39,13 @@ impl std::fmt::Display for KeyPart {
 }
 
 /// The key of `req` from a client at `client`: every part, together, hashed with `seed`.
+/// `path` is the request's path in its normal form (`crate::scope`), so that another spelling
+/// of a path counts as the path.
 pub(super) fn hash(
     parts: &[KeyPart],
     seed: &foldhash::quality::RandomState,
     req: &Request<'_, '_>,
+    path: &str,
     client: std::net::IpAddr,
 ) -> u64 {
     let mut h = seed.build_hasher();
@@ -56,7 +59,7 @@ pub(super) fn hash(
                     h.write_u8(b.to_ascii_lowercase());
                 }
             }
-            KeyPart::Path => req.path.hash(&mut h),
+            KeyPart::Path => path.hash(&mut h),
         }
     }
     h.finish()
@@ -68,6 +71,7 @@ pub(super) fn hash(
 pub(super) fn fleet_id(
     parts: &[KeyPart],
     req: &Request<'_, '_>,
+    path: &str,
     client: std::net::IpAddr,
 ) -> [u8; 16] {
     let mut h = ring::digest::Context::new(&ring::digest::SHA256);
@@ -95,7 +99,7 @@ pub(super) fn fleet_id(
                 );
                 part(b'H', &host);
             }
-            KeyPart::Path => part(b'p', req.path.as_bytes()),
+            KeyPart::Path => part(b'p', path.as_bytes()),
         }
     }
     let digest = h.finish();

@@ -15,7 +15,6 @@
 //! - [`key`]: what the limits count by.
 //! - `client`: the client's address after trusted proxies, which all of them judge.
 //! - `metrics`: the zones' counts on `/metrics`.
-//! - `scope`: the normalised path every rule's prefix is matched against.
 
 pub mod access;
 pub mod auth_rule;
@@ -28,7 +27,6 @@ pub mod forward;
 pub mod key;
 pub(crate) mod metrics;
 pub mod ratelimit;
-mod scope;
 
 use std::sync::Arc;
 
@@ -115,7 +113,7 @@ impl Guard {
             if !path.starts_with(&zone.spec.prefix) {
                 continue;
             }
-            match zone.check(head, ip, now) {
+            match zone.check(head, path, ip, now) {
                 Verdict::Refuse { retry_after } => {
                     let status = zone.spec.status;
                     res.set_limit_outcome(LimitOutcome::Rejected);
@@ -160,8 +158,8 @@ impl Handler for Guard {
             return;
         };
         let head = req.head;
-        // Every prefix below is matched against the path as it will be read (`scope`).
-        let path = match scope::match_path(head.path) {
+        // Every prefix below is matched against the path as it will be read (`crate::scope`).
+        let path = match crate::scope::normal_form(head.path, req.path_plain) {
             Ok(path) => path,
             Err(status) => {
                 res.send_status(status);
@@ -182,7 +180,7 @@ impl Handler for Guard {
             if !path.starts_with(&zone.spec.prefix) {
                 continue;
             }
-            match zone.take(head, ip) {
+            match zone.take(head, path, ip) {
                 Taken::Pass(slot) => {
                     // Room for this zone and the ones after it, taken at the first that
                     // applies: a request outside every zone's prefix allocates nothing, and

@@ -154,12 +154,18 @@ impl Zone {
         }
     }
 
-    /// Counts `req` against its key's bucket at `now`.
-    pub fn check(&self, req: &Request<'_, '_>, client: std::net::IpAddr, now: Instant) -> Verdict {
-        let key = super::key::hash(&self.spec.key, &self.hasher, req, client);
+    /// Counts `req` (whose path in its normal form is `path`) against its key's bucket at `now`.
+    pub fn check(
+        &self,
+        req: &Request<'_, '_>,
+        path: &str,
+        client: std::net::IpAddr,
+        now: Instant,
+    ) -> Verdict {
+        let key = super::key::hash(&self.spec.key, &self.hasher, req, path, client);
         let made = || {
             let id = if self.fleet.is_some() {
-                super::key::fleet_id(&self.spec.key, req, client)
+                super::key::fleet_id(&self.spec.key, req, path, client)
             } else {
                 [0; 16]
             };

@@ -114,9 +114,12 @@ impl Handler for PhpHandler {
     }
 
     fn handle(&mut self, req: &Req<'_, '_, '_>, res: &mut Response<'_>) {
-        if let Err(e) =
+        let normalised = if req.path_plain {
+            crate::files::path::copy_plain(req.path(), &mut self.norm)
+        } else {
             crate::files::path::normalize(req.path(), self.files_cfg.dotfiles, &mut self.norm)
-        {
+        };
+        if let Err(e) = normalised {
             res.send_status(e.status());
             return;
         }

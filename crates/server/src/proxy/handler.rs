@@ -279,6 +279,7 @@ impl ProxyHandler {
                 head: &head,
                 body: b"",
                 params: req.params,
+                path_plain: req.path_plain,
                 worker: req.worker,
             };
             if !self.fastcgi_request(&refresh, None, (client, cert), &mut request) {
@@ -349,6 +350,7 @@ impl ProxyHandler {
                 head: &head,
                 body: req.body,
                 params: req.params,
+                path_plain: req.path_plain,
                 worker: req.worker,
             };
             (
