@@ -893,8 +893,8 @@ fn requests_within_the_burst_are_held_back_over_http3() {
 }
 
 /// A held request whose client leaves gives its place back at once (the zone's count of held
-/// requests drops, long before the delay would have ended); `/metrics` counts what was held
-/// back, and the access log says `DELAYED`.
+/// requests drops, long before the delay would have ended) and is logged 499; `/metrics`
+/// counts what was held back, and the access log says `DELAYED`.
 #[test]
 fn a_held_request_whose_client_leaves_frees_its_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -947,10 +947,14 @@ fn a_held_request_whose_client_leaves_frees_its_place() {
     s.stop();
     let text = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = text.lines().collect();
+    // The HTTP/1.1 requests whose clients left are logged 499, as nginx logs a request its
+    // client closed (the stream of HTTP/2 is not logged when its connection goes).
     assert_eq!(
         lines,
         [
             "/plaintext 200 PASSED",
+            "/json 499 DELAYED",
+            "/json 499 DELAYED",
             "/plaintext 200 PASSED",
             "/plaintext 200 DELAYED"
         ],

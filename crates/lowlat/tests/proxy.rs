@@ -2733,6 +2733,46 @@ fn a_client_leaving_mid_download_closes_the_upstream_connection() {
     assert_eq!(get(proxy.addr, "/status/200").status, 200);
 }
 
+/// A client that leaves before its answer is complete is logged as nginx logs it: 499 while
+/// the upstream had not answered yet, and the status with the bytes sent when it left in the
+/// middle of a body.
+#[test]
+fn a_client_that_leaves_is_logged_499_or_with_what_it_got() {
+    let upstream = Upstream::gunicorn();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let proxy = Proxy::start([
+        "--access-log".as_ref(),
+        log.as_os_str(),
+        "--access-log-format".as_ref(),
+        "$request_uri $status".as_ref(),
+        "--proxy".as_ref(),
+        format!("/={}", upstream.url()).as_ref(),
+    ]);
+    let mut s = connect(proxy.addr);
+    s.write_all(b"GET /slow/3000 HTTP/1.1\r\nHost: p\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(s);
+    let mut s = connect(proxy.addr);
+    s.write_all(b"GET /bytes/1073741824 HTTP/1.1\r\nHost: p\r\n\r\n")
+        .unwrap();
+    let mut buf = vec![0; 1 << 20];
+    s.read_exact(&mut buf).unwrap();
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.len() >= 2 {
+            assert_eq!(lines, ["/slow/3000 499", "/bytes/1073741824 200"], "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no lines in {text:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The proxy's CPU time so far (utime + stime), in clock ticks.
 fn proxy_cpu_ticks(proxy: &Proxy) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", proxy.pid())).unwrap();

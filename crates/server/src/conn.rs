@@ -315,8 +315,9 @@ impl Conn {
                 || self.hold.is_some()
             {
                 // The client left while its response was on the way (or its request was held
-                // back): nginx's 499. The worker abandons the upstream exchange. (During an upload, what it sent before its
-                // FIN is read first: the end of the body may be in it.)
+                // back): nginx's 499. The worker abandons the upstream exchange. (During an
+                // upload, what it sent before its FIN is read first: the end of the body may be
+                // in it.)
                 self.close_now(ctx);
                 return;
             }

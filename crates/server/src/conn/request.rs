@@ -156,7 +156,9 @@ impl Conn {
             self.released = false;
             if let Some(hold) = done.hold.take() {
                 // Held back: the request stays unconsumed at `pos` (its body, if any, in the
-                // buffer or the socket) and is parsed and routed again when released.
+                // buffer or the socket) and is parsed and routed again when released. Its log
+                // fields are kept for the line written if its client leaves meanwhile.
+                dispatch::hold(ctx, &mut self.held, &req, site, &self.client, &done);
                 ctx.holds.at(hold.until, ctx.token);
                 self.hold = Some(hold);
                 break;
