@@ -59,10 +59,20 @@ fn odd_word(word: u64) -> bool {
 /// malformed escape, a dot-segment climbing above the root, or bytes that decode to no text
 /// (nginx answers such a URI 400 too). `plain`: the path is known to be its own normal form
 /// ([`is_plain`], as the router found it), and is returned as it is, for nothing.
+#[inline]
 pub(crate) fn normal_form(raw: &str, plain: bool) -> Result<Cow<'_, str>, u16> {
     if plain || is_plain(raw) {
-        return Ok(Cow::Borrowed(raw));
+        Ok(Cow::Borrowed(raw))
+    } else {
+        normalise(raw).map(Cow::Owned)
     }
+}
+
+/// [`normal_form`] of a path that is not its own: decoded and resolved into a new string. Out
+/// of line, so that the plain path's test is all its callers pay.
+#[cold]
+#[inline(never)]
+fn normalise(raw: &str) -> Result<String, u16> {
     let bytes = raw.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -105,7 +115,7 @@ pub(crate) fn normal_form(raw: &str, plain: bool) -> Result<Cow<'_, str>, u16> {
     if out.is_empty() || dir {
         out.push(b'/');
     }
-    String::from_utf8(out).map(Cow::Owned).map_err(|_| 400)
+    String::from_utf8(out).map_err(|_| 400)
 }
 
 #[cfg(test)]

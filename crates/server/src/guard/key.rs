@@ -51,7 +51,12 @@ pub(super) fn hash(
     let mut h = seed.build_hasher();
     for part in parts {
         match part {
-            KeyPart::Addr => client.hash(&mut h),
+            // The address's bits in one write: `IpAddr`'s own `Hash` writes its variant and a
+            // length-prefixed array, 107 instructions a request in all (callgrind).
+            KeyPart::Addr => match client {
+                std::net::IpAddr::V4(a) => h.write_u64(u64::from(a.to_bits()) | 1 << 32),
+                std::net::IpAddr::V6(a) => h.write_u128(a.to_bits()),
+            },
             KeyPart::Header(name) => req.header(name).unwrap_or_default().hash(&mut h),
             KeyPart::Cookie(name) => cookie(req, name).unwrap_or_default().hash(&mut h),
             KeyPart::Host => {
