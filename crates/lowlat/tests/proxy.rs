@@ -2735,7 +2735,7 @@ fn a_client_leaving_mid_download_closes_the_upstream_connection() {
 
 /// A client that leaves before its answer is complete is logged as nginx logs it: 499 while
 /// the upstream had not answered yet, and the status with the bytes sent when it left in the
-/// middle of a body.
+/// middle of a body; over HTTP/1.1 and HTTP/2.
 #[test]
 fn a_client_that_leaves_is_logged_499_or_with_what_it_got() {
     let upstream = Upstream::gunicorn();
@@ -2746,6 +2746,7 @@ fn a_client_that_leaves_is_logged_499_or_with_what_it_got() {
         log.as_os_str(),
         "--access-log-format".as_ref(),
         "$request_uri $status".as_ref(),
+        "--h2c".as_ref(),
         "--proxy".as_ref(),
         format!("/={}", upstream.url()).as_ref(),
     ]);
@@ -2760,12 +2761,27 @@ fn a_client_that_leaves_is_logged_499_or_with_what_it_got() {
     let mut buf = vec![0; 1 << 20];
     s.read_exact(&mut buf).unwrap();
     drop(s);
+    // Over HTTP/2 too: a client that gives up on its stream's answer and goes.
+    let started = Instant::now();
+    Command::new("nghttp")
+        .args(["-n", "--timeout=300ms"])
+        .arg(format!("http://{}/slow/2900", proxy.addr))
+        .output()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "nghttp waited for the answer"
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        if lines.len() >= 2 {
-            assert_eq!(lines, ["/slow/3000 499", "/bytes/1073741824 200"], "{text}");
+        if lines.len() >= 3 {
+            assert_eq!(
+                lines,
+                ["/slow/3000 499", "/bytes/1073741824 200", "/slow/2900 499"],
+                "{text}"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "no lines in {text:?}");

@@ -546,6 +546,7 @@ impl H2Conn {
                 ctx.proxy_cancels.push(up);
             }
             super::relay::log_tunnel(ctx, self.peer, &s);
+            super::relay::log_left(ctx, self.peer, &s);
         }
         // The client closed it: anything more it sends on it is its error (STREAM_CLOSED).
         remember(&mut self.closed_ids, h.stream);

@@ -182,6 +182,7 @@ impl H2Conn {
         }
         self.rlen = 0;
         for s in self.streams.drain(..) {
+            super::relay::log_left(ctx, self.peer, &s);
             if let Some(up) = s.relay.and_then(|r| r.upstream) {
                 ctx.proxy_cancels.push(up);
             }
@@ -207,10 +208,12 @@ impl H2Conn {
         // A stream still receiving (a body streaming to an upstream, a tunnel) cannot finish:
         // its upstream exchange is cancelled with it — left running, it would later deliver to
         // whatever connection and stream reuse its token and id.
+        let peer = self.peer;
         self.streams.retain(|s| {
             if s.state != State::Open {
                 return true;
             }
+            super::relay::log_left(ctx, peer, s);
             if let Some(up) = s.relay.and_then(|r| r.upstream) {
                 ctx.proxy_cancels.push(up);
             }

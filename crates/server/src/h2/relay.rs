@@ -94,6 +94,30 @@ pub(super) fn log_tunnel(
     );
 }
 
+/// The line of a stream whose client reset it, or left, before its relayed answer was
+/// complete, as HTTP/1.1's: 499 when no head had gone out, else the status and the body bytes
+/// sent. A tunnel's line is [`log_tunnel`]'s; a relay that ended was logged then (and taken).
+pub(super) fn log_left(
+    ctx: &mut WorkerCtx<'_>,
+    peer: std::net::SocketAddr,
+    s: &super::stream::Stream,
+) {
+    let (Some(r), None) = (s.relay, s.tunnel.as_deref()) else {
+        return;
+    };
+    let status = if r.status == 0 { 499 } else { r.status };
+    let took = ctx.now.saturating_duration_since(s.started);
+    log_relayed(
+        ctx,
+        s.held.as_deref(),
+        peer,
+        status,
+        r.body_bytes,
+        took,
+        None,
+    );
+}
+
 impl Downstream for StreamRelay<'_> {
     fn client_addresses(&mut self) -> Option<lowlat_http::proxy_protocol::Addresses> {
         let c = &mut *self.conn;
