@@ -94,28 +94,25 @@ pub(super) fn log_tunnel(
     );
 }
 
-/// The line of a stream whose client reset it, or left, before its relayed answer was
-/// complete, as HTTP/1.1's: 499 when no head had gone out, else the status and the body bytes
-/// sent. A tunnel's line is [`log_tunnel`]'s; a relay that ended was logged then (and taken).
+/// The line of a stream whose client reset it, or left, before its answer was complete, as
+/// HTTP/1.1's: 499 when no head had gone out (a relayed answer not begun, a request held back
+/// by a rate limit's delay), else the status and the body bytes sent. A tunnel's line is
+/// [`log_tunnel`]'s; a relay that ended was logged then (and taken).
 pub(super) fn log_left(
     ctx: &mut WorkerCtx<'_>,
     peer: std::net::SocketAddr,
     s: &super::stream::Stream,
 ) {
-    let (Some(r), None) = (s.relay, s.tunnel.as_deref()) else {
+    if s.tunnel.is_some() {
         return;
+    }
+    let (status, bytes) = match (s.relay, &s.hold) {
+        (Some(r), _) if r.status != 0 => (r.status, r.body_bytes),
+        (Some(_), _) | (None, Some(_)) => (499, 0),
+        (None, None) => return,
     };
-    let status = if r.status == 0 { 499 } else { r.status };
     let took = ctx.now.saturating_duration_since(s.started);
-    log_relayed(
-        ctx,
-        s.held.as_deref(),
-        peer,
-        status,
-        r.body_bytes,
-        took,
-        None,
-    );
+    log_relayed(ctx, s.held.as_deref(), peer, status, bytes, took, None);
 }
 
 impl Downstream for StreamRelay<'_> {

@@ -17,6 +17,12 @@ use crate::handler::{Finished, Response};
 use crate::proxy::headers::StreamedBody;
 use crate::proxy::upload::UploadFeed;
 
+/// A request held back (`crate::hold`), and its log fields (with an access log).
+type Held = (
+    Box<crate::hold::Hold>,
+    Option<Box<crate::access_log::HeldRequest>>,
+);
+
 impl H2Conn {
     /// The request on stream `i` is complete: check its length and answer it.
     pub(super) fn request_complete(&mut self, ctx: &mut WorkerCtx<'_>, i: usize) {
@@ -81,7 +87,7 @@ impl H2Conn {
         (id, head, body): (u32, &RequestHead, &[u8]),
         started: Instant,
         entry: Option<usize>,
-        hold: Box<crate::hold::Hold>,
+        (hold, held): Held,
     ) {
         ctx.holds.at(hold.until, ctx.token);
         let i = self.entry(entry, id, started);
@@ -89,6 +95,8 @@ impl H2Conn {
         s.head = Some(Box::new(head.clone()));
         s.body = body.to_vec();
         s.hold = Some(hold);
+        // For the line written if its client leaves meanwhile (`super::relay::log_left`).
+        s.held = held;
     }
 
     /// Answers a request: the router writes the response in HTTP/1.1 form, which goes out as
@@ -134,7 +142,7 @@ impl H2Conn {
         entry: Option<usize>,
         streamed: Option<StreamedBody>,
         released: bool,
-    ) -> Option<Box<crate::hold::Hold>> {
+    ) -> Option<Held> {
         // An extended CONNECT (RFC 8441) opened a tunnel stream; only the proxy's WebSocket
         // tunnel can take it up.
         let tunnel = entry.is_some_and(|i| self.streams[i].tunnel.is_some());
@@ -155,7 +163,9 @@ impl H2Conn {
         );
         if let Some(hold) = done.hold.take() {
             if streamed.is_none() && !tunnel {
-                return Some(hold);
+                let mut held = None;
+                dispatch::hold(ctx, &mut held, req, site, &self.client, &done);
+                return Some((hold, held));
             }
             // A body that streams, or a tunnel, flows from the client already: the stream
             // cannot wait unread, so the request goes on at once.
