@@ -14,6 +14,14 @@
 //! A WebSocket handshake answered `101` turns its exchange into a tunnel (`tunnel`): the
 //! connection leaves the request/response cycle for good and is closed, never pooled, when the
 //! tunnel ends.
+//!
+//! # Layout
+//! This file holds the worker's entry points (an event, a resume, a cancel, a wake, a deadline,
+//! a reload), each routed to its HTTP/1.1 connection, to HTTP/2 (`h2up`), to the cache's parked
+//! requests or to php-fpm's queue.
+//! - `start`: an exchange started: gated, parked, or handed to a pooled or new connection.
+
+mod start;
 
 use std::io;
 use std::time::Instant;
@@ -23,9 +31,8 @@ use lowlat_http::client::{
     parse_response, parse_upgrade_response, ResponseBody, ResponseHeaderSlots,
 };
 use lowlat_http::limits::MAX_HEADERS;
-use lowlat_http::proxy_protocol;
 use lowlat_http::Status;
-use mio::{Interest, Token};
+use mio::Token;
 use slab::Slab;
 
 use super::downstream::Downstream;
@@ -38,8 +45,8 @@ use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody};
 use super::trailers::trailer_passes;
 use super::tunnel::{self, Pumped};
-use super::upload::{UpstreamProtocol, UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
-use super::upstream::{BodyLeft, Phase, Sock, Tunnel, UpConn};
+use super::upload::{UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
+use super::upstream::{BodyLeft, Phase, Tunnel, UpConn};
 use crate::ctx::WorkerCtx;
 
 pub(crate) use super::upstream::TOKEN_BASE;
@@ -174,275 +181,6 @@ impl Upstreams {
         if let Delivered::Retry(job, client, server) = done {
             self.assign(server, job, client, true, ctx, down);
         }
-    }
-
-    /// Forwards `job` for `client`: a server is chosen, a pooled connection reused or a new one
-    /// opened, the request written as far as the socket takes it.
-    pub(crate) fn start(
-        &mut self,
-        client: (Token, u32),
-        job: ProxyJob,
-        ctx: &mut WorkerCtx<'_>,
-        down: &mut dyn Downstream,
-    ) {
-        if let Some(gate) = job.gate.clone() {
-            return self.start_gated(client, job, &gate, ctx, down);
-        }
-        // A cached exchange's failures before any connection (no server up, a refused
-        // connect) go through the cache's tee too: a stale response may answer them.
-        match job.cache.clone() {
-            None => self.start_job(client, job, ctx, down),
-            Some(fill) => {
-                // A miss of a key another request is fetching waits for that fetch.
-                let ticket = fill.borrow_mut().take_ticket();
-                if let Some(ticket) = ticket {
-                    return self.parked.park(client, job, ticket, ctx, down);
-                }
-                match crate::cache::tee::Tee::new(down, &fill) {
-                    Ok(mut tee) => self.start_job(client, job, ctx, &mut tee),
-                    Err(down) => self.start_job(client, job, ctx, down),
-                }
-            }
-        }
-    }
-
-    /// Starts a forward-auth subrequest (`super::auth`), its answer judged by its gate; the
-    /// request it guards is forwarded if the answer (read at once, or later in
-    /// [`Upstreams::drive`]) lets it through.
-    fn start_gated(
-        &mut self,
-        client: (Token, u32),
-        job: ProxyJob,
-        gate: &super::job::GateRef,
-        ctx: &mut WorkerCtx<'_>,
-        down: &mut dyn Downstream,
-    ) {
-        if let Some(main) = gate.borrow_mut().main.as_mut() {
-            // The site's lines for every response go on the guarded request's answer too.
-            main.added.clone_from(&job.added);
-        }
-        match super::auth::AuthGate::new(down, gate) {
-            Ok(mut judged) => self.start_job(client, job, ctx, &mut judged),
-            // Started again from inside its own gate: that one lets it through.
-            Err(down) => return self.start_job(client, job, ctx, down),
-        }
-        self.let_through(gate, client, ctx, down);
-    }
-
-    /// Forwards the request a forward-auth subrequest guards, once its answer let it through.
-    fn let_through(
-        &mut self,
-        gate: &super::job::GateRef,
-        client: (Token, u32),
-        ctx: &mut WorkerCtx<'_>,
-        down: &mut dyn Downstream,
-    ) {
-        let passed = gate.borrow_mut().take_passed();
-        if let Some(main) = passed {
-            self.start(client, main, ctx, down);
-        }
-    }
-
-    /// Parked requests whose wait is over at `now` (the fill they waited for ended, or their
-    /// time is up), for the worker to hand each its client through [`Upstreams::unpark`].
-    pub(crate) fn released(&mut self, now: Instant) -> Vec<crate::cache::collapse::Released> {
-        self.parked.released(now)
-    }
-
-    /// A parked request whose wait is over: answered from the cache when what it finds there
-    /// may be used, else forwarded on its own.
-    pub(crate) fn unpark(
-        &mut self,
-        client: (Token, u32),
-        job: ProxyJob,
-        ctx: &mut WorkerCtx<'_>,
-        down: &mut dyn Downstream,
-    ) {
-        if crate::cache::collapse::answer(&job, ctx, down) {
-            job.group.give_buffer(job.request);
-            return;
-        }
-        // Its ticket is taken: it goes, and is not parked again.
-        self.start(client, job, ctx, down);
-    }
-
-    /// [`Upstreams::start`] for whichever `down` relays.
-    fn start_job(
-        &mut self,
-        client: (Token, u32),
-        job: ProxyJob,
-        ctx: &mut WorkerCtx<'_>,
-        down: &mut dyn Downstream,
-    ) {
-        let Some(server) = job.group.choose(job.hash, None, now_ms()) else {
-            tracing::debug!(group = %job.group.cfg.name, "no upstream server is up");
-            job.group.give_buffer(job.request);
-            down.relay_error(ctx, 502);
-            return;
-        };
-        self.assign(server, job, client, true, ctx, down);
-    }
-
-    /// Hands `job` to a connection to `server`: a pooled one when `pooled` allows, else new.
-    fn assign(
-        &mut self,
-        server: usize,
-        job: ProxyJob,
-        client: (Token, u32),
-        pooled: bool,
-        ctx: &mut WorkerCtx<'_>,
-        down: &mut dyn Downstream,
-    ) {
-        let group = std::rc::Rc::clone(&job.group);
-        if let Some(up) = &job.upload {
-            let s = &group.cfg.servers[server];
-            up.borrow_mut().frame_for(if s.fastcgi {
-                UpstreamProtocol::FastCgi
-            } else if s.h2 {
-                UpstreamProtocol::Http2
-            } else {
-                UpstreamProtocol::Http1
-            });
-        }
-        if group.cfg.servers[server].h2 {
-            if let Err(job) = self.h2.assign(server, job, client, ctx, down) {
-                self.retry_or_answer(server, job, false, Failure::Connect, client, ctx, down);
-            }
-            return;
-        }
-        let reuse = if pooled {
-            loop {
-                let Some(key) = group.idle.borrow_mut()[server].pop() else {
-                    break None;
-                };
-                if self.conns.get(key).is_some_and(|c| c.phase == Phase::Idle) {
-                    break Some(key);
-                }
-            }
-        } else {
-            None
-        };
-        let now = ctx.now;
-        if reuse.is_none()
-            && pooled
-            && group.cfg.servers[server].fastcgi
-            && self.fastcgi_at_capacity(&group, server, ctx.now)
-        {
-            let token = self.fcgi_waiting.push(client, job, server, now);
-            down.relay_link(token);
-            return;
-        }
-        let key = if let Some(key) = reuse {
-            let c = &mut self.conns[key];
-            c.phase = Phase::Sending;
-            c.reused = true;
-            key
-        } else {
-            group.health.stats.connect(server, ctx.worker);
-            let sock = match Sock::connect(&group.cfg.servers[server]) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!(server = %group.cfg.servers[server].label, "upstream connect: {e}");
-                    group.health.failed(server, now_ms());
-                    group
-                        .health
-                        .stats
-                        .failure(server, ctx.worker, Failure::Connect as usize);
-                    return self.retry_or_answer(
-                        server,
-                        job,
-                        false,
-                        Failure::Connect,
-                        client,
-                        ctx,
-                        down,
-                    );
-                }
-            };
-            let entry = self.conns.vacant_entry();
-            let key = entry.key();
-            let mut c = UpConn {
-                sock,
-                group: std::rc::Rc::clone(&group),
-                server,
-                phase: Phase::Connecting,
-                client: None,
-                job: None,
-                fill: None,
-                gate: None,
-                wpos: 0,
-                preamble: Vec::new(),
-                rbuf: Vec::new(),
-                rlen: 0,
-                body: BodyLeft::UntilClose,
-                head_relayed: false,
-                got_bytes: false,
-                reused: false,
-                keep_alive: false,
-                status: 0,
-                paused: false,
-                readable: false,
-                writable: false,
-                closed_seen: false,
-                deadline: now + group.cfg.timeouts.connect,
-                sent_at: now,
-                tunnel: None,
-                fcgi: None,
-            };
-            if ctx
-                .registry
-                .register(
-                    c.sock.source(),
-                    Token(TOKEN_BASE + key),
-                    Interest::READABLE | Interest::WRITABLE,
-                )
-                .is_err()
-            {
-                return self.retry_or_answer(
-                    server,
-                    job,
-                    false,
-                    Failure::Connect,
-                    client,
-                    ctx,
-                    down,
-                );
-            }
-            // Asked only of a group that sends it: the client's connection's addresses.
-            match group.cfg.send_proxy_protocol {
-                1 => proxy_protocol::write_v1(&mut c.preamble, down.client_addresses()),
-                2 => proxy_protocol::write_v2(&mut c.preamble, down.client_addresses()),
-                _ => {}
-            }
-            entry.insert(c);
-            if is_fastcgi(&group, server) {
-                group.fastcgi_open.borrow_mut()[server] += 1;
-            }
-            key
-        };
-        group.active.borrow_mut()[server] += 1;
-        let c = &mut self.conns[key];
-        c.client = Some(client);
-        c.job = Some(job);
-        c.fcgi = group.cfg.servers[server]
-            .fastcgi
-            .then(|| Box::new(super::fcgi_state::FcgiExchange::new()));
-        c.wpos = 0;
-        c.head_relayed = false;
-        c.got_bytes = false;
-        c.status = 0;
-        c.paused = false;
-        c.sent_at = now;
-        c.fill = None;
-        c.gate = None;
-        if c.phase == Phase::Sending {
-            c.deadline = now + group.cfg.timeouts.write;
-            // A pooled connection is writable (its edge was used long ago): try at once.
-            c.writable = true;
-        }
-        gauges(&group, server, ctx.worker);
-        down.relay_link(Token(TOKEN_BASE + key));
-        self.drive(key, ctx, down);
     }
 
     /// A readiness event on an upstream connection. `down` is its client, if it still has one.
