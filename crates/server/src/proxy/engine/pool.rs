@@ -5,7 +5,8 @@
 
 use std::io;
 
-use super::{is_fastcgi, Upstreams, FASTCGI_PROBE_EVERY};
+use super::fcgi_capacity::{is_fastcgi, FASTCGI_PROBE_EVERY};
+use super::Upstreams;
 use crate::ctx::WorkerCtx;
 use crate::proxy::downstream::Downstream;
 use crate::proxy::fcgi;

@@ -8,8 +8,9 @@ use std::time::Instant;
 use lowlat_http::proxy_protocol;
 use mio::{Interest, Token};
 
+use super::fcgi_capacity::is_fastcgi;
 use super::pool::gauges;
-use super::{is_fastcgi, Failure, Upstreams, TOKEN_BASE};
+use super::{Failure, Upstreams, TOKEN_BASE};
 use crate::ctx::WorkerCtx;
 use crate::proxy::downstream::Downstream;
 use crate::proxy::health::now_ms;
