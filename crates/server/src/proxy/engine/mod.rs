@@ -21,8 +21,10 @@
 //! requests or to php-fpm's queue.
 //! - `start`: an exchange started: gated, parked, or handed to a pooled or new connection.
 //! - `pool`: an exchange's end: its connection back in its server's pool, or closed.
+//! - `failure`: a failed exchange: retried, answered 502/504, or cut short.
 //! - `fcgi_capacity`: how many connections a php-fpm takes; processes given back when asked.
 
+mod failure;
 mod fcgi_capacity;
 mod pool;
 mod start;
@@ -44,8 +46,7 @@ use super::fcgi::{self, FileTurn, Progress};
 use super::fcgi_queue;
 use super::h2up::{self, Delivered, H2Upstreams};
 use super::headers::response_field_passes;
-use super::health::now_ms;
-use super::job::{ProxyJob, RelayBody};
+use super::job::RelayBody;
 use super::trailers::trailer_passes;
 use super::tunnel::{self, Pumped};
 use super::upload::{UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
@@ -964,79 +965,6 @@ impl Upstreams {
         self.close(key, ctx);
         down.tunnel_end(ctx);
     }
-
-    /// An exchange failed: retried, answered 502/504, or cut short, as far as it got.
-    fn fail(
-        &mut self,
-        key: usize,
-        why: Failure,
-        ctx: &mut WorkerCtx<'_>,
-        down: &mut dyn Downstream,
-    ) {
-        let c = &mut self.conns[key];
-        let server = c.server;
-        let stale = c.reused && !c.got_bytes && why == Failure::Closed;
-        c.group
-            .health
-            .stats
-            .failure(server, ctx.worker, why as usize);
-        if !stale {
-            c.group.health.failed(server, now_ms());
-        }
-        tracing::debug!(server = %c.group.cfg.servers[server].label, ?why, "upstream exchange failed");
-        let job = c.job.take();
-        let relayed = c.head_relayed;
-        let client = c.client;
-        self.close(key, ctx);
-        if relayed {
-            down.relay_abort(ctx);
-            return;
-        }
-        match (job, client) {
-            (Some(job), Some(client)) => {
-                self.retry_or_answer(server, job, stale, why, client, ctx, down);
-            }
-            (job, _) => {
-                if let Some(job) = job {
-                    job.group.give_buffer(job.request);
-                }
-                down.relay_error(ctx, status_for(why));
-            }
-        }
-    }
-
-    /// A request that got no response from `server`: sent once more where that is safe, else
-    /// answered 502/504.
-    #[allow(clippy::too_many_arguments)]
-    fn retry_or_answer(
-        &mut self,
-        server: usize,
-        mut job: ProxyJob,
-        stale: bool,
-        why: Failure,
-        client: (Token, u32),
-        ctx: &mut WorkerCtx<'_>,
-        down: &mut dyn Downstream,
-    ) {
-        if job.upload.as_ref().is_some_and(|u| u.borrow().sent() > 0) {
-            // Part of the body is gone: it cannot be sent again.
-            job.group.give_buffer(std::mem::take(&mut job.request));
-            return down.relay_error(ctx, status_for(why));
-        }
-        if job.idempotent && stale && !job.stale_retried {
-            // The pool's connection had been closed by the server: a fresh one, same server.
-            job.stale_retried = true;
-            return self.assign(server, job, client, false, ctx, down);
-        }
-        if job.idempotent && !job.retried {
-            job.retried = true;
-            if let Some(other) = job.group.choose(job.hash, Some(server), now_ms()) {
-                return self.assign(other, job, client, true, ctx, down);
-            }
-        }
-        job.group.give_buffer(std::mem::take(&mut job.request));
-        down.relay_error(ctx, status_for(why));
-    }
 }
 
 /// The forward-auth gate of connection `c`'s exchange, when it carries a subrequest: its job's
@@ -1082,14 +1010,6 @@ fn yield_turn(reads: &mut usize, key: usize, ctx: &mut WorkerCtx<'_>) -> bool {
 /// Whether `head` holds an LF not preceded by CR.
 fn has_bare_lf(head: &[u8]) -> bool {
     memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
-}
-
-fn status_for(why: Failure) -> u16 {
-    if why == Failure::Timeout {
-        504
-    } else {
-        502
-    }
 }
 
 #[cfg(test)]
