@@ -22,12 +22,14 @@
 //! - `start`: an exchange started: gated, parked, or handed to a pooled or new connection.
 //! - `pool`: an exchange's end: its connection back in its server's pool, or closed.
 //! - `failure`: a failed exchange: retried, answered 502/504, or cut short.
+//! - `upgraded`: an exchange turned into a WebSocket tunnel, and the tunnel's end.
 //! - `fcgi_capacity`: how many connections a php-fpm takes; processes given back when asked.
 
 mod failure;
 mod fcgi_capacity;
 mod pool;
 mod start;
+mod upgraded;
 
 use std::io;
 use std::time::Instant;
@@ -50,7 +52,7 @@ use super::job::RelayBody;
 use super::trailers::trailer_passes;
 use super::tunnel::{self, Pumped};
 use super::upload::{UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
-use super::upstream::{BodyLeft, Phase, Tunnel, UpConn};
+use super::upstream::{BodyLeft, Phase, UpConn};
 use crate::ctx::WorkerCtx;
 
 pub(crate) use super::upstream::TOKEN_BASE;
@@ -923,47 +925,6 @@ impl Upstreams {
             return self.finish(key, ctx, down);
         }
         self.fail(key, Failure::Closed, ctx, down);
-    }
-
-    /// The upstream switched protocols and the client was told: the connection becomes a
-    /// tunnel. `rbuf` holds the 101's head (`head_len` bytes) and maybe the first tunnelled
-    /// bytes after it.
-    fn open_tunnel(
-        &mut self,
-        key: usize,
-        rbuf: Vec<u8>,
-        head_len: usize,
-        ctx: &mut WorkerCtx<'_>,
-        down: &mut dyn Downstream,
-    ) {
-        let c = &mut self.conns[key];
-        let took = ctx.now.saturating_duration_since(c.sent_at);
-        c.group
-            .health
-            .stats
-            .response(c.server, ctx.worker, 101, took);
-        c.status = 101;
-        c.head_relayed = true;
-        c.keep_alive = false;
-        if let Some(job) = c.job.take() {
-            job.group.give_buffer(job.request);
-        }
-        if c.rlen > head_len {
-            down.tunnel_write(ctx, &rbuf[head_len..c.rlen]);
-        }
-        c.rbuf = rbuf;
-        c.rlen = 0;
-        c.phase = Phase::Tunnel;
-        c.tunnel = Some(Box::new(Tunnel::new(ctx.pool.take_read())));
-        c.deadline = ctx.now + c.group.cfg.timeouts.tunnel_idle;
-        down.flush_relayed(ctx);
-    }
-
-    /// A tunnel is over (closed both ways, broken, or idle too long): the upstream connection
-    /// closes (never pooled) and the client's side ends.
-    fn end_tunnel(&mut self, key: usize, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
-        self.close(key, ctx);
-        down.tunnel_end(ctx);
     }
 }
 
