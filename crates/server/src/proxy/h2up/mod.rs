@@ -29,6 +29,11 @@
 //! failure before the head is a 502 (504 after the first-byte timeout); after it, the client's
 //! response is cut. A GOAWAY lets the streams in flight finish; new requests open another
 //! connection.
+//!
+//! # Layout
+//! - `request`: the forwarded HTTP/1.1 request translated into an HTTP/2 stream's fields.
+
+mod request;
 
 use std::io;
 use std::ops::Range;
@@ -38,8 +43,6 @@ use std::time::Instant;
 use lowlat_http::client::Header;
 use lowlat_http::h2::client::{ClientConn, Event, OpenError, MIN_READ_BUFFER};
 use lowlat_http::h2::frame::ErrorCode;
-use lowlat_http::request::{header_slots, parse_request, HeadLimits};
-use lowlat_http::Status;
 use mio::{Interest, Token};
 use slab::Slab;
 
@@ -52,6 +55,7 @@ use super::trailers::trailer_passes;
 use super::upload::{UploadRef, UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
 use super::upstream::Sock;
 use crate::ctx::WorkerCtx;
+use request::open_stream;
 
 /// Connection tokens: this far above the engine's base (HTTP/1.1 connections sit just above it).
 pub(crate) const CONN_OFFSET: usize = 1 << 40;
@@ -1144,68 +1148,4 @@ fn status_for(kind: usize) -> u16 {
     } else {
         502
     }
-}
-
-/// Fields HTTP/2 forbids in a request (RFC 9113 §8.2.2), besides `Host` (the `:authority`).
-fn connection_specific(name: &str) -> bool {
-    name.eq_ignore_ascii_case("host")
-        || lowlat_http::fields::CONNECTION_SPECIFIC
-            .iter()
-            .any(|f| name.as_bytes().eq_ignore_ascii_case(f))
-}
-
-/// Opens a stream for `request` (the HTTP/1.1 bytes the proxy handler wrote: head, then a body
-/// of its `Content-Length`; with `streaming`, the head only, its body to follow). `None` when
-/// it does not parse (it always should).
-fn open_stream(
-    session: &mut ClientConn,
-    request: &[u8],
-    tls: bool,
-    streaming: bool,
-    scratch: &mut Vec<u8>,
-) -> Option<Result<u32, OpenError>> {
-    let mut slots = header_slots();
-    // The proxy wrote this head itself (the client's, checked, with forwarding fields added):
-    // only its own size bounds it.
-    let limits = HeadLimits {
-        max_uri_bytes: request.len(),
-        max_head_bytes: request.len(),
-        max_headers: slots.len(),
-    };
-    let Ok(Status::Complete(req)) = parse_request(request, &mut slots, &limits) else {
-        return None;
-    };
-    let body = &request[req.head_len..];
-    let authority = req.header("host").unwrap_or_default();
-    // Names lower-cased into one buffer (HTTP/2 requires lower case).
-    scratch.clear();
-    let mut ranges: Vec<(Range<usize>, &[u8])> = Vec::with_capacity(req.headers.len());
-    for h in req.headers {
-        if connection_specific(h.name) {
-            continue;
-        }
-        if h.name.eq_ignore_ascii_case("te") {
-            continue;
-        }
-        let at = scratch.len();
-        scratch.extend(h.name.bytes().map(|b| b.to_ascii_lowercase()));
-        ranges.push((at..scratch.len(), h.value));
-    }
-    let scheme: &[u8] = if tls { b"https" } else { b"http" };
-    let pseudo = [
-        (&b":method"[..], req.method_token.as_bytes()),
-        (b":scheme", scheme),
-        (b":authority", authority),
-        (b":path", req.target.as_bytes()),
-    ];
-    let scratch = &*scratch;
-    // This side relays trailers, so it says so (RFC 9110 §10.1.4): gRPC servers refuse a call
-    // without it.
-    let te = [(&b"te"[..], &b"trailers"[..])];
-    let fields = pseudo
-        .into_iter()
-        .chain(ranges.iter().map(|(n, v)| (&scratch[n.clone()], *v)))
-        .chain(te);
-    // With `streaming`, the body follows from the upload (`H2Upstreams::pump_uploads`).
-    Some(session.open_with(fields, body, &[], streaming))
 }
