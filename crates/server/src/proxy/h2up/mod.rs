@@ -17,7 +17,7 @@
 //! connection's and the stream's) allow — a WINDOW_UPDATE read is followed by another pump —
 //! and END_STREAM (on the client's trailers, if it sent any) once the body is in. What the
 //! upload holds is taken only while the connection's unwritten output is below
-//! [`UPLOAD_OUT_LIMIT`]; what it no longer holds lets the client send more
+//! [`uploads::UPLOAD_OUT_LIMIT`]; what it no longer holds lets the client send more
 //! (`Downstream::upload_drained`). The response is relayed as it comes, body still going: a
 //! gRPC bidirectional call works both ways at once. A response that ends first ends the upload
 //! (the stream is reset with CANCEL); a body the client's side refused (a malformed chunk, over
@@ -32,10 +32,12 @@
 //!
 //! # Layout
 //! - `open`: an exchange given to a connection with a stream free, or a new one; streams opened.
+//! - `uploads`: request bodies streamed into DATA frames as the server's windows allow.
 //! - `request`: the forwarded HTTP/1.1 request translated into an HTTP/2 stream's fields.
 
 mod open;
 mod request;
+mod uploads;
 
 use std::io;
 use std::ops::Range;
@@ -54,7 +56,7 @@ use super::headers::response_field_passes;
 use super::health::now_ms;
 use super::job::{ProxyJob, RelayBody, MAX_REFUSALS};
 use super::trailers::trailer_passes;
-use super::upload::{UploadRef, UPLOAD_LOW_WATER, UPLOAD_WAIT_LIMIT};
+use super::upload::UploadRef;
 use super::upstream::Sock;
 use crate::ctx::WorkerCtx;
 
@@ -64,10 +66,6 @@ pub(crate) const CONN_OFFSET: usize = 1 << 40;
 pub(crate) const EXCHANGE_OFFSET: usize = 1 << 41;
 /// Stop delivering (and so stop giving window back) while a client has this much unwritten.
 const HIGH_WATER: usize = 256 * 1024;
-/// Request bodies are taken from their uploads only while a connection has less than this
-/// unwritten: the socket's pace bounds what sits here, as the upload's high water bounds what
-/// waits before (64 KiB: four full DATA frames, enough to keep a socket busy between events).
-const UPLOAD_OUT_LIMIT: usize = 64 * 1024;
 /// Failure kinds, in the order of [`super::stats::FAILURE_KINDS`].
 const CONNECT: usize = 0;
 const CLOSED: usize = 1;
@@ -323,119 +321,6 @@ impl H2Upstreams {
                         return;
                     }
                 }
-            }
-        }
-    }
-
-    /// Moves streaming request bodies from their uploads into DATA frames, as far as the
-    /// server's windows and [`UPLOAD_OUT_LIMIT`] allow; ends those whose client body is all in.
-    /// Returns whether anything was queued.
-    fn pump_uploads(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) -> bool {
-        let Self {
-            conns,
-            exchanges,
-            touched,
-            ..
-        } = self;
-        let c = &mut conns[key];
-        if c.uploads == 0 {
-            return false;
-        }
-        let timeouts = c.group.cfg.timeouts;
-        let mut moved = false;
-        let mut refused = false;
-        let mut uploads = 0;
-        for &(stream, xkey) in &c.streams {
-            let Some(x) = exchanges.get_mut(xkey) else {
-                continue;
-            };
-            let Some(up) = &x.upload else { continue };
-            uploads += 1;
-            let mut pipe = up.borrow_mut();
-            if let Some(status) = pipe.failed() {
-                // The upstream got part of a request: its stream is reset, the others on the
-                // connection go on.
-                tracing::debug!(
-                    status,
-                    stream,
-                    "request body refused while streaming: upstream stream reset"
-                );
-                c.session.cancel(stream);
-                drop(pipe);
-                x.upload = None;
-                x.outcome = Outcome::Refused(status);
-                touched.push(xkey);
-                refused = true;
-                moved = true;
-                continue;
-            }
-            if !c.session.sending(stream) {
-                // The response ended first (the codec reset the stream): nothing more goes.
-                continue;
-            }
-            let mut progress = false;
-            while c.session.out.len() - c.wpos < UPLOAD_OUT_LIMIT {
-                let pending = pipe.pending();
-                if pending.is_empty() {
-                    break;
-                }
-                let before = pending.len();
-                let n = c
-                    .session
-                    .send_data(stream, &pending[..before.min(UPLOAD_OUT_LIMIT)]);
-                if n == 0 {
-                    break;
-                }
-                pipe.taken(n);
-                progress = true;
-                if before >= UPLOAD_LOW_WATER && pipe.drained() {
-                    // The client's side may have stopped for room: it reads again.
-                    x.upload_resume = true;
-                    touched.push(xkey);
-                }
-            }
-            let head_seen = x.head.is_some() || x.head_relayed;
-            if pipe.done() {
-                let trailers = pipe.trailers().iter().map(|(n, v)| (&n[..], &v[..]));
-                c.session.finish(stream, trailers);
-                drop(pipe);
-                x.upload = None;
-                progress = true;
-                if !head_seen {
-                    x.deadline = ctx.now + timeouts.first_byte;
-                }
-            } else if !head_seen {
-                x.deadline = if progress {
-                    ctx.now + timeouts.write
-                } else if pipe.pending().is_empty() {
-                    // The client's pace: its connection's body timeout bounds the wait.
-                    ctx.now + UPLOAD_WAIT_LIMIT
-                } else {
-                    // The server's window: it must take the body within the write timeout.
-                    x.deadline.min(ctx.now + timeouts.write)
-                };
-            }
-            moved |= progress;
-        }
-        c.uploads = uploads;
-        if refused {
-            c.streams.retain(|&(_, xkey)| {
-                exchanges
-                    .get(xkey)
-                    .is_some_and(|x| !matches!(x.outcome, Outcome::Refused(_)))
-            });
-        }
-        moved
-    }
-
-    /// The client passed more of its body to exchange `token`'s upload: the connection sends it.
-    pub(crate) fn wake(&mut self, token: Token, ctx: &mut WorkerCtx<'_>) {
-        let Some(key) = token.0.checked_sub(base() + EXCHANGE_OFFSET) else {
-            return;
-        };
-        if let Some(conn) = self.exchanges.get(key).map(|x| x.conn) {
-            if self.conns.get(conn).is_some_and(|c| c.phase == Phase::Open) {
-                self.drive(conn, ctx);
             }
         }
     }
