@@ -1,7 +1,8 @@
 //! Where an upstream connection goes when its exchange ends: back to its server's idle pool
-//! when the response was complete, the connection may carry another and there is room, else
-//! closed; a pooled connection the server closed leaves the pool. The gauges `/metrics` reads
-//! are published again at each change.
+//! when the response was complete, the connection may carry another, there is room and no
+//! php-fpm request waits for its process; else closed. A connection closed mid-exchange (the
+//! client gone, a failure) or idle (the server closed it) is forgotten here too. The gauges
+//! `/metrics` reads are published again at each change.
 
 use std::io;
 
