@@ -17,9 +17,13 @@
 //! - `cgi_request`: the FastCGI request a forwarded request becomes: its CGI/1.1 variables.
 //! - `job`: a request on its way; how its body will be framed for the client.
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
-//! - `engine`: the worker's upstream connections: exchanges, retries, timeouts, pools.
+//! - `engine`: the worker's upstream connections: exchanges, retries, timeouts, pools; a file
+//!   for each job under `engine/` (started, driven, relayed, pooled or closed, failed, upgraded
+//!   to a tunnel, php-fpm's capacity).
 //! - `upload`: a request body streaming to an upstream while it arrives.
-//! - `h2up`: HTTP/2 upstream connections: many requests as streams over few connections.
+//! - `h2up`: HTTP/2 upstream connections: many requests as streams over few connections; a file
+//!   for each job under `h2up/` (exchanges opened, connections driven, uploads, delivery to
+//!   the client, other ends, the request's translation).
 //! - `fcgi`: a FastCGI exchange on an upstream connection: records read, the CGI head relayed,
 //!   stderr logged, a file sent for `X-Accel-Redirect`.
 //! - `fcgi_state`: that exchange's state, held by the upstream connection.
