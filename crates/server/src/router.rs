@@ -558,7 +558,7 @@ fn to_normal_form(
     head: &Request<'_, '_>,
     location: &mut Vec<u8>,
 ) -> bool {
-    let Ok(std::borrow::Cow::Owned(normal)) = crate::scope::normal_form(head.path, false) else {
+    let Ok(std::borrow::Cow::Owned(normal)) = crate::scope::normal_form(head.path) else {
         return false;
     };
     let route_of = |p: &str| tree.at(p).ok().map(|m| *m.value);

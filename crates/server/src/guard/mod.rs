@@ -159,7 +159,7 @@ impl Handler for Guard {
         };
         let head = req.head;
         // Every prefix below is matched against the path as it will be read (`crate::scope`).
-        let path = match crate::scope::normal_form(head.path, req.path_plain) {
+        let path = match crate::scope::normal_form(head.path) {
             Ok(path) => path,
             Err(status) => {
                 res.send_status(status);
