@@ -18,23 +18,53 @@
 //! other once the response is known to vary.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The fills in progress, by key.
-#[derive(Debug, Default)]
+///
+/// A flight is filed under its key's 64-bit hash, not the key: entering and leaving the table
+/// then allocates nothing (the key was one allocation a miss, the flight's `done` flag another,
+/// which now only a waiter makes). Two keys of one hash share a flight: the later request
+/// waits for the other's fill, finds nothing of its own in the store, and goes upstream alone
+/// (`collapse`), a detour of one exchange once in 2^64.
+#[derive(Debug)]
 pub(crate) struct Flights {
-    // foldhash, random-seeded per process as std's SipHash is, at a fraction of its cost: every
-    // miss enters and leaves this table (SipHash was about 1 100 instructions a miss, callgrind).
-    // Keys are shared with the flight's leader: one allocation a miss, not two.
-    map: Mutex<HashMap<Arc<[u8]>, Flight, foldhash::quality::RandomState>>,
+    // foldhash, random-seeded per process as std's SipHash is, at a fraction of its cost
+    // (SipHash was about 1 100 instructions a miss, callgrind).
+    keys: foldhash::quality::RandomState,
+    map: Mutex<Table>,
+}
+
+/// The table and the id of the next flight.
+#[derive(Debug)]
+struct Table {
+    flights: HashMap<u64, Flight, foldhash::fast::FixedState>,
+    next: u64,
+}
+
+impl Default for Flights {
+    fn default() -> Self {
+        Flights {
+            keys: foldhash::quality::RandomState::default(),
+            map: Mutex::new(Table {
+                // Room from the start: a table this size keeps free slots beside each entry,
+                // so a removal leaves no tombstone and a miss never rehashes it.
+                flights: HashMap::with_capacity_and_hasher(64, foldhash::fast::FixedState::default()),
+                next: 0,
+            }),
+        }
+    }
 }
 
 /// One fill in progress.
 #[derive(Debug)]
 struct Flight {
-    /// Set when the flight ends; each waiter holds it.
-    done: Arc<AtomicBool>,
+    /// Which flight (a later one of the same key is another).
+    id: u64,
+    /// Set when the flight ends; each waiter holds it (made by the first).
+    done: Option<Arc<AtomicBool>>,
     /// The workers with a waiter, each once.
     wakers: Vec<Arc<mio::Waker>>,
 }
@@ -55,8 +85,8 @@ pub(crate) enum Role {
 #[derive(Debug)]
 pub(crate) struct Leader {
     flights: Arc<Flights>,
-    key: Arc<[u8]>,
-    done: Arc<AtomicBool>,
+    hash: u64,
+    id: u64,
 }
 
 /// A waiter's hold on the flight it waits for.
@@ -78,50 +108,61 @@ pub(crate) fn enter(flights: &Arc<Flights>, key: &[u8], may_wait: bool) -> Role 
     let Some(waker) = crate::own_waker::get() else {
         return Role::Alone;
     };
-    let mut map = flights.map.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(flight) = map.get_mut(key) {
+    let hash = flights.keys.hash_one(key);
+    let mut table = flights.map.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(flight) = table.flights.get_mut(&hash) {
         if !may_wait {
             return Role::Alone;
         }
         if !flight.wakers.iter().any(|w| Arc::ptr_eq(w, &waker)) {
             flight.wakers.push(waker);
         }
+        let done = flight
+            .done
+            .get_or_insert_with(|| Arc::new(AtomicBool::new(false)));
         return Role::Wait(Ticket {
-            done: Arc::clone(&flight.done),
+            done: Arc::clone(done),
         });
     }
-    let done = Arc::new(AtomicBool::new(false));
-    let key: Arc<[u8]> = key.into();
-    map.insert(
-        Arc::clone(&key),
+    let id = table.next;
+    table.next += 1;
+    table.flights.insert(
+        hash,
         Flight {
-            done: Arc::clone(&done),
+            id,
+            done: None,
             wakers: Vec::new(),
         },
     );
+    drop(table);
     Role::Lead(Leader {
         flights: Arc::clone(flights),
-        key,
-        done,
+        hash,
+        id,
     })
 }
 
 impl Drop for Leader {
     fn drop(&mut self) {
         let flight = {
-            let mut map = self
+            let mut table = self
                 .flights
                 .map
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            match map.get(&*self.key) {
-                Some(f) if Arc::ptr_eq(&f.done, &self.done) => map.remove(&*self.key),
+            match table.flights.get(&self.hash) {
+                Some(f) if f.id == self.id => table.flights.remove(&self.hash),
                 _ => None,
             }
         };
+        let Some(flight) = flight else {
+            return;
+        };
         // Done before the wake: a woken worker must find its tickets done.
-        self.done.store(true, Ordering::Release);
-        for waker in flight.into_iter().flat_map(|f| f.wakers) {
+        if let Some(done) = &flight.done {
+            done.store(true, Ordering::Release);
+        }
+        for waker in flight.wakers {
             let _ = waker.wake();
         }
     }
@@ -134,6 +175,7 @@ impl Flights {
         self.map
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .flights
             .len()
     }
 }

@@ -1,27 +1,40 @@
 //! Header fields owned in one buffer ([`Lines`]): a stored response's fields, the copy of a
 //! request's a fill keeps for `Vary`. Each field is a `Name: value\r\n` line, so a stored head
-//! is copied into a response as it is, and its name and value are found by offsets kept beside
-//! it. Two allocations for any number of fields, each sized once ([`Lines::with_capacity`]):
-//! a field per `Box<str>` and `Box<[u8]>` was two allocations a field, most of the 44 a cache
-//! miss made (callgrind; 11 since, docs/PERFORMANCE.md).
+//! is copied into a response as it is, and its name and value are found by offsets kept in a
+//! table at the front of the same buffer. One allocation for any number of fields, sized once
+//! ([`Lines::with_capacity`]): a field per `Box<str>` and `Box<[u8]>` was two allocations a
+//! field, most of the 44 a cache miss made, and the table in a `Vec` of its own one more per
+//! copy (callgrind; docs/PERFORMANCE.md).
 
 use lowlat_http::cache::Fields;
+
+/// Bytes of one table entry: where a field's name ends and its value starts and ends, three
+/// `u32` offsets into the lines.
+const ENTRY: usize = 12;
 
 /// Fields as `Name: value\r\n` lines in one buffer.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Lines {
-    bytes: Vec<u8>,
-    /// Per field, where its name ends and its value starts and ends in `bytes` (its name
-    /// starts where the line before it ended, `: ` and `\r\n` around the value).
-    ends: Vec<[u32; 3]>,
+    /// `room` table entries, then the lines.
+    buf: Vec<u8>,
+    /// Table entries the buffer has room for (the lines start at `room * ENTRY`).
+    room: u32,
+    /// Fields held (table entries used).
+    count: u32,
 }
 
 impl Lines {
     /// Room for `count` fields whose names and values take `len` bytes together.
     pub(crate) fn with_capacity(count: usize, len: usize) -> Self {
+        // Heads are at most tens of KiB (the head limits), far below u32.
+        let room = u32::try_from(count).unwrap_or(u32::MAX);
+        let table = count * ENTRY;
+        let mut buf = Vec::with_capacity(table + len + count * 4);
+        buf.resize(table, 0);
         Lines {
-            bytes: Vec::with_capacity(len + count * 4),
-            ends: Vec::with_capacity(count),
+            buf,
+            room,
+            count: 0,
         }
     }
 
@@ -44,39 +57,73 @@ impl Lines {
         lines
     }
 
+    /// Where the lines start in the buffer.
+    fn start(&self) -> usize {
+        self.room as usize * ENTRY
+    }
+
     /// Adds a field line.
     pub(crate) fn push(&mut self, name: &str, value: &[u8]) {
-        let b = &mut self.bytes;
+        if self.count == self.room {
+            self.grow_table();
+        }
+        let start = self.start();
+        let b = &mut self.buf;
         b.extend_from_slice(name.as_bytes());
-        let name_end = b.len();
+        let name_end = b.len() - start;
         b.extend_from_slice(b": ");
-        let value_at = b.len();
+        let value_at = b.len() - start;
         b.extend_from_slice(value);
-        let value_end = b.len();
+        let value_end = b.len() - start;
         b.extend_from_slice(b"\r\n");
-        // Heads are at most tens of KiB (the head limits), far below u32.
-        let at = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
-        self.ends.push([at(name_end), at(value_at), at(value_end)]);
+        let at = |v: usize| u32::try_from(v).unwrap_or(u32::MAX).to_ne_bytes();
+        let e = self.count as usize * ENTRY;
+        b[e..e + 4].copy_from_slice(&at(name_end));
+        b[e + 4..e + 8].copy_from_slice(&at(value_at));
+        b[e + 8..e + 12].copy_from_slice(&at(value_end));
+        self.count += 1;
+    }
+
+    /// Room for more table entries than sized for (the lines move up behind them): cold, as
+    /// every builder sizes the table for the fields it may push.
+    #[cold]
+    fn grow_table(&mut self) {
+        let more = (self.room as usize).max(4);
+        let at = self.start();
+        self.buf.splice(at..at, std::iter::repeat_n(0, more * ENTRY));
+        self.room += u32::try_from(more).unwrap_or(0);
     }
 
     /// The lines, ready to be copied into a head.
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.bytes
+        &self.buf[self.start()..]
     }
 
     /// The bytes held, for a memory budget.
     pub(crate) fn heap_len(&self) -> usize {
-        self.bytes.capacity() + self.ends.capacity() * 12
+        self.buf.capacity()
     }
 
-    /// Where field `i`'s name starts and ends, and its value.
-    fn spans(&self, i: usize) -> (usize, usize, usize, usize) {
-        let start = match i {
-            0 => 0,
-            _ => self.ends[i - 1][2] as usize + 2,
+    /// Field `i`'s table entry.
+    fn entry(&self, i: usize) -> [usize; 3] {
+        let e = &self.buf[i * ENTRY..(i + 1) * ENTRY];
+        let word = |k: usize| {
+            let mut w = [0; 4];
+            w.copy_from_slice(&e[k..k + 4]);
+            u32::from_ne_bytes(w) as usize
         };
-        let [n1, v0, v1] = self.ends[i].map(|v| v as usize);
-        (start, n1, v0, v1)
+        [word(0), word(4), word(8)]
+    }
+
+    /// Where field `i`'s name starts and ends, and its value, in the buffer.
+    fn spans(&self, i: usize) -> (usize, usize, usize, usize) {
+        let start = self.start();
+        let first = match i {
+            0 => 0,
+            _ => self.entry(i - 1)[2] + 2,
+        };
+        let [n1, v0, v1] = self.entry(i);
+        (start + first, start + n1, start + v0, start + v1)
     }
 
     /// Whether field `i` has one of `names` (ASCII case-insensitive; its offsets found once).
@@ -89,20 +136,20 @@ impl Lines {
 
     fn name_bytes(&self, i: usize) -> &[u8] {
         let (n0, n1, _, _) = self.spans(i);
-        &self.bytes[n0..n1]
+        &self.buf[n0..n1]
     }
 }
 
 impl Fields for Lines {
     fn count(&self) -> usize {
-        self.ends.len()
+        self.count as usize
     }
 
     fn field(&self, i: usize) -> (&str, &[u8]) {
         let (n0, n1, v0, v1) = self.spans(i);
         // Names were `&str` when pushed, so the bytes are UTF-8.
-        let name = std::str::from_utf8(&self.bytes[n0..n1]).unwrap_or("");
-        (name, &self.bytes[v0..v1])
+        let name = std::str::from_utf8(&self.buf[n0..n1]).unwrap_or("");
+        (name, &self.buf[v0..v1])
     }
 
     fn is_named(&self, i: usize, name: &str) -> bool {
@@ -111,7 +158,7 @@ impl Fields for Lines {
 
     fn value(&self, i: usize) -> &[u8] {
         let (_, _, v0, v1) = self.spans(i);
-        &self.bytes[v0..v1]
+        &self.buf[v0..v1]
     }
 }
 
@@ -143,8 +190,7 @@ mod tests {
             Some(&b"Accept"[..])
         );
         // Sized once: nothing grew.
-        assert_eq!(lines.bytes.len(), lines.bytes.capacity());
-        assert_eq!(lines.ends.len(), lines.ends.capacity());
+        assert_eq!(lines.buf.len(), lines.buf.capacity());
     }
 
     #[test]
@@ -155,5 +201,21 @@ mod tests {
         assert_eq!(lines.count(), 1);
         assert_eq!(lines.field(0), ("B", &b"2"[..]));
         assert_eq!(Lines::default().count(), 0);
+        assert_eq!(Lines::default().bytes(), b"");
+    }
+
+    #[test]
+    fn more_fields_than_sized_for() {
+        let mut lines = Lines::with_capacity(1, 4);
+        for i in 0..9 {
+            lines.push(&format!("N{i}"), format!("v{i}").as_bytes());
+        }
+        assert_eq!(lines.count(), 9);
+        for i in 0..9 {
+            let (n, v) = lines.field(i);
+            assert_eq!((n, v), (&*format!("N{i}"), format!("v{i}").as_bytes()));
+        }
+        assert!(lines.bytes().starts_with(b"N0: v0\r\nN1: v1\r\n"));
+        assert!(lines.bytes().ends_with(b"N8: v8\r\n"));
     }
 }

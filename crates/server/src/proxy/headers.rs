@@ -22,10 +22,22 @@ pub use crate::incoming::{ClientInfo, StreamedBody};
 
 /// Fields that are the proxy's to set, or belong to one hop only: the hop-by-hop ones,
 /// `Trailer` (a relayed body is framed again, its trailers announced anew) and every `Proxy-*`.
+///
+/// Asked of every field of every forwarded request and relayed response, so by length first
+/// and the `proxy-` prefix by its first byte: most names have no listed length and do not
+/// start with `p` (held to the codec's list by `hop_by_hop_is_the_codecs_and_more`).
+#[inline]
 fn is_hop_by_hop(name: &str) -> bool {
-    lowlat_http::fields::is_hop_by_hop(name)
-        || name.len() == 7 && name.eq_ignore_ascii_case("trailer")
-        || name.len() > 6 && name.as_bytes()[..6].eq_ignore_ascii_case(b"proxy-")
+    let b = name.as_bytes();
+    let is = |n: &str| name.eq_ignore_ascii_case(n);
+    let listed = match b.len() {
+        2 => is("te"),
+        7 => is("upgrade") || is("trailer"),
+        10 => is("connection") || is("keep-alive"),
+        17 => is("transfer-encoding"),
+        _ => false,
+    };
+    listed || b.len() > 6 && b[0] | 0x20 == b'p' && b[..6].eq_ignore_ascii_case(b"proxy-")
 }
 
 /// Whether `name` is listed in one of the `Connection` field values.
@@ -341,7 +353,7 @@ pub fn response_field_passes<'a>(
     connection: impl IntoIterator<Item = &'a [u8]>,
 ) -> bool {
     !(is_hop_by_hop(name)
-        || name.eq_ignore_ascii_case("content-length")
+        || name.len() == 14 && name.eq_ignore_ascii_case("content-length")
         || named_by_connection(name, connection))
 }
 
@@ -639,6 +651,22 @@ mod tests {
             ("Proxy-Authenticate", false),
         ] {
             assert_eq!(response_field_passes(name, conn), passes, "{name}");
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_is_the_codecs_and_more() {
+        for name in [
+            "te", "TE", "tE", "ta", "upgrade", "Upgrade", "trailer", "Trailers", "connection",
+            "Keep-Alive", "keep-alivE", "proxy-connection", "Proxy-Connection",
+            "transfer-encoding", "Transfer-Encoding", "proxy-x", "Proxy-Authorization",
+            "PROXY-AUTHENTICATE", "proxy", "proxy-", "proxyx-a", "pragma", "content-type",
+            "x", "", "p", "Set-Cookie", "upgradE", "connectio", "x-proxy-a",
+        ] {
+            let want = lowlat_http::fields::is_hop_by_hop(name)
+                || name.eq_ignore_ascii_case("trailer")
+                || name.len() > 6 && name.as_bytes()[..6].eq_ignore_ascii_case(b"proxy-");
+            assert_eq!(is_hop_by_hop(name), want, "{name}");
         }
     }
 }
