@@ -29,6 +29,22 @@ use super::lines::Lines;
 use super::object::{reason_of, Object};
 use super::{key, now_secs, RouteCache};
 
+/// Whether a response field is stored: what every relay passes on to the client (the proxy's
+/// `response_field_passes`: not hop-by-hop, not the framing, no `Trailer` or `Proxy-*`, not
+/// named by `Connection`) less what RFC 9111 keeps out of a stored response (`field_kept`).
+/// Asked once a field here rather than asking the relay's `pass` again (a closure call and a
+/// second walk of the same names, about 300 instructions a miss).
+fn stored_field(name: &str, connection: &[&[u8]], cc: &Directives<'_>) -> bool {
+    let b = name.as_bytes();
+    let relay_drops =
+        match b.len() {
+            7 => name.eq_ignore_ascii_case("trailer"),
+            14 => name.eq_ignore_ascii_case("content-length"),
+            _ => false,
+        } || b.len() > 6 && b[0] | 0x20 == b'p' && b[..6].eq_ignore_ascii_case(b"proxy-");
+    !relay_drops && field_kept(name, connection, cc)
+}
+
 /// `Cache-Status`'s `detail` on a response the rule's no-store conditions kept out.
 const KEPT_OUT: &str = "no-store-rule";
 
@@ -67,6 +83,10 @@ pub(super) struct Pending {
     body: Vec<u8>,
     age: AgeBase,
     fresh: Stored,
+    /// Whether `kept` has a `Vary` line, and cache-tag lines: seen while it was copied, so
+    /// that storing it need not look again.
+    varies: bool,
+    tagged: bool,
 }
 
 /// What a 304 from the upstream becomes (see [`Fill::not_modified`]).
@@ -309,7 +329,7 @@ impl Fill {
             AgeBase::new(fields, self.request_time, response_time),
             Stored::new(life, &cc),
         ));
-        self.put(Entry::Object(Arc::clone(&object)), &object);
+        self.put(Entry::Object(Arc::clone(&object)), &object, true);
         self.cache.count(|c| &c.revalidated);
         NotModified::Refreshed(object)
     }
@@ -405,11 +425,17 @@ impl Fill {
             Ok(()) => {
                 let life = self.lifetime_of(status, decide, &cc, is_targeted, response_time);
                 let connection: Vec<&[u8]> = values(fields, "connection").collect();
+                let (mut varies, mut tagged) = (false, false);
                 let kept = Lines::of(fields.iter().map(|f| (f.name, f.value)), |name| {
-                    pass(name)
-                        && field_kept(name, &connection, &cc)
+                    let keep = stored_field(name, &connection, &cc)
                         // An ignored `Set-Cookie` is this client's, not the store's.
-                        && !(ignored.set_cookie && name.eq_ignore_ascii_case("set-cookie"))
+                        && !(ignored.set_cookie && name.eq_ignore_ascii_case("set-cookie"));
+                    debug_assert!(!keep || pass(name), "{name} stored but not relayed");
+                    if keep {
+                        varies |= name.eq_ignore_ascii_case("vary");
+                        tagged |= super::object::is_tag_field(name);
+                    }
+                    keep
                 });
                 // The whole body in one allocation when its length is known and fits.
                 let announced = length
@@ -426,6 +452,8 @@ impl Fill {
                     body: Vec::with_capacity(announced.unwrap_or(0)),
                     age,
                     fresh,
+                    varies,
+                    tagged,
                 });
             }
             Err(why) => {
@@ -466,7 +494,7 @@ impl Fill {
         let State::Body(p) = std::mem::replace(&mut self.state, State::Off) else {
             return;
         };
-        let object = Object::new(
+        let object = Object::with_tags(
             p.status,
             p.reason,
             p.kept,
@@ -474,21 +502,24 @@ impl Fill {
             bytes::Bytes::from(p.body),
             p.age,
             p.fresh,
+            p.tagged,
         );
         let object = Arc::new(object);
-        self.put(Entry::Object(Arc::clone(&object)), &object);
+        self.put(Entry::Object(Arc::clone(&object)), &object, p.varies);
         self.cache.count(|c| &c.stored);
     }
 
     /// Stores `entry` (holding `object`) under the primary key, or as the variant the request
-    /// selects when the response varies.
-    fn put(&mut self, entry: Entry, object: &Object) {
+    /// selects when the response varies (`may_vary`: false when `object` is known to have no
+    /// `Vary` line).
+    fn put(&mut self, entry: Entry, object: &Object, may_vary: bool) {
         let store = &self.cache.store;
         let vary: Vec<u8> = {
             let mut v = Vec::new();
             // A rule that ignores `Vary` stores one response per key.
-            let ignore = self.cache.policy.ignored.vary;
-            for value in values(object, "vary").filter(|_| !ignore) {
+            let ignore = self.cache.policy.ignored.vary || !may_vary;
+            let lines = if ignore { None } else { Some(object) };
+            for value in lines.into_iter().flat_map(|o| values(o, "vary")) {
                 if !v.is_empty() {
                     v.push(b',');
                 }
@@ -530,5 +561,52 @@ impl Fill {
     pub(super) fn abandon(&mut self) {
         self.state = State::Off;
         self.let_go();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::headers::response_field_passes;
+
+    #[test]
+    fn stored_fields_are_relayed_fields_less_what_a_cache_drops() {
+        let connection: [&[u8]; 1] = [b"close, X-Hop"];
+        let cc = Directives {
+            private_fields: Some(b"x-private"),
+            no_cache_fields: Some(b"X-Fresh-Only"),
+            ..Directives::default()
+        };
+        for name in [
+            "Content-Type",
+            "Content-Length",
+            "content-length",
+            "Trailer",
+            "Trailers",
+            "Transfer-Encoding",
+            "Connection",
+            "Keep-Alive",
+            "TE",
+            "Upgrade",
+            "Proxy-Authenticate",
+            "proxy-authorization",
+            "Proxy-X",
+            "Proxy",
+            "Pragma",
+            "Age",
+            "X-Hop",
+            "x-hop",
+            "X-Private",
+            "X-Fresh-Only",
+            "ETag",
+            "Vary",
+            "Set-Cookie",
+            "Cache-Tag",
+            "",
+        ] {
+            let want = response_field_passes(name, connection.iter().copied())
+                && field_kept(name, &connection, &cc);
+            assert_eq!(stored_field(name, &connection, &cc), want, "{name}");
+        }
     }
 }

@@ -51,7 +51,10 @@ impl Default for Flights {
             map: Mutex::new(Table {
                 // Room from the start: a table this size keeps free slots beside each entry,
                 // so a removal leaves no tombstone and a miss never rehashes it.
-                flights: HashMap::with_capacity_and_hasher(64, foldhash::fast::FixedState::default()),
+                flights: HashMap::with_capacity_and_hasher(
+                    64,
+                    foldhash::fast::FixedState::default(),
+                ),
                 next: 0,
             }),
         }

@@ -77,10 +77,12 @@ impl Lines {
         let value_end = b.len() - start;
         b.extend_from_slice(b"\r\n");
         let at = |v: usize| u32::try_from(v).unwrap_or(u32::MAX).to_ne_bytes();
+        let mut entry = [0; ENTRY];
+        entry[..4].copy_from_slice(&at(name_end));
+        entry[4..8].copy_from_slice(&at(value_at));
+        entry[8..].copy_from_slice(&at(value_end));
         let e = self.count as usize * ENTRY;
-        b[e..e + 4].copy_from_slice(&at(name_end));
-        b[e + 4..e + 8].copy_from_slice(&at(value_at));
-        b[e + 8..e + 12].copy_from_slice(&at(value_end));
+        b[e..e + ENTRY].copy_from_slice(&entry);
         self.count += 1;
     }
 
@@ -90,7 +92,8 @@ impl Lines {
     fn grow_table(&mut self) {
         let more = (self.room as usize).max(4);
         let at = self.start();
-        self.buf.splice(at..at, std::iter::repeat_n(0, more * ENTRY));
+        self.buf
+            .splice(at..at, std::iter::repeat_n(0, more * ENTRY));
         self.room += u32::try_from(more).unwrap_or(0);
     }
 
@@ -124,14 +127,6 @@ impl Lines {
         };
         let [n1, v0, v1] = self.entry(i);
         (start + first, start + n1, start + v0, start + v1)
-    }
-
-    /// Whether field `i` has one of `names` (ASCII case-insensitive; its offsets found once).
-    pub(crate) fn name_is_one_of(&self, i: usize, names: &[&str]) -> bool {
-        let name = self.name_bytes(i);
-        names
-            .iter()
-            .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
     }
 
     fn name_bytes(&self, i: usize) -> &[u8] {
@@ -183,8 +178,6 @@ mod tests {
         assert_eq!(lines.field(2), ("Vary", &b"Accept"[..]));
         assert!(lines.is_named(0, "content-type"));
         assert!(!lines.is_named(0, "content-typ"));
-        assert!(lines.name_is_one_of(2, &["etag", "vary"]));
-        assert!(!lines.name_is_one_of(2, &["etag", "varies"]));
         assert_eq!(
             lowlat_http::cache::first(&lines, "VARY"),
             Some(&b"Accept"[..])

@@ -40,12 +40,17 @@ pub(crate) fn reason_of(status: u16, reason: &str) -> Cow<'static, str> {
     }
 }
 
+/// Whether a field named `name` holds cache-tags.
+pub(crate) fn is_tag_field(name: &str) -> bool {
+    name.eq_ignore_ascii_case("cache-tag") || name.eq_ignore_ascii_case("surrogate-key")
+}
+
 /// The cache-tags of a response's kept fields (`Cache-Tag`, `Surrogate-Key`), for purging by
 /// tag.
 pub(crate) fn tags_of(lines: &Lines) -> Box<[Box<[u8]>]> {
     let mut tags = Vec::new();
     for i in 0..lines.count() {
-        if lines.name_is_one_of(i, &["cache-tag", "surrogate-key"]) {
+        if is_tag_field(lines.field(i).0) {
             // Cache-Tag is comma-separated (as CDNs read it), Surrogate-Key space-separated.
             tags.extend(
                 lines
@@ -69,7 +74,26 @@ impl Object {
         age: AgeBase,
         fresh: Stored,
     ) -> Self {
-        let tags = tags_of(&lines);
+        Object::with_tags(status, reason, lines, body, age, fresh, true)
+    }
+
+    /// [`Object::new`], told whether `lines` may hold cache-tags (`tagged`: false when the
+    /// caller saw none as it copied them, so they are not looked for again).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn with_tags(
+        status: u16,
+        reason: Cow<'static, str>,
+        lines: Lines,
+        body: Bytes,
+        age: AgeBase,
+        fresh: Stored,
+        tagged: bool,
+    ) -> Self {
+        let tags = if tagged {
+            tags_of(&lines)
+        } else {
+            Box::default()
+        };
         Object {
             status,
             reason,
