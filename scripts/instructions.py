@@ -31,6 +31,8 @@ Scenarios (the figures of bench/instructions.toml):
                   (not counted), 8 connections
   cache-hit       GET /100.html through `--proxy /=... --cache`, every request after the first a
                   hit (the upstream marks it max-age=3600), 8 connections
+  cache-miss      GET /100.html?n=<unique> through `--proxy /=... --cache` (bench/kit/unique.lua):
+                  every request a miss, looked up, fetched, relayed and stored, 8 connections
   php             GET /hello.php through `--root DIR --php unix:SOCK` to a php-fpm of the script's
                   own (one static child on a Unix socket; not counted), 8 connections
 """
@@ -74,6 +76,9 @@ SCENARIOS = [
     Scenario("h3-static", [], ["--h3", "-k"] + STREAMS, "/100.html", tls=True, h3=True),
     Scenario("proxy", ["--proxy", "/plaintext=http://127.0.0.1:{upstream}"], H1, "/plaintext", upstream=[]),
     Scenario("cache-hit", ["--proxy", "/=http://127.0.0.1:{upstream}", "--cache"], H1, "/100.html",
+             upstream=["--add-header", "Cache-Control: max-age=3600"]),
+    Scenario("cache-miss", ["--proxy", "/=http://127.0.0.1:{upstream}", "--cache"],
+             H1 + ["-s", os.path.join(ROOT, "bench", "kit", "unique.lua")], "/100.html",
              upstream=["--add-header", "Cache-Control: max-age=3600"]),
     # php-fpm answers a few thousand requests a second: fewer requests, the same slope.
     Scenario("php", ["--root", "{root}", "--php", "unix:{fpm}"], H1, "/hello.php", php=True,

@@ -106,9 +106,12 @@ impl Object {
     }
 
     /// What the object costs the memory budget: its bytes plus a fixed overhead for the
-    /// allocations and the map's entry (measured at about 200 bytes; 256 is kept).
+    /// allocations and the map's entry. Measured: a store of 32 MiB full of 100-byte responses
+    /// (61 760 objects) grew the process by 590 bytes an object where these bytes came to
+    /// 287, so about 300 more; 320 is kept, so that RSS stays under the budget with small
+    /// objects too (with 256 it went 9% over).
     pub(crate) fn weight(&self, key_len: usize) -> u64 {
-        (key_len + self.lines.heap_len() + self.body.len() + 256) as u64
+        (key_len + self.lines.heap_len() + self.body.len() + 320) as u64
     }
 }
 
