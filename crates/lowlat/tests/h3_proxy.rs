@@ -392,3 +392,54 @@ fn added_lines_and_alt_svc_reach_proxied_responses() {
     assert_eq!(head.matches("x-frame-options:").count(), 1, "{head}");
     assert!(head.contains("x-frame-options: sameorigin"), "{head}");
 }
+
+/// A client that gives up on a forwarded request before its answer — resets its stream, or
+/// closes the connection — is logged 499, as nginx logs it and HTTP/1.1 and HTTP/2 do here;
+/// the requests after it are logged as usual.
+#[test]
+fn a_client_that_leaves_is_logged_499() {
+    let (_pki, cert) = cert();
+    let upstream = Upstream::uvicorn();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let served = proxy(
+        &cert,
+        &[("/up/", app(&upstream))],
+        &[
+            "--access-log",
+            log.to_str().unwrap(),
+            "--access-log-format",
+            "$request_uri $status",
+        ],
+    );
+    let reset = client(
+        &served,
+        &["cancel", "reset", "/up/slow/3000", "/up/bytes/10"],
+    );
+    assert_eq!(reset["then"]["status"], 200, "{reset}");
+    let closed = client(
+        &served,
+        &["cancel", "close", "/up/slow/2900", "/up/bytes/20"],
+    );
+    assert_eq!(closed["then"]["status"], 200, "{closed}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.len() >= 4 {
+            assert_eq!(
+                lines,
+                [
+                    "/up/slow/3000 499",
+                    "/up/bytes/10 200",
+                    "/up/slow/2900 499",
+                    "/up/bytes/20 200"
+                ],
+                "{text}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "lines so far: {text:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

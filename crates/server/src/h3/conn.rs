@@ -85,6 +85,9 @@ pub(crate) struct H3Conn {
     pub(super) wakes: Vec<(Token, u32, Wake)>,
     /// Upstream exchanges of requests the client gave up on.
     pub(super) abandoned: Vec<Token>,
+    /// The client's address once connected: the log line of a request whose client left is
+    /// written where no stream is at hand to ask (the connection gone).
+    pub(super) peer: Option<std::net::SocketAddr>,
 }
 
 impl Default for H3Conn {
@@ -112,12 +115,22 @@ impl Default for H3Conn {
             client_leaving: false,
             wakes: Vec::new(),
             abandoned: Vec::new(),
+            peer: None,
         }
     }
 }
 
 impl H3Conn {
     /// Request `id` is over (answered, refused, reset): a relay it still had is cancelled.
+    /// The client gave up on request `id` (reset it, or stopped its answer): its line is
+    /// logged as HTTP/1.1's and HTTP/2's are (`super::relay::log_left`), and it goes.
+    pub(super) fn client_left(&mut self, id: u64, ctx: &mut WorkerCtx<'_>) {
+        if let (Some(s), Some(peer)) = (self.requests.get(&id), self.peer) {
+            super::relay::log_left(ctx, peer, s);
+        }
+        self.forget(id);
+    }
+
     pub(super) fn forget(&mut self, id: u64) {
         if let Some(up) = self
             .requests
@@ -314,7 +327,7 @@ impl H3Conn {
                 Err(_) => {
                     // The client gave up on its request (RESET_STREAM).
                     io.reset(id, ErrorCode::RequestCancelled.value());
-                    self.forget(id);
+                    self.client_left(id, ctx);
                     return;
                 }
             };
@@ -621,6 +634,9 @@ impl H3Conn {
                     Some(_) if streamed.is_some() => released = true,
                     Some(hold) => {
                         held = Some(hold);
+                        // For the line written if its client leaves meanwhile
+                        // (`super::relay::log_left`).
+                        dispatch::hold(ctx, &mut s.held, req, site, &client, &done);
                         return Ok(false);
                     }
                     None => break (site, done),

@@ -24,6 +24,7 @@ const FINAL_GOAWAY_ROUND_TRIPS: u32 = 2;
 
 impl QuicProtocol for H3Conn {
     fn connected(&mut self, io: &mut StreamIo<'_>, ctx: &mut WorkerCtx<'_>) {
+        self.peer = Some(io.peer());
         // Our control stream: its type, then SETTINGS (RFC 9114 §6.2.1).
         let Some(id) = io.open_uni() else {
             return self.fail(
@@ -107,7 +108,7 @@ impl QuicProtocol for H3Conn {
         io: &mut StreamIo<'_>,
         stream: u64,
         _code: u64,
-        _ctx: &mut WorkerCtx<'_>,
+        ctx: &mut WorkerCtx<'_>,
     ) {
         if self
             .control_out
@@ -118,14 +119,20 @@ impl QuicProtocol for H3Conn {
         }
         // The client no longer wants the response.
         io.reset(stream, ErrorCode::RequestCancelled.value());
-        self.forget(stream);
+        self.client_left(stream, ctx);
         self.unacked.remove(&stream);
         self.close_if_done(io);
     }
 
     fn closed(&mut self, ctx: &mut WorkerCtx<'_>) {
-        // The connection is gone: so is every exchange relaying to it.
+        // The connection is gone: so is every exchange relaying to it, each logged as its
+        // client left it (`super::relay::log_left`).
         ctx.proxy_cancels.append(&mut self.abandoned);
+        if let Some(peer) = self.peer {
+            for s in self.requests.values() {
+                super::relay::log_left(ctx, peer, s);
+            }
+        }
         for s in self.requests.values_mut() {
             if let Some(up) = s.relay.take().and_then(|r| r.upstream) {
                 ctx.proxy_cancels.push(up);
