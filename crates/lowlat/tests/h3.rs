@@ -762,3 +762,51 @@ fn zero_rtt_answers_safe_methods_only() {
         "a POST sent as 0-RTT data was never answered 425"
     );
 }
+
+/// A request held back by a rate limit's delay whose client gives up on it (resets its
+/// stream) is logged 499 DELAYED, as over HTTP/1.1 and HTTP/2; the zone goes on.
+#[test]
+fn a_held_request_whose_client_leaves_is_logged_499() {
+    let (_pki, cert) = cert();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let served = serve(
+        &cert,
+        &[
+            "--rate-limit",
+            "/100.html=1r/m,burst=5",
+            "--access-log",
+            log.to_str().unwrap(),
+            "--access-log-format",
+            "$request_uri $status $limit_req_status",
+        ],
+    );
+    let first = client(&served, &["get", "GET", "/100.html"]);
+    assert_eq!(first["responses"][0]["status"], 200, "{first}");
+    // Held back a minute; its client resets it after half a second, then asks for a page
+    // outside the zone.
+    let left = client(&served, &["cancel", "reset", "/100.html", "/plaintext"]);
+    assert_eq!(left["then"]["status"], 200, "{left}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.len() >= 3 {
+            assert_eq!(
+                lines,
+                [
+                    "/100.html 200 PASSED",
+                    "/100.html 499 DELAYED",
+                    "/plaintext 200 -"
+                ],
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lines so far: {text:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
