@@ -25,8 +25,9 @@
 //! WebSocket over HTTP/3).
 //!
 //! # Layout
-//! - `conn`: one connection: its streams read, requests answered through the router or
-//!   forwarded, responses written as the streams take them.
+//! - `conn`: one connection's state, the client's control and QPACK streams, GOAWAY.
+//! - `request`: a request stream read, held back or answered through the router, or forwarded.
+//! - `send`: a response written as its stream takes it (HEADERS, DATA, a file's pieces).
 //! - `stream`: one request stream's state, and one client unidirectional stream's.
 //! - `protocol`: the connection as QUIC's protocol above it (`QuicProtocol`).
 //! - `relay`: a request stream receiving a forwarded request's response (`Downstream`).
@@ -34,6 +35,8 @@
 mod conn;
 mod protocol;
 mod relay;
+mod request;
+mod send;
 mod stream;
 
 use crate::quic::QuicProtocol;

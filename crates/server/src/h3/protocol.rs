@@ -126,11 +126,11 @@ impl QuicProtocol for H3Conn {
 
     fn closed(&mut self, ctx: &mut WorkerCtx<'_>) {
         // The connection is gone: so is every exchange relaying to it, each logged as its
-        // client left it (`super::relay::log_left`).
+        // client left it (`ReqStream::log_left`).
         ctx.proxy_cancels.append(&mut self.abandoned);
         if let Some(peer) = self.peer {
             for s in self.requests.values() {
-                super::relay::log_left(ctx, peer, s);
+                s.log_left(ctx, peer);
             }
         }
         for s in self.requests.values_mut() {

@@ -15,30 +15,12 @@ use lowlat_http::h3::frame;
 use lowlat_http::h3::ErrorCode;
 use mio::Token;
 
-use super::conn::{write_status_page, H3Conn};
+use super::conn::H3Conn;
+use super::send::write_status_page;
 use crate::ctx::WorkerCtx;
 use crate::proxy::downstream::{log_relayed, relayed_head, Downstream};
 use crate::proxy::job::RelayBody;
 use crate::quic::StreamIo;
-
-/// The line of a request whose client reset its stream, stopped its answer, or left, before
-/// the answer was complete, as HTTP/1.1's and HTTP/2's: 499 when no head had gone out (a
-/// relayed answer not begun, a request held back by a rate limit's delay), else the status and
-/// the body bytes sent. A relay that ended was logged then (and taken); a request answered here
-/// was logged when it was.
-pub(super) fn log_left(
-    ctx: &mut WorkerCtx<'_>,
-    peer: std::net::SocketAddr,
-    s: &super::stream::ReqStream,
-) {
-    let (status, bytes) = match (s.relay, &s.hold) {
-        (Some(r), _) if r.status != 0 => (r.status, r.body_bytes),
-        (Some(_), _) | (None, Some(_)) => (499, 0),
-        (None, None) => return,
-    };
-    let took = ctx.now.saturating_duration_since(s.started);
-    log_relayed(ctx, s.held.as_deref(), peer, status, bytes, took, None);
-}
 
 /// Request stream `id` of `conn`, receiving a relayed response.
 pub(crate) struct StreamRelay<'a, 'io> {

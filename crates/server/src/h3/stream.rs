@@ -74,6 +74,31 @@ impl ReqStream {
     }
 }
 
+impl ReqStream {
+    /// The line of a request whose client reset its stream, stopped its answer, or left,
+    /// before the answer was complete, as HTTP/1.1's and HTTP/2's: 499 when no head had gone
+    /// out (a relayed answer not begun, a request held back by a rate limit's delay), else the
+    /// status and the body bytes sent. A relay that ended was logged then (and taken); a
+    /// request answered here was logged when it was.
+    pub(super) fn log_left(&self, ctx: &mut crate::ctx::WorkerCtx<'_>, peer: std::net::SocketAddr) {
+        let (status, bytes) = match (self.relay, &self.hold) {
+            (Some(r), _) if r.status != 0 => (r.status, r.body_bytes),
+            (Some(_), _) | (None, Some(_)) => (499, 0),
+            (None, None) => return,
+        };
+        let took = ctx.now.saturating_duration_since(self.started);
+        crate::proxy::downstream::log_relayed(
+            ctx,
+            self.held.as_deref(),
+            peer,
+            status,
+            bytes,
+            took,
+            None,
+        );
+    }
+}
+
 /// A forwarded request's response on its way.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Relay {
