@@ -19,6 +19,9 @@
 //! wait holds about 4.5 on average under load), and written with one `send` each — about 0.2
 //! per response, since quinn-proto packs several streams' frames into one packet; GSO would
 //! save little, and GRO is not used (see docs/PERFORMANCE.md, "HTTP/3").
+//!
+//! Beside this file: `requests` (the requests queued, opened as streams, given back) and
+//! `ending` (timeouts, a lost connection counted and replaced, a failed handshake, a close).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -33,8 +36,7 @@ use mio::net::UdpSocket;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use quinn_proto::{
-    ConnectionError, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, EndpointEvent,
-    Event as QuicEvent,
+    ConnectionError, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event as QuicEvent,
 };
 
 use crate::h3::{self, Event, Session};
@@ -42,6 +44,9 @@ use crate::ledger::{Ledger, LiveCounters};
 use crate::plan::{ConnSpec, Group, H3Plan, Plan};
 use crate::report::{H3Summary, ThreadStats};
 use crate::sys;
+
+mod ending;
+mod requests;
 
 type Connection = quinn_proto::Connection;
 
@@ -594,113 +599,6 @@ impl<'a> QuicWorker<'a> {
         None
     }
 
-    /// Requests taken back unsent (GOAWAY): returned to the budget and, in rate mode, to the
-    /// schedule, so they are sent on the next connection charged from their original times.
-    fn give_back(&mut self, idx: usize, n: u64) {
-        if n == 0 {
-            return;
-        }
-        if self.ledger.measuring {
-            if let Some(b) = &mut self.budget {
-                *b += n;
-            }
-        }
-        if self.plan.conn_interval.is_some() {
-            let conn = &mut self.conns[idx];
-            conn.scheduled = conn.scheduled.saturating_sub(n);
-        }
-    }
-
-    /// Queues the requests due (closed loop: as many as fit; rate mode: those whose time has
-    /// come) and opens a stream for each queued one the server's stream limit allows.
-    fn send_more(&mut self, idx: usize, now: Instant) {
-        match self.plan.conn_interval {
-            Some(interval) => self.queue_due(idx, interval, now),
-            None => {
-                let conn = &mut self.conns[idx];
-                let mut k = self.depth.saturating_sub(conn.in_flight());
-                if self.ledger.measuring {
-                    if let Some(b) = &mut self.budget {
-                        k = k.min(usize::try_from(*b).unwrap_or(usize::MAX));
-                        *b -= k as u64;
-                    }
-                }
-                if k > 0 && conn.in_flight() == 0 {
-                    conn.waiting_since = now;
-                }
-                for _ in 0..k {
-                    conn.queue.push_back(Queued {
-                        sent: now,
-                        again: None,
-                    });
-                }
-            }
-        }
-        self.open_streams(idx, now);
-    }
-
-    /// Rate mode: queue every request whose scheduled time has come (within the depth), and arm
-    /// a timer for the next one.
-    fn queue_due(&mut self, idx: usize, interval: Duration, now: Instant) {
-        let conn = &mut self.conns[idx];
-        let phase = Duration::from_secs_f64(
-            interval.as_secs_f64() * conn.spec.global as f64 / self.plan.connections as f64,
-        );
-        let due = |k: u64| self.start + phase + interval.mul_f64(k as f64);
-        while conn.in_flight() < self.depth {
-            let t = due(conn.scheduled);
-            if t > now {
-                break;
-            }
-            let counted = self.ledger.measuring && t >= self.ledger.measure_start;
-            if counted {
-                match &mut self.budget {
-                    Some(0) => break,
-                    Some(b) => *b -= 1,
-                    None => {}
-                }
-            }
-            if conn.in_flight() == 0 {
-                conn.waiting_since = now;
-            }
-            conn.queue.push_back(Queued {
-                sent: t,
-                again: None,
-            });
-            conn.scheduled += 1;
-        }
-        if conn.in_flight() < self.depth && self.budget != Some(0) {
-            let next = due(conn.scheduled);
-            if conn.timer.is_none_or(|t| t > next) {
-                conn.timer = Some(next);
-                self.timers.push(Reverse((next, idx, conn.generation)));
-            }
-        }
-    }
-
-    /// Opens a stream for each queued request, while the server's limit allows.
-    fn open_streams(&mut self, idx: usize, now: Instant) {
-        let conn = &mut self.conns[idx];
-        let group = &self.groups[conn.spec.group];
-        let (Some(quic), Some(session)) = (conn.quic.as_mut(), conn.h3.as_mut()) else {
-            return;
-        };
-        while let Some(q) = conn.queue.front().copied() {
-            let (actual, index) = match q.again {
-                Some(again) => again,
-                None => (now, group.h2_cycle[conn.cursor]),
-            };
-            if !session.request(quic, index, &group.h3_requests[index], q.sent, actual) {
-                break;
-            }
-            conn.queue.pop_front();
-            if q.again.is_none() {
-                conn.cursor = (conn.cursor + 1) % group.h2_cycle.len();
-                self.ledger.count_sent(1);
-            }
-        }
-    }
-
     /// Writes every datagram connection `idx` has to send, and notes its next timeout.
     fn transmit(&mut self, idx: usize, now: Instant) {
         let conn = &mut self.conns[idx];
@@ -763,135 +661,6 @@ impl<'a> QuicWorker<'a> {
                 _ => {}
             }
         }
-    }
-
-    /// Times out handshakes and requests that waited too long.
-    fn sweep(&mut self, now: Instant) {
-        let timeout = self.plan.timeout;
-        for idx in 0..self.conns.len() {
-            let conn = &self.conns[idx];
-            let waiting = match conn.state {
-                State::Handshaking => true,
-                State::Open => conn.in_flight() > 0,
-                State::Idle | State::Done => false,
-            };
-            if waiting && now.saturating_duration_since(conn.waiting_since) > timeout {
-                if conn.state == State::Handshaking {
-                    let why = format!(
-                        "no answer within {timeout:?} (is a QUIC server listening on UDP {}?)",
-                        self.groups[conn.spec.group].authority
-                    );
-                    self.lost(idx, Lost::Handshake(why), now);
-                } else {
-                    self.lost(idx, Lost::Timeout, now);
-                }
-            }
-        }
-    }
-
-    /// Connection `idx` ended (or is given up): count what it leaves unanswered, and reconnect.
-    fn lost(&mut self, idx: usize, why: Lost, now: Instant) {
-        let conn = &self.conns[idx];
-        let handshaking = conn.state == State::Handshaking;
-        let in_flight = conn.in_flight() as u64;
-        match why {
-            Lost::Quic(reason) if handshaking => {
-                let why = describe(&reason);
-                self.handshake_failed(idx, &why, now);
-            }
-            Lost::Handshake(why) | Lost::Socket(why) if handshaking || in_flight == 0 => {
-                self.handshake_failed(idx, &why, now);
-            }
-            why => {
-                if self.ledger.measuring {
-                    let e = &mut self.ledger.stats.errors;
-                    match why {
-                        Lost::Timeout => e.timeout += in_flight,
-                        Lost::Protocol(why) => {
-                            e.protocol += in_flight.max(1);
-                            if self.ledger.stats.ws_error.is_none() {
-                                self.ledger.stats.ws_error = Some(format!(
-                                    "HTTP/3 connection to {} closed: {why}",
-                                    self.groups[conn_group(&self.conns[idx])].authority
-                                ));
-                            }
-                        }
-                        Lost::Handshake(_) => e.tls += in_flight.max(1),
-                        // The server closed, or the connection idled out, with requests in
-                        // flight: they failed as reads do on TCP.
-                        Lost::Quic(_) | Lost::Socket(_) => e.read += in_flight,
-                    }
-                }
-                self.close(idx, now, false);
-                self.connect(idx, now);
-            }
-        }
-    }
-
-    /// A handshake failed: a TLS error (it uses up one request of a counted run, as in
-    /// `worker`), the first reason kept for the report; retry after a back-off.
-    fn handshake_failed(&mut self, idx: usize, why: &str, now: Instant) {
-        if self.ledger.stats.tls_error.is_none() {
-            self.ledger.stats.tls_error = Some(format!(
-                "QUIC handshake with {} failed: {why}",
-                self.groups[self.conns[idx].spec.group].authority
-            ));
-        }
-        let in_flight = self.conns[idx].in_flight() as u64;
-        if in_flight > 0 {
-            // 0-RTT requests went with the handshake: they were taken from the budget, and fail
-            // with it.
-            if self.ledger.measuring {
-                self.ledger.stats.errors.tls += in_flight;
-            }
-        } else {
-            self.ledger.failed_handshake(&mut self.budget);
-        }
-        self.close(idx, now, false);
-        let conn = &mut self.conns[idx];
-        let wake = now + CONNECT_BACKOFF;
-        conn.wake = Some(wake);
-        self.timers.push(Reverse((wake, idx, conn.generation)));
-    }
-
-    /// Closes connection `idx` (with H3_NO_ERROR when `polite`, in one best-effort datagram),
-    /// adds its packet counts to the summary, and frees its socket.
-    fn close(&mut self, idx: usize, now: Instant, polite: bool) {
-        let conn = &mut self.conns[idx];
-        if let Some(mut quic) = conn.quic.take() {
-            if polite && !quic.is_closed() {
-                quic.close(
-                    now,
-                    h3::close_code(lowlat_http::h3::ErrorCode::NoError),
-                    Vec::new().into(),
-                );
-            }
-            // The CONNECTION_CLOSE of a connection closed here (politely, or for a protocol
-            // error), in one best-effort datagram; nothing for one the peer ended.
-            if let Some(socket) = &conn.socket {
-                self.send_buf.clear();
-                if let Some(t) = quic.poll_transmit(now, 1, &mut self.send_buf) {
-                    let _ = socket.send(&self.send_buf[..t.size]);
-                }
-            }
-            let path = quic.stats().path;
-            self.summary.packets_sent += path.sent_packets;
-            self.summary.packets_lost += path.lost_packets;
-            self.summary.bytes_lost += path.lost_bytes;
-            self.summary.congestion_events += path.congestion_events;
-        }
-        if let Some(handle) = conn.handle.take() {
-            let _ = self.endpoint.handle_event(handle, EndpointEvent::drained());
-        }
-        if let Some(mut socket) = conn.socket.take() {
-            let _ = self.poll.registry().deregister(&mut socket);
-        }
-        conn.h3 = None;
-        conn.queue.clear();
-        conn.quic_timer = None;
-        conn.timer = None;
-        conn.early = false;
-        conn.state = State::Idle;
     }
 }
 
@@ -961,26 +730,5 @@ fn record(
         let us =
             u64::try_from(now.saturating_duration_since(actual).as_micros()).unwrap_or(u64::MAX);
         u.saturating_record(us);
-    }
-}
-
-/// A failed handshake in words, with what to do next where it is clear.
-fn describe(e: &ConnectionError) -> String {
-    let text = e.to_string();
-    // TLS alert 120 (no_application_protocol), QUIC's crypto error 0x178; some servers send
-    // handshake_failure (40) and say why in the reason.
-    if text.contains("0x178") || text.contains("ALPN") || text.contains("NoApplicationProtocol") {
-        return format!("the server does not offer HTTP/3 (ALPN h3): {text}");
-    }
-    match e {
-        ConnectionError::TimedOut => "no answer (is a QUIC server listening there?)".into(),
-        ConnectionError::ConnectionClosed(_) | ConnectionError::ApplicationClosed(_) => {
-            format!("the server refused the connection ({text})")
-        }
-        ConnectionError::Reset => "the server reset the connection (stateless reset)".into(),
-        _ if text.contains("certificate") || text.contains("Certificate") => {
-            format!("{text} (give --cacert FILE, or --insecure)")
-        }
-        _ => text,
     }
 }
