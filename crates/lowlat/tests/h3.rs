@@ -787,26 +787,12 @@ fn a_held_request_whose_client_leaves_is_logged_499() {
     // outside the zone.
     let left = client(&served, &["cancel", "reset", "/100.html", "/plaintext"]);
     assert_eq!(left["then"]["status"], 200, "{left}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        if lines.len() >= 3 {
-            assert_eq!(
-                lines,
-                [
-                    "/100.html 200 PASSED",
-                    "/100.html 499 DELAYED",
-                    "/plaintext 200 -"
-                ],
-                "{text}"
-            );
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "lines so far: {text:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_eq!(
+        support::lines_of(&log, 3),
+        [
+            "/100.html 200 PASSED",
+            "/100.html 499 DELAYED",
+            "/plaintext 200 -"
+        ]
+    );
 }

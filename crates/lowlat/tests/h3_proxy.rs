@@ -34,6 +34,28 @@ fn app(upstream: &Upstream) -> String {
     format!("{}/", upstream.url())
 }
 
+/// A proxy of `/up/` to `upstream` writing its access log in `format` to a file of its own:
+/// the folder (kept for the test's length), the file, the server.
+fn logged_proxy(
+    cert: &CertFiles,
+    upstream: &Upstream,
+    format: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, Served) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let served = proxy(
+        cert,
+        &[("/up/", app(upstream))],
+        &[
+            "--access-log",
+            log.to_str().unwrap(),
+            "--access-log-format",
+            format,
+        ],
+    );
+    (dir, log, served)
+}
+
 fn spec(method: &str, path: &str) -> String {
     serde_json::json!({"method": method, "path": path}).to_string()
 }
@@ -55,18 +77,7 @@ fn echoed_field<'a>(echo: &'a serde_json::Value, name: &str) -> Option<&'a str> 
 fn http3_requests_cross_the_proxy() {
     let (_pki, cert) = cert();
     let upstream = Upstream::uvicorn();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let served = proxy(
-        &cert,
-        &[("/up/", app(&upstream))],
-        &[
-            "--access-log",
-            log.to_str().unwrap(),
-            "--access-log-format",
-            "json",
-        ],
-    );
+    let (_dir, log, served) = logged_proxy(&cert, &upstream, "json");
     let post = serde_json::json!({"method": "POST", "path": "/up/echo?q=1", "body_size": 100_000,
         "headers": [["content-type", "application/octet-stream"], ["cookie", "a=1"], ["cookie", "b=2"]]});
     let got = client(
@@ -400,18 +411,7 @@ fn added_lines_and_alt_svc_reach_proxied_responses() {
 fn a_client_that_leaves_is_logged_499() {
     let (_pki, cert) = cert();
     let upstream = Upstream::uvicorn();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let served = proxy(
-        &cert,
-        &[("/up/", app(&upstream))],
-        &[
-            "--access-log",
-            log.to_str().unwrap(),
-            "--access-log-format",
-            "$request_uri $status",
-        ],
-    );
+    let (_dir, log, served) = logged_proxy(&cert, &upstream, "$request_uri $status");
     let reset = client(
         &served,
         &["cancel", "reset", "/up/slow/3000", "/up/bytes/10"],
@@ -422,24 +422,13 @@ fn a_client_that_leaves_is_logged_499() {
         &["cancel", "close", "/up/slow/2900", "/up/bytes/20"],
     );
     assert_eq!(closed["then"]["status"], 200, "{closed}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        if lines.len() >= 4 {
-            assert_eq!(
-                lines,
-                [
-                    "/up/slow/3000 499",
-                    "/up/bytes/10 200",
-                    "/up/slow/2900 499",
-                    "/up/bytes/20 200"
-                ],
-                "{text}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "lines so far: {text:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_eq!(
+        support::lines_of(&log, 4),
+        [
+            "/up/slow/3000 499",
+            "/up/bytes/10 200",
+            "/up/slow/2900 499",
+            "/up/bytes/20 200"
+        ]
+    );
 }

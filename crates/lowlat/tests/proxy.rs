@@ -2772,21 +2772,10 @@ fn a_client_that_leaves_is_logged_499_or_with_what_it_got() {
         started.elapsed() < Duration::from_secs(2),
         "nghttp waited for the answer"
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        if lines.len() >= 3 {
-            assert_eq!(
-                lines,
-                ["/slow/3000 499", "/bytes/1073741824 200", "/slow/2900 499"],
-                "{text}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "no lines in {text:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_eq!(
+        support::lines_of(&log, 3),
+        ["/slow/3000 499", "/bytes/1073741824 200", "/slow/2900 499"]
+    );
 }
 
 /// The proxy's CPU time so far (utime + stime), in clock ticks.

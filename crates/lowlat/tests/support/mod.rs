@@ -381,6 +381,24 @@ impl Drop for Served {
     }
 }
 
+/// The lines of the file at `path` once it holds at least `count` of them (an access log is
+/// written a moment after the answer it records); fails after five seconds with what it held.
+pub fn lines_of(path: &std::path::Path, count: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= count {
+            return text.lines().map(str::to_owned).collect();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{count} lines awaited in {}; it holds {text:?}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// The address a `lowlat serve` log gives for its metrics listener ("metrics on http://ADDR/").
 pub fn metrics_addr(log: &str) -> SocketAddr {
     log.lines()
