@@ -33,7 +33,10 @@ use super::{key, now_secs, RouteCache};
 /// `response_field_passes`: not hop-by-hop, not the framing, no `Trailer` or `Proxy-*`, not
 /// named by `Connection`) less what RFC 9111 keeps out of a stored response (`field_kept`).
 /// Asked once a field here rather than asking the relay's `pass` again (a closure call and a
-/// second walk of the same names, about 300 instructions a miss).
+/// second walk of the same names, about 300 instructions a miss). It restates the relay's
+/// three drops of its own (`Trailer`, `Content-Length`, `Proxy-*`; held to them by the test
+/// below) because calling `response_field_passes` and `field_kept` in turn asks the
+/// hop-by-hop and `Connection` questions twice: 21 126 instructions a miss against 20 754.
 fn stored_field(name: &str, connection: &[&[u8]], cc: &Directives<'_>) -> bool {
     let b = name.as_bytes();
     let relay_drops =
