@@ -451,3 +451,59 @@ fn a_request_body_reaches_a_python_tls_upstream() {
         .map(|pair| pair[1].clone());
     assert_eq!(host, Some("proxied.test".into()), "{echo}");
 }
+
+/// An `https://` auth service (`--forward-auth`) decides over TLS, its certificate checked as an
+/// upstream's: a 2xx lets the request through, a 401 is the client's answer; against a CA file
+/// that does not vouch for it the request fails closed (502) and never reaches the upstream.
+#[test]
+fn an_https_auth_service_decides() {
+    let pki = Pki::new();
+    let leaf = pki.leaf("auth", &["localhost"], KeyKind::EcdsaP256);
+    let (cert, key) = (
+        leaf.cert.display().to_string(),
+        leaf.key.display().to_string(),
+    );
+    let auth = Serve::start(
+        &[
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+            "--return",
+            "/yes=200 come in",
+            "--return",
+            "/no=401 who are you",
+        ],
+        "https://",
+    );
+    let app = Serve::proxy(&[]);
+    let port = auth.addr.port();
+    let proxy_args = |ca: &str| {
+        [
+            "--proxy".to_owned(),
+            format!("/=http://{}", app.addr),
+            "--forward-auth".to_owned(),
+            format!("/=https://localhost:{port}/yes"),
+            "--forward-auth".to_owned(),
+            format!("/closed/=https://localhost:{port}/no"),
+            "--proxy-tls-ca".to_owned(),
+            ca.to_owned(),
+        ]
+    };
+    let ca = pki.ca_path().display().to_string();
+    let args = proxy_args(&ca);
+    let proxy = Serve::proxy(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        get(proxy.addr, "/plaintext"),
+        (200, "Hello, World!".to_owned())
+    );
+    assert_eq!(get(proxy.addr, "/closed/plaintext").0, 401);
+
+    let other = Pki::new();
+    let ca = other.ca_path().display().to_string();
+    let args = proxy_args(&ca);
+    let proxy = Serve::proxy(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(get(proxy.addr, "/plaintext").0, 502);
+}

@@ -72,31 +72,36 @@ pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         if rest.is_empty() {
             return None;
         }
-        let mut quoted = false;
-        let mut escaped = false;
-        let mut end = rest.len();
-        for (i, &b) in rest.iter().enumerate() {
-            if escaped {
-                escaped = false;
-            } else if quoted && b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                quoted = !quoted;
-            } else if b == b',' && !quoted {
-                end = i;
-                break;
-            }
-        }
+        let end = element_end(rest);
         let element = trim(&rest[..end]);
-        rest = if end < rest.len() {
-            &rest[end + 1..]
-        } else {
-            &[]
-        };
+        rest = rest.get(end + 1..).unwrap_or(&[]);
         if !element.is_empty() {
             return Some(element);
         }
     })
+}
+
+/// Where the list element at the start of `rest` ends: its comma's index, or `rest.len()`.
+/// Bytes are only compared with `,` and `"` outside a quoted string (a string's escapes are
+/// walked apart): most values hold no quote, and a byte-at-a-time state machine cost about
+/// 20 instructions a byte (callgrind, a cache miss's `Cache-Control`).
+fn element_end(rest: &[u8]) -> usize {
+    let mut i = 0;
+    while i < rest.len() {
+        match rest[i] {
+            b',' => return i,
+            b'"' => {
+                // The quoted string, to its closing quote (escapes skipped), or to the end.
+                i += 1;
+                while i < rest.len() && rest[i] != b'"' {
+                    i += if rest[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    rest.len()
 }
 
 /// `value` without leading and trailing spaces and tabs.

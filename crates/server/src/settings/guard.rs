@@ -205,7 +205,7 @@ impl clap::Args for GuardArgs {
                 .value_name("PREFIX=URL|off[,copy=FIELD,FIELD..][,timeout=DURATION]")
                 .action(ArgAction::Append)
                 .value_parser(parse_forward_auth)
-                .help("Ask an auth service (http://HOST:PORT/PATH or unix:/PATH) before forwarding a request under PREFIX, as nginx's auth_request and caddy's forward_auth: a GET with the original method and URI (X-Forwarded-Method, X-Forwarded-Uri, X-Original-URI), X-Forwarded-Host, -Proto, -For, and the client's Cookie and Authorization; a 2xx lets the request through with the copy= fields of the answer (the client's own fields of those names dropped), a 401, 403 or redirect is the client's answer, anything else or nothing within timeout= (5s) refuses it (500, 502, 504). The longest PREFIX applies: PREFIX=off leaves a path unguarded (the sign-in pages). Guards forwarded and FastCGI routes; a route answered locally under PREFIX is refused with 500 (repeatable)"),
+                .help("Ask an auth service (http://HOST:PORT/PATH, https://HOST:PORT/PATH, its certificate checked as --proxy-tls-ca and --proxy-tls-server-name say, or unix:/PATH) before forwarding a request under PREFIX, as nginx's auth_request and caddy's forward_auth: a GET with the original method and URI (X-Forwarded-Method, X-Forwarded-Uri, X-Original-URI), X-Forwarded-Host, -Proto, -For, and the client's Cookie and Authorization; a 2xx lets the request through with the copy= fields of the answer (the client's own fields of those names dropped), a 401, 403 or redirect is the client's answer, anything else or nothing within timeout= (5s) refuses it (500, 502, 504). The longest PREFIX applies: PREFIX=off leaves a path unguarded (the sign-in pages). Guards forwarded and FastCGI routes; a route answered locally under PREFIX is refused with 500 (repeatable)"),
         )
     }
 
@@ -281,9 +281,14 @@ fn parse_forward_auth(text: &str) -> Result<ForwardAuthSpec, String> {
         .ok_or_else(|| format!("{text:?}: PREFIX=URL, the prefix starting with /"))?;
     let mut parts = rest.split(',').map(str::trim);
     let url = parts.next().unwrap_or_default();
-    if !(url.starts_with("http://") || url.starts_with("unix:/") || url == "off") {
+    if !(url.starts_with("http://")
+        || url.starts_with("https://")
+        || url.starts_with("unix:/")
+        || url == "off")
+    {
         return Err(format!(
-            "{text:?}: the auth service is http://HOST:PORT/PATH or unix:/PATH (HTTP/1.1), or off"
+            "{text:?}: the auth service is http://HOST:PORT/PATH, https://HOST:PORT/PATH or \
+             unix:/PATH (HTTP/1.1), or off"
         ));
     }
     let mut spec = ForwardAuthSpec {
@@ -551,10 +556,12 @@ mod tests {
         assert_eq!(rule.timeout, std::time::Duration::from_secs(2));
         assert_eq!(args.forward_auth[1].url, "off");
         let plain = parse_forward_auth("/=unix:/run/auth.sock").unwrap();
+        assert!(parse_forward_auth("/=https://auth.example/check").is_ok());
         assert_eq!((plain.copy.len(), plain.timeout), (0, FORWARD_AUTH_TIMEOUT));
         for bad in [
             "app=http://x/auth",
-            "/=https://x/auth",
+            "/=h2c://x/auth",
+            "/=fastcgi://x/auth",
             "/=http://x/auth,copy=X_Bad",
             "/=http://x/auth,copy=X-User,Content-Length",
             "/=http://x/auth,copy=",
