@@ -232,16 +232,9 @@ fn relay_head(
     c.phase = Phase::Body;
     c.deadline = ctx.now + c.group.cfg.timeouts.read;
     if let Some(job) = c.job.take() {
-        if let Some(up) = &job.upload {
-            let mut pipe = up.borrow_mut();
-            if !pipe.done() {
-                // Answered before the whole body went: the application stops reading it, and
-                // the connection cannot carry another request.
-                pipe.close();
-                c.keep_alive = false;
-            }
+        if job.answered() {
+            c.keep_alive = false;
         }
-        job.group.give_buffer(job.request);
     }
 }
 

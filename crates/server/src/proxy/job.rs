@@ -80,6 +80,23 @@ impl ProxyJob {
             gate: None,
         }
     }
+
+    /// The response's head went to the client, so the job is over: its request buffer goes
+    /// back to the group, and a body not all sent yet is cut short — answered before the whole
+    /// body went, the upstream (or FastCGI application) stops reading it, as nginx does.
+    /// Returns whether it was cut: the connection then cannot carry another request.
+    pub(crate) fn answered(self) -> bool {
+        let mut cut = false;
+        if let Some(up) = &self.upload {
+            let mut pipe = up.borrow_mut();
+            if !pipe.done() {
+                pipe.close();
+                cut = true;
+            }
+        }
+        self.group.give_buffer(self.request);
+        cut
+    }
 }
 
 /// What the auth service said so far.

@@ -233,16 +233,9 @@ impl Upstreams {
                     // The body's later reads are copied too, until the exchange ends.
                     c.fill = job.cache.take();
                     c.gate = job.gate.take();
-                    if let Some(up) = &job.upload {
-                        let mut pipe = up.borrow_mut();
-                        if !pipe.done() {
-                            // Answered before the whole body went: the upstream stops here
-                            // (nginx too), and the connection cannot carry another request.
-                            pipe.close();
-                            c.keep_alive = false;
-                        }
+                    if job.answered() {
+                        c.keep_alive = false;
                     }
-                    job.group.give_buffer(job.request);
                 }
                 match left {
                     None => {

@@ -13,6 +13,7 @@ use super::pool::gauges;
 use super::{Failure, Upstreams, TOKEN_BASE};
 use crate::ctx::WorkerCtx;
 use crate::proxy::downstream::Downstream;
+use crate::proxy::group::WorkerGroup;
 use crate::proxy::health::now_ms;
 use crate::proxy::job::ProxyJob;
 use crate::proxy::upload::UpstreamProtocol;
@@ -180,88 +181,10 @@ impl Upstreams {
             c.phase = Phase::Sending;
             c.reused = true;
             key
-        } else {
-            group.health.stats.connect(server, ctx.worker);
-            let sock = match Sock::connect(&group.cfg.servers[server]) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!(server = %group.cfg.servers[server].label, "upstream connect: {e}");
-                    group.health.failed(server, now_ms());
-                    group
-                        .health
-                        .stats
-                        .failure(server, ctx.worker, Failure::Connect as usize);
-                    return self.retry_or_answer(
-                        server,
-                        job,
-                        false,
-                        Failure::Connect,
-                        client,
-                        ctx,
-                        down,
-                    );
-                }
-            };
-            let entry = self.conns.vacant_entry();
-            let key = entry.key();
-            let mut c = UpConn {
-                sock,
-                group: std::rc::Rc::clone(&group),
-                server,
-                phase: Phase::Connecting,
-                client: None,
-                job: None,
-                fill: None,
-                gate: None,
-                wpos: 0,
-                preamble: Vec::new(),
-                rbuf: Vec::new(),
-                rlen: 0,
-                body: BodyLeft::UntilClose,
-                head_relayed: false,
-                got_bytes: false,
-                reused: false,
-                keep_alive: false,
-                status: 0,
-                paused: false,
-                readable: false,
-                writable: false,
-                closed_seen: false,
-                deadline: now + group.cfg.timeouts.connect,
-                sent_at: now,
-                tunnel: None,
-                fcgi: None,
-            };
-            if ctx
-                .registry
-                .register(
-                    c.sock.source(),
-                    Token(TOKEN_BASE + key),
-                    Interest::READABLE | Interest::WRITABLE,
-                )
-                .is_err()
-            {
-                return self.retry_or_answer(
-                    server,
-                    job,
-                    false,
-                    Failure::Connect,
-                    client,
-                    ctx,
-                    down,
-                );
-            }
-            // Asked only of a group that sends it: the client's connection's addresses.
-            match group.cfg.send_proxy_protocol {
-                1 => proxy_protocol::write_v1(&mut c.preamble, down.client_addresses()),
-                2 => proxy_protocol::write_v2(&mut c.preamble, down.client_addresses()),
-                _ => {}
-            }
-            entry.insert(c);
-            if is_fastcgi(&group, server) {
-                group.fastcgi_open.borrow_mut()[server] += 1;
-            }
+        } else if let Some(key) = self.open(&group, server, now, ctx, down) {
             key
+        } else {
+            return self.retry_or_answer(server, job, false, Failure::Connect, client, ctx, down);
         };
         group.active.borrow_mut()[server] += 1;
         let c = &mut self.conns[key];
@@ -286,5 +209,84 @@ impl Upstreams {
         gauges(&group, server, ctx.worker);
         down.relay_link(Token(TOKEN_BASE + key));
         self.drive(key, ctx, down);
+    }
+
+    /// A new connection to `server`, registered, its PROXY header ready to go first; `None`
+    /// when it could not be opened (a refused connect counts against the server's health; a
+    /// registration that failed is this worker's trouble, not the server's) — the caller
+    /// retries the request or answers it.
+    fn open(
+        &mut self,
+        group: &std::rc::Rc<WorkerGroup>,
+        server: usize,
+        now: Instant,
+        ctx: &mut WorkerCtx<'_>,
+        down: &mut dyn Downstream,
+    ) -> Option<usize> {
+        group.health.stats.connect(server, ctx.worker);
+        let sock = match Sock::connect(&group.cfg.servers[server]) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(server = %group.cfg.servers[server].label, "upstream connect: {e}");
+                group.health.failed(server, now_ms());
+                group
+                    .health
+                    .stats
+                    .failure(server, ctx.worker, Failure::Connect as usize);
+                return None;
+            }
+        };
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        let mut c = UpConn {
+            sock,
+            group: std::rc::Rc::clone(group),
+            server,
+            phase: Phase::Connecting,
+            client: None,
+            job: None,
+            fill: None,
+            gate: None,
+            wpos: 0,
+            preamble: Vec::new(),
+            rbuf: Vec::new(),
+            rlen: 0,
+            body: BodyLeft::UntilClose,
+            head_relayed: false,
+            got_bytes: false,
+            reused: false,
+            keep_alive: false,
+            status: 0,
+            paused: false,
+            readable: false,
+            writable: false,
+            closed_seen: false,
+            deadline: now + group.cfg.timeouts.connect,
+            sent_at: now,
+            tunnel: None,
+            fcgi: None,
+        };
+        if ctx
+            .registry
+            .register(
+                c.sock.source(),
+                Token(TOKEN_BASE + key),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            return None;
+        }
+        // Asked only of a group that sends it: the client's connection's addresses.
+        match group.cfg.send_proxy_protocol {
+            1 => proxy_protocol::write_v1(&mut c.preamble, down.client_addresses()),
+            2 => proxy_protocol::write_v2(&mut c.preamble, down.client_addresses()),
+            _ => {}
+        }
+        entry.insert(c);
+        if is_fastcgi(group, server) {
+            group.fastcgi_open.borrow_mut()[server] += 1;
+        }
+        Some(key)
     }
 }
