@@ -67,14 +67,13 @@ impl Conn {
             (None, Some(_)) => (499, 0, self.head_started),
             (None, None) => return,
         };
-        let took = Instant::now().saturating_duration_since(started);
         crate::proxy::downstream::log_relayed(
             ctx,
             self.held.as_deref(),
             self.peer,
             status,
             bytes,
-            took,
+            started,
             None,
         );
     }

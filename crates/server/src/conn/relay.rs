@@ -173,14 +173,13 @@ impl Downstream for Conn {
         if relay.chunked {
             self.wbuf.extend_from_slice(b"0\r\n\r\n");
         }
-        let took = ctx.now.saturating_duration_since(relay.started);
         log_relayed(
             ctx,
             self.held.as_deref(),
             self.peer,
             relay.status,
             relay.body_bytes,
-            took,
+            relay.started,
             Some(UpstreamFields {
                 addr: upstream,
                 status: upstream_status,
@@ -213,8 +212,15 @@ impl Downstream for Conn {
             relay.keep_alive = false;
             self.lingering = true;
         }
-        let took = ctx.now.saturating_duration_since(relay.started);
-        log_relayed(ctx, self.held.as_deref(), self.peer, status, 0, took, None);
+        log_relayed(
+            ctx,
+            self.held.as_deref(),
+            self.peer,
+            status,
+            0,
+            relay.started,
+            None,
+        );
         Self::write_status(
             &mut self.wbuf,
             ctx,

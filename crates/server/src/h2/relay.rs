@@ -78,14 +78,13 @@ pub(super) fn log_tunnel(
     if !t.open {
         return;
     }
-    let took = ctx.now.saturating_duration_since(s.started);
     log_relayed(
         ctx,
         s.held.as_deref(),
         peer,
         r.status,
         r.body_bytes,
-        took,
+        s.started,
         Some(crate::access_log::UpstreamFields {
             addr: &t.upstream,
             status: 101,
@@ -111,8 +110,7 @@ pub(super) fn log_left(
         (Some(_), _) | (None, Some(_)) => (499, 0),
         (None, None) => return,
     };
-    let took = ctx.now.saturating_duration_since(s.started);
-    log_relayed(ctx, s.held.as_deref(), peer, status, bytes, took, None);
+    log_relayed(ctx, s.held.as_deref(), peer, status, bytes, s.started, None);
 }
 
 impl Downstream for StreamRelay<'_> {
@@ -218,14 +216,13 @@ impl Downstream for StreamRelay<'_> {
         let Some(r) = s.relay.take() else {
             return;
         };
-        let took = ctx.now.saturating_duration_since(s.started);
         log_relayed(
             ctx,
             s.held.as_deref(),
             c.peer,
             r.status,
             r.body_bytes,
-            took,
+            s.started,
             Some(crate::access_log::UpstreamFields {
                 addr: upstream,
                 status: upstream_status,
@@ -263,8 +260,7 @@ impl Downstream for StreamRelay<'_> {
         let s = &mut c.streams[i];
         s.relay = None;
         // Logged as HTTP/1.1's are: the request, the gateway error, no upstream answer.
-        let took = ctx.now.saturating_duration_since(s.started);
-        log_relayed(ctx, s.held.as_deref(), c.peer, status, 0, took, None);
+        log_relayed(ctx, s.held.as_deref(), c.peer, status, 0, s.started, None);
         c.status_page(ctx, status);
         c.send_response(self.id, None, Some(i));
         // Nothing else will write it: the upstream side is done with this exchange.

@@ -121,14 +121,13 @@ impl Downstream for StreamRelay<'_, '_> {
         let Some(r) = s.relay.take() else {
             return;
         };
-        let took = ctx.now.saturating_duration_since(s.started);
         log_relayed(
             ctx,
             s.held.as_deref(),
             peer,
             r.status,
             r.body_bytes,
-            took,
+            s.started,
             Some(crate::access_log::UpstreamFields {
                 addr: upstream,
                 status: upstream_status,
@@ -173,8 +172,7 @@ impl Downstream for StreamRelay<'_, '_> {
             self.io.stop_sending(self.id, ErrorCode::NoError.value());
         }
         // Logged as HTTP/1.1's are: the request, the gateway error, no upstream answer.
-        let took = ctx.now.saturating_duration_since(s.started);
-        log_relayed(ctx, s.held.as_deref(), peer, status, 0, took, None);
+        log_relayed(ctx, s.held.as_deref(), peer, status, 0, s.started, None);
         c.res_buf.clear();
         write_status_page(&mut c.res_buf, status);
         c.send_response(self.io, self.id);

@@ -86,14 +86,13 @@ impl ReqStream {
             (Some(_), _) | (None, Some(_)) => (499, 0),
             (None, None) => return,
         };
-        let took = ctx.now.saturating_duration_since(self.started);
         crate::proxy::downstream::log_relayed(
             ctx,
             self.held.as_deref(),
             peer,
             status,
             bytes,
-            took,
+            self.started,
             None,
         );
     }

@@ -106,9 +106,15 @@ pub(crate) fn log_relayed(
     peer: std::net::SocketAddr,
     status: u16,
     bytes: u64,
-    took: std::time::Duration,
+    started: std::time::Instant,
     upstream: Option<UpstreamFields<'_>>,
 ) {
+    // Without metrics or a log no one reads the duration: the subtraction is spared.
+    let took = if ctx.timed {
+        ctx.now.saturating_duration_since(started)
+    } else {
+        std::time::Duration::ZERO
+    };
     ctx.counters.response(0, status, bytes, took);
     if let (Some(log), Some(held)) = (ctx.access_log.as_deref_mut(), held) {
         log.record(&held.entry(peer, status, bytes, took, ctx.worker, upstream));
