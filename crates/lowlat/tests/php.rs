@@ -978,15 +978,20 @@ fn a_client_that_leaves_aborts_the_script() {
     drop(s);
     let end = root.path().join("slow-gone.end");
     let deadline = Instant::now() + Duration::from_secs(4);
-    while !end.exists() {
+    // file_put_contents creates the file before it writes: awaited until it holds something.
+    let said = loop {
+        let said = std::fs::read_to_string(&end).unwrap_or_default();
+        if !said.is_empty() {
+            break said;
+        }
         assert!(
             Instant::now() < deadline,
             "the script did not stop: {}",
             fpm.log()
         );
         std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(std::fs::read_to_string(&end).unwrap(), "aborted");
+    };
+    assert_eq!(said, "aborted");
     assert!(!root.path().join("slow-gone.done").exists());
     // The pool is whole again: the next request runs.
     let (status, _, _) = get(&served, "/pid.php", &[]);
