@@ -19,6 +19,34 @@ fn proxy(origin: &Origin, more: &[&str]) -> Served {
     Served::start(args)
 }
 
+/// Waits until the response stored for `path` is stale by `by` seconds or more, as a request
+/// asking for it with `max-stale` is told (`Cache-Status`'s `ttl` at `-by` or below): such a
+/// request is answered from the store, fresh or stale, without reaching the origin or
+/// refreshing anything. Ages count in whole seconds, so a `max-age=1` response is stale within
+/// a second of being stored (`by` 0) and stale by a second within two; a fixed sleep would
+/// always wait the longest. The next request to the same worker finds it at least as old (one
+/// worker: the clock is that worker's).
+fn await_stale(addr: SocketAddr, path: &str, by: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = request(addr, "GET", path, &["Cache-Control: max-stale"]);
+        assert!(
+            got.cache_status().contains("hit"),
+            "{path} with max-stale: {}",
+            got.head
+        );
+        if got.ttl().is_some_and(|ttl| ttl <= -by) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path} still fresh: {}",
+            got.head
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A fresh response is fetched once and then served from memory: `Age` and `Cache-Status`
 /// say so, the body is the same bytes, and a `HEAD` is answered from the stored `GET`.
 #[test]
@@ -309,7 +337,7 @@ fn stale_and_request_directives() {
     let p = proxy(&origin, &[]);
     get(p.addr, "/s");
     assert!(get(p.addr, "/s").cache_status().contains("hit"));
-    std::thread::sleep(Duration::from_millis(2100));
+    await_stale(p.addr, "/s", 0);
     assert!(get(p.addr, "/s").cache_status().contains("fwd=stale"));
     assert_eq!(origin.count("GET /s"), 2);
     get(p.addr, "/f");
@@ -457,7 +485,7 @@ fn revalidation_with_304_refreshes_the_stored_response() {
     );
     let p = proxy(&origin, &[]);
     get(p.addr, "/r");
-    std::thread::sleep(Duration::from_millis(2100));
+    await_stale(p.addr, "/r", 0);
     origin.set(
         "/r",
         304,
@@ -502,7 +530,7 @@ fn a_304_with_another_validator_updates_nothing() {
     );
     let p = proxy(&origin, &[]);
     get(p.addr, "/t");
-    std::thread::sleep(Duration::from_millis(2100));
+    await_stale(p.addr, "/t", 0);
     origin.set(
         "/t",
         304,
@@ -541,7 +569,9 @@ fn stale_if_error_when_the_origin_fails_or_is_down() {
     let p = proxy(&origin, &[]);
     get(p.addr, "/e");
     get(p.addr, "/plain");
-    std::thread::sleep(Duration::from_millis(2100));
+    // Stored after /e with the same lifetime: stale, so is /e. A second past its lifetime, so
+    // that /plain (no stale-if-error: 0 s) may not stand in for an error.
+    await_stale(p.addr, "/plain", 1);
     origin.set("/e", 503, "", b"down");
     origin.set("/plain", 503, "", b"down");
     let got = get(p.addr, "/e");
@@ -575,7 +605,7 @@ fn grace_serves_stale_for_errors() {
     origin.set("/g", 200, "Cache-Control: max-age=1", b"graceful");
     let p = proxy(&origin, &["--cache-grace", "60s"]);
     get(p.addr, "/g");
-    std::thread::sleep(Duration::from_millis(2100));
+    await_stale(p.addr, "/g", 0);
     origin.set("/g", 500, "", b"broken");
     let got = get(p.addr, "/g");
     assert_eq!(got.status, 200, "{}", got.head);
@@ -587,7 +617,11 @@ fn grace_serves_stale_for_errors() {
         b"strict",
     );
     get(p.addr, "/m");
-    std::thread::sleep(Duration::from_millis(2100));
+    // must-revalidate is never served stale, not even for max-stale (asked, it would be
+    // revalidated): an object of the same lifetime stored after it says when it is stale.
+    origin.set("/clock-m", 200, "Cache-Control: max-age=1", b"clock");
+    get(p.addr, "/clock-m");
+    await_stale(p.addr, "/clock-m", 0);
     origin.set("/m", 500, "", b"broken");
     assert_eq!(get(p.addr, "/m").status, 500);
     let strict = [
@@ -605,7 +639,9 @@ fn grace_serves_stale_for_errors() {
         );
         get(p.addr, &format!("/x{i}"));
     }
-    std::thread::sleep(Duration::from_millis(2100));
+    origin.set("/clock-x", 200, "Cache-Control: max-age=1", b"clock");
+    get(p.addr, "/clock-x");
+    await_stale(p.addr, "/clock-x", 0);
     origin.go_down();
     for (i, cc) in strict.iter().enumerate() {
         let got = get(p.addr, &format!("/x{i}"));
@@ -1029,7 +1065,7 @@ fn stale_while_revalidate_with_a_304() {
     );
     let p = proxy(&origin, &[]);
     get(p.addr, "/swr304");
-    std::thread::sleep(Duration::from_millis(2100));
+    await_stale(p.addr, "/swr304", 0);
     origin.set(
         "/swr304",
         304,

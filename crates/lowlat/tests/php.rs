@@ -978,15 +978,20 @@ fn a_client_that_leaves_aborts_the_script() {
     drop(s);
     let end = root.path().join("slow-gone.end");
     let deadline = Instant::now() + Duration::from_secs(4);
-    while !end.exists() {
+    // file_put_contents creates the file before it writes: awaited until it holds something.
+    let said = loop {
+        let said = std::fs::read_to_string(&end).unwrap_or_default();
+        if !said.is_empty() {
+            break said;
+        }
         assert!(
             Instant::now() < deadline,
             "the script did not stop: {}",
             fpm.log()
         );
         std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(std::fs::read_to_string(&end).unwrap(), "aborted");
+    };
+    assert_eq!(said, "aborted");
     assert!(!root.path().join("slow-gone.done").exists());
     // The pool is whole again: the next request runs.
     let (status, _, _) = get(&served, "/pid.php", &[]);
@@ -1357,7 +1362,7 @@ fn dokuwiki_page_created_edited_and_shown() {
     );
 }
 
-/// A MariaDB of the test's own: a data directory made by `mariadb-install-db`, the server on a
+/// A MariaDB of the tests' own: a data directory made by `mariadb-install-db`, the server on a
 /// Unix socket only, stopped when dropped.
 struct Mariadb {
     child: Child,
@@ -1366,6 +1371,43 @@ struct Mariadb {
 }
 
 impl Mariadb {
+    /// The MariaDB of the tests running now, started by the first that asks and stopped when
+    /// the last of them is done: the WordPress tests (clear and TLS) run side by side, each
+    /// with a database of its own ([`Mariadb::database`]) in one server, instead of bootstrapping
+    /// a data directory and starting a server each (seconds each, one after the other).
+    fn shared() -> std::sync::Arc<Mariadb> {
+        static SHARED: std::sync::Mutex<std::sync::Weak<Mariadb>> =
+            std::sync::Mutex::new(std::sync::Weak::new());
+        let mut shared = SHARED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(db) = shared.upgrade() {
+            return db;
+        }
+        let db = std::sync::Arc::new(Mariadb::start());
+        *shared = std::sync::Arc::downgrade(&db);
+        db
+    }
+
+    /// Creates the database `name` (empty) and returns its name.
+    fn database(&self, name: &str) -> String {
+        let out = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.sock.display()))
+            .args(["-uroot", "-e"])
+            .arg(format!(
+                "DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"
+            ))
+            .output()
+            .expect("mariadb (scripts/test-deps.sh)");
+        assert!(
+            out.status.success(),
+            "CREATE DATABASE {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        name.to_owned()
+    }
+
     fn start() -> Mariadb {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
@@ -1380,7 +1422,7 @@ impl Mariadb {
         if !user.is_empty() {
             install.arg(format!("--user={user}"));
         }
-        // One at a time: the WordPress tests (clear and TLS) start theirs together, and two
+        // One at a time ([`Mariadb::shared`] starts one for the tests running together): two
         // bootstraps at once on a loaded machine failed once in a full run here.
         static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let guard = INSTALLING
@@ -1429,7 +1471,7 @@ impl Mariadb {
             let ok = Command::new("mariadb")
                 .arg("--no-defaults")
                 .arg(format!("--socket={}", db.sock.display()))
-                .args(["-uroot", "-e", "CREATE DATABASE IF NOT EXISTS wordpress"])
+                .args(["-uroot", "-e", "SELECT 1"])
                 .output()
                 .is_ok_and(|o| o.status.success());
             if ok {
@@ -1499,7 +1541,8 @@ fn wordpress_browsed(tls: bool) {
         installed.exists() && Path::new("/usr/sbin/mariadbd").exists(),
         "no WordPress or MariaDB: run scripts/test-deps.sh"
     );
-    let db = Mariadb::start();
+    let db = Mariadb::shared();
+    let db_name = db.database(if tls { "wordpress_tls" } else { "wordpress" });
     let fpm = Fpm::start(4);
     let dir = tempfile::tempdir().unwrap();
     let www = dir.path().join("www");
@@ -1525,7 +1568,7 @@ fn wordpress_browsed(tls: bool) {
     std::fs::write(
         www.join("wp-config.php"),
         format!(
-            "<?php\ndefine('DB_NAME', 'wordpress');\ndefine('DB_USER', 'root');\n\
+            "<?php\ndefine('DB_NAME', '{db_name}');\ndefine('DB_USER', 'root');\n\
              define('DB_PASSWORD', '');\ndefine('DB_HOST', 'localhost:{}');\n\
              define('DB_CHARSET', 'utf8mb4');\ndefine('DB_COLLATE', '');\n\
              $table_prefix = 'wp_';\ndefine('WP_HTTP_BLOCK_EXTERNAL', true);\n\

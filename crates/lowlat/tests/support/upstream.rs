@@ -239,16 +239,46 @@ impl BadKind {
     }
 }
 
-/// `len` bytes of the upstreams' download pattern from `offset`: byte `i` is `i % 251`.
+/// `len` bytes of the upstreams' download pattern from `offset`: byte `i` is `i % 251`. One
+/// period is computed and the rest copied from what is already there (a byte at a time, the
+/// debug build took over five seconds for 256 MiB).
 pub fn pattern(offset: u64, len: usize) -> Vec<u8> {
-    (offset..offset + len as u64)
-        .map(|i| (i % 251) as u8)
-        .collect()
+    let mut out = Vec::with_capacity(len);
+    out.extend((offset..offset + len.min(251) as u64).map(|i| (i % 251) as u8));
+    while out.len() < len {
+        // Whole periods of what is there, so the copy continues the pattern.
+        let k = (out.len() / 251 * 251).min(len - out.len());
+        out.extend_from_within(..k);
+    }
+    out
 }
 
 /// SHA-256 in hex of the first `len` bytes of [`pattern`] from offset 0, by Python's hashlib
-/// (fast where a debug-built digest of a gibibyte would not be).
+/// (fast where a debug-built digest of a gibibyte would not be), once per length in a test
+/// binary: a test asks for the same lengths over and over (each framing, each protocol), and
+/// Python takes a good part of a second to start on a loaded machine.
 pub fn pattern_sha256(len: u64) -> String {
+    static KNOWN: std::sync::Mutex<Vec<(u64, String)>> = std::sync::Mutex::new(Vec::new());
+    let known = |len| {
+        KNOWN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .find(|(n, _)| *n == len)
+            .map(|(_, sha)| sha.clone())
+    };
+    if let Some(sha) = known(len) {
+        return sha;
+    }
+    let sha = pattern_sha256_by_python(len);
+    KNOWN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push((len, sha.clone()));
+    sha
+}
+
+fn pattern_sha256_by_python(len: u64) -> String {
     let out = Command::new("python3")
         .args([
             "-c",
