@@ -99,6 +99,37 @@ fn miss_then_hits_with_age_and_cache_status() {
     assert_eq!(origin.count("GET /a"), 2);
 }
 
+/// An origin's own `Cache-Status` (from a cache nearer the origin) is kept, and ours follows
+/// it as the list's last member (RFC 9211 §2): on the miss that stores the response as on its
+/// hits.
+#[test]
+fn cache_status_members_from_nearer_the_origin_are_kept() {
+    let origin = Origin::start();
+    origin.set(
+        "/cs",
+        200,
+        "Cache-Control: max-age=60\nCache-Status: origin-cdn; hit",
+        b"x",
+    );
+    let p = proxy(&origin, &[]);
+    for ours in ["lowlat; fwd=uri-miss", "lowlat; hit"] {
+        let got = get(p.addr, "/cs");
+        let members: Vec<&str> = got
+            .head
+            .lines()
+            .filter_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("cache-status")
+                    .then_some(value.trim())
+            })
+            .collect();
+        assert_eq!(members.len(), 2, "{}", got.head);
+        assert_eq!(members[0], "origin-cdn; hit", "{}", got.head);
+        assert!(members[1].starts_with(ours), "{}", got.head);
+    }
+    assert_eq!(origin.count("GET /cs"), 1);
+}
+
 /// A body that reaches the proxy after its head (on a later read), or that ends when the origin
 /// closes the connection (complete, RFC 9111 §3.3), is stored like one read at once; the
 /// hop-by-hop `Transfer-Encoding` of the latter is not kept (§3.1).

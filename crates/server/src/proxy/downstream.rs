@@ -146,7 +146,8 @@ pub(crate) enum TunnelRead {
 
 /// The lines a site adds to every response (`add_header`, and `Alt-Svc` when HTTP/3 is on:
 /// `Name: value` lines, each ending in CRLF) as they apply to a relayed response: each one whose
-/// field the upstream's response (what passes of it) does not already have, as (name, value).
+/// field the upstream's response (what passes of it) does not already have, as (name, value);
+/// and the cache's `Cache-Status`, always (after the upstream's own, if it has one).
 pub(crate) fn added_lines<'a>(
     added: &'a [u8],
     fields: &'a [Header<'_>],
@@ -172,10 +173,13 @@ pub(crate) fn added_lines<'a>(
         Some((name, start.map_or(&value[value.len()..], |s| &value[s..])))
     })
     .filter(move |(name, _)| {
-        !fields
-            .iter()
-            // The name first: `pass` costs more, and most fields are not named so.
-            .any(|f| f.name.as_bytes().eq_ignore_ascii_case(name) && pass(f.name))
+        // A cache's `Cache-Status` member follows those of caches nearer the origin (RFC 9211
+        // §2: each cache appends its own), never gives way to them.
+        name.eq_ignore_ascii_case(b"cache-status")
+            || !fields
+                .iter()
+                // The name first: `pass` costs more, and most fields are not named so.
+                .any(|f| f.name.as_bytes().eq_ignore_ascii_case(name) && pass(f.name))
     })
 }
 
@@ -249,9 +253,13 @@ mod tests {
                 name: "Connection",
                 value: b"x-a",
             },
+            Header {
+                name: "cache-status",
+                value: b"origin-cdn; hit",
+            },
         ];
-        // The upstream's `x-b` passes, so the site's `X-B` is left out; a line without a colon
-        // is no line.
+        // The upstream's `x-b` passes, so the site's `X-B` is left out, but a cache's
+        // `Cache-Status` is added after the upstream's; a line without a colon is no line.
         let pass = |name: &str| !name.eq_ignore_ascii_case("connection");
         let lines: Vec<(&[u8], &[u8])> = added_lines(added, &fields, &pass).collect();
         assert_eq!(
