@@ -50,6 +50,11 @@ impl Serve {
 
     /// A TLS upstream presenting each of `certs` (chosen by SNI).
     fn upstream(certs: &[&lowlat_testkit::pki::CertFiles]) -> Serve {
+        Serve::upstream_with(certs, &[])
+    }
+
+    /// [`Serve::upstream`] with more arguments.
+    fn upstream_with(certs: &[&lowlat_testkit::pki::CertFiles], more: &[&str]) -> Serve {
         let mut args = vec!["--tls-listen".to_owned(), "127.0.0.1:0".to_owned()];
         for c in certs {
             args.push("--cert".into());
@@ -57,6 +62,7 @@ impl Serve {
             args.push("--key".into());
             args.push(c.key.display().to_string());
         }
+        args.extend(more.iter().map(|a| (*a).to_owned()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         Serve::start(&args, "https://")
     }
@@ -459,24 +465,9 @@ fn a_request_body_reaches_a_python_tls_upstream() {
 fn an_https_auth_service_decides() {
     let pki = Pki::new();
     let leaf = pki.leaf("auth", &["localhost"], KeyKind::EcdsaP256);
-    let (cert, key) = (
-        leaf.cert.display().to_string(),
-        leaf.key.display().to_string(),
-    );
-    let auth = Serve::start(
-        &[
-            "--tls-listen",
-            "127.0.0.1:0",
-            "--cert",
-            &cert,
-            "--key",
-            &key,
-            "--return",
-            "/yes=200 come in",
-            "--return",
-            "/no=401 who are you",
-        ],
-        "https://",
+    let auth = Serve::upstream_with(
+        &[&leaf],
+        &["--return", "/yes=200 come in", "--return", "/no=401 who are you"],
     );
     let app = Serve::proxy(&[]);
     let port = auth.addr.port();
