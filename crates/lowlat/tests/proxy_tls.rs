@@ -467,7 +467,12 @@ fn an_https_auth_service_decides() {
     let leaf = pki.leaf("auth", &["localhost"], KeyKind::EcdsaP256);
     let auth = Serve::upstream_with(
         &[&leaf],
-        &["--return", "/yes=200 come in", "--return", "/no=401 who are you"],
+        &[
+            "--return",
+            "/yes=200 come in",
+            "--return",
+            "/no=401 who are you",
+        ],
     );
     let app = Serve::proxy(&[]);
     let port = auth.addr.port();
