@@ -1,10 +1,10 @@
-//! Two minutes of `scripts/soak.py`: the real `lowlat serve` (this build) with TLS, HTTP/2,
+//! Ninety seconds of `scripts/soak.py`: the real `lowlat serve` (this build) with TLS, HTTP/2,
 //! HTTP/3, files, the proxy to HTTP/1.1 and HTTP/2 upstreams, a WebSocket tunnel and the cache,
 //! under a steady mixed load from `lowlat load`, h2load and oha, with reloads, upstream
 //! restarts and bad clients, judged by the script (no error, no leak, no drift, everything given
 //! back at the end). The load is a fifth of the hour-long run's (this is the debug build), the
 //! chaos comes every 15 to 25 seconds instead of every one to three minutes (each kind once
-//! during the warm-up first), and latency is taken in 10-second segments.
+//! during the warm-up first), and latency is taken in 8-second segments.
 //!
 //! Beyond the script's verdict, the test checks that the run did what it claims: every lane
 //! answered, each kind of chaos happened and succeeded, every kind of bad client ran, and the
@@ -20,19 +20,19 @@ use support::upstream::python;
 use support::BIN;
 
 #[test]
-fn two_minutes_of_mixed_traffic_with_reloads_restarts_and_bad_clients() {
+fn ninety_seconds_of_mixed_traffic_with_reloads_restarts_and_bad_clients() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let run = Command::new("python3")
         .arg(root.join("scripts/soak.py"))
-        .args(["2m", "--binary", BIN, "--out"])
+        .args(["90s", "--binary", BIN, "--out"])
         .arg(out.path())
         .args([
             "--interval",
-            "5s",
+            "4s",
             "--segment",
-            "10s",
+            "8s",
             "--warmup",
             "25s",
             "--calm",
@@ -40,12 +40,12 @@ fn two_minutes_of_mixed_traffic_with_reloads_restarts_and_bad_clients() {
             "--reload-every",
             "15s",
             "--restart-every",
-            "20s",
+            "15s",
             "--burst-every",
             "25s",
             "--rate-scale",
             "0.2",
-            // Two minutes of a debug build on shared cores: latency drift is judged coarsely
+            // Ninety seconds of a debug build on shared cores: latency drift is judged coarsely
             // (a p99 20 ms worse at least); errors, answers, growth and leftovers are not.
             "--p99-floor-ms",
             "20",
