@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 import urllib.request
 from pathlib import Path
@@ -34,14 +33,7 @@ class CacheOrigin(unittest.TestCase):
         self.port = free_port()
         self.proc = subprocess.Popen([sys.executable, str(KIT / "cache-origin.py"), str(self.port), self.dir.name],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                self.assertLess(time.time(), deadline, "cache-origin.py did not listen")
-                time.sleep(0.05)
+        self.assertTrue(compare.await_port(self.port), "cache-origin.py did not listen")
 
     def tearDown(self):
         self.proc.terminate()

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 import unittest
 from pathlib import Path
 
@@ -69,14 +68,7 @@ class CeilingFcgi(unittest.TestCase):
                                      os.path.join(self.www, "hello.php"), str(compare.PHP_CHILDREN)])
         argv = [argv[0], str(self.port)] + argv[2:4] + ["2"]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                self.assertLess(time.time(), deadline, "ceiling-fcgi did not listen")
-                time.sleep(0.05)
+        self.assertTrue(compare.await_port(self.port), "ceiling-fcgi did not listen")
 
     def tearDown(self):
         self.proc.terminate()

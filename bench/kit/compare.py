@@ -494,6 +494,16 @@ def port_open(port):
         return False
 
 
+def await_port(port, timeout=10.0):
+    """Whether something listens on 127.0.0.1:`port` within `timeout` seconds (asked every 50 ms)."""
+    deadline = time.time() + timeout
+    while not port_open(port):
+        if time.time() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def prime(url):
     """One request before the warm-up, so that a cache that does not collapse concurrent misses
     (nginx without proxy_cache_lock, say) still asks the origin once; True on a 200."""
