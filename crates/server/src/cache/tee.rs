@@ -1,15 +1,14 @@
 //! The cache's [`Downstream`] for an exchange it takes part in ([`Tee`]): the client's own,
 //! with the exchange's [`Fill`] beside it.
 
-use std::rc::Rc;
-
 use lowlat_http::cache::status::{CacheStatus, Fwd};
 use lowlat_http::client::Header;
 
-use super::fill::{FillRef, NotModified, State};
+use super::fill::{Fill, FillRef, NotModified, State};
 use super::object::Object;
 use super::{now_secs, CacheOutcome};
 use crate::ctx::WorkerCtx;
+use crate::proxy::claim::{Claim, Claimable};
 use crate::proxy::downstream::{Downstream, TunnelRead};
 use crate::proxy::job::RelayBody;
 
@@ -19,25 +18,19 @@ use crate::proxy::job::RelayBody;
 /// when `stale-if-error` allows.
 pub(crate) struct Tee<'a> {
     inner: &'a mut dyn Downstream,
-    fill: FillRef,
+    fill: Claim<Fill>,
 }
 
 impl<'a> Tee<'a> {
-    /// A tee over `inner` for `fill`, or `None` when one is already relaying for it.
+    /// A tee over `inner` for `fill`, or `inner` back when one is already relaying for it.
     pub(crate) fn new(
         inner: &'a mut dyn Downstream,
         fill: &FillRef,
     ) -> Result<Self, &'a mut dyn Downstream> {
-        let mut f = fill.borrow_mut();
-        if f.teeing {
-            return Err(inner);
+        match Claim::take(fill) {
+            Some(fill) => Ok(Tee { inner, fill }),
+            None => Err(inner),
         }
-        f.teeing = true;
-        drop(f);
-        Ok(Tee {
-            inner,
-            fill: Rc::clone(fill),
-        })
     }
 
     /// Sends `object` to the client in place of the upstream's answer, with `Cache-Status`
@@ -72,9 +65,9 @@ impl<'a> Tee<'a> {
     }
 }
 
-impl Drop for Tee<'_> {
-    fn drop(&mut self) {
-        self.fill.borrow_mut().teeing = false;
+impl Claimable for Fill {
+    fn claimed(&mut self) -> &mut bool {
+        &mut self.teeing
     }
 }
 

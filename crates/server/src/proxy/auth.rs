@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 
 use lowlat_http::client::Header;
 
+use super::claim::{Claim, Claimable};
 use super::downstream::Downstream;
 use super::job::{Gate, GateRef, ProxyJob, RelayBody, Verdict};
 use crate::ctx::WorkerCtx;
@@ -122,7 +123,7 @@ fn relayed_field(name: &str) -> bool {
 /// relayed only when it refuses.
 pub(crate) struct AuthGate<'a> {
     inner: &'a mut dyn Downstream,
-    gate: GateRef,
+    gate: Claim<Gate>,
 }
 
 impl<'a> AuthGate<'a> {
@@ -131,16 +132,10 @@ impl<'a> AuthGate<'a> {
         inner: &'a mut dyn Downstream,
         gate: &GateRef,
     ) -> Result<Self, &'a mut dyn Downstream> {
-        let mut g = gate.borrow_mut();
-        if g.wrapping {
-            return Err(inner);
+        match Claim::take(gate) {
+            Some(gate) => Ok(AuthGate { inner, gate }),
+            None => Err(inner),
         }
-        g.wrapping = true;
-        drop(g);
-        Ok(AuthGate {
-            inner,
-            gate: Rc::clone(gate),
-        })
     }
 
     fn state(&self) -> RefMut<'_, Gate> {
@@ -162,9 +157,9 @@ impl<'a> AuthGate<'a> {
     }
 }
 
-impl Drop for AuthGate<'_> {
-    fn drop(&mut self) {
-        self.gate.borrow_mut().wrapping = false;
+impl Claimable for Gate {
+    fn claimed(&mut self) -> &mut bool {
+        &mut self.wrapping
     }
 }
 

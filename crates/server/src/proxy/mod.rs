@@ -17,6 +17,8 @@
 //! - `cgi_request`: the FastCGI request a forwarded request becomes: its CGI/1.1 variables.
 //! - `job`: a request on its way; how its body will be framed for the client.
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
+//! - `claim`: a wrapper of a downstream's one hold on the state it relays for (the cache's tee,
+//!   forward authentication's gate).
 //! - `engine`: the worker's upstream connections: exchanges, retries, timeouts, pools; a file
 //!   for each job under `engine/` (started, driven, relayed, pooled or closed, failed, upgraded
 //!   to a tunnel, php-fpm's capacity).
@@ -43,6 +45,7 @@
 
 pub mod auth;
 pub(crate) mod cgi_request;
+pub(crate) mod claim;
 pub mod config;
 pub(crate) mod downstream;
 pub(crate) mod engine;
