@@ -498,6 +498,12 @@ mod tests {
         cert: CertReport<'_>,
         extra: &[(String, String)],
     ) -> Vec<(u8, Vec<u8>)> {
+        records(&encoded(raw, tls, cert, extra))
+    }
+
+    /// The FastCGI request `raw` becomes, from a client at 10.1.2.3 to `/index.php` under
+    /// `/srv/www`, through listeners on 0.0.0.0:8080 and 127.0.0.1:8443.
+    fn encoded(raw: &[u8], tls: bool, cert: CertReport<'_>, extra: &[(String, String)]) -> Vec<u8> {
         let mut slots = header_slots();
         let Ok(Status::Complete(req)) = parse_request(raw, &mut slots, &HeadLimits::default())
         else {
@@ -533,7 +539,7 @@ mod tests {
             &server,
             extra,
         );
-        records(&out)
+        out
     }
 
     fn var<'a>(params: &'a [(&[u8], &[u8])], name: &str) -> Option<&'a str> {
@@ -696,35 +702,7 @@ mod tests {
     #[test]
     fn forward_auth_fields_replace_the_clients_variables() {
         let raw = b"POST /index.php HTTP/1.1\r\nHost: a\r\nX-Auth-User: forged\r\nX-Keep: 1\r\nContent-Length: 2\r\n\r\nhi";
-        let mut slots = header_slots();
-        let Ok(Status::Complete(req)) = parse_request(raw, &mut slots, &HeadLimits::default())
-        else {
-            panic!("not a request");
-        };
-        let client = ClientInfo {
-            peer: "10.1.2.3:50000".parse().unwrap(),
-            tls: false,
-            early_data: false,
-            cert: None,
-        };
-        let script = Script {
-            name: b"/index.php",
-            path_info: b"",
-            filename: Some(b"/srv/www/index.php"),
-            root: Some(b"/srv/www"),
-        };
-        let (mut out, mut pairs) = (Vec::new(), Vec::new());
-        write_request(
-            &mut out,
-            &mut pairs,
-            &req,
-            b"hi",
-            None,
-            &script,
-            (&client, CertReport::NotAsked),
-            &ServerVars::default(),
-            &[],
-        );
+        let mut out = encoded(raw, false, CertReport::NotAsked, &[]);
         let copy: Vec<Box<str>> = vec!["X-Auth-User".into(), "X-Auth-Email".into()];
         replace_http_params(&mut out, &copy, b"X-Auth-User: alice\r\n");
         let got = records(&out);
