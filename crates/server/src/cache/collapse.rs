@@ -126,7 +126,11 @@ pub(crate) fn answer(job: &ProxyJob, ctx: &mut WorkerCtx<'_>, down: &mut dyn Dow
         ..CacheStatus::default()
     };
     let not_modified = object.status == 200
-        && super::lookup::not_modified(|name| lowlat_http::cache::first(&f.request, name), &object);
+        && super::lookup::not_modified(
+            lowlat_http::cache::first(&f.request, "if-none-match"),
+            lowlat_http::cache::first(&f.request, "if-modified-since"),
+            &object,
+        );
     let policy = std::sync::Arc::clone(&f.cache.policy);
     f.cache.count(|c| &c.collapsed);
     drop(f);

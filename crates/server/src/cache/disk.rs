@@ -306,7 +306,7 @@ impl DiskTier {
     /// than the tier takes removes the older copy instead.
     pub(crate) fn write(&self, key: &[u8], entry: &Entry) {
         let tags = match entry {
-            Entry::Object(o) if o.body.len() as u64 > self.max_object => {
+            Entry::Object(o) if o.body().len() as u64 > self.max_object => {
                 self.remove(key);
                 return;
             }
@@ -469,7 +469,7 @@ fn write_one(shared: &Shared, job: &Job) -> io::Result<()> {
     let written = (|| {
         let mut f = File::create(&tmp)?;
         f.write_all(&head)?;
-        f.write_all(&body)
+        f.write_all(body)
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
@@ -643,7 +643,7 @@ mod tests {
 
     fn body_len(e: &Entry) -> usize {
         match e {
-            Entry::Object(o) => o.body.len(),
+            Entry::Object(o) => o.body().len(),
             Entry::Vary { .. } => usize::MAX,
         }
     }

@@ -26,7 +26,8 @@ use lowlat_http::client::Header;
 use super::entry::Entry;
 use super::inflight::{Role, Ticket};
 use super::lines::Lines;
-use super::object::{reason_of, Object};
+use super::object::{reason_of, Body, Object};
+use super::store::{Hashed, KeyBytes};
 use super::{key, now_secs, RouteCache};
 
 /// Whether a response field is stored: what every relay passes on to the client (the proxy's
@@ -80,10 +81,10 @@ pub(super) enum State {
 pub(super) struct Pending {
     status: u16,
     reason: std::borrow::Cow<'static, str>,
-    /// The fields to store, as the object will hold them.
+    /// The fields to store, as the object will hold them, and the body so far after them
+    /// (their tail: one allocation for both, sized to the body's length too when the relay
+    /// knows it and it fits the object limit).
     kept: Lines,
-    /// Sized to the body's length when the relay knows it and it fits the object limit.
-    body: Vec<u8>,
     age: AgeBase,
     fresh: Stored,
     /// Whether `kept` has a `Vary` line, and cache-tag lines: seen while it was copied, so
@@ -107,8 +108,9 @@ pub(super) enum NotModified {
 pub(crate) struct Fill {
     pub(super) cache: RouteCache,
     mode: Mode,
-    /// The primary key.
-    pub(super) key: Box<[u8]>,
+    /// The primary key, and its hash (`CacheStore::hashed`'s).
+    pub(super) key: KeyBytes,
+    key_hash: u64,
     /// The request's fields (for `Vary`), owned, as the request's head is gone by the time the
     /// response comes.
     pub(super) request: Lines,
@@ -141,22 +143,22 @@ pub(crate) struct Fill {
 }
 
 impl Fill {
-    /// A fill that stores what the response allows, in `role` in the flight of its key.
+    /// A fill that stores what the response allows, in `role` in the flight of its key
+    /// (`authorization`: the request carried one).
     pub(crate) fn store(
         cache: &RouteCache,
-        key: &[u8],
+        key: Hashed<'_>,
         request: &[lowlat_http::request::Header<'_>],
+        authorization: bool,
         req_cc: &Directives<'_>,
         fwd: Fwd,
         role: Role,
     ) -> FillRef {
-        let authorization = request
-            .iter()
-            .any(|h| h.name.eq_ignore_ascii_case("authorization"));
         Rc::new(RefCell::new(Fill {
             cache: cache.clone(),
             mode: Mode::Store,
-            key: key.into(),
+            key: KeyBytes::from_slice(key.bytes),
+            key_hash: key.hash,
             request: Lines::of(request.iter().map(|h| (h.name, h.value)), |_| true),
             request_time: now_secs(),
             authorization,
@@ -172,6 +174,14 @@ impl Fill {
             kept_out: false,
             outcome: None,
         }))
+    }
+
+    /// The primary key with its hash.
+    pub(super) fn key(&self) -> Hashed<'_> {
+        Hashed {
+            hash: self.key_hash,
+            bytes: &self.key,
+        }
     }
 
     /// The ticket of a request that is to wait for another's fill, taken (once) by the upstream
@@ -328,7 +338,7 @@ impl Fill {
             stale.status,
             stale.reason.clone(),
             Lines::of(merged.iter().map(|(n, v)| (&**n, &**v)), |_| true),
-            stale.body.clone(),
+            stale.shared_body(),
             AgeBase::new(fields, self.request_time, response_time),
             Stored::new(life, &cc),
         ));
@@ -342,7 +352,9 @@ impl Fill {
         Rc::new(RefCell::new(Fill {
             cache: cache.clone(),
             mode: Mode::Invalidate { host: host.into() },
-            key: key.into(),
+            key: KeyBytes::from_slice(key),
+            // Invalidation removes by the key's bytes (`CacheStore::remove`).
+            key_hash: 0,
             request: Lines::default(),
             request_time: 0,
             authorization: false,
@@ -429,21 +441,25 @@ impl Fill {
                 let life = self.lifetime_of(status, decide, &cc, is_targeted, response_time);
                 let connection: Vec<&[u8]> = values(fields, "connection").collect();
                 let (mut varies, mut tagged) = (false, false);
-                let kept = Lines::of(fields.iter().map(|f| (f.name, f.value)), |name| {
-                    let keep = stored_field(name, &connection, &cc)
-                        // An ignored `Set-Cookie` is this client's, not the store's.
-                        && !(ignored.set_cookie && name.eq_ignore_ascii_case("set-cookie"));
-                    debug_assert!(!keep || pass(name), "{name} stored but not relayed");
-                    if keep {
-                        varies |= name.eq_ignore_ascii_case("vary");
-                        tagged |= super::object::is_tag_field(name);
-                    }
-                    keep
-                });
-                // The whole body in one allocation when its length is known and fits.
+                // The whole body in the same allocation when its length is known and fits.
                 let announced = length
                     .filter(|&n| n <= self.cache.store.max_object)
                     .and_then(|n| usize::try_from(n).ok());
+                let kept = Lines::of_with_tail(
+                    fields.iter().map(|f| (f.name, f.value)),
+                    |name| {
+                        let keep = stored_field(name, &connection, &cc)
+                        // An ignored `Set-Cookie` is this client's, not the store's.
+                        && !(ignored.set_cookie && name.eq_ignore_ascii_case("set-cookie"));
+                        debug_assert!(!keep || pass(name), "{name} stored but not relayed");
+                        if keep {
+                            varies |= name.eq_ignore_ascii_case("vary");
+                            tagged |= super::object::is_tag_field(name);
+                        }
+                        keep
+                    },
+                    announced.unwrap_or(0),
+                );
                 let fresh = Stored::new(life, &cc);
                 let age = AgeBase::new(fields, self.request_time, response_time);
                 status_field.stored = true;
@@ -452,7 +468,6 @@ impl Fill {
                     status,
                     reason: reason_of(status, reason),
                     kept,
-                    body: Vec::with_capacity(announced.unwrap_or(0)),
                     age,
                     fresh,
                     varies,
@@ -476,12 +491,12 @@ impl Fill {
     pub(super) fn body(&mut self, data: &[u8]) {
         if let State::Body(p) = &mut self.state {
             let max = usize::try_from(self.cache.store.max_object).unwrap_or(usize::MAX);
-            if p.body.len() + data.len() > max {
+            if p.kept.tail().len() + data.len() > max {
                 self.cache.count(|c| &c.not_stored);
                 self.state = State::Off;
                 self.let_go();
             } else {
-                p.body.extend_from_slice(data);
+                p.kept.push_tail(data);
             }
         }
     }
@@ -501,8 +516,7 @@ impl Fill {
             p.status,
             p.reason,
             p.kept,
-            // Without a copy when the body filled what `Content-Length` sized.
-            bytes::Bytes::from(p.body),
+            Body::AfterLines,
             p.age,
             p.fresh,
             p.tagged,
@@ -532,15 +546,16 @@ impl Fill {
         };
         if vary.is_empty() {
             // The fill is done with its key once it has stored its response.
-            store.insert(std::mem::take(&mut self.key), entry);
+            store.insert(std::mem::take(&mut self.key), self.key_hash, entry);
         } else {
             // Reuse the marker when it names the same fields, so the other variants stay.
-            let id = match store.get(&self.key) {
+            let id = match store.get(self.key()) {
                 Some(Entry::Vary { value, id }) if *value == *vary => id,
                 _ => {
                     let id = store.marker_id();
                     store.insert(
                         self.key.clone(),
+                        self.key_hash,
                         Entry::Vary {
                             value: vary.clone().into(),
                             id,
@@ -556,7 +571,8 @@ impl Fill {
             }
             let mut k = Vec::new();
             key::variant(&self.key, id, &secondary, &mut k);
-            store.insert(k.into_boxed_slice(), entry);
+            let hash = store.hashed(&k).hash;
+            store.insert(KeyBytes::from_vec(k), hash, entry);
         }
     }
 

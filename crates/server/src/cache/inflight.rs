@@ -18,7 +18,6 @@
 //! other once the response is known to vary.
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -29,11 +28,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// which now only a waiter makes). Two keys of one hash share a flight: the later request
 /// waits for the other's fill, finds nothing of its own in the store, and goes upstream alone
 /// (`collapse`), a detour of one exchange once in 2^64.
+/// The hash is the store's (`CacheStore::hashed`: foldhash, random-seeded per process),
+/// made once for the request's look-ups, its flight and its insert.
 #[derive(Debug)]
 pub(crate) struct Flights {
-    // foldhash, random-seeded per process as std's SipHash is, at a fraction of its cost
-    // (SipHash was about 1 100 instructions a miss, callgrind).
-    keys: foldhash::quality::RandomState,
     map: Mutex<Table>,
 }
 
@@ -47,7 +45,6 @@ struct Table {
 impl Default for Flights {
     fn default() -> Self {
         Flights {
-            keys: foldhash::quality::RandomState::default(),
             map: Mutex::new(Table {
                 // Room from the start: a table this size keeps free slots beside each entry,
                 // so a removal leaves no tombstone and a miss never rehashes it.
@@ -105,13 +102,13 @@ impl Ticket {
     }
 }
 
-/// Enters the flight of `key` among `flights` (the store's): leads a new one when there is none, waits for the
-/// one there when `may_wait` allows (and this thread has a loop to wait in), else goes alone.
-pub(crate) fn enter(flights: &Arc<Flights>, key: &[u8], may_wait: bool) -> Role {
+/// Enters the flight of the key whose hash is `hash` among `flights` (the store's): leads a new
+/// one when there is none, waits for the one there when `may_wait` allows (and this thread has
+/// a loop to wait in), else goes alone.
+pub(crate) fn enter(flights: &Arc<Flights>, hash: u64, may_wait: bool) -> Role {
     let Some(waker) = crate::own_waker::get() else {
         return Role::Alone;
     };
-    let hash = flights.keys.hash_one(key);
     let mut table = flights.map.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(flight) = table.flights.get_mut(&hash) {
         if !may_wait {
@@ -191,10 +188,15 @@ mod tests {
         Arc::new(Flights::default())
     }
 
+    fn hash(key: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::default().hash_one(key)
+    }
+
     #[test]
     fn without_a_loop_every_miss_goes_alone() {
         let s = store();
-        assert!(matches!(enter(&s, b"k", true), Role::Alone));
+        assert!(matches!(enter(&s, hash(b"k"), true), Role::Alone));
         assert_eq!(s.len(), 0);
     }
 
@@ -204,14 +206,14 @@ mod tests {
         let mut poll = mio::Poll::new().unwrap();
         let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(7)).unwrap());
         crate::own_waker::set(Arc::clone(&waker));
-        let Role::Lead(leader) = enter(&s, b"k", true) else {
+        let Role::Lead(leader) = enter(&s, hash(b"k"), true) else {
             panic!("the first miss leads");
         };
-        let Role::Wait(ticket) = enter(&s, b"k", true) else {
+        let Role::Wait(ticket) = enter(&s, hash(b"k"), true) else {
             panic!("the second waits");
         };
-        assert!(matches!(enter(&s, b"k", false), Role::Alone));
-        let Role::Lead(other) = enter(&s, b"other", true) else {
+        assert!(matches!(enter(&s, hash(b"k"), false), Role::Alone));
+        let Role::Lead(other) = enter(&s, hash(b"other"), true) else {
             panic!("another key leads its own flight");
         };
         assert_eq!(s.len(), 2);
@@ -224,7 +226,7 @@ mod tests {
             .unwrap();
         assert!(events.iter().any(|e| e.token() == mio::Token(7)));
         // The key is free: the next miss leads again.
-        assert!(matches!(enter(&s, b"k", true), Role::Lead(_)));
+        assert!(matches!(enter(&s, hash(b"k"), true), Role::Lead(_)));
         drop(other);
     }
 }

@@ -17,22 +17,29 @@ use lowlat_http::request::Request;
 pub(crate) fn primary_by(
     template: Option<&crate::template::Template>,
     req: &Request<'_, '_>,
+    asked: &super::asked::Asked<'_>,
     tls: bool,
     out: &mut Vec<u8>,
 ) -> bool {
     let Some(t) = template else {
-        primary(req, tls, out);
+        primary(req, asked, tls, out);
         return true;
     };
     out.clear();
     t.expand(req, &super::rules::context(tls), out).is_ok()
 }
 
-/// Writes the default primary key of `req` into `out` (cleared first).
-pub(crate) fn primary(req: &Request<'_, '_>, tls: bool, out: &mut Vec<u8>) {
+/// Writes the default primary key of `req` into `out` (cleared first): `asked` holds its
+/// `Host` and `X-Forwarded-Host`.
+pub(crate) fn primary(
+    req: &Request<'_, '_>,
+    asked: &super::asked::Asked<'_>,
+    tls: bool,
+    out: &mut Vec<u8>,
+) {
     out.clear();
     out.extend_from_slice(if tls { b"https://" } else { b"http://" });
-    let host = req.header("host").unwrap_or_default();
+    let host = asked.host.unwrap_or_default();
     let at = out.len();
     out.extend_from_slice(host);
     out[at..].make_ascii_lowercase();
@@ -43,7 +50,7 @@ pub(crate) fn primary(req: &Request<'_, '_>, tls: bool, out: &mut Vec<u8>) {
     }
     // Passed upstream from a trusted proxy, it changes the links an application writes: a
     // response to one value is not one to another.
-    if let Some(h) = req.header("x-forwarded-host") {
+    if let Some(h) = asked.forwarded_host {
         out.extend_from_slice(b"\0xfh=");
         out.extend_from_slice(h);
     }
@@ -100,7 +107,12 @@ mod tests {
                 panic!("not a request");
             };
             let mut out = Vec::new();
-            primary(&req, *tls, &mut out);
+            primary(
+                &req,
+                &super::super::asked::Asked::of(req.headers),
+                *tls,
+                &mut out,
+            );
             assert_eq!(String::from_utf8(out.clone()).unwrap(), *want);
             assert!(want.starts_with(std::str::from_utf8(origin(&out)).unwrap()));
         }

@@ -13,10 +13,12 @@ use lowlat_http::cache::status::{CacheStatus, Fwd};
 use lowlat_http::cache::{vary, Directives};
 use lowlat_http::request::Method;
 
+use super::asked::Asked;
 use super::entry::Entry;
 use super::fill::{Fill, FillRef};
 use super::inflight::Role;
 use super::object::Object;
+use super::store::Hashed;
 use super::{key, now_secs, CacheOutcome, RouteCache};
 use crate::handler::{Req, Response};
 
@@ -38,12 +40,6 @@ thread_local! {
     static SCRATCH: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Fields that change what an application answers without being in the key: a request
-/// carrying one is forwarded without the cache (neither served from it nor stored), so it can
-/// neither poison an entry nor be answered with one made for another request.
-/// (`X-Forwarded-Host` reaches the upstream only from a trusted proxy, and is then in the key.)
-const UNKEYED: [&str; 3] = ["x-original-url", "x-rewrite-url", "x-host"];
-
 /// `Cache-Status`'s `detail` on a stale response sent while it is refreshed.
 const REVALIDATING: &str = "stale-while-revalidate";
 
@@ -57,13 +53,10 @@ pub(crate) fn lookup(
     let tls = client.tls;
     let head = req.head;
     let safe = matches!(head.method, Method::Get | Method::Head);
-    let unkeyed = head
-        .headers
-        .iter()
-        .any(|h| UNKEYED.iter().any(|u| h.name.eq_ignore_ascii_case(u)));
+    let asked = Asked::of(head.headers);
     let policy = &cache.policy;
     SCRATCH.with_borrow_mut(|(primary, lines)| {
-        if !key::primary_by(policy.key.as_ref(), head, tls, primary) {
+        if !key::primary_by(policy.key.as_ref(), head, &asked, tls, primary) {
             // The rule's key cannot be made for this request: the cache stays out of it (a
             // purge names nothing then; it is the cache's, never the upstream's).
             if super::purge::is_purge(head) {
@@ -91,13 +84,12 @@ pub(crate) fn lookup(
         }
         // If-Match and If-Unmodified-Since guard a change the origin decides (RFC 9110
         // §13.1.1): they go to the origin.
-        if unkeyed
+        if asked.unkeyed
             || head.protocol.is_some()
             || !req.body.is_empty()
             || res.streamed().is_some()
-            || head.header("upgrade").is_some()
-            || head.header("if-match").is_some()
-            || head.header("if-unmodified-since").is_some()
+            || asked.upgrade
+            || asked.guarded_change
         {
             cache.count(|c| &c.bypass);
             res.set_cache_outcome(CacheOutcome::Bypass);
@@ -111,11 +103,12 @@ pub(crate) fn lookup(
         }
         let no_store = !policy.no_store.is_empty()
             && super::rules::any_holds(&policy.no_store, head, tls, lines);
-        let req_cc = if cache.policy.honour_request {
+        let req_cc = if cache.policy.honour_request && asked.cache_control {
             Directives::parse(head.headers, "cache-control")
         } else {
             Directives::default()
         };
+        let primary = cache.store.hashed(primary);
         let (found, variant) = find(cache, primary, head.headers, lines);
         let (object, fwd) = match found {
             Found::Object(o) => (Some(o), Fwd::Stale),
@@ -142,10 +135,10 @@ pub(crate) fn lookup(
                 Use::Revalidate => (false, false),
             };
             if usable {
-                // The flight key is the variant's, in `lines` until the head is written there.
-                // A response this request may not store is not refreshed by it either.
+                // The flight is the variant's when the response varies (`variant`: its key's
+                // hash). A response this request may not store is not refreshed by it either.
                 let background = (refresh && !no_store)
-                    .then(|| refresh_fill(cache, head, primary, variant.then_some(&lines[..])))
+                    .then(|| refresh_fill(cache, head, primary, variant))
                     .flatten();
                 cache.count(|c| &c.hits);
                 let status = CacheStatus {
@@ -154,7 +147,7 @@ pub(crate) fn lookup(
                     detail: refresh.then_some(REVALIDATING),
                     ..CacheStatus::default()
                 };
-                send(cache, head, res, &o, age, &status, lines);
+                send(cache, head, &asked, res, &o, age, &status, lines);
                 return match background {
                     Some(fill) => Lookup::Refresh(fill, o),
                     None => Lookup::Served,
@@ -170,6 +163,7 @@ pub(crate) fn lookup(
                 head,
                 Miss {
                     primary,
+                    asked: &asked,
                     req_cc: &req_cc,
                     fwd,
                     variant,
@@ -191,6 +185,7 @@ pub(crate) fn lookup(
             head,
             Miss {
                 primary,
+                asked: &asked,
                 req_cc: &req_cc,
                 fwd,
                 variant,
@@ -207,9 +202,11 @@ pub(crate) fn lookup(
 /// `Cache-Status` (`lines` is the buffer they are written in), then the body — or a 304 when
 /// the client's own copy is current (RFC 9110 §13.1.2, §13.1.3).
 #[inline]
+#[allow(clippy::too_many_arguments)] // the parts of one answer, each from its own place
 fn send(
     cache: &RouteCache,
     head: &lowlat_http::request::Request<'_, '_>,
+    asked: &Asked<'_>,
     res: &mut Response<'_>,
     o: &Object,
     age: u64,
@@ -222,21 +219,22 @@ fn send(
     lines.extend_from_slice(b"\r\nCache-Status: ");
     status.write(&cache.policy.name, lines);
     lines.extend_from_slice(b"\r\n");
-    if o.status == 200 && not_modified(|name| head.header(name), o) {
+    if o.status == 200 && not_modified(asked.if_none_match, asked.if_modified_since, o) {
         // The client's own copy is current (RFC 9110 §13.1.2, §13.1.3).
         res.send_stored(304, "Not Modified", o.lines.bytes(), lines, b"");
-    } else if !super::partial::send_range(head, o, lines, res) {
-        res.send_stored(o.status, &o.reason, o.lines.bytes(), lines, &o.body);
+    } else if asked.range.is_none() || !super::partial::send_range(head, o, lines, res) {
+        res.send_stored(o.status, &o.reason, o.lines.bytes(), lines, o.body());
     }
 }
 
 /// What a miss was found to be.
 struct Miss<'k, 'd> {
-    primary: &'k [u8],
+    primary: Hashed<'k>,
+    asked: &'k Asked<'d>,
     req_cc: &'k Directives<'d>,
     fwd: Fwd,
-    /// The response varies: `lines` holds the variant's key.
-    variant: bool,
+    /// The response varies: the hash of the variant's key (its flight's).
+    variant: Option<u64>,
     /// The rule's no-store conditions hold: the answer is relayed, not stored, and no one
     /// waits for it.
     no_store: bool,
@@ -257,6 +255,7 @@ fn miss(
 ) -> Lookup {
     let Miss {
         primary,
+        asked,
         req_cc,
         fwd,
         variant,
@@ -271,11 +270,11 @@ fn miss(
         cache.count(|c| &c.misses);
         return Lookup::Forward(None, stale);
     }
-    let flight_key = if variant { &lines[..] } else { primary };
+    let flight = variant.unwrap_or(primary.hash);
     let role = if no_store {
         Role::Alone
     } else {
-        super::inflight::enter(&cache.store.flights, flight_key, fwd != Fwd::Request)
+        super::inflight::enter(&cache.store.flights, flight, fwd != Fwd::Request)
     };
     if matches!(role, Role::Lead(_)) && fwd != Fwd::Request {
         // The flight before this one may have ended between the look-up and the entry: what
@@ -291,7 +290,7 @@ fn miss(
                     ttl: Some(o.fresh.ttl(age)),
                     ..CacheStatus::default()
                 };
-                send(cache, head, res, &o, age, &status, lines);
+                send(cache, head, asked, res, &o, age, &status, lines);
                 return Lookup::Served;
             }
         }
@@ -300,7 +299,15 @@ fn miss(
     if !matches!(role, Role::Wait(_)) {
         cache.count(|c| &c.misses);
     }
-    let fill = Fill::store(cache, primary, head.headers, req_cc, fwd, role);
+    let fill = Fill::store(
+        cache,
+        primary,
+        head.headers,
+        asked.authorization,
+        req_cc,
+        fwd,
+        role,
+    );
     if no_store {
         fill.borrow_mut().keep_out();
     }
@@ -315,13 +322,13 @@ fn miss(
 fn refresh_fill(
     cache: &RouteCache,
     head: &lowlat_http::request::Request<'_, '_>,
-    primary: &[u8],
-    variant: Option<&[u8]>,
+    primary: Hashed<'_>,
+    variant: Option<u64>,
 ) -> Option<FillRef> {
     if head.method != Method::Get {
         return None;
     }
-    let role = super::inflight::enter(&cache.store.flights, variant.unwrap_or(primary), false);
+    let role = super::inflight::enter(&cache.store.flights, variant.unwrap_or(primary.hash), false);
     if !matches!(role, Role::Lead(_)) {
         return None;
     }
@@ -331,10 +338,14 @@ fn refresh_fill(
     } else {
         Directives::default()
     };
+    let authorization = fields
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("authorization"));
     Some(Fill::store(
         cache,
         primary,
         &fields,
+        authorization,
         &req_cc,
         Fwd::Stale,
         role,
@@ -347,7 +358,7 @@ fn refresh_fill(
 pub(crate) fn after_wait(fill: &Fill) -> Option<(std::sync::Arc<Object>, u64)> {
     let cache = &fill.cache;
     let mut buf = Vec::new();
-    let (Found::Object(o), _) = find(cache, &fill.key, &fill.request, &mut buf) else {
+    let (Found::Object(o), _) = find(cache, fill.key(), &fill.request, &mut buf) else {
         return None;
     };
     let req_cc = if cache.policy.honour_request {
@@ -365,13 +376,12 @@ pub(crate) fn after_wait(fill: &Fill) -> Option<(std::sync::Arc<Object>, u64)> {
 /// Whether the client's `If-None-Match` (else `If-Modified-Since`) says its copy of the stored
 /// response is current: evaluated as the file handler evaluates them, against the stored
 /// `ETag` (compared weakly) and `Last-Modified`.
-pub(super) fn not_modified<'h>(
-    header: impl Fn(&'static str) -> Option<&'h [u8]>,
+pub(super) fn not_modified(
+    if_none_match: Option<&[u8]>,
+    if_modified_since: Option<&[u8]>,
     o: &Object,
 ) -> bool {
     use crate::files::conditional::{evaluate, Outcome, Preconditions, Validators};
-    let if_none_match = header("if-none-match");
-    let if_modified_since = header("if-modified-since");
     if if_none_match.is_none() && if_modified_since.is_none() {
         return false;
     }
@@ -400,26 +410,28 @@ enum Found {
 }
 
 /// Finds the response stored for the request: the primary key's, or the variant its `Vary`
-/// fields select. True beside it when the response varies and `buf` holds the variant's key.
+/// fields select. Beside it, when the response varies, the hash of the variant's key (which
+/// `buf` holds).
 fn find<F: lowlat_http::cache::Fields + ?Sized>(
     cache: &RouteCache,
-    primary: &[u8],
+    primary: Hashed<'_>,
     request: &F,
     buf: &mut Vec<u8>,
-) -> (Found, bool) {
+) -> (Found, Option<u64>) {
     match cache.store.get(primary) {
-        None => (Found::Nothing, false),
-        Some(Entry::Object(o)) => (Found::Object(o), false),
+        None => (Found::Nothing, None),
+        Some(Entry::Object(o)) => (Found::Object(o), None),
         Some(Entry::Vary { value, id }) => {
             let vary_field = [("vary", &value[..])];
             let mut secondary = Vec::new();
             if !vary::secondary_key(&vary_field[..], request, &mut secondary) {
-                return (Found::VaryMiss, false);
+                return (Found::VaryMiss, None);
             }
-            key::variant(primary, id, &secondary, buf);
-            match cache.store.get(buf) {
-                Some(Entry::Object(o)) => (Found::Object(o), true),
-                _ => (Found::VaryMiss, true),
+            key::variant(primary.bytes, id, &secondary, buf);
+            let variant = cache.store.hashed(buf);
+            match cache.store.get(variant) {
+                Some(Entry::Object(o)) => (Found::Object(o), Some(variant.hash)),
+                _ => (Found::VaryMiss, Some(variant.hash)),
             }
         }
     }

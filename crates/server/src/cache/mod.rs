@@ -36,6 +36,7 @@
 //! - [`rules`]: what a site or rule configures beside RFC 9111: key template, bypass and
 //!   no-store conditions, lifetimes per status, ignored response fields.
 //! - `lookup`: the hit path: find, decide, answer from memory or let the request go on.
+//! - `asked`: the request fields the look-up reads, found in one walk of them.
 //! - `partial`: a `Range` answered from a stored complete response (206, 416).
 //! - `fill`: the miss path: a response relayed to its client and stored on the way.
 //! - `tee`: the client's `Downstream` with the fill beside it: copies, refreshes, stands in.
@@ -46,6 +47,7 @@
 //! - `metrics`: the cache's families on `/metrics`.
 //! - `purge`: `PURGE` by URL, prefix or tag, from trusted networks.
 
+pub(crate) mod asked;
 pub(crate) mod collapse;
 pub mod disk;
 pub(crate) mod entry;

@@ -19,14 +19,24 @@ pub(crate) struct Object {
     /// The kept fields, as lines ready to be copied into a head: no `Content-Length` (written
     /// from the body), no `Age` (computed when sent), nothing hop-by-hop.
     pub(crate) lines: Lines,
-    /// The body; `Bytes` so that a 304's refreshed copy shares it.
-    pub(crate) body: Bytes,
+    /// Where the body is ([`Object::body`]).
+    body: Body,
     /// When it was received and how old it was then.
     pub(crate) age: AgeBase,
     /// Its freshness lifetime and the directives that say how it may be used stale.
     pub(crate) fresh: Stored,
     /// The cache-tags it was stored with (`Cache-Tag`, `Surrogate-Key`), for purging by tag.
     pub(crate) tags: Box<[Box<[u8]>]>,
+}
+
+/// Where a stored response's body is.
+#[derive(Debug)]
+pub(crate) enum Body {
+    /// In the lines' buffer, after them (their tail): what a miss stores, the object's bytes
+    /// in one allocation.
+    AfterLines,
+    /// Bytes of its own: read from the disk tier, or shared with the response a 304 refreshed.
+    Own(Bytes),
 }
 
 /// `reason` as an object keeps it: the standard phrase for `status` borrowed, another owned.
@@ -74,7 +84,7 @@ impl Object {
         age: AgeBase,
         fresh: Stored,
     ) -> Self {
-        Object::with_tags(status, reason, lines, body, age, fresh, true)
+        Object::with_tags(status, reason, lines, Body::Own(body), age, fresh, true)
     }
 
     /// [`Object::new`], told whether `lines` may hold cache-tags (`tagged`: false when the
@@ -84,7 +94,7 @@ impl Object {
         status: u16,
         reason: Cow<'static, str>,
         lines: Lines,
-        body: Bytes,
+        body: Body,
         age: AgeBase,
         fresh: Stored,
         tagged: bool,
@@ -111,7 +121,28 @@ impl Object {
     /// 287, so about 300 more; 320 is kept, so that RSS stays under the budget with small
     /// objects too (with 256 it went 9% over).
     pub(crate) fn weight(&self, key_len: usize) -> u64 {
-        (key_len + self.lines.heap_len() + self.body.len() + 320) as u64
+        let own = match &self.body {
+            Body::AfterLines => 0,
+            Body::Own(b) => b.len(),
+        };
+        (key_len + self.lines.heap_len() + own + 320) as u64
+    }
+
+    /// The body.
+    pub(crate) fn body(&self) -> &[u8] {
+        match &self.body {
+            Body::AfterLines => self.lines.tail(),
+            Body::Own(b) => b,
+        }
+    }
+
+    /// The body as `Bytes`, for another object to hold (a 304's refreshed copy): shared when
+    /// it has bytes of its own, copied out of the lines' buffer when it follows them.
+    pub(crate) fn shared_body(&self) -> Bytes {
+        match &self.body {
+            Body::AfterLines => Bytes::copy_from_slice(self.lines.tail()),
+            Body::Own(b) => b.clone(),
+        }
     }
 }
 

@@ -37,7 +37,7 @@ pub(super) fn send_range(
             return false;
         }
     }
-    let len = o.body.len() as u64;
+    let len = o.body().len() as u64;
     let mut num = itoa::Buffer::new();
     match evaluate(range, len) {
         RangeOutcome::Full => false,
@@ -56,7 +56,7 @@ pub(super) fn send_range(
                 "Partial Content",
                 o.lines.bytes(),
                 lines,
-                &o.body[start..=end],
+                &o.body()[start..=end],
             );
             true
         }

@@ -44,7 +44,7 @@ pub(crate) fn relay_object(
         .collect();
     let (code, reason, body) = if not_modified {
         (304, "Not Modified", RelayBody::None { length: None })
-    } else if object.body.is_empty() {
+    } else if object.body().is_empty() {
         (
             object.status,
             &*object.reason,
@@ -54,12 +54,12 @@ pub(crate) fn relay_object(
         (
             object.status,
             &*object.reason,
-            RelayBody::Length(object.body.len() as u64),
+            RelayBody::Length(object.body().len() as u64),
         )
     };
     down.relay_head(ctx, code, reason, &fields, &|_| true, &lines, body);
     if matches!(body, RelayBody::Length(_)) {
-        down.relay_body(ctx, &object.body);
+        down.relay_body(ctx, object.body());
     }
     code
 }
