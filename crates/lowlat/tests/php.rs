@@ -678,10 +678,18 @@ fn a_request_waiting_for_a_php_fpm_connection_times_out() {
     let y = timed("/sleep.php?s=1");
     assert_eq!(x.join().unwrap().0, 200);
     // The second runs for a second more: a request sent now waits for it, and one after that
-    // waits behind both past its first-byte timeout — in lowlat, opening no connection.
+    // waits behind both past its first-byte timeout — in lowlat, opening no connection. The
+    // first is written from here, and the second half a second later, so that lowlat has read
+    // the first before the second comes however busy the machine is (each from a thread of its
+    // own, they could arrive the other way round).
     let connects_before = connects(&metrics);
-    let a = timed("/sleep.php?s=4");
-    std::thread::sleep(Duration::from_millis(100));
+    let mut first = TcpStream::connect(addr).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    send_get(&mut first, "/sleep.php?s=5");
+    let a = std::thread::spawn(move || read_response(&mut first).0);
+    std::thread::sleep(Duration::from_millis(500));
     let b = timed("/pid.php");
     assert_eq!(y.join().unwrap().0, 200);
     let (code, waited) = b.join().unwrap();
@@ -696,7 +704,7 @@ fn a_request_waiting_for_a_php_fpm_connection_times_out() {
         "answered after {waited:?}"
     );
     // The first waiter got the process, and then its own first-byte timeout.
-    assert_eq!(a.join().unwrap().0, 504);
+    assert_eq!(a.join().unwrap(), 504);
     // Once its script is done, the process answers again.
     let deadline = Instant::now() + Duration::from_secs(10);
     while statuses_over_one_connection(addr, "/pid.php", 1)[0] != 200 {
@@ -708,7 +716,17 @@ fn a_request_waiting_for_a_php_fpm_connection_times_out() {
 /// One GET of `path` on a kept-alive connection: the status and the body (by its length, or
 /// dechunked).
 fn get_on(conn: &mut TcpStream, path: &str) -> (u16, Vec<u8>) {
+    send_get(conn, path);
+    read_response(conn)
+}
+
+/// Writes a GET of `path` on `conn`.
+fn send_get(conn: &mut TcpStream, path: &str) {
     write!(conn, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+}
+
+/// Reads one response from `conn`: the status and the body (by its length, or dechunked).
+fn read_response(conn: &mut TcpStream) -> (u16, Vec<u8>) {
     let mut raw = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
