@@ -109,6 +109,7 @@ pub(crate) fn lookup(
             Directives::default()
         };
         let primary = cache.store.hashed(primary);
+        let ended = cache.store.flights.ended();
         let (found, variant) = find(cache, primary, head.headers, lines);
         let (object, fwd) = match found {
             Found::Object(o) => (Some(o), Fwd::Stale),
@@ -163,6 +164,7 @@ pub(crate) fn lookup(
                 head,
                 Miss {
                     primary,
+                    ended,
                     asked: &asked,
                     req_cc: &req_cc,
                     fwd,
@@ -185,6 +187,7 @@ pub(crate) fn lookup(
             head,
             Miss {
                 primary,
+                ended,
                 asked: &asked,
                 req_cc: &req_cc,
                 fwd,
@@ -230,6 +233,8 @@ fn send(
 /// What a miss was found to be.
 struct Miss<'k, 'd> {
     primary: Hashed<'k>,
+    /// `Flights::ended` before the look-up.
+    ended: u64,
     asked: &'k Asked<'d>,
     req_cc: &'k Directives<'d>,
     fwd: Fwd,
@@ -255,6 +260,7 @@ fn miss(
 ) -> Lookup {
     let Miss {
         primary,
+        ended,
         asked,
         req_cc,
         fwd,
@@ -276,7 +282,8 @@ fn miss(
     } else {
         super::inflight::enter(&cache.store.flights, flight, fwd != Fwd::Request)
     };
-    if matches!(role, Role::Lead(_)) && fwd != Fwd::Request {
+    if matches!(role, Role::Lead(_)) && fwd != Fwd::Request && cache.store.flights.ended() != ended
+    {
         // The flight before this one may have ended between the look-up and the entry: what
         // it stored is used (it is stored before its flight ends, so it is found now).
         if let (Found::Object(o), _) = find(cache, primary, head.headers, lines) {
