@@ -46,7 +46,7 @@ pub(crate) type ForwardRule = (
 /// then its Basic authentication, then its forward authentication (nginx's order: `limit_req`
 /// and `limit_conn` before `allow`/`deny`, `auth_basic` and `auth_request`).
 pub struct Guard {
-    rules: Arc<[AccessRule]>,
+    rules: access::AccessList,
     zones: Vec<Arc<Zone>>,
     conns: Vec<Arc<ConnZone>>,
     auth: Vec<Arc<basic::BasicAuth>>,
@@ -72,7 +72,7 @@ impl Guard {
             && auth.is_empty()
             && forward.is_empty();
         (!nothing).then(|| Guard {
-            rules,
+            rules: access::AccessList::new(&rules),
             zones,
             conns,
             auth,
@@ -202,7 +202,7 @@ impl Handler for Guard {
         if !slots.is_empty() {
             res.hold_slots(slots.into_boxed_slice());
         }
-        if !access::allowed(&self.rules, ip, path.as_bytes()) {
+        if !self.rules.allows(ip, path.as_bytes()) {
             res.send_status(403);
             return;
         }
