@@ -229,8 +229,10 @@ impl Zone {
             .unwrap_or_else(|()| made())
     }
 
-    /// Counts one request in `bucket` at `ms`.
-    #[inline]
+    /// Counts one request in `bucket` at `ms`. Inlined into [`Zone::check_local`]: a call of
+    /// its own was 18 instructions of saved registers a request (callgrind).
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     fn decide(&self, bucket: &Arc<Bucket>, ms: u64) -> Verdict {
         match bucket.admit(ms, self.spec.per_ks, self.spec.burst) {
             Ok(excess) => {
