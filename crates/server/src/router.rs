@@ -73,6 +73,9 @@ pub struct Router {
     compress: Option<std::rc::Rc<crate::compress::CompressConfig>>,
     /// Handlers asked, in order, before the sites or the routes (see [`Router::early`]).
     hooks: Vec<EarlyHook>,
+    /// Some hook is [`HookScope::AllSites`]: without one, a request does not walk the hooks
+    /// twice.
+    all_sites_hooks: bool,
     /// The site asks for client certificates (`crate::client_auth`): it does not advertise
     /// HTTP/3, over which none is asked for (see [`Router::add_default_header`]).
     asks_client_certs: bool,
@@ -139,6 +142,7 @@ impl Router {
     /// request to what follows. One list for every early answer, so that their order is the
     /// order they were added in, and a request no hook applies to pays one length check.
     pub fn early(&mut self, prefix: &str, scope: HookScope, handler: impl Handler + 'static) {
+        self.all_sites_hooks |= scope == HookScope::AllSites;
         self.hooks.push(EarlyHook {
             prefix: prefix.into(),
             scope,
@@ -156,7 +160,10 @@ impl Router {
         res: &mut Response<'_>,
     ) -> bool {
         for hook in &mut self.hooks {
-            if hook.scope == scope && head.path.starts_with(&*hook.prefix) {
+            // The usual empty prefix without `starts_with`'s call to `memcmp`.
+            if hook.scope == scope
+                && (hook.prefix.is_empty() || head.path.starts_with(&*hook.prefix))
+            {
                 let req = Req {
                     head,
                     body,
@@ -282,7 +289,7 @@ impl Router {
         worker: usize,
         res: &mut Response<'r>,
     ) -> usize {
-        if !self.hooks.is_empty() && self.ask_hooks(HookScope::AllSites, head, body, worker, res) {
+        if self.all_sites_hooks && self.ask_hooks(HookScope::AllSites, head, body, worker, res) {
             return 0;
         }
         if !self.sites.is_empty() {
@@ -463,6 +470,7 @@ impl Router {
             added: _,
             compress: _,
             hooks: _,
+            all_sites_hooks: _,
             asks_client_certs: _,
         } = self;
         // A path not written in its normal form (`crate::scope`: percent-escapes, `//`, dot

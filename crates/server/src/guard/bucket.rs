@@ -7,7 +7,7 @@
 //! ([`Bucket::inject`], from the zone's exchange thread): the worker's decision stays one
 //! compare-and-swap on memory it owns, whatever Redis is doing.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// One key's state.
 pub(super) struct Bucket {
@@ -19,6 +19,9 @@ pub(super) struct Bucket {
     pub(super) pending: AtomicU32,
     /// Zones kept in Redis: the key as every instance names it (zero in a local zone).
     pub(super) id: [u8; 16],
+    /// Set when the zone's table drops this bucket: a worker's own index of the zone's buckets
+    /// (`super::local`) looks the key up again rather than go on counting here.
+    evicted: AtomicBool,
 }
 
 /// A bucket never used: no excess, no time.
@@ -39,7 +42,20 @@ impl Bucket {
             state: AtomicU64::new(EMPTY),
             pending: AtomicU32::new(0),
             id,
+            evicted: AtomicBool::new(false),
         }
+    }
+
+    /// Says the zone's table dropped this bucket.
+    pub(super) fn mark_evicted(&self) {
+        self.evicted.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the zone's table dropped this bucket. Relaxed: a worker that sees it a moment
+    /// late counts one request more here, as one that found the bucket just before it went.
+    #[inline]
+    pub(super) fn evicted(&self) -> bool {
+        self.evicted.load(Ordering::Relaxed)
     }
 
     /// Counts one request at `now_ms`: `Ok(the excess it leaves, in thousandths)` if it

@@ -46,7 +46,7 @@ const SHARDS: usize = 64;
 pub struct ConnZone {
     pub spec: ConnZoneSpec,
     shards: Box<[Mutex<HashMap<u64, u32, foldhash::fast::FixedState>>]>,
-    seed: foldhash::quality::RandomState,
+    seed: super::key::Seed,
     /// Requests refused (or, in a dry run, that would have been).
     pub refused: AtomicU64,
 }
@@ -94,7 +94,7 @@ impl ConnZone {
         ConnZone {
             spec,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            seed: foldhash::quality::RandomState::default(),
+            seed: super::key::Seed::default(),
             refused: AtomicU64::new(0),
         }
     }

@@ -190,8 +190,6 @@ pub(super) struct Fleet {
 
 /// What the exchange thread needs of its zone.
 pub(super) struct ZoneClock {
-    /// The zone's time origin: buckets count milliseconds from it.
-    pub epoch: Instant,
     /// The rate, in thousandths of a request a second.
     pub per_ks: u64,
     /// How long a key with no request here is still followed: as long as its bucket takes to
@@ -465,7 +463,7 @@ impl Exchange {
             }
             Err(e) => return Err(e),
         };
-        let now_ms = self.clock.epoch.elapsed().as_millis() as u64;
+        let now_ms = crate::clock::millis(Instant::now());
         let (mut sent, mut learned) = (0, 0);
         for (t, total) in self.tracked.values_mut().zip(totals) {
             // No total: nobody counted the key for KEY_TTL, which is a total of 0.
