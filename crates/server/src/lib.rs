@@ -43,6 +43,7 @@
 //!   fingerprint…), worked out once per connection.
 //! - [`client_auth`]: a site's client-certificate rule, checked before its routes (mTLS).
 //! - `own_waker`: the worker's waker, which other threads ring with news for it.
+//! - `prehashed`: the hasher of tables whose keys carry their (seeded) hash already.
 //! - [`router`]: exact, parameter and prefix routes, 405 + `Allow`, a fallback.
 //! - `scope`: the normalised path that routes and protection rules are matched against.
 //! - `sitename`: whether a site answers to a name, one rule for `Host` and SNI.
@@ -99,6 +100,7 @@ pub mod notify;
 mod own_waker;
 pub mod php;
 mod pool;
+mod prehashed;
 mod proto;
 mod proxied;
 pub mod proxy;

@@ -17,7 +17,7 @@
 //! when its response had `Vary` — a marker holding the `Vary` value, the variants being
 //! stored under the primary key followed by their secondary key (RFC 9111 §4.1).
 
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -26,6 +26,7 @@ use quick_cache::{Equivalent, Lifecycle, OptionsBuilder, Weighter};
 
 use super::disk::{DiskConfig, DiskTier};
 use super::entry::Entry;
+use crate::prehashed::Prehashed;
 
 /// A key's bytes as the map and a fill hold them: in place up to 56 bytes (the slot is then
 /// 64 bytes, as a boxed key's 16 and its allocation of 48 or more are), on the heap past that.
@@ -65,26 +66,6 @@ impl Hash for Hashed<'_> {
 impl Equivalent<StoreKey> for Hashed<'_> {
     fn equivalent(&self, key: &StoreKey) -> bool {
         self.hash == key.hash && self.bytes == &*key.bytes
-    }
-}
-
-/// The map's hasher: hands on the hash a key carries (already foldhash's, seeded per
-/// process), so the map does not hash the key's bytes again.
-#[derive(Debug, Default, Clone, Copy)]
-struct Carried(u64);
-
-impl Hasher for Carried {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write_u64(&mut self, hash: u64) {
-        self.0 = hash;
-    }
-    // Keys write their hash only (above); anything else is folded in, not lost.
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
     }
 }
 
@@ -157,7 +138,7 @@ const SHARDS: usize = 64;
 pub struct CacheStore {
     /// The next `Vary` marker's id.
     next_marker: AtomicU64,
-    map: Cache<StoreKey, Entry, Bytes, BuildHasherDefault<Carried>, Evictions>,
+    map: Cache<StoreKey, Entry, Bytes, Prehashed, Evictions>,
     /// Hashes keys: foldhash, random-seeded per process (URLs are the client's to choose).
     keys: foldhash::quality::RandomState,
     /// The largest object stored in any tier (bytes of body).
@@ -199,7 +180,7 @@ impl CacheStore {
         let map = Cache::with_options(
             options,
             Bytes,
-            BuildHasherDefault::default(),
+            Prehashed,
             Evictions(Arc::clone(&counters.evictions)),
         );
         // An object larger than a shard's budget would be refused by the map anyway; half of

@@ -176,36 +176,6 @@ pub(super) fn fleet_id(
     id
 }
 
-/// A table's hasher for keys that are already a seeded hash ([`hash`]): the key as it is,
-/// rather than hashed a second time.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Prehashed;
-
-impl BuildHasher for Prehashed {
-    type Hasher = PrehashedHasher;
-    fn build_hasher(&self) -> PrehashedHasher {
-        PrehashedHasher(0)
-    }
-}
-
-/// [`Prehashed`]'s hasher: a `u64` key is its own hash.
-pub(super) struct PrehashedHasher(u64);
-
-impl Hasher for PrehashedHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write_u64(&mut self, key: u64) {
-        self.0 = key;
-    }
-    /// Not a `u64`: never so in these tables, but folded in rather than lost.
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = fold(self.0 ^ u64::from(b), 0x243f_6a88_85a3_08d3);
-        }
-    }
-}
-
 /// The value of cookie `name` in the request's `Cookie` fields.
 fn cookie<'a>(req: &Request<'a, '_>, name: &str) -> Option<&'a [u8]> {
     req.headers

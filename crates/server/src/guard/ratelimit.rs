@@ -26,8 +26,9 @@ use lowlat_http::request::Request;
 
 use super::bucket::Bucket;
 use super::fleet::{Fleet, FleetCounts, RedisTarget, ZoneClock};
-use super::key::{KeyPart, Prehashed, Seed};
+use super::key::{KeyPart, Seed};
 use super::local::LocalBuckets;
+use crate::prehashed::Prehashed;
 
 /// A zone's settings, as the settings layer checked them.
 #[derive(Debug, Clone, PartialEq, Eq)]
