@@ -8,7 +8,7 @@ use std::io;
 use lowlat_http::h2::client::Event;
 use lowlat_http::h2::frame::ErrorCode;
 
-use super::{H2Upstreams, Outcome, PendingHead, Phase, CLOSED, CONNECT, INVALID};
+use super::{Conn, H2Upstreams, Outcome, PendingHead, Phase, CLOSED, CONNECT, INVALID};
 use crate::ctx::WorkerCtx;
 use crate::proxy::trailers::trailer_passes;
 
@@ -68,9 +68,8 @@ impl H2Upstreams {
                     if self.conns[key].uploads > 0 {
                         self.pump_uploads(key, ctx);
                     }
-                    if !self.write(key, ctx) {
-                        return;
-                    }
+                    // Never fails here: a failed write is found by the read that follows.
+                    self.conns[key].write_or_break();
                     if !self.read(key, ctx) {
                         return;
                     }
@@ -87,34 +86,10 @@ impl H2Upstreams {
 
     /// Writes what the session queued. False when the connection failed.
     pub(super) fn write(&mut self, key: usize, ctx: &mut WorkerCtx<'_>) -> bool {
-        let c = &mut self.conns[key];
-        while c.wpos < c.session.out.len() {
-            if !c.writable {
-                return true;
-            }
-            match c.sock.write(&c.session.out[c.wpos..]) {
-                Ok(n) => c.wpos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.writable = false;
-                    return true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.fail_conn(key, CLOSED, ctx);
-                    return false;
-                }
-            }
+        if self.conns[key].write_out().is_err() {
+            self.fail_conn(key, CLOSED, ctx);
+            return false;
         }
-        match c.sock.flush() {
-            Ok(true) => {}
-            Ok(false) => c.writable = false,
-            Err(_) => {
-                self.fail_conn(key, CLOSED, ctx);
-                return false;
-            }
-        }
-        c.session.out.clear();
-        c.wpos = 0;
         true
     }
 
@@ -135,11 +110,17 @@ impl H2Upstreams {
                 false
             }
             Ok(n) => {
-                c.readable = !c.sock.drained_after(c.rlen + n < c.rbuf.len());
+                // Broken, it is read until it ends (its end, not an event, says so).
+                c.readable = c.broken || !c.sock.drained_after(c.rlen + n < c.rbuf.len());
                 c.rlen += n;
                 self.frames(key, ctx)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if c.broken {
+                    // All the server sent is read; nothing more can be written.
+                    self.fail_conn(key, CLOSED, ctx);
+                    return false;
+                }
                 c.readable = false;
                 true
             }
@@ -281,5 +262,50 @@ impl H2Upstreams {
             }
         }
         true
+    }
+}
+
+impl Conn {
+    /// [`H2Upstreams::write`] for the drive's own writes, which a read follows: a failed write
+    /// does not fail the connection at once. A server that answers a request and then sends
+    /// GOAWAY and closes (one with a request limit per connection) resets the connection when
+    /// requests written after its close arrive, and the write that meets the reset may come
+    /// before the read of its GOAWAY. Read first, that GOAWAY says which streams it never
+    /// processed, and they go again as refused (RFC 9113 §6.8); failed straight away, they
+    /// used up their one retry, and a second such race answered them 502. So the connection
+    /// is marked broken and read to its end, which fails it.
+    fn write_or_break(&mut self) {
+        if self.write_out().is_err() {
+            self.broken = true;
+            self.writable = false;
+            self.readable = true;
+        }
+    }
+
+    /// Writes what the session queued, as far as the socket takes it; nothing once broken.
+    fn write_out(&mut self) -> io::Result<()> {
+        if self.broken {
+            return Ok(());
+        }
+        while self.wpos < self.session.out.len() {
+            if !self.writable {
+                return Ok(());
+            }
+            match self.sock.write(&self.session.out[self.wpos..]) {
+                Ok(n) => self.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.writable = false;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !self.sock.flush()? {
+            self.writable = false;
+        }
+        self.session.out.clear();
+        self.wpos = 0;
+        Ok(())
     }
 }

@@ -96,6 +96,9 @@ struct Conn {
     rlen: usize,
     readable: bool,
     writable: bool,
+    /// A write failed: nothing more is written, and what the server sent before it closed is
+    /// read to its end before the connection fails (`conn.rs`, `write`).
+    broken: bool,
     /// (stream id, exchange key) of the streams open.
     streams: Vec<(u32, usize)>,
     /// Exchanges waiting for the connection (or a free stream).

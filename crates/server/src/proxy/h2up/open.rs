@@ -117,6 +117,7 @@ impl H2Upstreams {
             rlen: 0,
             readable: false,
             writable: false,
+            broken: false,
             streams: Vec::new(),
             waiting: Vec::new(),
             uploads: 0,
