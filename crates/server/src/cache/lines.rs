@@ -212,7 +212,7 @@ impl Lines {
 /// bytes, where two overlapping word loads and stores beat a call to `memcpy` and its size
 /// dispatch; longer ones go to `copy_from_slice`. Hand-written for a cache miss, which copies
 /// every field of the request and of the response it stores: measured in docs/PERFORMANCE.md
-/// ("A miss: the copies").
+/// ("Later still on 2026-11-30").
 #[inline(always)]
 fn copy_short(dst: &mut [u8], src: &[u8]) {
     let n = src.len();
