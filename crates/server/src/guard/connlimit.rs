@@ -174,9 +174,8 @@ impl ConnZone {
 
 #[cfg(test)]
 mod tests {
+    use super::super::with_request;
     use super::*;
-    use lowlat_http::request::{header_slots, parse_request, HeadLimits};
-    use lowlat_http::Status;
 
     fn zone(max: u32, dry_run: bool) -> Arc<ConnZone> {
         Arc::new(ConnZone::new(ConnZoneSpec {
@@ -190,15 +189,7 @@ mod tests {
     }
 
     fn take(z: &Arc<ConnZone>, ip: &str) -> Taken {
-        let mut slots = header_slots();
-        let Ok(Status::Complete(req)) = parse_request(
-            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-            &mut slots,
-            &HeadLimits::default(),
-        ) else {
-            panic!("a request")
-        };
-        z.take(&req, req.path, ip.parse().unwrap())
+        with_request(|req| z.take(req, req.path, ip.parse().unwrap()))
     }
 
     #[test]

@@ -301,3 +301,17 @@ impl Handler for Guard {
         }
     }
 }
+
+/// `f` of a request for `/` (the zones' unit tests).
+#[cfg(test)]
+fn with_request<T>(f: impl FnOnce(&lowlat_http::request::Request<'_, '_>) -> T) -> T {
+    let mut slots = lowlat_http::request::header_slots();
+    let Ok(lowlat_http::Status::Complete(req)) = lowlat_http::request::parse_request(
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        &mut slots,
+        &lowlat_http::request::HeadLimits::default(),
+    ) else {
+        panic!("a request")
+    };
+    f(&req)
+}

@@ -302,9 +302,8 @@ impl ZoneSpec {
 
 #[cfg(test)]
 mod tests {
+    use super::super::with_request;
     use super::*;
-    use lowlat_http::request::{header_slots, parse_request, HeadLimits};
-    use lowlat_http::Status;
 
     /// A zone of `per_s` requests a second, no burst, keyed by address, keeping `keys` keys.
     fn zone(per_s: u64, keys: usize) -> Zone {
@@ -320,19 +319,6 @@ mod tests {
             redis: None,
             text: "t".into(),
         })
-    }
-
-    /// `f` of a request for `/`.
-    fn with_request<T>(f: impl FnOnce(&Request<'_, '_>) -> T) -> T {
-        let mut slots = header_slots();
-        let Ok(Status::Complete(req)) = parse_request(
-            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-            &mut slots,
-            &HeadLimits::default(),
-        ) else {
-            panic!("a request")
-        };
-        f(&req)
     }
 
     /// Whether `zone` lets a request from `ip` at `ms` pass, found through the worker's index
