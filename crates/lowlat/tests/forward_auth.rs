@@ -272,6 +272,9 @@ fn the_auth_service_decides_over_http3() {
     let (_pki, cert) = support::h3::cert();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::write(root.join("docs/a.txt"), b"a document").unwrap();
     let served = support::h3::serve(
         &cert,
         &[
@@ -279,10 +282,14 @@ fn the_auth_service_decides_over_http3() {
             log.to_str().unwrap(),
             "--access-log-format",
             "$remote_user $status $server_protocol",
+            "--root",
+            root.to_str().unwrap(),
             "--proxy",
             &format!("/app/={}", app.url()),
             "--forward-auth",
             &format!("/app/={}/check,copy=X-Auth-Request-User", auth.url()),
+            "--forward-auth",
+            &format!("/docs/={}/check", auth.url()),
         ],
     );
     let spec = r#"{"method":"GET","path":"/app/page","headers":[["x-auth-request-user","mallory"],["cookie","s=3"]]}"#;
@@ -302,18 +309,164 @@ fn the_auth_service_decides_over_http3() {
     let got = support::h3::client(&served, &["fetch", spec]);
     assert_eq!(got["responses"][0]["status"], 403, "{got}");
     assert_eq!(got["responses"][0]["text"], "forbidden here", "{got}");
+    // A file, answered in the worker, waits for the verdict too.
+    let file = r#"{"method":"GET","path":"/docs/a.txt"}"#;
+    let got = support::h3::client(&served, &["fetch", file]);
+    assert_eq!(got["responses"][0]["status"], 403, "{got}");
+    assert_eq!(got["responses"][0]["text"], "forbidden here", "{got}");
+    auth.set("/check", 200, "", b"");
+    let got = support::h3::client(&served, &["fetch", file]);
+    assert_eq!(got["responses"][0]["status"], 200, "{got}");
+    assert_eq!(got["responses"][0]["text"], "a document", "{got}");
     served.stop();
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(
         text.lines().collect::<Vec<_>>(),
-        ["carol 200 HTTP/3.0", "- 403 HTTP/3.0"],
+        [
+            "carol 200 HTTP/3.0",
+            "- 403 HTTP/3.0",
+            "- 403 HTTP/3.0",
+            "- 200 HTTP/3.0"
+        ],
         "{text}"
     );
 }
 
+/// Routes answered in the worker itself under a rule's prefix — files (one small, one sent
+/// from disk), a directory's redirect, a HEAD, a cache hit — wait for the auth service's answer
+/// as a forwarded request does: let through, the route's own answer goes, pipelined answers in
+/// order and over HTTP/2 too; refused, only the refusal; a file too large to hold is a 500.
+#[test]
+fn routes_answered_locally_wait_for_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("small.html"), b"hello").unwrap();
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("big.bin"), &big).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/index.html"), b"in sub").unwrap();
+    let huge = std::fs::File::create(dir.path().join("huge.bin")).unwrap();
+    huge.set_len(9 << 20).unwrap();
+    let app = Origin::start();
+    app.set(
+        "/app/page",
+        200,
+        "Cache-Control: max-age=60",
+        b"cached page",
+    );
+    let auth = Origin::start();
+    auth.set("/check", 200, "", b"");
+    let s = Served::start([
+        "--root",
+        dir.path().to_str().unwrap(),
+        "--h2c",
+        "--proxy",
+        &format!("/app/={}", app.url()),
+        "--cache",
+        "--forward-auth",
+        &format!("/={}/check", auth.url()),
+    ]);
+
+    let got = request_to(s.addr, "site.test", "GET", "/small.html", &[]);
+    assert_eq!(
+        (got.status, &got.body[..]),
+        (200, &b"hello"[..]),
+        "{}",
+        got.head
+    );
+    assert_eq!(got.field("content-length"), Some("5"), "{}", got.head);
+    let got = request_to(s.addr, "site.test", "GET", "/big.bin", &[]);
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert!(got.body == big, "{} bytes", got.body.len());
+    let got = request_to(s.addr, "site.test", "HEAD", "/big.bin", &[]);
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(got.field("content-length"), Some("1000000"), "{}", got.head);
+    assert!(got.body.is_empty());
+    let got = request_to(s.addr, "site.test", "GET", "/sub", &[]);
+    assert_eq!(got.status, 301, "{}", got.head);
+    assert!(
+        got.field("location").is_some_and(|l| l.ends_with("/sub/")),
+        "{}",
+        got.head
+    );
+    for _ in 0..2 {
+        let got = request_to(s.addr, "site.test", "GET", "/app/page", &[]);
+        assert_eq!((got.status, &got.body[..]), (200, &b"cached page"[..]));
+    }
+    let got = request_to(s.addr, "site.test", "GET", "/app/page", &[]);
+    assert!(got.cache_status().contains("hit"), "{}", got.head);
+    assert_eq!(
+        got.head.matches("Connection: close").count(),
+        1,
+        "{}",
+        got.head
+    );
+    assert_eq!(
+        app.count("GET /app/page"),
+        1,
+        "the second and third were hits"
+    );
+    let got = request_to(s.addr, "site.test", "GET", "/huge.bin", &[]);
+    assert_eq!(got.status, 500, "{}", got.head);
+
+    // Pipelined: each waits for its own verdict, the answers go in order.
+    let mut conn = std::net::TcpStream::connect(s.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    std::io::Write::write_all(
+        &mut conn,
+        b"GET /small.html HTTP/1.1\r\nHost: a\r\n\r\nGET /sub/ HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /app/page HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    std::io::Read::read_to_end(&mut conn, &mut all).unwrap();
+    let text = String::from_utf8_lossy(&all);
+    let bodies: Vec<&str> = text
+        .split("HTTP/1.1 ")
+        .skip(1)
+        .map(|r| r.split("\r\n\r\n").nth(1).unwrap_or(""))
+        .collect();
+    assert_eq!(bodies, ["hello", "in sub", "cached page"], "{text}");
+
+    let h2 = |path: &str| {
+        let out = curl(&[
+            "-s",
+            "--http2-prior-knowledge",
+            "-w",
+            "\n%{http_code} %{http_version}",
+            &format!("http://{}{path}", s.addr),
+        ]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(h2("/small.html"), "hello\n200 2");
+    assert_eq!(h2("/app/page"), "cached page\n200 2");
+
+    // Refused: the refusal, and nothing of the route's answer (the hosts above were three
+    // keys: three fetches).
+    assert_eq!(app.count("GET /app/page"), 3);
+    auth.set(
+        "/check",
+        401,
+        "WWW-Authenticate: Basic realm=\"x\"",
+        b"sign in",
+    );
+    for path in ["/small.html", "/big.bin", "/app/page", "/sub"] {
+        let got = request_to(s.addr, "site.test", "GET", path, &[]);
+        assert_eq!(
+            (got.status, &got.body[..]),
+            (401, &b"sign in"[..]),
+            "{path}: {}",
+            got.head
+        );
+        assert!(got.field("cache-status").is_none(), "{}", got.head);
+    }
+    assert_eq!(h2("/small.html"), "sign in\n401 2");
+    assert_eq!(app.count("GET /app/page"), 3);
+}
+
 /// An auth service that accepts and never answers: the request fails closed (504) within the
-/// rule's timeout, and the next request too; one not listening at all: 502. A route answered
-/// locally under the rule's prefix cannot wait for the answer and is refused (500).
+/// rule's timeout, and the next request too; one not listening at all: 502, for a route
+/// answered in the worker (`/plaintext`) as for a forwarded one.
 #[test]
 fn a_hanging_or_absent_auth_service_fails_closed() {
     let hang = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -339,7 +492,7 @@ fn a_hanging_or_absent_auth_service_fails_closed() {
         "--forward-auth",
         &format!("/other/=http://127.0.0.1:{absent}/auth"),
         "--forward-auth",
-        &format!("/plaintext=http://{hang_addr}/auth"),
+        &format!("/plaintext=http://127.0.0.1:{absent}/auth"),
         "--metrics",
         &metrics,
     ]);
@@ -355,14 +508,20 @@ fn a_hanging_or_absent_auth_service_fails_closed() {
     }
     let got = request_to(s.addr, "app.test", "GET", "/other/page", &[]);
     assert_eq!(got.status, 502, "{}", got.head);
+    // A route answered in the worker waits for the verdict as well: none, so no answer.
     let got = request_to(s.addr, "app.test", "GET", "/plaintext", &[]);
-    assert_eq!(got.status, 500, "{}", got.head);
+    assert_eq!(got.status, 502, "{}", got.head);
     assert_eq!(app.count("GET /app/page") + app.count("GET /other/page"), 0);
     let counts = auth_counts(&metrics);
-    // Two rules failed closed twice and once; the local route never asked (its subrequest was
-    // taken back before it went).
+    // One rule failed closed twice; the other two once each.
+    assert_eq!(
+        counts.iter().filter(|c| c.starts_with("failed=")).count(),
+        3,
+        "{counts:?}"
+    );
     assert!(
-        counts.contains(&"failed=2".to_owned()) && counts.contains(&"failed=1".to_owned()),
+        counts.contains(&"failed=2".to_owned())
+            && counts.iter().filter(|c| *c == "failed=1").count() == 2,
         "{counts:?}"
     );
 }

@@ -1992,7 +1992,7 @@ fn fastcgi_responses_are_revalidated_and_stand_in_for_errors() {
 /// Forward authentication in front of the PHP application: a script runs only when the auth
 /// service says yes, and sees the user it named as `HTTP_X_AUTH_REQUEST_USER` (the client's own
 /// such field dropped); a 401 is the client's; a static file under the guarded prefix, which
-/// lowlat answers itself, is refused rather than served unchecked.
+/// lowlat answers itself, is served only when the auth service says yes.
 #[test]
 fn forward_auth_guards_the_application() {
     let fpm = Fpm::start(2);
@@ -2028,7 +2028,11 @@ fn forward_auth_guards_the_application() {
         field(&head, "www-authenticate"),
         Some("Basic realm=\"php\"")
     );
-    auth.set("/check", 200, "", b"");
+    // A static file, which lowlat answers itself, waits for the verdict as well.
     let (status, _, _) = get(&served, "/hello.txt", &[]);
-    assert_eq!(status, 500);
+    assert_eq!(status, 401);
+    auth.set("/check", 200, "", b"");
+    let (status, _, body) = get(&served, "/hello.txt", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(body, b"static hello\n");
 }

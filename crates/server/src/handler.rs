@@ -7,7 +7,6 @@
 //! business (atomics, `Arc`).
 
 use std::cell::RefCell;
-use std::fs::File;
 use std::rc::Rc;
 
 use lowlat_http::request::{Header, Method, Request};
@@ -21,6 +20,9 @@ use crate::proxy::job::ProxyJob;
 // What is known of a request beyond its head; defined in a leaf module so that the proxy's
 // modules, which this one imports, can name them without a circle.
 pub use crate::incoming::{ClientInfo, StreamedBody};
+// Likewise the file a response sends after its head, which a forward-auth gate holds.
+pub use crate::file_body::FileBody;
+pub(crate) use crate::file_body::Slots;
 
 /// A request as handed to a handler.
 pub struct Req<'a, 'h, 'b> {
@@ -66,20 +68,6 @@ impl<'b> Req<'_, '_, 'b> {
             .map(|(_, v)| *v)
     }
 }
-
-/// A file region to be sent with `sendfile(2)` after the head.
-#[derive(Debug)]
-pub struct FileBody {
-    pub file: Rc<File>,
-    pub offset: u64,
-    pub len: u64,
-    /// The request's places in connection-limit zones, given back when the file is sent.
-    pub(crate) slots: Slots,
-}
-
-/// A request's places in the connection-limit zones that apply to it (`limit_conn`), kept
-/// wherever its answer is still in progress and given back when dropped.
-pub(crate) type Slots = Option<Box<[crate::guard::connlimit::Slot]>>;
 
 /// The answer being written for one request.
 pub struct Response<'a> {
@@ -265,33 +253,46 @@ impl<'a> Response<'a> {
     }
 
     /// A forward-auth subrequest stands in the slot with no request forwarded behind it: the
-    /// route answered locally, which cannot wait for the auth service. That answer is taken back
-    /// (from `start` in the output) and the request failed closed with 500.
+    /// route answered in the worker. That answer (from `start` in the output, and its file) is
+    /// taken back and kept on the subrequest's gate, relayed only if the auth service lets the
+    /// request through (`crate::proxy::auth_held`); the protocol meanwhile sees a forwarded
+    /// request. A file too large to hold fails the request closed with 500.
     pub(crate) fn settle_forward_auth(&mut self, start: usize) {
         let Some(Some(auth)) = self.forward.as_deref() else {
             return;
         };
-        let waiting = auth
-            .gate
-            .as_ref()
-            .is_some_and(|g| g.borrow().main.is_none());
-        if !waiting {
+        let Some(gate) = auth.gate.as_ref() else {
+            return;
+        };
+        if gate.borrow().main.is_some() {
             return;
         }
-        if let Some(Some(auth)) = self.forward.as_deref_mut().map(Option::take) {
-            auth.group.give_buffer(auth.request);
+        let file = self.done.file.take();
+        let too_large = file
+            .as_ref()
+            .is_some_and(|f| f.len > crate::proxy::job::HELD_FILE_MAX);
+        if too_large {
+            if let Some(Some(auth)) = self.forward.as_deref_mut().map(Option::take) {
+                auth.group.give_buffer(auth.request);
+            }
+            tracing::warn!(
+                "forward auth: the route answers with a file larger than {} MiB, which is not \
+                 held for the auth service's answer; refused with 500",
+                crate::proxy::job::HELD_FILE_MAX >> 20
+            );
+        } else {
+            let written = self.out.split_off(start);
+            let held = crate::proxy::job::HeldAnswer { written, file };
+            gate.borrow_mut().held = Some(Box::new(held));
         }
-        tracing::warn!(
-            "forward auth: the route answers locally, which cannot wait for the auth service; \
-             refused with 500 (forward auth guards forwarded and FastCGI routes)"
-        );
         self.out.truncate(start);
         self.done.sent = false;
-        self.done.file = None;
         self.done.close = false;
         self.done.body_bytes = 0;
         self.done.head_bytes = 0;
-        self.send_status(500);
+        if too_large {
+            self.send_status(500);
+        }
     }
 
     /// Whether only the head will be sent (the request was `HEAD`).

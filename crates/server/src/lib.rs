@@ -39,6 +39,8 @@
 //! - `pool`: per-worker buffer pool, so idle connections hold no buffers.
 //! - [`handler`]: what handlers see ([`Req`]) and how they answer ([`Response`]).
 //! - [`incoming`]: what is known of a request beyond its head (the client, a streamed body).
+//! - `file_body`: the file a response sends after its head, and the connection-limit places
+//!   an answer keeps.
 //! - [`client_cert`]: what a client certificate verified in a handshake says (subject,
 //!   fingerprint…), worked out once per connection.
 //! - [`client_auth`]: a site's client-certificate rule, checked before its routes (mTLS).
@@ -84,6 +86,7 @@ pub mod config;
 mod conn;
 mod ctx;
 mod dispatch;
+mod file_body;
 pub mod files;
 pub mod guard;
 pub mod h2;

@@ -439,7 +439,7 @@ impl Router {
             }
             self.route_here(head, body, worker, res);
             // A forward-auth subrequest a hook (the guard) left waits for the request the route
-            // forwards; a route that answered locally instead is failed closed.
+            // forwards; a route that answered locally has its answer held there instead.
             res.settle_forward_auth(start);
             return;
         }

@@ -5,7 +5,8 @@
 //!
 //! - a 2xx lets it through: the fields the rule copies are taken from the auth service's
 //!   answer and written into the waiting request (the client's own fields of those names
-//!   dropped first, so they cannot be forged), which the engine then forwards as any other;
+//!   dropped first, so they cannot be forged), which the engine then forwards as any other —
+//!   or, for a route answered in the worker, the answer it gave is relayed (`super::auth_held`);
 //! - a 401, a 403 or a redirect (the login page) is relayed to the client: its status and
 //!   body, with `WWW-Authenticate`, `Location`, `Set-Cookie`, `Content-Type` and
 //!   `Cache-Control` only;
@@ -33,6 +34,7 @@ impl Gate {
     pub(crate) fn new(rule: std::sync::Arc<AuthRule>) -> GateRef {
         Rc::new(RefCell::new(Gate {
             main: None,
+            held: None,
             rule,
             verdict: Verdict::Waiting,
             copied: Vec::new(),
@@ -152,6 +154,7 @@ impl<'a> AuthGate<'a> {
             if let Some(job) = g.main.take() {
                 job.group.give_buffer(job.request);
             }
+            g.held = None;
         }
         self.inner.relay_error(ctx, status);
     }
@@ -202,6 +205,7 @@ impl Downstream for AuthGate<'_> {
                 if let Some(job) = g.main.take() {
                     job.group.give_buffer(job.request);
                 }
+                g.held = None;
                 drop(g);
                 let only = |name: &str| relayed_field(name) && pass(name);
                 self.inner
@@ -236,20 +240,28 @@ impl Downstream for AuthGate<'_> {
         match verdict {
             Verdict::Relaying => self.inner.relay_end(ctx, upstream, status, took),
             Verdict::Passed => {
-                let (waiting, user) = {
-                    let g = self.state();
+                let (waiting, user, held) = {
+                    let mut g = self.state();
                     g.rule.passed.fetch_add(1, Ordering::Relaxed);
-                    (g.main.is_some(), g.user().map(<[u8]>::to_vec))
+                    (
+                        g.main.is_some(),
+                        g.user().map(<[u8]>::to_vec),
+                        g.held.take(),
+                    )
                 };
-                if !waiting {
-                    // Nothing to forward: a local answer, which cannot wait (see the guard).
+                if !waiting && held.is_none() {
+                    // Neither a request to forward nor an answer: nothing was let through.
                     return self.fail_closed(ctx, 500);
                 }
                 if let Some(user) = &user {
                     // The guarded request's log line names who it went on as.
                     self.inner.auth_user(user);
                 }
-                self.state().ready = true;
+                match held {
+                    // The route answered in the worker: that answer goes now.
+                    Some(held) => super::auth_held::relay(*held, ctx, self.inner),
+                    None => self.state().ready = true,
+                }
             }
             Verdict::Waiting | Verdict::Refused => self.fail_closed(ctx, 500),
         }

@@ -1,7 +1,8 @@
 //! A request on its way to an upstream ([`ProxyJob`]), as the proxy handler hands it to the
 //! client's connection, which passes it to the worker's upstream side; how the response body
 //! will reach the client ([`RelayBody`]); and a forward-auth subrequest's state ([`Gate`]: the
-//! request it guards, what the auth service said), which `super::auth` judges and acts on.
+//! request it guards, or the answer a local route gave ([`HeldAnswer`]), and what the auth
+//! service said), which `super::auth` judges and acts on.
 
 use std::rc::Rc;
 
@@ -116,8 +117,11 @@ pub(crate) enum Verdict {
 #[derive(Debug)]
 pub(crate) struct Gate {
     /// The request to forward when the auth service says yes; `None` until the route's handler
-    /// gives it (and for a request a local handler answered, which is failed closed).
+    /// gives it (and for a request a local handler answered: see `held`).
     pub(crate) main: Option<ProxyJob>,
+    /// The answer a local handler gave, relayed when the auth service says yes
+    /// (`super::auth_held`).
+    pub(crate) held: Option<Box<HeldAnswer>>,
     pub(crate) rule: std::sync::Arc<crate::guard::auth_rule::AuthRule>,
     pub(crate) verdict: Verdict,
     /// `Name: value` CRLF lines copied from a 2xx answer.
@@ -127,6 +131,18 @@ pub(crate) struct Gate {
     pub(crate) wrapping: bool,
     /// The answer ended with a 2xx: the engine forwards `main` (see `Gate::take_passed`).
     pub(crate) ready: bool,
+}
+
+/// The largest file a local answer under forward auth may send: read into memory when let
+/// through, since the answer is relayed as an upstream's is, from memory.
+pub(crate) const HELD_FILE_MAX: u64 = 8 << 20;
+
+/// A route's own answer under forward auth, kept until the verdict: as written in HTTP/1.1
+/// form (`written`), with the file that follows its head (kept open, not read).
+#[derive(Debug)]
+pub(crate) struct HeldAnswer {
+    pub(crate) written: Vec<u8>,
+    pub(crate) file: Option<crate::file_body::FileBody>,
 }
 
 pub(crate) type GateRef = Rc<std::cell::RefCell<Gate>>;

@@ -14,6 +14,7 @@
 //! - `headers`: the forwarded request's head; which response fields pass.
 //! - [`auth`]: forward authentication's subrequest: its answer judged, the guarded request
 //!   forwarded with the fields it copies, or the refusal relayed.
+//! - `auth_held`: a local answer under forward auth, kept until the verdict and relayed then.
 //! - `cgi_request`: the FastCGI request a forwarded request becomes: its CGI/1.1 variables.
 //! - `job`: a request on its way; how its body will be framed for the client.
 //! - `downstream`: what the upstream side delivers to (the client's connection or stream).
@@ -44,6 +45,7 @@
 //! - `trailers`: which upstream trailer fields reach the client.
 
 pub mod auth;
+pub(crate) mod auth_held;
 pub(crate) mod cgi_request;
 pub(crate) mod claim;
 pub mod config;
