@@ -144,7 +144,13 @@ impl Upstreams {
                     if !c.writable {
                         return;
                     }
-                    match c.sock.write(&job.request[c.wpos..]) {
+                    // A new php-fpm connection's last record goes in a write of its own, so that
+                    // the kernel tells a running script from a queued one (`fcgi_capacity`).
+                    let end = match super::fcgi_capacity::split_tail(c) {
+                        Some(head) if c.wpos < head => head,
+                        _ => job.request.len(),
+                    };
+                    match c.sock.write(&job.request[c.wpos..end]) {
                         Ok(n) => {
                             c.wpos += n;
                             c.deadline = ctx.now + c.group.cfg.timeouts.write;

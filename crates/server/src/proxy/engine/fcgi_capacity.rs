@@ -37,7 +37,7 @@ impl Upstreams {
     /// or whose request php-fpm has read, holds a process): requests that merely overlap then
     /// keep their connections. Beyond
     /// that, queued is a new connection (none of its requests answered) with no byte of
-    /// answer whose request php-fpm has not read for [`QUEUED_AFTER`]: over a Unix socket the
+    /// answer of whose request php-fpm has read nothing for [`QUEUED_AFTER`]: over a Unix socket the
     /// kernel says so (its request unread); over TCP it cannot (it acknowledges bytes no one
     /// has read), and any new connection still waiting that long counts. One waiting less
     /// long may be about to be read: the connection is pooled, and the worker looks again
@@ -60,12 +60,12 @@ impl Upstreams {
             if k == key || o.reused || o.got_bytes {
                 continue;
             }
-            let unread = match o.phase {
+            let taken = match o.phase {
                 Phase::Connecting => return true,
-                Phase::Sending | Phase::Waiting => o.sock.unread_output(),
+                Phase::Sending | Phase::Waiting => request_taken(o),
                 _ => continue,
             };
-            if unread == Some(0) {
+            if taken == Some(true) {
                 held += 1;
                 *seen = (*seen).max(held);
                 if open <= *seen {
@@ -164,7 +164,7 @@ impl Upstreams {
                 || o.reused
                 || o.got_bytes
                 || !matches!(o.phase, Phase::Sending | Phase::Waiting)
-                || o.sock.unread_output() == Some(0)
+                || request_taken(o) == Some(true)
             {
                 continue;
             }
@@ -214,6 +214,58 @@ impl Upstreams {
             self.close(key, ctx);
         }
     }
+}
+
+/// Whether a process has taken connection `o`'s request. Over a Unix socket the kernel counts
+/// what the reader has not consumed (`SIOCOUTQ`, in the weight of the buffers each write made,
+/// freed only when read whole). A connection waiting in php-fpm's backlog has all its request
+/// there; a process that takes it reads the records up to the parameters at once, but the
+/// request's last, empty `STDIN` record only when the script asks for its input. So the last
+/// record of a new connection's request goes in a write of its own ([`split_tail`]): while its
+/// script runs, only that write's weight is left ([`tail_weight`]), where a request in the
+/// backlog leaves both. `None` over TCP (see `Sock::unread_output`).
+pub(super) fn request_taken(o: &UpConn) -> Option<bool> {
+    let unread = o.sock.unread_output()?;
+    let sent_split = o.phase == Phase::Waiting && split_tail(o).is_some();
+    Some(unread == 0 || (sent_split && unread <= tail_weight()))
+}
+
+/// The length of the request's head to write before its last record, for a new connection to
+/// php-fpm over a Unix socket (see [`request_taken`]); `None` for any other: a reused
+/// connection holds its process already, and over TCP nothing is learnt from it.
+pub(super) fn split_tail(c: &UpConn) -> Option<usize> {
+    const RECORD_HEADER: usize = 8;
+    if c.reused || c.fcgi.is_none() || !matches!(c.sock, crate::proxy::upstream::Sock::Unix(_)) {
+        return None;
+    }
+    let len = c.job.as_ref()?.request.len();
+    len.checked_sub(RECORD_HEADER).filter(|&n| n > 0)
+}
+
+/// What the kernel counts for one 8-byte write left unread on a Unix stream socket (the weight
+/// of its buffer, not its bytes), measured once on a socket pair of the process's own; 0 when
+/// it cannot be, which leaves [`request_taken`] to "nothing unread" alone.
+fn tail_weight() -> usize {
+    static WEIGHT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *WEIGHT.get_or_init(|| {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let Ok((mut a, _b)) = std::os::unix::net::UnixStream::pair() else {
+            return 0;
+        };
+        if a.write_all(&[0; 8]).is_err() {
+            return 0;
+        }
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ (TIOCOUTQ's number on Linux) writes one c_int through the pointer,
+        // which points at `n`, alive for the call; the descriptor is `a`'s, open.
+        let rc = unsafe { libc::ioctl(a.as_raw_fd(), libc::TIOCOUTQ, &raw mut n) };
+        if rc == 0 {
+            usize::try_from(n).unwrap_or(0)
+        } else {
+            0
+        }
+    })
 }
 
 /// Whether `server` of `group` is a FastCGI server.
