@@ -563,6 +563,41 @@ fn a_path_keyed_zone_counts_aliases_as_their_path() {
     assert_eq!(status(s.addr, "/b.txt", &[]), 200);
 }
 
+/// A guard whose rules all cover every path and key on no path reads no path: a path not in
+/// its normal form gets the answer it gets without the guard (the router's: a redirect, a
+/// refusal above the root, the file), after the limits counted it.
+#[test]
+fn a_whole_site_guard_leaves_paths_to_the_router() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("a.txt"), "a\n").unwrap();
+    let root_arg = root.path().to_str().unwrap();
+    let plain = Served::start(["--root", root_arg]);
+    let guarded = Served::start([
+        "--root",
+        root_arg,
+        "--allow",
+        "127.0.0.0/8",
+        "--deny",
+        "all",
+        "--rate-limit",
+        "1000r/s,burst=1000",
+    ]);
+    for path in [
+        "/a.txt",
+        "/%61.txt",
+        "//a.txt",
+        "/./a.txt",
+        "/b/../a.txt",
+        "/../a.txt",
+        "/%zza.txt",
+        "/../../etc/passwd",
+    ] {
+        let want = status(plain.addr, path, &[]);
+        assert_eq!(status(guarded.addr, path, &[]), want, "{path}");
+    }
+    assert_eq!(status(guarded.addr, "/../a.txt", &[]), 400);
+}
+
 #[test]
 fn the_access_log_says_what_the_limits_did() {
     let dir = tempfile::tempdir().unwrap();
