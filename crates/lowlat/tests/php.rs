@@ -564,6 +564,23 @@ fn statuses_over_one_connection(addr: std::net::SocketAddr, path: &str, n: usize
         .collect()
 }
 
+/// The statuses `clients` clients at once get, each asking for `path` `each` times over one
+/// connection of its own.
+fn statuses_of_clients(
+    addr: std::net::SocketAddr,
+    path: &'static str,
+    clients: usize,
+    each: usize,
+) -> Vec<u16> {
+    let threads: Vec<_> = (0..clients)
+        .map(|_| std::thread::spawn(move || statuses_over_one_connection(addr, path, each)))
+        .collect();
+    threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect()
+}
+
 /// Requests that overlap in time keep their php-fpm connections, and more clients at once than
 /// php-fpm has processes are all answered: a connection waiting in php-fpm's backlog gets the
 /// process of the next one to finish, or — when nothing else is running to finish — of an idle
@@ -582,17 +599,7 @@ fn overlapping_requests_keep_their_connections_and_a_backlog_is_served() {
         &["--proxy-first-byte-timeout", "5s", "--metrics", &metrics],
     );
     let addr = served.addr;
-    let run = |clients: usize, each: usize| -> Vec<u16> {
-        let threads: Vec<_> = (0..clients)
-            .map(|_| {
-                std::thread::spawn(move || statuses_over_one_connection(addr, "/pid.php", each))
-            })
-            .collect();
-        threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect()
-    };
+    let run = |clients: usize, each: usize| statuses_of_clients(addr, "/pid.php", clients, each);
     // Two clients: two connections, kept — after a few more while lowlat learns that php-fpm
     // serves two at once (a new connection's request still unread when another's is answered
     // may be queued). php-fpm counts requests, not connections, so the connections are told
@@ -667,13 +674,7 @@ fn scripts_longer_than_the_queue_check_keep_every_process_busy() {
     );
     let addr = served.addr;
     let start = Instant::now();
-    let threads: Vec<_> = (0..24)
-        .map(|_| std::thread::spawn(move || statuses_over_one_connection(addr, "/nap.php", 5)))
-        .collect();
-    let statuses: Vec<u16> = threads
-        .into_iter()
-        .flat_map(|t| t.join().unwrap())
-        .collect();
+    let statuses = statuses_of_clients(addr, "/nap.php", 24, 5);
     let took = start.elapsed();
     assert_eq!(statuses.len(), 120);
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");

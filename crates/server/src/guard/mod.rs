@@ -283,8 +283,8 @@ impl Handler for Guard {
         let head = req.head;
         // Every prefix below is matched against the path as it will be read (`crate::scope`).
         // A site whose rules all cover every path and key on no path reads none: the router
-        // still answers a path not in its normal form, after the limits counted it (43
-        // instructions a request spared on `/plaintext`, callgrind).
+        // still answers a path not in its normal form, after the limits counted it (72
+        // instructions a request spared on `/plaintext`: docs/PERFORMANCE.md, "Protection").
         let normal;
         let path: &str = if self.reads_path {
             normal = match crate::scope::normal_form(head.path) {

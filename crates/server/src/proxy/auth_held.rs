@@ -69,7 +69,7 @@ pub(crate) fn relay(held: HeldAnswer, ctx: &mut WorkerCtx<'_>, down: &mut dyn Do
         down.relay_body(ctx, &from_file);
     }
     down.relay_end(ctx, "-", status, std::time::Duration::ZERO);
-    drop(file);
+    // `file` (and the connection-limit places it keeps) goes here, the answer sent.
 }
 
 /// A held file's bytes, as far as the answer sends them.
