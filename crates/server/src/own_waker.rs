@@ -23,6 +23,12 @@ pub(crate) fn get() -> Option<Arc<mio::Waker>> {
     WAKER.with(|w| w.get().cloned())
 }
 
+/// Whether this thread runs a worker loop (has a waker), asked without taking a reference
+/// to it (a cache miss asks it; only a miss that waits needs the waker itself).
+pub(crate) fn present() -> bool {
+    WAKER.with(|w| w.get().is_some())
+}
+
 /// Rings this thread's own worker (news queued for its next turn). False when it has none.
 pub(crate) fn wake() -> bool {
     WAKER.with(|w| w.get().is_some_and(|w| w.wake().is_ok()))

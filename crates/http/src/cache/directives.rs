@@ -80,48 +80,44 @@ impl<'a> Directives<'a> {
                 continue;
             }
             self.present = true;
-            let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
-            if is("max-age") {
-                first_delta(&mut self.max_age, arg);
-            } else if is("s-maxage") {
-                first_delta(&mut self.s_maxage, arg);
-            } else if is("no-store") {
-                self.no_store = true;
-            } else if is("no-cache") {
-                match arg {
-                    Some(list) if !list.is_empty() => self.no_cache_fields = Some(list),
-                    _ => self.no_cache = true,
-                }
-            } else if is("private") {
-                match arg {
-                    Some(list) if !list.is_empty() => self.private_fields = Some(list),
-                    _ => self.private = true,
-                }
-            } else if is("public") {
-                self.public = true;
-            } else if is("must-revalidate") {
-                self.must_revalidate = true;
-            } else if is("proxy-revalidate") {
-                self.proxy_revalidate = true;
-            } else if is("must-understand") {
-                self.must_understand = true;
-            } else if is("no-transform") {
-                self.no_transform = true;
-            } else if is("immutable") {
-                self.immutable = true;
-            } else if is("stale-while-revalidate") {
-                first_delta(&mut self.stale_while_revalidate, arg);
-            } else if is("stale-if-error") {
-                first_delta(&mut self.stale_if_error, arg);
-            } else if is("max-stale") {
-                if self.max_stale.is_none() {
-                    self.max_stale = Some(arg.map_or(DELTA_MAX, delta));
-                }
-            } else if is("min-fresh") {
-                first_delta(&mut self.min_fresh, arg);
-            } else if is("only-if-cached") {
-                self.only_if_cached = true;
+            self.set(name, arg);
+        }
+    }
+
+    /// Sets the directive `name` (any case) with its argument. By length first, then one
+    /// comparison: every response stored has its `Cache-Control` read here, and asking each
+    /// of the sixteen names in turn cost a miss about 300 instructions (callgrind).
+    fn set(&mut self, name: &[u8], arg: Option<&'a [u8]>) {
+        let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+        let first = name[0] | 0x20;
+        match name.len() {
+            6 if is("public") => self.public = true,
+            7 if first == b'm' && is("max-age") => first_delta(&mut self.max_age, arg),
+            7 if is("private") => match arg {
+                Some(list) if !list.is_empty() => self.private_fields = Some(list),
+                _ => self.private = true,
+            },
+            8 if first == b's' && is("s-maxage") => first_delta(&mut self.s_maxage, arg),
+            8 if is("no-store") => self.no_store = true,
+            8 if is("no-cache") => match arg {
+                Some(list) if !list.is_empty() => self.no_cache_fields = Some(list),
+                _ => self.no_cache = true,
+            },
+            9 if is("immutable") => self.immutable = true,
+            9 if is("max-stale") && self.max_stale.is_none() => {
+                self.max_stale = Some(arg.map_or(DELTA_MAX, delta));
             }
+            9 if is("min-fresh") => first_delta(&mut self.min_fresh, arg),
+            12 if is("no-transform") => self.no_transform = true,
+            14 if is("stale-if-error") => first_delta(&mut self.stale_if_error, arg),
+            14 if is("only-if-cached") => self.only_if_cached = true,
+            15 if is("must-revalidate") => self.must_revalidate = true,
+            15 if is("must-understand") => self.must_understand = true,
+            16 if is("proxy-revalidate") => self.proxy_revalidate = true,
+            22 if is("stale-while-revalidate") => {
+                first_delta(&mut self.stale_while_revalidate, arg);
+            }
+            _ => {}
         }
     }
 

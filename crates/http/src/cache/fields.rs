@@ -19,6 +19,11 @@ pub trait Fields {
     fn value(&self, i: usize) -> &[u8] {
         self.field(i).1
     }
+    /// Lines that may be named `name`: all of them, unless the holder knows better
+    /// (`index::Indexed`).
+    fn range_of(&self, _name: &str) -> std::ops::Range<usize> {
+        0..self.count()
+    }
 }
 
 impl Fields for [httparse::Header<'_>] {
@@ -44,7 +49,8 @@ pub fn values<'a: 'n, 'n, F: Fields + ?Sized>(
     fields: &'a F,
     name: &'n str,
 ) -> impl Iterator<Item = &'a [u8]> + 'n {
-    (0..fields.count())
+    fields
+        .range_of(name)
         .filter(move |&i| fields.is_named(i, name))
         .map(move |i| fields.value(i))
 }

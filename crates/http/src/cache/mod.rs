@@ -11,6 +11,7 @@
 //!   into [`Directives`], for requests and responses.
 //! - [`fields`]: header fields as the policy reads them, whoever holds them; list elements,
 //!   dates, delta-seconds.
+//! - [`index`]: a response's fields indexed, in one walk, by the names the decisions ask for.
 //! - [`storable`]: whether a response may be stored (§3, §3.5), and why not.
 //! - [`freshness`]: freshness lifetime (§4.2.1, heuristics §4.2.2), current age (§4.2.3), and
 //!   whether a stored response may be used as it is, stale, or only after revalidation.
@@ -22,6 +23,7 @@
 pub mod directives;
 pub mod fields;
 pub mod freshness;
+pub mod index;
 pub mod invalidate;
 pub mod revalidate;
 pub mod status;

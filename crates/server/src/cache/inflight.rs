@@ -109,14 +109,15 @@ impl Ticket {
 /// one when there is none, waits for the one there when `may_wait` allows (and this thread has
 /// a loop to wait in), else goes alone.
 pub(crate) fn enter(flights: &Arc<Flights>, hash: u64, may_wait: bool) -> Role {
-    let Some(waker) = crate::own_waker::get() else {
+    if !crate::own_waker::present() {
         return Role::Alone;
-    };
+    }
     let mut table = flights.map.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(flight) = table.flights.get_mut(&hash) {
-        if !may_wait {
+        // The waker is taken (a reference counted) only by a miss that waits.
+        let Some(waker) = crate::own_waker::get().filter(|_| may_wait) else {
             return Role::Alone;
-        }
+        };
         if !flight.wakers.iter().any(|w| Arc::ptr_eq(w, &waker)) {
             flight.wakers.push(waker);
         }
