@@ -275,6 +275,19 @@ fn the_auth_service_decides_over_http3() {
     let root = dir.path().join("root");
     std::fs::create_dir_all(root.join("docs")).unwrap();
     std::fs::write(root.join("docs/a.txt"), b"a document").unwrap();
+    // Sent from the file once let through, a piece at a time as the stream takes it (larger
+    // files go over HTTP/1.1 and HTTP/2 in `routes_answered_locally_wait_for_the_verdict`:
+    // this client takes seconds a MiB).
+    let big: Vec<u8> = (0..2u32 << 20).map(|i| (i % 241) as u8).collect();
+    std::fs::write(root.join("docs/big.bin"), &big).unwrap();
+    let big_sha = String::from_utf8(
+        Command::new("sha256sum")
+            .arg(root.join("docs/big.bin"))
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
     let served = support::h3::serve(
         &cert,
         &[
@@ -318,6 +331,18 @@ fn the_auth_service_decides_over_http3() {
     let got = support::h3::client(&served, &["fetch", file]);
     assert_eq!(got["responses"][0]["status"], 200, "{got}");
     assert_eq!(got["responses"][0]["text"], "a document", "{got}");
+    let got = support::h3::client(
+        &served,
+        &["fetch", r#"{"method":"GET","path":"/docs/big.bin"}"#],
+    );
+    let r = &got["responses"][0];
+    assert_eq!(r["status"], 200, "{got}");
+    assert_eq!(r["length"], big.len(), "{got}");
+    let sha = r["sha256"].as_str().unwrap_or_default();
+    assert!(
+        !sha.is_empty() && big_sha.starts_with(sha),
+        "{got} {big_sha}"
+    );
     served.stop();
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(
@@ -326,6 +351,7 @@ fn the_auth_service_decides_over_http3() {
             "carol 200 HTTP/3.0",
             "- 403 HTTP/3.0",
             "- 403 HTTP/3.0",
+            "- 200 HTTP/3.0",
             "- 200 HTTP/3.0"
         ],
         "{text}"
@@ -335,7 +361,8 @@ fn the_auth_service_decides_over_http3() {
 /// Routes answered in the worker itself under a rule's prefix — files (one small, one sent
 /// from disk), a directory's redirect, a HEAD, a cache hit — wait for the auth service's answer
 /// as a forwarded request does: let through, the route's own answer goes, pipelined answers in
-/// order and over HTTP/2 too; refused, only the refusal; a file too large to hold is a 500.
+/// order and over HTTP/2 too, a file of 24 MiB whole (sent from the file, not held in memory);
+/// refused, only the refusal.
 #[test]
 fn routes_answered_locally_wait_for_the_verdict() {
     let dir = tempfile::tempdir().unwrap();
@@ -344,8 +371,8 @@ fn routes_answered_locally_wait_for_the_verdict() {
     std::fs::write(dir.path().join("big.bin"), &big).unwrap();
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     std::fs::write(dir.path().join("sub/index.html"), b"in sub").unwrap();
-    let huge = std::fs::File::create(dir.path().join("huge.bin")).unwrap();
-    huge.set_len(9 << 20).unwrap();
+    let huge: Vec<u8> = (0..24u32 << 20).map(|i| (i % 253) as u8).collect();
+    std::fs::write(dir.path().join("huge.bin"), &huge).unwrap();
     let app = Origin::start();
     app.set(
         "/app/page",
@@ -405,8 +432,38 @@ fn routes_answered_locally_wait_for_the_verdict() {
         1,
         "the second and third were hits"
     );
+    let warm = s.status_kib("VmHWM:");
     let got = request_to(s.addr, "site.test", "GET", "/huge.bin", &[]);
-    assert_eq!(got.status, 500, "{}", got.head);
+    assert_eq!(got.status, 200, "{}", got.head);
+    assert_eq!(
+        got.field("content-length"),
+        Some("25165824"),
+        "{}",
+        got.head
+    );
+    assert!(got.body == huge, "{} bytes", got.body.len());
+
+    // Pipelined: each waits for its own verdict, the answers go in order (the large file's
+    // before the requests behind it).
+    let mut conn = std::net::TcpStream::connect(s.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    std::io::Write::write_all(
+        &mut conn,
+        b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\nGET /small.html HTTP/1.1\r\nHost: a\r\n\
+          Connection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    std::io::Read::read_to_end(&mut conn, &mut all).unwrap();
+    let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(all.starts_with(b"HTTP/1.1 200"));
+    assert!(all[head_end..head_end + huge.len()] == huge[..]);
+    let rest = String::from_utf8_lossy(&all[head_end + huge.len()..]);
+    assert!(
+        rest.starts_with("HTTP/1.1 200") && rest.ends_with("\r\n\r\nhello"),
+        "{rest}"
+    );
 
     // Pipelined: each waits for its own verdict, the answers go in order.
     let mut conn = std::net::TcpStream::connect(s.addr).unwrap();
@@ -440,6 +497,18 @@ fn routes_answered_locally_wait_for_the_verdict() {
     };
     assert_eq!(h2("/small.html"), "hello\n200 2");
     assert_eq!(h2("/app/page"), "cached page\n200 2");
+    let out = curl(&[
+        "-s",
+        "--http2-prior-knowledge",
+        &format!("http://{}/huge.bin", s.addr),
+    ]);
+    assert!(out.stdout == huge, "HTTP/2: {} bytes", out.stdout.len());
+    // Three times 24 MiB sent, none of it held: the file went out as the clients took it.
+    let grew = s.status_kib("VmHWM:").saturating_sub(warm);
+    assert!(
+        grew < 8 * 1024,
+        "the server grew by {grew} KiB sending the large file"
+    );
 
     // Refused: the refusal, and nothing of the route's answer (the hosts above were three
     // keys: three fetches).

@@ -256,7 +256,7 @@ impl<'a> Response<'a> {
     /// route answered in the worker. That answer (from `start` in the output, and its file) is
     /// taken back and kept on the subrequest's gate, relayed only if the auth service lets the
     /// request through (`crate::proxy::auth_held`); the protocol meanwhile sees a forwarded
-    /// request. A file too large to hold fails the request closed with 500.
+    /// request. A file answer keeps its file open, unread, whatever its size.
     pub(crate) fn settle_forward_auth(&mut self, start: usize) {
         let Some(Some(auth)) = self.forward.as_deref() else {
             return;
@@ -268,31 +268,14 @@ impl<'a> Response<'a> {
             return;
         }
         let file = self.done.file.take();
-        let too_large = file
-            .as_ref()
-            .is_some_and(|f| f.len > crate::proxy::job::HELD_FILE_MAX);
-        if too_large {
-            if let Some(Some(auth)) = self.forward.as_deref_mut().map(Option::take) {
-                auth.group.give_buffer(auth.request);
-            }
-            tracing::warn!(
-                "forward auth: the route answers with a file larger than {} MiB, which is not \
-                 held for the auth service's answer; refused with 500",
-                crate::proxy::job::HELD_FILE_MAX >> 20
-            );
-        } else {
-            let written = self.out.split_off(start);
-            let held = crate::proxy::job::HeldAnswer { written, file };
-            gate.borrow_mut().held = Some(Box::new(held));
-        }
+        let written = self.out.split_off(start);
+        let held = crate::proxy::job::HeldAnswer { written, file };
+        gate.borrow_mut().held = Some(Box::new(held));
         self.out.truncate(start);
         self.done.sent = false;
         self.done.close = false;
         self.done.body_bytes = 0;
         self.done.head_bytes = 0;
-        if too_large {
-            self.send_status(500);
-        }
     }
 
     /// Whether only the head will be sent (the request was `HEAD`).

@@ -133,6 +133,23 @@ impl Downstream for Conn {
             self.wbuf.extend_from_slice(data);
         }
     }
+    /// The file goes out after what is buffered, by `sendfile(2)` (or read and encrypted over
+    /// TLS) as the socket takes it (`conn::output`), and the requests pipelined behind it wait
+    /// for it as they wait for a file this connection answers itself.
+    fn relay_file(&mut self, ctx: &mut WorkerCtx<'_>, file: crate::file_body::FileBody) {
+        let Some(relay) = &mut self.relay else {
+            return;
+        };
+        if relay.head_only || file.len == 0 {
+            return;
+        }
+        if relay.chunked || self.file.is_some() {
+            // Framed piece by piece (not what a held answer is: it announces its length).
+            return crate::proxy::downstream::read_file_as_body(self, ctx, &file);
+        }
+        relay.body_bytes += file.len;
+        self.file = Some(Box::new(file));
+    }
     /// Trailer fields go in the chunked body's trailer section (RFC 9112 §7.1.2), sent whether
     /// or not the client said `TE: trailers`: a recipient that does not want them discards them.
     /// A response not sent chunked (an HTTP/1.0 client, HEAD) has nowhere to put them.

@@ -184,6 +184,25 @@ impl Downstream for StreamRelay<'_> {
         }
         s.out.extend_from_slice(data);
     }
+    /// The file goes out after the stream's buffered body, read into DATA frames as the
+    /// windows open (`flow`), as a file this connection answers itself.
+    fn relay_file(&mut self, ctx: &mut WorkerCtx<'_>, file: crate::file_body::FileBody) {
+        let Some(i) = self.conn.stream_index(self.id) else {
+            return;
+        };
+        if self.conn.streams[i].file.is_some() {
+            return crate::proxy::downstream::read_file_as_body(self, ctx, &file);
+        }
+        let s = &mut self.conn.streams[i];
+        let Some(r) = &mut s.relay else {
+            return;
+        };
+        if r.head_only || file.len == 0 {
+            return;
+        }
+        r.body_bytes += file.len;
+        s.file = Some(file);
+    }
     fn relay_trailers(&mut self, _ctx: &mut WorkerCtx<'_>, fields: &[(&[u8], &[u8])]) {
         let c = &mut *self.conn;
         let Some(i) = c.stream_index(self.id) else {

@@ -85,6 +85,30 @@ impl Downstream for StreamRelay<'_, '_> {
         s.out.extend_from_slice(data);
     }
 
+    /// The file goes out after the stream's buffered frames as one DATA frame, read a piece
+    /// at a time as the stream takes it (`send::pump`), as a file this connection answers
+    /// itself.
+    fn relay_file(&mut self, ctx: &mut WorkerCtx<'_>, file: crate::file_body::FileBody) {
+        if self
+            .conn
+            .requests
+            .get(&self.id)
+            .is_some_and(|s| s.file.is_some())
+        {
+            return crate::proxy::downstream::read_file_as_body(self, ctx, &file);
+        }
+        let Some(s) = self.conn.requests.get_mut(&self.id) else {
+            return;
+        };
+        match s.relay.as_mut() {
+            Some(r) if !r.head_only && file.len > 0 => r.body_bytes += file.len,
+            _ => return,
+        }
+        s.take_room();
+        frame::put_data_header(&mut s.out, file.len);
+        s.file = Some(file);
+    }
+
     fn relay_trailers(&mut self, _ctx: &mut WorkerCtx<'_>, fields: &[(&[u8], &[u8])]) {
         let c = &mut *self.conn;
         let Some(s) = c.requests.get_mut(&self.id) else {

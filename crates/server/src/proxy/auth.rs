@@ -223,6 +223,12 @@ impl Downstream for AuthGate<'_> {
         }
     }
 
+    fn relay_file(&mut self, ctx: &mut WorkerCtx<'_>, file: crate::file_body::FileBody) {
+        if self.state().verdict == Verdict::Relaying {
+            self.inner.relay_file(ctx, file);
+        }
+    }
+
     fn relay_trailers(&mut self, ctx: &mut WorkerCtx<'_>, fields: &[(&[u8], &[u8])]) {
         if self.state().verdict == Verdict::Relaying {
             self.inner.relay_trailers(ctx, fields);

@@ -7,23 +7,22 @@
 //! it unseen.
 //!
 //! A file body is kept open, not read: a client the auth service refuses makes the worker read
-//! nothing. It is read whole when let through, so a file larger than [`HELD_FILE_MAX`] is not
-//! held at all (the request is refused with 500, and the error log says why).
+//! nothing. Let through, it goes to the client's protocol as a file
+//! ([`Downstream::relay_file`]), sent as the client takes it like any file the worker answers
+//! with: a file of any size, never held in memory.
 
 use std::mem::MaybeUninit;
-use std::os::unix::fs::FileExt;
 
 use lowlat_http::client::{parse_response, Header, ResponseHeaderSlots};
 use lowlat_http::limits::MAX_HEADERS;
 use lowlat_http::Status;
 
 use super::downstream::Downstream;
-use super::job::{HeldAnswer, RelayBody, HELD_FILE_MAX};
+use super::job::{HeldAnswer, RelayBody};
 use crate::ctx::WorkerCtx;
-use crate::file_body::FileBody;
 
 /// Relays `held` to `down` as a finished exchange: its head (the framing fields written again by
-/// the client's protocol), body and end. A file that can no longer be read gives a 500 instead.
+/// the client's protocol), body and end.
 pub(crate) fn relay(held: HeldAnswer, ctx: &mut WorkerCtx<'_>, down: &mut dyn Downstream) {
     let HeldAnswer { written, file } = held;
     let mut slots: ResponseHeaderSlots<'_> = [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -35,13 +34,6 @@ pub(crate) fn relay(held: HeldAnswer, ctx: &mut WorkerCtx<'_>, down: &mut dyn Do
         return down.relay_error(ctx, 500);
     };
     let (status, reason, body_at) = (head.head.status, head.reason, head.head.head_len);
-    let from_file = match file.as_ref().map(read_whole).transpose() {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            tracing::error!(error = %e, "forward auth: the file held for the verdict cannot be read");
-            return down.relay_error(ctx, 500);
-        }
-    };
     let announced = head.head.content_length;
     // The framing is the client's protocol's to write again.
     let fields: Vec<Header<'_>> = head
@@ -54,8 +46,8 @@ pub(crate) fn relay(held: HeldAnswer, ctx: &mut WorkerCtx<'_>, down: &mut dyn Do
         .copied()
         .collect();
     let body = &written[body_at..];
-    let from_file = from_file.unwrap_or_default();
-    let length = (body.len() + from_file.len()) as u64;
+    let file_len = file.as_ref().map_or(0, |f| f.len);
+    let length = body.len() as u64 + file_len;
     let bodiless = (100..200).contains(&status) || status == 204 || status == 304;
     let framing = if bodiless || length == 0 {
         // A HEAD's answer keeps the length its head announced.
@@ -66,16 +58,10 @@ pub(crate) fn relay(held: HeldAnswer, ctx: &mut WorkerCtx<'_>, down: &mut dyn Do
     down.relay_head(ctx, status, reason, &fields, &|_| true, b"", framing);
     if length > 0 && !bodiless {
         down.relay_body(ctx, body);
-        down.relay_body(ctx, &from_file);
+        if let Some(file) = file {
+            // Its connection-limit places go with it, given back once it is sent.
+            down.relay_file(ctx, file);
+        }
     }
     down.relay_end(ctx, "-", status, std::time::Duration::ZERO);
-    // `file` (and the connection-limit places it keeps) goes here, the answer sent.
-}
-
-/// A held file's bytes, as far as the answer sends them.
-fn read_whole(file: &FileBody) -> std::io::Result<Vec<u8>> {
-    let len = usize::try_from(file.len.min(HELD_FILE_MAX)).unwrap_or(0);
-    let mut bytes = vec![0; len];
-    file.file.read_exact_at(&mut bytes, file.offset)?;
-    Ok(bytes)
 }

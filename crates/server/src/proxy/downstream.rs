@@ -29,6 +29,13 @@ pub(crate) trait Downstream {
     );
     /// Body bytes, in order.
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]);
+    /// The rest of the body is `file`'s region (a local answer let through by forward
+    /// authentication, `super::auth_held`). The client protocols send it from the file as the
+    /// client takes it, as they send a file they answer themselves, so a file of any size is
+    /// never held in memory; elsewhere it is read and relayed as body bytes ([`read_file_as_body`]).
+    fn relay_file(&mut self, ctx: &mut WorkerCtx<'_>, file: crate::file_body::FileBody) {
+        read_file_as_body(self, ctx, &file);
+    }
     /// The trailer fields that ended the response body (already filtered), just before
     /// [`Downstream::relay_end`]. A client protocol that cannot carry them drops them.
     fn relay_trailers(&mut self, _ctx: &mut WorkerCtx<'_>, _fields: &[(&[u8], &[u8])]) {}
@@ -94,6 +101,33 @@ pub(crate) trait Downstream {
     /// The tunnel is over (both sides closed, a failure, or idle too long): the client's side
     /// is closed and its one log line written.
     fn tunnel_end(&mut self, _ctx: &mut WorkerCtx<'_>) {}
+}
+
+/// Relays `file`'s region to `down` as body bytes, a piece at a time (the default of
+/// [`Downstream::relay_file`], for what is not a client's protocol). A file that can no longer
+/// be read cuts the response, as an upstream failing mid-body does.
+pub(crate) fn read_file_as_body<D: Downstream + ?Sized>(
+    down: &mut D,
+    ctx: &mut WorkerCtx<'_>,
+    file: &crate::file_body::FileBody,
+) {
+    use std::os::unix::fs::FileExt;
+    const PIECE: u64 = 64 << 10;
+    let (mut offset, end) = (file.offset, file.offset + file.len);
+    let mut piece = vec![0; usize::try_from(file.len.min(PIECE)).unwrap_or(0)];
+    while offset < end {
+        let n = usize::try_from((end - offset).min(PIECE)).unwrap_or(0);
+        match file.file.read_at(&mut piece[..n], offset) {
+            Ok(got @ 1..) => {
+                down.relay_body(ctx, &piece[..got]);
+                offset += got as u64;
+            }
+            Ok(0) | Err(_) => {
+                tracing::error!("forward auth: the held file could not be read to its end");
+                return down.relay_abort(ctx);
+            }
+        }
+    }
 }
 
 /// A relayed exchange is over for its client: counted for `/metrics`, and its access-log line

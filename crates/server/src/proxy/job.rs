@@ -133,10 +133,6 @@ pub(crate) struct Gate {
     pub(crate) ready: bool,
 }
 
-/// The largest file a local answer under forward auth may send: read into memory when let
-/// through, since the answer is relayed as an upstream's is, from memory.
-pub(crate) const HELD_FILE_MAX: u64 = 8 << 20;
-
 /// A route's own answer under forward auth, kept until the verdict: as written in HTTP/1.1
 /// form (`written`), with the file that follows its head (kept open, not read).
 #[derive(Debug)]
