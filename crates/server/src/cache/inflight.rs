@@ -114,8 +114,11 @@ pub(crate) fn enter(flights: &Arc<Flights>, hash: u64, may_wait: bool) -> Role {
     }
     let mut table = flights.map.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(flight) = table.flights.get_mut(&hash) {
+        if !may_wait {
+            return Role::Alone;
+        }
         // The waker is taken (a reference counted) only by a miss that waits.
-        let Some(waker) = crate::own_waker::get().filter(|_| may_wait) else {
+        let Some(waker) = crate::own_waker::get() else {
             return Role::Alone;
         };
         if !flight.wakers.iter().any(|w| Arc::ptr_eq(w, &waker)) {
