@@ -9,7 +9,7 @@
 //! stale"); a repeated one keeps its first occurrence (§4.2.1 allows either). Values above
 //! 2^31 count as 2^31 (§1.2.2). Nothing allocates: qualified forms borrow their field lists.
 
-use super::fields::{list_elements, trim, values, Fields, DELTA_MAX};
+use super::fields::{element_end, list_elements, trim, values, Fields, DELTA_MAX};
 
 /// The directives of one message's `Cache-Control` lines (or of its targeted field).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,7 +68,17 @@ impl<'a> Directives<'a> {
 
     /// Adds the directives of one field line.
     pub fn add(&mut self, value: &'a [u8]) {
-        for element in list_elements(value) {
+        // The list walked here rather than through `list_elements`' iterator: its closure is
+        // not inlined, and a cache miss's `Cache-Control` paid ~90 instructions a call for it
+        // (callgrind).
+        let mut rest = value;
+        while !rest.is_empty() {
+            let end = element_end(rest);
+            let element = trim(&rest[..end]);
+            rest = rest.get(end + 1..).unwrap_or(&[]);
+            if element.is_empty() {
+                continue;
+            }
             let (name, arg) = match element.iter().position(|&b| b == b'=') {
                 Some(eq) => (
                     trim(&element[..eq]),

@@ -91,7 +91,7 @@ pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// Bytes are only compared with `,` and `"` outside a quoted string (a string's escapes are
 /// walked apart): most values hold no quote, and a byte-at-a-time state machine cost about
 /// 20 instructions a byte (callgrind, a cache miss's `Cache-Control`).
-fn element_end(rest: &[u8]) -> usize {
+pub(crate) fn element_end(rest: &[u8]) -> usize {
     let mut i = 0;
     while i < rest.len() {
         match rest[i] {

@@ -34,8 +34,13 @@ use super::{key, now_secs, RouteCache};
 /// What storing a response makes of one of its fields ([`stored_field`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
-    /// Not stored.
+    /// Neither stored nor relayed by the proxy (hop-by-hop fields, `Proxy-*`).
     Dropped,
+    /// The framing (`Content-Length`, `Transfer-Encoding`): never stored nor relayed, as every
+    /// client protocol frames the body itself.
+    Framing,
+    /// Relayed but not stored (`Age`, a field `Cache-Control` keeps out of a store).
+    Unstored,
     /// Stored.
     Kept,
     /// Stored, and it is `Vary`: the object's key has a variant part.
@@ -56,14 +61,14 @@ fn stored_field(name: &str, connection: &[&[u8]], cc: &Directives<'_>) -> Fate {
     let is = |n: &str| name.eq_ignore_ascii_case(n);
     let kept = match b.len() {
         2 if is("te") => Fate::Dropped,
-        3 if is("age") => Fate::Dropped,
+        3 if is("age") => Fate::Unstored,
         4 if is("vary") => Fate::Vary,
         7 if is("trailer") || is("upgrade") => Fate::Dropped,
         9 if is("cache-tag") => Fate::Tags,
         10 if is("connection") || is("keep-alive") => Fate::Dropped,
         13 if is("surrogate-key") => Fate::Tags,
-        14 if is("content-length") => Fate::Dropped,
-        17 if is("transfer-encoding") => Fate::Dropped,
+        14 if is("content-length") => Fate::Framing,
+        17 if is("transfer-encoding") => Fate::Framing,
         // `Proxy-*`: `Proxy-Connection`, `Proxy-Authenticate`, `Proxy-Authorization` among them.
         n if n > 6 && b[0] | 0x20 == b'p' && b[..6].eq_ignore_ascii_case(b"proxy-") => {
             Fate::Dropped
@@ -72,12 +77,13 @@ fn stored_field(name: &str, connection: &[&[u8]], cc: &Directives<'_>) -> Fate {
     };
     let named_elsewhere =
         !connection.is_empty() || cc.private_fields.is_some() || cc.no_cache_fields.is_some();
-    if kept != Fate::Dropped
-        && named_elsewhere
-        && !(crate::proxy::headers::response_field_passes(name, connection.iter().copied())
-            && field_kept(name, connection, cc))
-    {
-        return Fate::Dropped;
+    if !matches!(kept, Fate::Dropped | Fate::Framing) && named_elsewhere {
+        if !crate::proxy::headers::response_field_passes(name, connection.iter().copied()) {
+            return Fate::Dropped;
+        }
+        if !field_kept(name, connection, cc) {
+            return Fate::Unstored;
+        }
     }
     kept
 }
@@ -405,8 +411,10 @@ impl Fill {
         }))
     }
 
-    /// The head arrived: decide, and say so in `Cache-Status` (appended to `status_line`).
-    /// `length`: the body's, when the relay's framing knows it (what the copy is sized to).
+    /// The head arrived: decide, and say so in `Cache-Status` (appended to `line`). `length`:
+    /// the body's, when the relay's framing knows it (what the copy is sized to). True when
+    /// the response is being stored and its stored lines ([`Fill::stored_lines`]) are exactly
+    /// the fields `pass` lets through, in order: the client's head may be written from them.
     pub(super) fn head(
         &mut self,
         status: u16,
@@ -415,7 +423,7 @@ impl Fill {
         pass: &dyn Fn(&str) -> bool,
         length: Option<u64>,
         line: &mut Vec<u8>,
-    ) {
+    ) -> bool {
         if let Mode::Invalidate { host } = &self.mode {
             // The method was not GET/HEAD: known unsafe, or of unknown safety (§4.4).
             if (200..400).contains(&status) {
@@ -428,7 +436,7 @@ impl Fill {
                     store.remove(&k);
                 }
             }
-            return;
+            return false;
         }
         let policy = &self.cache.policy;
         // The fields the rule ignores are not there for the decisions (they are still relayed).
@@ -478,11 +486,14 @@ impl Fill {
         } else {
             storable(&req, status, decide, &cc, &rules).map_err(NotStored::token)
         };
-        match decision {
+        let exact = match decision {
             Ok(()) => {
                 let life = self.lifetime_of(status, decide, &cc, is_targeted, response_time);
                 let connection: Vec<&[u8]> = values(&all, "connection").collect();
                 let (mut varies, mut tagged) = (false, false);
+                // Whether every field that goes on to the client is stored: `pass` asked only
+                // of the few that are not stored (the framing, `Age`, hop-by-hop fields).
+                let mut exact = true;
                 // The whole body in the same allocation when its length is known and fits.
                 let announced = length
                     .filter(|&n| n <= self.cache.store.max_object)
@@ -491,10 +502,15 @@ impl Fill {
                     fields.iter().map(|f| (f.name, f.value)),
                     |name| {
                         let kept = stored_field(name, &connection, &cc);
-                        let keep = kept != Fate::Dropped
+                        let keep = !matches!(kept, Fate::Dropped | Fate::Framing | Fate::Unstored)
                         // An ignored `Set-Cookie` is this client's, not the store's.
                         && !(ignored.set_cookie && name.eq_ignore_ascii_case("set-cookie"));
                         debug_assert!(!keep || pass(name), "{name} stored but not relayed");
+                        // Relayed but not stored: the client's head cannot be the stored lines.
+                        // (`pass` is asked of what is neither: the framing never passes.)
+                        exact &= keep
+                            || kept == Fate::Framing
+                            || (kept == Fate::Dropped && !pass(name));
                         varies |= kept == Fate::Vary;
                         tagged |= kept == Fate::Tags;
                         keep
@@ -514,6 +530,7 @@ impl Fill {
                     varies,
                     tagged,
                 });
+                exact
             }
             Err(why) => {
                 self.cache.count(|c| &c.not_stored);
@@ -521,11 +538,21 @@ impl Fill {
                 self.state = State::Off;
                 // What waits for this fill goes on now (as `let_go`, with `policy` borrowed).
                 self.role = Role::Alone;
+                false
             }
-        }
+        };
         line.extend_from_slice(b"Cache-Status: ");
         status_field.write(&policy.name, line);
         line.extend_from_slice(b"\r\n");
+        exact
+    }
+
+    /// The stored lines of the response being copied (the fields as they will be stored).
+    pub(super) fn stored_lines(&self) -> Option<&[u8]> {
+        match &self.state {
+            State::Body(p) => Some(p.kept.bytes()),
+            _ => None,
+        }
     }
 
     /// Body bytes: copied while they fit.
@@ -670,13 +697,27 @@ mod tests {
             let want = response_field_passes(name, connection.iter().copied())
                 && field_kept(name, &connection, &cc);
             let got = stored_field(name, &connection, &cc);
-            assert_eq!(got != Fate::Dropped, want, "{name}");
+            let stored = !matches!(got, Fate::Dropped | Fate::Framing | Fate::Unstored);
+            assert_eq!(stored, want, "{name}");
+            // Dropped and the framing: not relayed either.
+            let relayed = response_field_passes(name, connection.iter().copied());
+            assert_eq!(
+                matches!(got, Fate::Dropped | Fate::Framing),
+                !relayed,
+                "{name} (relayed)"
+            );
             // And so when nothing names a field: the answer without asking the two.
             let plain = stored_field(name, &[], &Directives::default());
             let want =
                 response_field_passes(name, []) && field_kept(name, &[], &Directives::default());
-            assert_eq!(plain != Fate::Dropped, want, "{name} (plain)");
-            if plain != Fate::Dropped {
+            let stored = !matches!(plain, Fate::Dropped | Fate::Framing | Fate::Unstored);
+            assert_eq!(stored, want, "{name} (plain)");
+            assert_eq!(
+                matches!(plain, Fate::Dropped | Fate::Framing),
+                !response_field_passes(name, []),
+                "{name} (plain, relayed)"
+            );
+            if stored {
                 let kind = if name.eq_ignore_ascii_case("vary") {
                     Fate::Vary
                 } else if super::super::object::is_tag_field(name) {

@@ -9,7 +9,7 @@ use super::object::Object;
 use super::{now_secs, CacheOutcome};
 use crate::ctx::WorkerCtx;
 use crate::proxy::claim::{Claim, Claimable};
-use crate::proxy::downstream::{Downstream, TunnelRead};
+use crate::proxy::downstream::{Downstream, RelayedFields, TunnelRead};
 use crate::proxy::job::RelayBody;
 
 /// The client's [`Downstream`] with a fill beside it: every call goes on to the client; the
@@ -118,20 +118,38 @@ impl Downstream for Tee<'_> {
                 return;
             }
         }
-        // The added lines and `Cache-Status`, in a buffer of the worker's pool (no allocation
-        // a miss).
-        let mut lines = ctx.pool.take_write();
-        lines.extend_from_slice(added);
+        // `Cache-Status`, in a buffer of the worker's pool (no allocation a miss).
+        let mut own = ctx.pool.take_write();
         let length = match body {
             RelayBody::Length(n) => Some(n),
             _ => None,
         };
-        self.fill
+        let exact = self
+            .fill
             .borrow_mut()
-            .head(status, reason, fields, pass, length, &mut lines);
-        self.inner
-            .relay_head(ctx, status, reason, fields, pass, &lines, body);
-        ctx.pool.give_write(lines);
+            .head(status, reason, fields, pass, length, &mut own);
+        let fill = self.fill.borrow();
+        // A response being stored whose passing fields are all stored: the client's head is
+        // written from the stored lines.
+        let lines = fill.stored_lines().filter(|_| exact).unwrap_or_default();
+        let head = RelayedFields {
+            fields,
+            pass,
+            lines,
+        };
+        if exact {
+            self.inner
+                .relay_head_lines(ctx, status, reason, head, added, &own, body);
+        } else {
+            drop(fill);
+            let mut all = ctx.pool.take_write();
+            all.extend_from_slice(added);
+            all.extend_from_slice(&own);
+            self.inner
+                .relay_head(ctx, status, reason, fields, pass, &all, body);
+            ctx.pool.give_write(all);
+        }
+        ctx.pool.give_write(own);
     }
 
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {

@@ -10,7 +10,7 @@ use mio::Token;
 use super::{ClientTunnel, Conn};
 use crate::access_log::UpstreamFields;
 use crate::ctx::WorkerCtx;
-use crate::proxy::downstream::{log_relayed, Downstream, TunnelRead};
+use crate::proxy::downstream::{log_relayed, Downstream, RelayedFields, TunnelRead};
 use crate::proxy::job::RelayBody;
 use lowlat_http::Version;
 
@@ -36,79 +36,25 @@ impl Downstream for Conn {
         added: &[u8],
         body: RelayBody,
     ) {
-        let Some(relay) = &mut self.relay else {
-            return;
-        };
-        if self.upload.is_some() {
-            // Answered before the body ended: the rest of it is not read, so the next request
-            // cannot be found; the connection closes after this response.
-            relay.keep_alive = false;
-        }
-        if self.wbuf.capacity() == 0 {
-            self.wbuf = ctx.pool.take_write();
-        }
-        let out = &mut self.wbuf;
-        out.extend_from_slice(b"HTTP/1.1 ");
-        out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
-        out.push(b' ');
-        // The upstream's phrase; an empty one (allowed) gets the standard phrase if there is one.
-        let standard = lowlat_http::response::reason(status);
-        out.extend_from_slice(if !reason.is_empty() {
-            reason.as_bytes()
-        } else if standard == "Unknown" {
-            b""
-        } else {
-            standard.as_bytes()
-        });
-        out.extend_from_slice(b"\r\n");
-        for f in fields.iter().filter(|f| pass(f.name)) {
-            out.extend_from_slice(f.name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(f.value);
-            out.extend_from_slice(b"\r\n");
-        }
-        for (name, value) in crate::proxy::downstream::added_lines(added, fields, pass) {
-            out.extend_from_slice(name);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
-        let length = |n: u64, out: &mut Vec<u8>| {
-            out.extend_from_slice(b"Content-Length: ");
-            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-            out.extend_from_slice(b"\r\n");
-        };
-        match body {
-            RelayBody::Length(n) => length(n, out),
-            RelayBody::None { length: announced } => {
-                let bodiless = (100..200).contains(&status) || status == 204 || status == 304;
-                if relay.head_only {
-                    if let Some(n) = announced {
-                        length(n, out);
-                    }
-                } else if !bodiless {
-                    length(0, out);
-                }
-            }
-            RelayBody::Unknown => {
-                if relay.version == Version::Http11 {
-                    if !relay.head_only {
-                        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
-                        relay.chunked = true;
-                    }
-                } else {
-                    // An HTTP/1.0 client reads to the close.
-                    relay.keep_alive = false;
-                }
-            }
-        }
-        if !relay.keep_alive {
-            out.extend_from_slice(b"Connection: close\r\n");
-        } else if relay.version == Version::Http10 {
-            out.extend_from_slice(b"Connection: keep-alive\r\n");
-        }
-        out.extend_from_slice(b"\r\n");
-        relay.status = status;
+        self.write_relayed_head(ctx, status, reason, fields, pass, None, added, b"", body);
+    }
+
+    fn relay_head_lines(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        status: u16,
+        reason: &str,
+        head: RelayedFields<'_, '_>,
+        added: &[u8],
+        own: &[u8],
+        body: RelayBody,
+    ) {
+        let RelayedFields {
+            fields,
+            pass,
+            lines,
+        } = head;
+        self.write_relayed_head(ctx, status, reason, fields, pass, Some(lines), added, own, body);
     }
 
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
@@ -404,4 +350,102 @@ fn hex_len(mut n: usize, out: &mut [u8; 16]) -> usize {
         out[k] = *d;
     }
     i
+}
+
+impl Conn {
+    /// A relayed response's head into the write buffer: the status line, the fields that pass
+    /// (`lines` in one piece when there are, else each field `pass` lets through), the
+    /// site's added lines, `own`'s, and the framing.
+    #[allow(clippy::too_many_arguments)]
+    fn write_relayed_head(
+        &mut self,
+        ctx: &mut WorkerCtx<'_>,
+        status: u16,
+        reason: &str,
+        fields: &[lowlat_http::client::Header<'_>],
+        pass: &dyn Fn(&str) -> bool,
+        lines: Option<&[u8]>,
+        added: &[u8],
+        own: &[u8],
+        body: RelayBody,
+    ) {
+        let Some(relay) = &mut self.relay else {
+            return;
+        };
+        if self.upload.is_some() {
+            // Answered before the body ended: the rest of it is not read, so the next request
+            // cannot be found; the connection closes after this response.
+            relay.keep_alive = false;
+        }
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = ctx.pool.take_write();
+        }
+        let out = &mut self.wbuf;
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+        out.push(b' ');
+        // The upstream's phrase; an empty one (allowed) gets the standard phrase if there is one.
+        let standard = lowlat_http::response::reason(status);
+        out.extend_from_slice(if !reason.is_empty() {
+            reason.as_bytes()
+        } else if standard == "Unknown" {
+            b""
+        } else {
+            standard.as_bytes()
+        });
+        out.extend_from_slice(b"\r\n");
+        if let Some(lines) = lines {
+            out.extend_from_slice(lines);
+        } else {
+            for f in fields.iter().filter(|f| pass(f.name)) {
+                out.extend_from_slice(f.name.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(f.value);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        for (name, value) in crate::proxy::downstream::added_lines(added, fields, pass) {
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(own);
+        let length = |n: u64, out: &mut Vec<u8>| {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        };
+        match body {
+            RelayBody::Length(n) => length(n, out),
+            RelayBody::None { length: announced } => {
+                let bodiless = (100..200).contains(&status) || status == 204 || status == 304;
+                if relay.head_only {
+                    if let Some(n) = announced {
+                        length(n, out);
+                    }
+                } else if !bodiless {
+                    length(0, out);
+                }
+            }
+            RelayBody::Unknown => {
+                if relay.version == Version::Http11 {
+                    if !relay.head_only {
+                        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+                        relay.chunked = true;
+                    }
+                } else {
+                    // An HTTP/1.0 client reads to the close.
+                    relay.keep_alive = false;
+                }
+            }
+        }
+        if !relay.keep_alive {
+            out.extend_from_slice(b"Connection: close\r\n");
+        } else if relay.version == Version::Http10 {
+            out.extend_from_slice(b"Connection: keep-alive\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        relay.status = status;
+    }
 }
