@@ -181,7 +181,8 @@ def main():
                 cost = compare.cost_us([rec])
                 compare.log(f"  {t:12s} {label(s, depth):14s} c={conns:<5d} rps={rec['rps']} µs/req={cost and round(cost, 2)} "
                             f"p99={rec['p99_ms']}ms rss={rec['server_rss_kb']}kB "
-                            f"errors={rec['socket_errors'] + rec['non_2xx']}")
+                            f"errors={rec['socket_errors'] + rec['non_2xx']} "
+                            f"user/sys/softirq={compare.split_text(rec)}")
     finally:
         for srv in servers.values():
             srv.stop()

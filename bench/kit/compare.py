@@ -212,6 +212,17 @@ def core_busy():
     return d
 
 
+def core_split():
+    """cpu0's user (with nice), system and softirq jiffies from /proc/stat: where the server's
+    core spent its busy time (user space, the kernel on its behalf, loopback TCP's softirq)."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu0 "):
+                v = [int(x) for x in line.split()[1:8]]
+                return v[0] + v[1], v[2], v[6]
+    return 0, 0, 0
+
+
 def busy_pct(c0, c1, cpu):
     b0, t0 = c0.get(cpu, (0, 0))
     b1, t1 = c1.get(cpu, (0, 0))
@@ -624,12 +635,14 @@ def measure(srv, argv, seconds):
     s0 = {p: (ticks(p) or (0, 0))[0] for p in mine}
     a0 = all_ticks()
     c0 = core_busy()
+    k0 = core_split()
     l0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60).stdout
     wall = time.time() - t0
     l1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     c1 = core_busy()
+    k1 = core_split()
     a1 = all_ticks()
     now = srv.pids()
     srv_ticks = sum((ticks(p) or (0, 0))[0] - s0.get(p, 0) for p in now)
@@ -644,10 +657,20 @@ def measure(srv, argv, seconds):
         "foreign_cpu_pct": round(100.0 * foreign / CLK / wall, 1),
         "server_core_busy_pct": busy_pct(c0, c1, "cpu0"),
         "load_core_busy_pct": busy_pct(c0, c1, "cpu1"),
+        # µs of the server's core a request, by where it went (None without a rate).
+        "server_core_split_us": (
+            {k: round((b - a) / CLK * 1e6 / (rec["rps"] * wall), 2)
+             for k, a, b in zip(("user", "system", "softirq"), k0, k1)} if rec.get("rps") else None),
         "foreign_top": top,
         "wrk_tail": out[-1500:],
     })
     return rec
+
+
+def split_text(rec):
+    """`user/system/softirq` µs of the server's core a request, as the run lines print it."""
+    sp = rec.get("server_core_split_us")
+    return "/".join(str(sp[k]) for k in ("user", "system", "softirq")) if sp else "-"
 
 
 # ------------------------------------------------------------------ main
@@ -793,7 +816,8 @@ def run_all(args, scenarios, only, www, raw):
                             raw.flush()
                         log(f"  {target:12s} {label:14s} c={conns:<5d} rps={rec['rps']} p99={rec['p99_ms']}ms "
                             f"cpu={rec['server_cpu_pct']}% rss={rec['server_rss_kb']}kB "
-                            f"errors={rec['socket_errors'] + rec['non_2xx']}")
+                            f"errors={rec['socket_errors'] + rec['non_2xx']} "
+                            f"core µs/req user/sys/softirq={split_text(rec)}")
                 if s == "cache":
                     after = origin_requests(CACHE_PATH)
                     fetched[target] = after - before if None not in (before, after) else None

@@ -38,11 +38,43 @@ pub(crate) type KeyBytes = smallvec::SmallVec<[u8; 56]>;
 /// ([`CacheStore::hashed`]) and used for every look-up, insert and flight of the key: a
 /// miss asked for it four times (two look-ups, its flight, the insert), about 180
 /// instructions of foldhash over a URL-long key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its weight rides with it: the map weighs an entry as it evicts it, and a weight read from
+/// the object behind the entry's `Arc` was a read of memory no cache held — the largest single
+/// stall of a miss in a full store (`perf record` on the server's core: a third of the eviction
+/// scan's samples; docs/PERFORMANCE.md).
+#[derive(Debug, Clone)]
 pub(crate) struct StoreKey {
     hash: u64,
+    /// What [`Bytes`] weighs the entry filed under this key (made with it: [`StoreKey::new`]).
+    weight: u64,
     bytes: KeyBytes,
 }
+
+impl StoreKey {
+    /// The key of `entry`, weighed.
+    fn new(hash: u64, bytes: KeyBytes, entry: &Entry) -> Self {
+        // The slot's key, and its bytes when they did not fit in it.
+        let key = std::mem::size_of::<StoreKey>() + if bytes.spilled() { bytes.len() } else { 0 };
+        let weight = match entry {
+            Entry::Object(o) => o.weight(key),
+            Entry::Vary { value, .. } => (key + value.len() + 64) as u64,
+        };
+        StoreKey {
+            hash,
+            weight,
+            bytes,
+        }
+    }
+}
+
+/// Keys are equal by their bytes (the hash is of them; the weight is the entry's).
+impl PartialEq for StoreKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.bytes == other.bytes
+    }
+}
+
+impl Eq for StoreKey {}
 
 impl Hash for StoreKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
@@ -74,18 +106,8 @@ impl Equivalent<StoreKey> for Hashed<'_> {
 struct Bytes;
 
 impl Weighter<StoreKey, Entry> for Bytes {
-    fn weight(&self, key: &StoreKey, val: &Entry) -> u64 {
-        // The slot's key, and its bytes when they did not fit in it.
-        let key = std::mem::size_of::<StoreKey>()
-            + if key.bytes.spilled() {
-                key.bytes.len()
-            } else {
-                0
-            };
-        match val {
-            Entry::Object(o) => o.weight(key),
-            Entry::Vary { value, .. } => (key + value.len() + 64) as u64,
-        }
+    fn weight(&self, key: &StoreKey, _val: &Entry) -> u64 {
+        key.weight
     }
 }
 
@@ -230,10 +252,7 @@ impl CacheStore {
         let entry = self.disk.as_ref()?.read(key.bytes)?;
         if self.fits_memory(&entry) {
             self.map.insert(
-                StoreKey {
-                    hash: key.hash,
-                    bytes: KeyBytes::from_slice(key.bytes),
-                },
+                StoreKey::new(key.hash, KeyBytes::from_slice(key.bytes), &entry),
                 entry.clone(),
             );
         }
@@ -247,7 +266,7 @@ impl CacheStore {
             disk.write(&key, &entry);
         }
         if self.fits_memory(&entry) {
-            self.map.insert(StoreKey { hash, bytes: key }, entry);
+            self.map.insert(StoreKey::new(hash, key, &entry), entry);
         } else {
             self.map.remove(&Hashed { hash, bytes: &key });
         }
