@@ -502,15 +502,14 @@ impl Fill {
                     fields.iter().map(|f| (f.name, f.value)),
                     |name| {
                         let kept = stored_field(name, &connection, &cc);
-                        let keep = !matches!(kept, Fate::Dropped | Fate::Framing | Fate::Unstored)
+                        let keep = matches!(kept, Fate::Kept | Fate::Vary | Fate::Tags)
                         // An ignored `Set-Cookie` is this client's, not the store's.
                         && !(ignored.set_cookie && name.eq_ignore_ascii_case("set-cookie"));
                         debug_assert!(!keep || pass(name), "{name} stored but not relayed");
                         // Relayed but not stored: the client's head cannot be the stored lines.
                         // (`pass` is asked of what is neither: the framing never passes.)
-                        exact &= keep
-                            || kept == Fate::Framing
-                            || (kept == Fate::Dropped && !pass(name));
+                        exact &=
+                            keep || kept == Fate::Framing || (kept == Fate::Dropped && !pass(name));
                         varies |= kept == Fate::Vary;
                         tagged |= kept == Fate::Tags;
                         keep

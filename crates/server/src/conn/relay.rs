@@ -54,7 +54,17 @@ impl Downstream for Conn {
             pass,
             lines,
         } = head;
-        self.write_relayed_head(ctx, status, reason, fields, pass, Some(lines), added, own, body);
+        self.write_relayed_head(
+            ctx,
+            status,
+            reason,
+            fields,
+            pass,
+            Some(lines),
+            added,
+            own,
+            body,
+        );
     }
 
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
