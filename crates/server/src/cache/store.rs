@@ -38,10 +38,11 @@ pub(crate) type KeyBytes = smallvec::SmallVec<[u8; 56]>;
 /// ([`CacheStore::hashed`]) and used for every look-up, insert and flight of the key: a
 /// miss asked for it four times (two look-ups, its flight, the insert), about 180
 /// instructions of foldhash over a URL-long key.
+///
 /// Its weight rides with it: the map weighs an entry as it evicts it, and a weight read from
-/// the object behind the entry's `Arc` was a read of memory no cache held — the largest single
-/// stall of a miss in a full store (`perf record` on the server's core: a third of the eviction
-/// scan's samples; docs/PERFORMANCE.md).
+/// the object behind the entry's `Arc` was a read of memory no cache held (`perf record` on the
+/// server's core, a miss in a full store: a third of the eviction scan's samples;
+/// docs/PERFORMANCE.md).
 #[derive(Debug, Clone)]
 pub(crate) struct StoreKey {
     hash: u64,

@@ -129,26 +129,16 @@ impl Downstream for Tee<'_> {
             .borrow_mut()
             .head(status, reason, fields, pass, length, &mut own);
         let fill = self.fill.borrow();
-        // A response being stored whose passing fields are all stored: the client's head is
+        // A response being stored whose passing fields are all stored: the client's head may be
         // written from the stored lines.
-        let lines = fill.stored_lines().filter(|_| exact).unwrap_or_default();
         let head = RelayedFields {
             fields,
             pass,
-            lines,
+            lines: fill.stored_lines().filter(|_| exact),
         };
-        if exact {
-            self.inner
-                .relay_head_lines(ctx, status, reason, head, added, &own, body);
-        } else {
-            drop(fill);
-            let mut all = ctx.pool.take_write();
-            all.extend_from_slice(added);
-            all.extend_from_slice(&own);
-            self.inner
-                .relay_head(ctx, status, reason, fields, pass, &all, body);
-            ctx.pool.give_write(all);
-        }
+        self.inner
+            .relay_head_lines(ctx, status, reason, head, added, &own, body);
+        drop(fill);
         ctx.pool.give_write(own);
     }
 

@@ -36,7 +36,12 @@ impl Downstream for Conn {
         added: &[u8],
         body: RelayBody,
     ) {
-        self.write_relayed_head(ctx, status, reason, fields, pass, None, added, b"", body);
+        let head = RelayedFields {
+            fields,
+            pass,
+            lines: None,
+        };
+        self.write_relayed_head(ctx, status, reason, head, added, b"", body);
     }
 
     fn relay_head_lines(
@@ -49,22 +54,7 @@ impl Downstream for Conn {
         own: &[u8],
         body: RelayBody,
     ) {
-        let RelayedFields {
-            fields,
-            pass,
-            lines,
-        } = head;
-        self.write_relayed_head(
-            ctx,
-            status,
-            reason,
-            fields,
-            pass,
-            Some(lines),
-            added,
-            own,
-            body,
-        );
+        self.write_relayed_head(ctx, status, reason, head, added, own, body);
     }
 
     fn relay_body(&mut self, ctx: &mut WorkerCtx<'_>, data: &[u8]) {
@@ -364,7 +354,7 @@ fn hex_len(mut n: usize, out: &mut [u8; 16]) -> usize {
 
 impl Conn {
     /// A relayed response's head into the write buffer: the status line, the fields that pass
-    /// (`lines` in one piece when there are, else each field `pass` lets through), the
+    /// (`head.lines` in one piece when there are, else each field `pass` lets through), the
     /// site's added lines, `own`'s, and the framing.
     #[allow(clippy::too_many_arguments)]
     fn write_relayed_head(
@@ -372,13 +362,16 @@ impl Conn {
         ctx: &mut WorkerCtx<'_>,
         status: u16,
         reason: &str,
-        fields: &[lowlat_http::client::Header<'_>],
-        pass: &dyn Fn(&str) -> bool,
-        lines: Option<&[u8]>,
+        head: RelayedFields<'_, '_>,
         added: &[u8],
         own: &[u8],
         body: RelayBody,
     ) {
+        let RelayedFields {
+            fields,
+            pass,
+            lines,
+        } = head;
         let Some(relay) = &mut self.relay else {
             return;
         };

@@ -10,13 +10,14 @@ use super::job::RelayBody;
 use crate::access_log::{HeldRequest, UpstreamFields};
 use crate::ctx::WorkerCtx;
 
-/// A relayed head's fields as parsed (`fields`, `pass` saying which go on) and as the
-/// `Name: value\r\n` lines of those that go on, in their order ([`Downstream::relay_head_lines`]).
+/// A relayed head's fields as parsed (`fields`, `pass` saying which go on), and, when the
+/// caller has them, as the `Name: value\r\n` lines of exactly those that go on, in their order
+/// (`lines`: a cache's stored copy; [`Downstream::relay_head_lines`]).
 #[derive(Clone, Copy)]
 pub(crate) struct RelayedFields<'a, 'b> {
     pub(crate) fields: &'a [Header<'b>],
     pub(crate) pass: &'a dyn Fn(&str) -> bool,
-    pub(crate) lines: &'a [u8],
+    pub(crate) lines: Option<&'a [u8]>,
 }
 
 /// Where the upstream side delivers a response: the client connection (or HTTP/2 stream) that
@@ -36,12 +37,12 @@ pub(crate) trait Downstream {
         added: &[u8],
         body: RelayBody,
     );
-    /// [`Downstream::relay_head`] for a head whose passing fields are also at hand as
-    /// `Name: value\r\n` lines in their order (`lines`: the cache's stored copy, made before
-    /// the head is relayed), ended by lines of the caller's own after the site's (`own`, as
-    /// they are: the cache's `Cache-Status`). A protocol that writes heads as text copies the
-    /// lines in one piece instead of asking `pass` of each field and copying it apart (HTTP/1.1:
-    /// about 700 instructions a cache miss, callgrind); the others relay the fields.
+    /// [`Downstream::relay_head`] for a wrapper that adds lines of its own after the site's
+    /// (`own`, as they are: the cache's `Cache-Status`) and may have the passing fields as lines
+    /// already (`head.lines`). A protocol that writes heads as text copies those lines in one
+    /// piece instead of asking `pass` of each field and copying it apart (HTTP/1.1: 406
+    /// instructions where the fields took 1 790 on a cache miss; callgrind, docs/PERFORMANCE.md);
+    /// the others relay the fields.
     #[allow(clippy::too_many_arguments)]
     fn relay_head_lines(
         &mut self,
