@@ -979,6 +979,48 @@ fn early_answers_expectations_and_pipelining_with_streaming_bodies() {
     assert_eq!(r.status, 202, "the pipelined request: {}", r.head);
 }
 
+/// An upstream that answers a large upload at once and closes with the body unread (its kernel
+/// resets the connection) while the proxy's writes of the body are held back: the reset and
+/// the answer arrive together, and the write that meets the reset is not the end of the
+/// exchange — the answer is read and relayed (with `Connection: close`), not turned into 502.
+/// Ten rounds, each a fresh connection, since which the proxy sees first is up to its loop.
+#[test]
+fn an_answer_then_a_reset_during_an_upload_is_relayed() {
+    let upstream = serve_each(|mut conn| {
+        let mut head = Vec::new();
+        let mut byte = [0; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if conn.read(&mut byte).unwrap_or(0) == 0 {
+                return;
+            }
+            head.push(byte[0]);
+        }
+        // The proxy's writes fill both sides' buffers and wait.
+        std::thread::sleep(Duration::from_millis(150));
+        let _ = conn.write_all(
+            b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large",
+        );
+        // Closed with unread bytes: a reset, right behind the answer.
+    });
+    let proxy = Proxy::start(["--proxy".to_owned(), format!("/=http://{upstream}")]);
+    for round in 0..10 {
+        let mut s = connect(proxy.addr);
+        s.write_all(
+            b"POST /upload HTTP/1.1\r\nHost: proxied.test\r\nContent-Length: 100000000\r\n\r\n",
+        )
+        .unwrap();
+        // Written from a thread: the client keeps sending while the answer comes.
+        let mut w = s.try_clone().unwrap();
+        let writer = std::thread::spawn(move || send_pattern(&mut w, 8 << 20, 0));
+        let r = read_response(&mut s, &mut Vec::new(), false);
+        assert_eq!(r.status, 413, "round {round}: {}", r.head);
+        assert_eq!(r.body, b"too large", "round {round}");
+        assert_eq!(r.field("connection"), Some("close"), "{}", r.head);
+        let _ = s.shutdown(std::net::Shutdown::Both);
+        let _ = writer.join();
+    }
+}
+
 /// /bytes/N (Content-Length) and /chunked/N (chunked, re-encoded for the client) through the
 /// proxy are byte-exact for sizes from 0 to past a read buffer, many on one kept-alive client
 /// connection; an HTTP/1.0 client gets the chunked one delimited by the close.

@@ -92,7 +92,7 @@ pub(crate) fn process(
                 protocol_status, ..
             } => {
                 flush_stderr(&mut x, c);
-                c.keep_alive = pos == c.rlen;
+                c.keep_alive = pos == c.rlen && !c.refused_write;
                 break end(&mut x, c, ctx, down, protocol_status);
             }
         }

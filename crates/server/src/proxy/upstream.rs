@@ -220,6 +220,8 @@ pub(crate) struct UpConn {
     pub(crate) writable: bool,
     /// An event reported the server's FIN or a reset.
     pub(crate) closed_seen: bool,
+    /// A write of the request failed: the response is still read, the connection is not kept.
+    pub(crate) refused_write: bool,
     pub(crate) deadline: Instant,
     /// When the request was handed to this connection (the upstream's response time).
     pub(crate) sent_at: Instant,

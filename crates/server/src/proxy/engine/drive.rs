@@ -167,7 +167,10 @@ impl Upstreams {
                                         c.writable = false;
                                         return;
                                     }
-                                    Err(_) => return self.fail(key, Failure::Closed, ctx, down),
+                                    Err(_) => {
+                                        self.write_refused(key);
+                                        continue;
+                                    }
                                 }
                             }
                         }
@@ -176,7 +179,10 @@ impl Upstreams {
                             return;
                         }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => return self.fail(key, Failure::Closed, ctx, down),
+                        Err(_) => {
+                            self.write_refused(key);
+                            continue;
+                        }
                     }
                 }
                 Phase::File => {
@@ -258,8 +264,8 @@ impl Upstreams {
                     Ok(false) => c.writable = false,
                     Err(_) => {
                         drop(pipe);
-                        self.fail(key, Failure::Closed, ctx, down);
-                        return Sent::Over;
+                        self.write_refused(key);
+                        return Sent::More;
                     }
                 }
                 // The client's side stops at the high-water mark, above the low one: crossing
@@ -280,10 +286,24 @@ impl Upstreams {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Sent::More,
             Err(_) => {
                 drop(pipe);
-                self.fail(key, Failure::Closed, ctx, down);
-                Sent::Over
+                self.write_refused(key);
+                Sent::More
             }
         }
+    }
+
+    /// The upstream took no more of the request (a reset, or its side shut): it may have
+    /// answered first — gunicorn answers `413` and closes without reading the body, and the
+    /// reset its close sends can reach this write before the answer is read. Whatever it sent
+    /// is read before the exchange is counted failed (a read that finds nothing fails it as
+    /// before: retried or answered 502); the rest of the request is not sent, so an answer
+    /// ends the client's connection (`ProxyJob::answered`) and this one.
+    fn write_refused(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        c.phase = Phase::Waiting;
+        c.readable = true;
+        c.writable = false;
+        c.refused_write = true;
     }
 
     /// Advances connection `key`'s TLS handshake. `Some(true)`: done, the request can go;

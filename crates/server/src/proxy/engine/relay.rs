@@ -212,7 +212,8 @@ impl Upstreams {
                     ResponseBody::UntilClose => (RelayBody::Unknown, Some(BodyLeft::UntilClose)),
                 };
                 c.status = p.head.status;
-                c.keep_alive = p.head.keep_alive;
+                // A request not all written leaves the connection out of step.
+                c.keep_alive = p.head.keep_alive && !c.refused_write;
                 let pass = |name: &str| response_field_passes(name, connection());
                 let added = c.job.as_ref().and_then(|j| j.added.clone());
                 down.relay_head(

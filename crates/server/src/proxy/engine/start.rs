@@ -261,6 +261,7 @@ impl Upstreams {
             readable: false,
             writable: false,
             closed_seen: false,
+            refused_write: false,
             deadline: now + group.cfg.timeouts.connect,
             sent_at: now,
             tunnel: None,
