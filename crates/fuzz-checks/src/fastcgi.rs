@@ -26,7 +26,8 @@ pub fn records(data: &[u8]) {
         Ok(Status::Complete(head)) => {
             assert!(head.len <= stdout.len().min(limit));
             assert!((100..=999).contains(&head.status));
-            for (name, value) in &head.fields {
+            for h in &head.fields {
+                let (name, value) = (h.name, h.value);
                 assert!(!name.is_empty() && !name.eq_ignore_ascii_case("status"));
                 assert!(value.len() <= head.len);
             }

@@ -4,11 +4,17 @@
 //! follows itself (§6.2.2), one with an absolute URL a redirect for the client (302 unless
 //! `Status` says otherwise, §6.2.3–6.2.4).
 
+use httparse::Header;
+use smallvec::SmallVec;
+
 use super::FastCgiError;
 use crate::Status;
 
 /// Most fields a CGI head may hold (PHP applications send a dozen at most).
 pub const MAX_FIELDS: usize = 100;
+
+/// Fields a [`CgiHead`] holds without allocating (a PHP page sends a few).
+pub const INLINE_FIELDS: usize = 8;
 
 /// A CGI response head, borrowing the application's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,8 +24,9 @@ pub struct CgiHead<'a> {
     /// `Status`'s reason phrase, when it gave one.
     pub reason: Option<&'a str>,
     /// The fields to send to the client: every one but `Status` (names as the application
-    /// wrote them).
-    pub fields: Vec<(&'a str, &'a [u8])>,
+    /// wrote them). Inline up to [`INLINE_FIELDS`]: a PHP response sends a few, and their
+    /// `Vec` was one of a PHP request's five allocations.
+    pub fields: SmallVec<[Header<'a>; INLINE_FIELDS]>,
     /// `Location` was a local path (starting with `/`) and the only field: the server serves
     /// that path instead (RFC 3875 §6.2.2).
     pub local_redirect: Option<&'a [u8]>,
@@ -33,8 +40,8 @@ impl CgiHead<'_> {
     pub fn field(&self, name: &str) -> Option<&[u8]> {
         self.fields
             .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| *v)
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
     }
 }
 
@@ -58,7 +65,7 @@ pub fn parse_head(input: &[u8], limit: usize) -> Result<Status<CgiHead<'_>>, Fas
     let mut status = None;
     let mut reason = None;
     let mut location = None;
-    let mut fields = Vec::with_capacity(parsed.len());
+    let mut fields = SmallVec::with_capacity(parsed.len());
     for h in parsed.iter() {
         if h.name.eq_ignore_ascii_case("status") {
             let (code, text) = parse_status(h.value)?;
@@ -69,7 +76,7 @@ pub fn parse_head(input: &[u8], limit: usize) -> Result<Status<CgiHead<'_>>, Fas
         if h.name.eq_ignore_ascii_case("location") {
             location = Some(h.value);
         }
-        fields.push((h.name, h.value));
+        fields.push(*h);
     }
     let local_redirect = location.filter(|l| {
         l.first() == Some(&b'/') && !l.starts_with(b"//") && fields.len() == 1 && status.is_none()

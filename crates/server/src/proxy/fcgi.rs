@@ -20,7 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use lowlat_http::client::Header;
-use lowlat_http::fastcgi::cgi::{parse_head, CgiHead};
+use lowlat_http::fastcgi::cgi::{parse_head, CgiHead, INLINE_FIELDS};
 use lowlat_http::fastcgi::record::{kind, Event};
 use lowlat_http::fastcgi::FastCgiError;
 use lowlat_http::Status;
@@ -127,12 +127,39 @@ fn stdout(
         return Ok(());
     }
     x.head.extend_from_slice(data);
-    let buf = std::mem::take(&mut x.head);
-    let head = match parse_head(&buf, MAX_CGI_HEAD)? {
-        Status::Partial => {
+    let mut buf = std::mem::take(&mut x.head);
+    match read_head(x, c, ctx, down, &buf)? {
+        HeadRead::Partial => x.head = buf,
+        HeadRead::Kept(len) => {
+            buf.truncate(len);
             x.head = buf;
-            return Ok(());
         }
+        HeadRead::Relayed => {}
+    }
+    Ok(())
+}
+
+/// What [`read_head`] did with the bytes of the head so far.
+enum HeadRead {
+    /// Not whole yet: they are kept for the next.
+    Partial,
+    /// Whole, for a file to be sent once the request ends: its first `len` bytes are kept.
+    Kept(usize),
+    /// Whole and relayed, with the body bytes after it.
+    Relayed,
+}
+
+/// The CGI head in `buf` (all of `FCGI_STDOUT` so far), once whole: relayed, or kept for the
+/// file the application asks to be sent.
+fn read_head(
+    x: &mut FcgiExchange,
+    c: &mut UpConn,
+    ctx: &mut WorkerCtx<'_>,
+    down: &mut dyn Downstream,
+    buf: &[u8],
+) -> Result<HeadRead, FastCgiError> {
+    let head = match parse_head(buf, MAX_CGI_HEAD)? {
+        Status::Partial => return Ok(HeadRead::Partial),
         Status::Complete(h) => h,
     };
     if head.status < 200 {
@@ -151,19 +178,14 @@ fn stdout(
             }
         }
         x.discard = true;
-        let len = head.len;
-        drop(head);
-        let mut buf = buf;
-        buf.truncate(len);
-        x.head = buf;
-        return Ok(());
+        return Ok(HeadRead::Kept(head.len));
     }
     relay_head(x, c, ctx, down, &head, None);
     let rest = &buf[head.len..];
     if !rest.is_empty() {
         body(x, c, ctx, down, rest);
     }
-    Ok(())
+    Ok(HeadRead::Relayed)
 }
 
 /// Relays the CGI head (with `file`'s type and length when a file answers instead of the
@@ -184,16 +206,27 @@ fn relay_head(
     } else {
         head.status
     };
-    let mut fields: Vec<Header<'_>> = head
-        .fields
-        .iter()
-        .filter_map(|&(name, value)| {
-            let own = name.len() >= 8 && name[..8].eq_ignore_ascii_case("x-accel-")
-                || name.eq_ignore_ascii_case("x-sendfile")
-                || (file.is_some() && name.eq_ignore_ascii_case("content-type"));
-            (!own).then_some(Header { name, value })
-        })
-        .collect();
+    // The server's own fields (`X-Accel-*`, `X-Sendfile`; the application's `Content-Type`
+    // when a file answers) are not relayed. A page has none: its fields go as they are, with
+    // no copy (and no allocation) a response.
+    let own = |h: &Header<'_>| {
+        h.name.len() >= 8 && h.name[..8].eq_ignore_ascii_case("x-accel-")
+            || h.name.eq_ignore_ascii_case("x-sendfile")
+            || (file.is_some() && h.name.eq_ignore_ascii_case("content-type"))
+    };
+    let mut kept: smallvec::SmallVec<[Header<'_>; INLINE_FIELDS + 1]> = smallvec::SmallVec::new();
+    let fields: &[Header<'_>] = if file.is_none() && !head.fields.iter().any(own) {
+        &head.fields
+    } else {
+        kept.extend(head.fields.iter().filter(|h| !own(h)).copied());
+        if let Some((content_type, _)) = file {
+            kept.push(Header {
+                name: "Content-Type",
+                value: content_type.as_bytes(),
+            });
+        }
+        &kept
+    };
     let announced = match file {
         Some((_, len)) => Some(len),
         None => head
@@ -201,12 +234,6 @@ fn relay_head(
             .and_then(|v| std::str::from_utf8(v).ok())
             .and_then(|v| v.trim().parse::<u64>().ok()),
     };
-    if let Some((content_type, _)) = file {
-        fields.push(Header {
-            name: "Content-Type",
-            value: content_type.as_bytes(),
-        });
-    }
     let bodiless = head_request || status == 204 || status == 304;
     let relay = match announced {
         _ if bodiless => RelayBody::None { length: announced },
@@ -223,7 +250,7 @@ fn relay_head(
         ctx,
         status,
         head.reason.unwrap_or(""),
-        &fields,
+        fields,
         &pass,
         added.as_deref().unwrap_or_default(),
         relay,
