@@ -167,7 +167,7 @@ impl Router {
                 let req = Req {
                     head,
                     body,
-                    params: &[],
+                    params: crate::handler::Params::NONE,
                     path_plain: false,
                     worker,
                 };
@@ -504,7 +504,7 @@ impl Router {
                 let req = Req {
                     head,
                     body,
-                    params: &[],
+                    params: crate::handler::Params::NONE,
                     path_plain,
                     worker,
                 };
@@ -539,16 +539,10 @@ impl Router {
             }
             return;
         };
-        let mut params = [("", ""); MAX_PARAMS];
-        let mut count = 0;
-        for (k, v) in matched.params.iter().take(MAX_PARAMS) {
-            params[count] = (k, v);
-            count += 1;
-        }
         let req = Req {
             head,
             body,
-            params: &params[..count],
+            params: crate::handler::Params::Matched(&matched.params),
             path_plain,
             worker,
         };
@@ -612,7 +606,7 @@ mod tests {
     fn named(name: &'static str) -> impl Handler {
         move |req: &Req<'_, '_, '_>, res: &mut Response<'_>| {
             let mut body = name.to_owned();
-            for (k, v) in req.params {
+            for (k, v) in req.params.iter() {
                 body.push_str(&format!(" {k}={v}"));
             }
             res.send(200, b"text/plain", body.as_bytes());
