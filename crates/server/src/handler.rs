@@ -30,8 +30,11 @@ pub struct Req<'a, 'h, 'b> {
     pub head: &'a Request<'h, 'b>,
     /// The whole body (decoded if it was chunked); empty when there was none.
     pub body: &'a [u8],
-    /// Route parameters, by name, in route order.
-    pub params: Params<'a>,
+    /// Route parameters: the router's match (none when no route matched), read only when a
+    /// handler asks — the file, proxy and PHP handlers never do, and copying every match out
+    /// (each name and value checked as UTF-8 again by the router's iterator) cost a PHP request
+    /// ~340 instructions (callgrind, docs/PERFORMANCE.md).
+    pub params: Option<&'a matchit::Params<'a, 'a>>,
     /// The path is known to be its own normal form (no `%`, `//` or `/.`), as the router
     /// found when it matched it: a handler that decodes paths may take it as it is. `false`
     /// says only that nobody looked (early hooks run before the router does).
@@ -62,51 +65,7 @@ impl<'b> Req<'_, '_, 'b> {
     /// A route parameter by name.
     #[must_use]
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.params.get(name)
-    }
-}
-
-/// A request's route parameters: the router's match, read only when a handler asks — the
-/// file, proxy and PHP handlers never do, and copying every match out (each name and value
-/// checked as UTF-8 again by the router's iterator) cost a PHP request ~300 instructions
-/// (callgrind).
-#[derive(Clone, Copy)]
-pub enum Params<'a> {
-    /// What the router matched.
-    Matched(&'a matchit::Params<'a, 'a>),
-    /// Given as a list (none, for a request no route matched).
-    List(&'a [(&'a str, &'a str)]),
-}
-
-impl<'a> Params<'a> {
-    /// None.
-    pub const NONE: Params<'static> = Params::List(&[]);
-
-    /// The parameter named `name`.
-    #[must_use]
-    pub fn get(&self, name: &str) -> Option<&'a str> {
-        match self {
-            Params::Matched(m) => m.get(name),
-            Params::List(l) => l.iter().find(|(k, _)| *k == name).map(|(_, v)| *v),
-        }
-    }
-
-    /// Every parameter, by name, in route order.
-    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
-        let (matched, list) = match self {
-            Params::Matched(m) => (Some(m.iter()), None),
-            Params::List(l) => (None, Some(l.iter().copied())),
-        };
-        matched
-            .into_iter()
-            .flatten()
-            .chain(list.into_iter().flatten())
-    }
-}
-
-impl std::fmt::Debug for Params<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.iter()).finish()
+        self.params.and_then(|p| p.get(name))
     }
 }
 

@@ -167,7 +167,7 @@ impl Router {
                 let req = Req {
                     head,
                     body,
-                    params: crate::handler::Params::NONE,
+                    params: None,
                     path_plain: false,
                     worker,
                 };
@@ -504,7 +504,7 @@ impl Router {
                 let req = Req {
                     head,
                     body,
-                    params: crate::handler::Params::NONE,
+                    params: None,
                     path_plain,
                     worker,
                 };
@@ -542,7 +542,7 @@ impl Router {
         let req = Req {
             head,
             body,
-            params: crate::handler::Params::Matched(&matched.params),
+            params: Some(&matched.params),
             path_plain,
             worker,
         };
@@ -606,7 +606,7 @@ mod tests {
     fn named(name: &'static str) -> impl Handler {
         move |req: &Req<'_, '_, '_>, res: &mut Response<'_>| {
             let mut body = name.to_owned();
-            for (k, v) in req.params.iter() {
+            for (k, v) in req.params.iter().flat_map(|p| p.iter()) {
                 body.push_str(&format!(" {k}={v}"));
             }
             res.send(200, b"text/plain", body.as_bytes());
